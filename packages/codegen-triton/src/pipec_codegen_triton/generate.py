@@ -1,0 +1,123 @@
+"""KernelPlan -> Program: Triton source per kernel, library calls, memory plan."""
+
+from __future__ import annotations
+
+import sympy
+from pipec_ir import (
+    CompileOptions, KernelPlan, Program, Ref, Step, TritonKernel, make_attrs, verify,
+)
+from pipec_ir.symbolic import parse_expr
+from pipec_ir.types import Buffer, TensorType, get_attr
+
+from .configs import pointwise_configs, reduction_configs
+from .memory_plan import plan_memory
+from .writer import CodegenError, KernelWriter
+
+# View ops materialized as torch views (never copies) when a library call or the
+# caller needs them as tensors.
+_VIEW_TARGETS = {
+    "reshape": "aten.reshape.default",
+    "permute": "aten.permute.default",
+    "expand": "aten.expand.default",
+    "slice": "aten.slice.Tensor",
+    "select": "aten.select.int",
+}
+_MATMUL_TARGETS = {"mm": "aten.mm.default", "bmm": "aten.bmm.default"}
+
+
+def _static(expr, what):
+    if not sympy.sympify(expr).is_Integer:
+        raise CodegenError(f"{what}: symbolic size {expr} is not supported here yet")
+    return int(expr)
+
+
+def _view_args(node, source_type) -> tuple:
+    ref = Ref(node.inputs[0])
+    shape = tuple(_static(s, node.name) for s in node.type.shape)
+    if node.op == "reshape":
+        return (ref, shape)
+    if node.op == "expand":
+        return (ref, shape)
+    if node.op == "permute":
+        return (ref, tuple(node.attr("dims")))
+    if node.op == "slice":
+        dim, start, step = node.attr("dim"), node.attr("start"), node.attr("step")
+        return (ref, dim, start, start + step * shape[dim], step)
+    if node.op == "select":
+        return (ref, node.attr("dim"), node.attr("index"))
+    raise CodegenError(f"no view target for {node.op}")
+
+
+def _library_step(kernel, nodes, types) -> Step:
+    node = nodes[kernel.nodes[0]]
+    if kernel.kind == "view":
+        return Step("extern", _VIEW_TARGETS[node.op], (node.inputs[0],), (node.name,),
+                    make_attrs(args=_view_args(node, types[node.inputs[0]]), kwargs=()))
+    if kernel.kind == "matmul":
+        return Step("extern", _MATMUL_TARGETS[node.op], tuple(node.inputs), (node.name,),
+                    make_attrs(args=tuple(Ref(i) for i in node.inputs), kwargs=()))
+    # extern: its results are the node itself, or one per getitem
+    results = get_attr(node.attrs, "results")
+    if results is None:
+        outputs = (node.name,)
+    else:
+        by_index = {nodes[n].attr("index"): n for n in kernel.nodes[1:]}
+        outputs = tuple(by_index.get(i, f"{node.name}__unused{i}") for i in range(len(results)))
+    return Step("extern", node.attr("target"), tuple(node.inputs), outputs,
+                make_attrs(args=node.attr("args"), kwargs=node.attr("kwargs")))
+
+
+def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
+    graph = plan.graph
+    nodes = graph.node_map()
+    types = graph.types()
+    limit = int(options.get("persistent_reduction_limit", 4096))
+    kernels, steps = [], []
+    for kernel in plan.kernels:
+        if kernel.kind in ("pointwise", "reduction"):
+            src = KernelWriter(graph, kernel, persistent_limit=limit).write()
+            sizes = dict(src.sizes)
+            if kernel.kind == "pointwise":
+                configs = pointwise_configs(sizes["xnumel"])
+                grid = ((sizes["xnumel"], "XBLOCK"),)
+            else:
+                configs = reduction_configs(sizes["xnumel"], sizes["rnumel"], src.persistent)
+                grid = ((sizes["xnumel"], "XBLOCK"),)
+            kernels.append(TritonKernel(
+                name=kernel.name, source=src.source,
+                args=tuple(f"in_ptr{i}" for i in range(len(kernel.inputs)))
+                + tuple(f"out_ptr{i}" for i in range(len(kernel.outputs))),
+                sizes=src.sizes, grid=grid, configs=configs,
+            ))
+            steps.append(Step("launch", kernel.name, tuple(kernel.inputs), tuple(kernel.outputs)))
+        elif kernel.kind in ("view", "matmul", "extern"):
+            steps.append(_library_step(kernel, nodes, types))
+        else:
+            raise CodegenError(f"kernel {kernel.name}: unknown kind {kernel.kind!r}")
+    for step in steps:  # unused results of multi-result externs still need a declared type
+        for out in step.outputs:
+            if out not in types and "__unused" in out:
+                base, i = out.split("__unused")
+                shape_strs, dtype = get_attr(nodes[base].attrs, "results")[int(i)]
+                types[out] = TensorType(tuple(parse_expr(s) for s in shape_strs), dtype)
+    graph_outputs = {o for o in graph.outputs if o is not None}
+    buffers, slots, peak = plan_memory(tuple(steps), types, graph_outputs)
+    program = Program(
+        name=graph.name,
+        inputs=tuple(Buffer(i.name, i.type) for i in graph.inputs),
+        outputs=tuple(graph.outputs),
+        buffers=buffers,
+        kernels=tuple(kernels),
+        steps=tuple(steps),
+        slots=slots,
+        symbols=graph.symbols,
+        peak_bytes=peak,
+    )
+    return verify(program)
+
+
+class TritonCodegen:
+    """The `triton` codegen stage."""
+
+    def generate(self, plan: KernelPlan, options: CompileOptions) -> Program:
+        return generate_program(plan, options)

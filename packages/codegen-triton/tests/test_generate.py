@@ -1,0 +1,155 @@
+import pytest
+import torch
+from pipec_codegen_triton import generate_program
+from pipec_ir import CompileOptions, KernelPlan, dumps, loads
+from pipec_ir.verify import verify_program
+
+from conftest import kernel, run_program
+
+OPTS = CompileOptions()
+
+
+def compile_plan(graph, kernels, options=OPTS):
+    plan = KernelPlan(graph, "test", tuple(kernels))
+    program = generate_program(plan, options)
+    assert loads(dumps(program)) == program
+    verify_program(program)
+    return program
+
+
+def test_pointwise_chain_with_broadcast_and_permute(builder):
+    b = builder
+    x = b.input("x", (6, 10))
+    bias = b.input("bias", (6,))
+    b.node("xt", "permute", [x], (10, 6), dims=(1, 0))
+    b.node("b2", "reshape", [bias], (1, 6))
+    b.node("be", "expand", ["b2"], (10, 6))
+    b.node("add", "add", ["xt", "be"], (10, 6))
+    b.node("g", "gelu", ["add"], (10, 6), approximate="none")
+    g = b.graph(["g"])
+    prog = compile_plan(g, [kernel("pipec_fused_add_gelu_0", "pointwise", ["xt", "b2", "be", "add", "g"],
+                                   ["x", "bias"], ["g"], (10, 6))])
+    src = prog.kernels[0].source
+    assert "def pipec_fused_add_gelu_0" in src and "mask=xmask" in src
+    torch.manual_seed(0)
+    xv, bv = torch.randn(6, 10), torch.randn(6)
+    (out,) = run_program(prog, [xv, bv])
+    torch.testing.assert_close(out, torch.nn.functional.gelu(xv.t() + bv))
+
+
+def softmax_graph(b, rows, cols, dtype="float32"):
+    x = b.input("x", (rows, cols), dtype)
+    b.node("amax", "max", [x], (rows, 1), dtype, dims=(1,), keepdim=True)
+    b.node("amax_e", "expand", ["amax"], (rows, cols), dtype)
+    b.node("sub", "sub", [x, "amax_e"], (rows, cols), dtype)
+    b.node("exp", "exp", ["sub"], (rows, cols), dtype)
+    b.node("sum", "sum", ["exp"], (rows, 1), dtype, dims=(1,), keepdim=True)
+    b.node("sum_e", "expand", ["sum"], (rows, cols), dtype)
+    b.node("div", "div", ["exp", "sum_e"], (rows, cols), dtype)
+    return b.graph(["div", "amax"])
+
+
+@pytest.mark.parametrize("limit", [4096, 8])  # one pass, and a loop over the row
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_softmax_single_kernel(builder, limit, dtype):
+    rows, cols = 7, 37
+    g = softmax_graph(builder, rows, cols, dtype)
+    k = kernel("pipec_fused_max_sub_exp_sum_0", "reduction",
+               ["amax", "amax_e", "sub", "exp", "sum", "sum_e", "div"], ["x"], ["div", "amax"], (rows, cols), (1,))
+    prog = compile_plan(g, [k], CompileOptions().with_extra(persistent_reduction_limit=limit))
+    src = prog.kernels[0].source
+    assert ("for roffset in range" in src) == (limit == 8)
+    torch.manual_seed(0)
+    x = torch.randn(rows, cols, dtype=getattr(torch, dtype))
+    out, amax = run_program(prog, [x])
+    torch.testing.assert_close(out, torch.softmax(x.float(), -1).to(x.dtype))
+    torch.testing.assert_close(amax, x.amax(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("limit", [4096, 4])
+def test_reduce_leading_dim_and_argmax(builder, limit):
+    b = builder
+    x = b.input("x", (9, 5))
+    b.node("s", "sum", [x], (5,), dims=(0,), keepdim=False)
+    b.node("am", "argmax", [x], (5,), "int64", dims=(0,), keepdim=False)
+    g = b.graph(["s", "am"])
+    prog = compile_plan(g, [kernel("pipec_sum_0", "reduction", ["s", "am"], ["x"], ["s", "am"], (9, 5), (0,))],
+                        CompileOptions().with_extra(persistent_reduction_limit=limit))
+    torch.manual_seed(1)
+    xv = torch.randn(9, 5)
+    s, am = run_program(prog, [xv])
+    torch.testing.assert_close(s, xv.sum(0))
+    torch.testing.assert_close(am, xv.argmax(0))
+
+
+def test_layer_norm_epilogue_with_weight(builder):
+    b = builder
+    n, d = 6, 20
+    x = b.input("x", (n, d))
+    w = b.input("w", (d,))
+    b.node("s", "sum", [x], (n, 1), dims=(1,), keepdim=True)
+    b.node("dn", "full", [], (n, 1), value=float(d))
+    b.node("mean", "div", ["s", "dn"], (n, 1))
+    b.node("mean_e", "expand", ["mean"], (n, d))
+    b.node("xc", "sub", [x, "mean_e"], (n, d))
+    b.node("sq", "mul", ["xc", "xc"], (n, d))
+    b.node("ss", "sum", ["sq"], (n, 1), dims=(1,), keepdim=True)
+    b.node("var", "div", ["ss", "dn"], (n, 1))
+    b.node("eps", "full", [], (n, 1), value=1e-5)
+    b.node("ve", "add", ["var", "eps"], (n, 1))
+    b.node("rstd", "rsqrt", ["ve"], (n, 1))
+    b.node("rstd_e", "expand", ["rstd"], (n, d))
+    b.node("y", "mul", ["xc", "rstd_e"], (n, d))
+    b.node("w2", "reshape", [w], (1, d))
+    b.node("we", "expand", ["w2"], (n, d))
+    b.node("out", "mul", ["y", "we"], (n, d))
+    g = b.graph(["out", "rstd"])
+    names = [nd.name for nd in g.nodes]
+    for limit in (4096, 8):
+        prog = compile_plan(g, [kernel("pipec_fused_layer_norm_0", "reduction", names, ["x", "w"], ["out", "rstd"],
+                                       (n, d), (1,))], CompileOptions().with_extra(persistent_reduction_limit=limit))
+        torch.manual_seed(2)
+        xv, wv = torch.randn(n, d), torch.randn(d)
+        out, rstd = run_program(prog, [xv, wv])
+        ref = torch.nn.functional.layer_norm(xv, (d,), wv, eps=1e-5)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(rstd, torch.rsqrt(xv.var(1, unbiased=False, keepdim=True) + 1e-5))
+
+
+def test_matmul_and_view_steps_with_memory_reuse(builder):
+    b = builder
+    x = b.input("x", (4, 8))
+    w = b.input("w", (16, 8))
+    b.node("wt", "permute", [w], (8, 16), dims=(1, 0))
+    b.node("mm", "mm", [x, "wt"], (4, 16))
+    b.node("r", "relu", ["mm"], (4, 16))
+    b.node("e", "exp", ["r"], (4, 16))
+    b.node("n", "neg", ["e"], (4, 16))
+    g = b.graph(["n"])
+    prog = compile_plan(g, [
+        kernel("pipec_view_permute_0", "view", ["wt"], ["w"], ["wt"], ()),
+        kernel("pipec_mm_1", "matmul", ["mm"], ["x", "wt"], ["mm"], ()),
+        kernel("pipec_relu_2", "pointwise", ["r"], ["mm"], ["r"], (4, 16)),
+        kernel("pipec_exp_3", "pointwise", ["e"], ["r"], ["e"], (4, 16)),
+        kernel("pipec_neg_4", "pointwise", ["n"], ["e"], ["n"], (4, 16)),
+    ])
+    slots = {bf.name: bf.slot for bf in prog.buffers}
+    assert slots["r"] is not None and slots["e"] is not None and slots["n"] is None
+    assert len(prog.slots) == 2  # r and e overlap; nothing else needs a slot
+    torch.manual_seed(3)
+    xv, wv = torch.randn(4, 8), torch.randn(16, 8)
+    (out,) = run_program(prog, [xv, wv])
+    torch.testing.assert_close(out, -torch.exp(torch.relu(xv @ wv.t())))
+
+
+def test_reshape_index_collapses_to_flat_index(builder):
+    b = builder
+    x = b.input("x", (4, 6, 8))
+    b.node("v", "reshape", [x], (24, 8))
+    b.node("y", "sigmoid", ["v"], (24, 8))
+    g = b.graph(["y"])
+    prog = compile_plan(g, [kernel("pipec_sigmoid_0", "pointwise", ["v", "y"], ["x"], ["y"], (24, 8))])
+    assert "tl.load(in_ptr0 + (xindex)" in prog.kernels[0].source
+    xv = torch.randn(4, 6, 8)
+    (out,) = run_program(prog, [xv])
+    torch.testing.assert_close(out, torch.sigmoid(xv.reshape(24, 8)))
