@@ -11,7 +11,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import sympy  # noqa: E402
 import torch  # noqa: E402
-from pipec_ir import Graph, GraphInput, Kernel, KernelPlan, Node, TensorType, make_attrs  # noqa: E402
+from pipec_ir import Graph, GraphInput, Kernel, Node, TensorType, make_attrs  # noqa: E402
 
 DT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int64": torch.int64,
       "bool": torch.bool, "int32": torch.int32}

@@ -445,7 +445,7 @@ class KernelWriter:
                    "prod": f"{acc} * {masked}", "max": f"_pipec_maximum({acc}, {masked})",
                    "min": f"_pipec_minimum({acc}, {masked})"}
         if idx is not None:
-            ridx = f"tl.where(xmask & rmask, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]), 2147483647)"
+            ridx = "tl.where(xmask & rmask, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]), 2147483647)"
             s.lines.append(f"{s.indent}{acc}, {idx} = _pipec_{node.op}({acc}, {idx}, {masked}, {ridx})")
         else:
             s.lines.append(f"{s.indent}{acc} = {combine[node.op]}")

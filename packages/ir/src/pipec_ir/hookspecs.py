@@ -10,7 +10,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def pipec_register(registry: "Registry") -> None:  # noqa: F821
+def pipec_register(registry: Registry) -> None:  # noqa: F821
     """Add named stage implementations:
     registry.add_capture(name, impl), registry.add_fusion(name, impl),
     registry.add_codegen(name, impl), registry.add_runtime(name, impl),

@@ -25,7 +25,7 @@ class CompileOptions:
                 return v
         return default
 
-    def with_extra(self, **kwargs) -> "CompileOptions":
+    def with_extra(self, **kwargs) -> CompileOptions:
         merged = dict(self.extra)
         merged.update(kwargs)
         return replace(self, extra=tuple(sorted(merged.items())))

@@ -67,7 +67,7 @@ class Registry:
         return sorted(self._entries.values(), key=lambda e: (STAGES.index(e.stage), e.name))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module_distributions() -> dict[str, list[str]]:
     return importlib.metadata.packages_distributions()
 

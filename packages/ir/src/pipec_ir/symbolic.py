@@ -15,13 +15,13 @@ import sympy
 Expr = sympy.Expr
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def size_symbol(name: str) -> sympy.Symbol:
     """A tensor size symbol: a positive integer."""
     return sympy.Symbol(name, integer=True, positive=True)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def index_symbol(name: str) -> sympy.Symbol:
     """An index variable: a non-negative integer."""
     return sympy.Symbol(name, integer=True, nonnegative=True)

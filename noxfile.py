@@ -1,0 +1,45 @@
+"""Test sessions: one per package (run in parallel with pytest-xdist), end-to-end, lint.
+
+Sessions run in the environment made by `scripts/install.sh --dev` (no venv per session:
+every package is installed there already, and torch is large).
+"""
+
+import nox
+
+nox.options.sessions = ["lint", "ir", "capture", "fusion", "codegen", "runtime", "cli", "e2e"]
+nox.options.reuse_existing_virtualenvs = True
+
+PACKAGES = {
+    "ir": "packages/ir",
+    "capture": "packages/capture",
+    "fusion": "packages/fusion",
+    "codegen": "packages/codegen-triton",
+    "runtime": "packages/runtime-cudagraph",
+    "cli": "packages/cli",
+}
+INTERPRETER = {"TRITON_INTERPRET": "1"}
+
+
+def _pytest(session, path, workers="2"):
+    args = ["pytest", "-q", "-n", workers, "-p", "no:cacheprovider", path, *session.posargs]
+    session.run(*args, env=INTERPRETER)
+
+
+for _name, _path in PACKAGES.items():
+    def _session(session, _path=_path):
+        _pytest(session, f"{_path}/tests")
+
+    _session.__doc__ = f"Tests of {_path}."
+    nox.session(name=_name, python=False)(_session)
+
+
+@nox.session(python=False)
+def e2e(session):
+    """Cross-stage tests: every example through the whole pipeline, CLI, plugins."""
+    _pytest(session, "tests")
+
+
+@nox.session(python=False)
+def lint(session):
+    """ruff over the whole tree."""
+    session.run("ruff", "check", ".")

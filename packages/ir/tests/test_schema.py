@@ -1,0 +1,45 @@
+"""The committed JSON Schemas must match the IR types; changing them needs a version bump."""
+
+import hashlib
+import json
+
+import pytest
+from pipec_ir import VERSION, dumps
+from pipec_ir.schema import committed_path, schema_text
+
+from test_serialize import sample_graph
+
+# sha256 of each committed schema, per released version. A change to the IR types
+# changes these: bump pipec_ir.serialize.VERSION, run `python -m pipec_ir.schema --write`,
+# and add the new version's digests here (old versions' files stay as they were).
+RELEASED = {
+    (1, 0): {
+        "graph": "d4f6aa8e7b7778c9ab168134bf86e6e22699f80e8ebdeab8e1bda021df254c1d",
+        "kernel_plan": "bc872c13f6a5c1d42b2b5971de1f100e41ceeffc82d96c14c56a17104bf9b8a2",
+        "program": "3da9b2de0b034a1f922f7832ad1d00fd68e43e4aa8d1470a47961a8f465ac1b9",
+    },
+}
+
+
+@pytest.mark.parametrize("kind", ["graph", "kernel_plan", "program"])
+def test_committed_schema_matches_types(kind):
+    path = committed_path(kind)
+    assert path.exists(), f"missing {path}: run python -m pipec_ir.schema --write"
+    assert path.read_text() == schema_text(kind), (
+        f"the {kind} schema changed without a version bump: bump pipec_ir VERSION, "
+        "then python -m pipec_ir.schema --write"
+    )
+
+
+@pytest.mark.parametrize("kind", ["graph", "kernel_plan", "program"])
+def test_released_schema_is_frozen(kind):
+    assert tuple(VERSION) in RELEASED, f"version {VERSION} has no recorded schema digests"
+    expected = RELEASED[tuple(VERSION)][kind]
+    actual = hashlib.sha256(committed_path(kind).read_bytes()).hexdigest()
+    assert actual == expected, f"{kind} schema of released version {VERSION} changed (digest {actual})"
+
+
+def test_documents_validate_against_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(committed_path("graph").read_text())
+    jsonschema.validate(json.loads(dumps(sample_graph())), schema)
