@@ -284,11 +284,19 @@ class KernelWriter:
         if self.uses_libdevice:
             header.append("from triton.language.extra import libdevice")
         doc = self._docstring()
-        src = "\n".join(header) + "\n" + (HELPERS if self.is_reduction else "") + "\n\n@triton.jit\n"
+        src = "\n".join(header) + "\n" + self._helpers(body) + "\n\n@triton.jit\n"
         src += f"def {self.kernel.name}({', '.join(params)}):\n"
         src += f'    """{doc}"""\n'
         src += "\n".join(body) + "\n"
         return KernelSource(src, tuple(sizes), self.uses_libdevice, self.persistent, self.rnumel)
+
+    @staticmethod
+    def _helpers(body: list[str]) -> str:
+        """The combine functions this kernel calls (and only those)."""
+        text = "\n".join(body)
+        parts = HELPERS.split("\n\n\n")
+        used = [p.strip() for p in parts if p.split("def ")[1].split("(")[0] in text]
+        return ("\n\n" + "\n\n\n".join(used) + "\n") if used else ""
 
     def _docstring(self) -> str:
         ops = [self.nodes[n].op for n in self.kernel.nodes if kind_of(self.nodes[n].op) != VIEW]

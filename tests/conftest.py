@@ -1,0 +1,27 @@
+import importlib.util
+import os
+import pathlib
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def load_example(path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    inputs = mod.example_inputs() if callable(mod.example_inputs) else mod.example_inputs
+    return mod.model, tuple(inputs)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    import torch
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
