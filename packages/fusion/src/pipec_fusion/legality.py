@@ -1,0 +1,193 @@
+"""Legality: can two groups be one kernel? (Profitability is `heuristics.py`.)
+
+Every check returns None (legal) or a reason string that ends up in the plan's
+`rejected` list. Nothing here knows about scores or policies.
+
+The model a kernel is checked against (codegen relies on the same model):
+- pointwise kernel, domain D: the point index is R = (i0, i1, ...) over D.
+- reduction kernel, domain S, reduce_dims dims: row index R over S; a value of
+  shape S-reduced keepdim is at (i_d, or 0 on reduced dims), one of shape
+  S-reduced without keepdim at (i_d for kept dims). That is each node's *level*.
+- Starting from the stored outputs (at their level index), every in-kernel read
+  is mapped through its view chain (`pipec_ir.indexing.view_source_index`) to the
+  index it needs in its producer. A node needed only at its own level index is
+  *plain*; any other pointwise/creation node is *recomputed* at the indices it is
+  needed at (a broadcast or re-indexing producer). A reduction must be read at
+  its own row: recomputing a reduction is never legal.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import networkx as nx
+import sympy
+
+from .analysis import GraphAnalysis, index_vars, same_index, same_shape, shape_str
+
+LIBRARY_KINDS = ("matmul", "extern")
+
+
+@dataclass(frozen=True)
+class Group:
+    """A set of computing (non-view) graph nodes that would be one kernel."""
+    kind: str  # "pointwise" | "reduction" | "matmul" | "extern"
+    members: frozenset
+    domain: tuple = ()
+    reduce_dims: tuple = ()
+
+
+@dataclass(frozen=True)
+class GroupCheck:
+    reason: str | None  # None: legal
+    recomputed: frozenset = frozenset()  # nodes evaluated at indices other than their level index
+
+
+def library_reason(an: GraphAnalysis, group: Group) -> str | None:
+    if group.kind == "matmul":
+        return "matmul runs as a library call"
+    if group.kind == "extern":
+        ext = next(an.nodes[n] for n in group.members if an.nodes[n].op == "extern")
+        return f"extern {ext.attr('target')} runs as a library call"
+    return None
+
+
+def merged_group(an: GraphAnalysis, first: Group, second: Group, kind: str) -> tuple[str | None, Group | None]:
+    """The group `first` and `second` would form (kind "vertical": first produces for second)."""
+    for g in (first, second):
+        reason = library_reason(an, g)
+        if reason:
+            return reason, None
+    members = first.members | second.members
+    if first.kind == "reduction" and second.kind == "reduction":
+        if not same_shape(first.domain, second.domain):
+            return (f"reductions read different shapes {shape_str(first.domain)} and "
+                    f"{shape_str(second.domain)}"), None
+        if tuple(first.reduce_dims) != tuple(second.reduce_dims):
+            return (f"reduction over different dims {tuple(first.reduce_dims)} and "
+                    f"{tuple(second.reduce_dims)}"), None
+        return None, Group("reduction", members, first.domain, first.reduce_dims)
+    for g in (first, second):
+        if g.kind == "reduction":
+            return None, Group("reduction", members, g.domain, g.reduce_dims)
+    if kind == "horizontal" and not same_shape(first.domain, second.domain):
+        return (f"different domains {shape_str(first.domain)} and {shape_str(second.domain)}"), None
+    return None, Group("pointwise", members, second.domain)
+
+
+class _Levels:
+    def __init__(self, an: GraphAnalysis, group: Group):
+        self.an, self.group = an, group
+        self.domain = tuple(group.domain)
+        self.row = index_vars(self.domain)
+        dims = set(group.reduce_dims)
+        self.keep_shape = tuple(1 if d in dims else s for d, s in enumerate(self.domain))
+        self.keep = tuple(sympy.Integer(0) if d in dims else i for d, i in enumerate(self.row))
+        self.nokeep_shape = tuple(s for d, s in enumerate(self.domain) if d not in dims)
+        self.nokeep = tuple(i for d, i in enumerate(self.row) if d not in dims)
+
+    def level(self, name: str):
+        """The index a node is computed at when plain, or None when its shape has no level."""
+        node = self.an.nodes[name]
+        shape = self.an.shape(name)
+        if self.group.kind == "pointwise":
+            return self.row if same_shape(shape, self.domain) else None
+        if node.op in _REDUCTIONS:
+            return self.keep if node.attr("keepdim") else self.nokeep
+        if same_shape(shape, self.domain):
+            return self.row
+        if same_shape(shape, self.keep_shape):
+            return self.keep
+        if same_shape(shape, self.nokeep_shape):
+            return self.nokeep
+        return None
+
+
+_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "argmax", "argmin", "any"})
+
+
+def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
+    """Can `group` be one kernel on its own? (Shapes and indices; cycles are `cycle_through`.)"""
+    if group.kind in LIBRARY_KINDS:
+        return GroupCheck(None)
+    members = group.members
+    ordered = sorted(members, key=an.pos)
+    lv = _Levels(an, group)
+
+    for name in ordered:
+        node = an.nodes[name]
+        if node.op in _REDUCTIONS:
+            if group.kind != "reduction":
+                return GroupCheck(f"{name} is a reduction in a pointwise kernel")
+            src = an.shape(node.inputs[0])
+            if not same_shape(src, group.domain):
+                return GroupCheck(f"reductions read different shapes {shape_str(src)} and {shape_str(group.domain)}")
+            if tuple(node.attr("dims")) != tuple(group.reduce_dims):
+                return GroupCheck(f"reduction over different dims {tuple(node.attr('dims'))} and "
+                                  f"{tuple(group.reduce_dims)}")
+
+    needed: dict[str, dict[tuple, str]] = defaultdict(dict)  # node -> {index: first reader}
+    for name in ordered:
+        if an.must_store(name, members):
+            level = lv.level(name)
+            if level is None:
+                shape = shape_str(an.shape(name))
+                if group.kind == "pointwise":
+                    return GroupCheck(f"{name} would be stored with shape {shape} but the kernel's domain is "
+                                      f"{shape_str(group.domain)}")
+                return GroupCheck(f"{name} would be stored with shape {shape}, which is neither the reduction's "
+                                  f"input shape {shape_str(group.domain)} nor that shape reduced")
+            needed[name].setdefault(level, "<store>")
+
+    for name in reversed(ordered):
+        node = an.nodes[name]
+        indices = [lv.row] if node.op in _REDUCTIONS else list(needed[name])
+        for index in indices:
+            for value in node.inputs:
+                root, src = an.map_index(value, index)
+                if root in members:
+                    needed[root].setdefault(src, name)
+
+    recomputed = set()
+    for name in ordered:
+        level = lv.level(name)
+        off = [(i, reader) for i, reader in needed[name].items() if level is None or not same_index(i, level)]
+        if not off:
+            continue
+        if an.nodes[name].op in _REDUCTIONS:
+            index, reader = off[0]
+            return GroupCheck(f"{reader} reads reduction {name} at another row than its own "
+                              f"(index {_index_str(index)}, row {_index_str(level)})")
+        recomputed.add(name)
+    return GroupCheck(None, frozenset(recomputed))
+
+
+def _index_str(index) -> str:
+    return "(" + ", ".join(str(i) for i in index) + ")"
+
+
+def cycle_through(dag: nx.DiGraph, a, b):
+    """A group on a path between groups a and b (merging them would make a cycle), or None."""
+    between = (nx.descendants(dag, a) & nx.ancestors(dag, b)) | (nx.descendants(dag, b) & nx.ancestors(dag, a))
+    between -= {a, b}
+    return min(between) if between else None
+
+
+def check_merge(an: GraphAnalysis, dag: nx.DiGraph | None, ids: tuple, first: Group, second: Group,
+                kind: str) -> str | None:
+    """Convenience: the first reason merging `first` and `second` is illegal, or None.
+
+    `dag` is the current group DAG whose nodes are group ids; `ids` the ids of first and second.
+    """
+    reason, merged = merged_group(an, first, second, kind)
+    if reason:
+        return reason
+    result = check_group(an, merged)
+    if result.reason:
+        return result.reason
+    if dag is not None:
+        through = cycle_through(dag, *ids)
+        if through is not None:
+            return f"would create a cycle through group {through}"
+    return None
