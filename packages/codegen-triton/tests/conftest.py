@@ -71,7 +71,10 @@ def run_program(program, tensors):
                 op = getattr(op, part)
             args = [env[a.name] if isinstance(a, Ref) else (list(a) if isinstance(a, tuple) else a)
                     for a in get_attr(step.attrs, "args")]
-            env[step.outputs[0]] = op(*args)
+            result = op(*args)
+            results = result if isinstance(result, tuple | list) else (result,)
+            for name, value in zip(step.outputs, results):
+                env[name] = value.contiguous() if isinstance(value, torch.Tensor) else value
     return [env[o] for o in program.outputs]
 
 
