@@ -348,3 +348,14 @@ def test_check_merge_is_usable_on_its_own():
     c = Group("pointwise", frozenset({"sub_2"}), an.shape("x"))
     s = Group("reduction", frozenset({"sum_0"}), an.shape("x"), (1,))
     assert check_merge(an, dag, (0, 1), s, c, "vertical") is None
+
+
+def test_reshaped_read_is_not_a_recompute():
+    """A producer read once per element through a reshape fuses under default (no repeated work)."""
+    g = GraphBuilder("reshaped")
+    x = g.input("x", [32, 16])
+    bias = g.input("bias", [4, 8, 16])
+    y = g.pw("exp", x)
+    z = g.pw("gelu", g.pw("add", g.reshape(y, [4, 8, 16]), bias), approximate="none")
+    (k,) = fuse(g.build(z)).kernels
+    assert k.inputs == ("x", "bias") and k.outputs == (z,)

@@ -159,8 +159,26 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
             index, reader = off[0]
             return GroupCheck(f"{reader} reads reduction {name} at another row than its own "
                               f"(index {_index_str(index)}, row {_index_str(level)})")
-        recomputed.add(name)
+        if not _evaluated_once_per_element(an, lv, name, needed[name]):
+            recomputed.add(name)
     return GroupCheck(None, frozenset(recomputed))
+
+
+def _evaluated_once_per_element(an: GraphAnalysis, lv: "_Levels", name: str, needed: dict) -> bool:
+    """True when `name` is read at a single index that visits each of its elements at most once.
+
+    A reshape or permute between producer and consumer re-indexes without repeating
+    work; a broadcast (the consumer runs over more points than the producer has
+    elements) or reads at several indices repeat it.
+    """
+    if len(needed) != 1:
+        return False
+    (index,) = needed
+    used = set().union(*(sympy.sympify(i).free_symbols for i in index)) if index else set()
+    # the points it is evaluated at: every kept dim (once per row), reduced dims only if it varies along them
+    reduced = set(lv.group.reduce_dims)
+    points = [s for d, s in enumerate(lv.domain) if d not in reduced or lv.row[d] in used]
+    return an.numel_hint(an.shape(name)) >= an.numel_hint(tuple(points))
 
 
 def _index_str(index) -> str:
