@@ -1,0 +1,419 @@
+"""The ``launch`` runtime: a `Program` as a flat list of prebuilt step closures.
+
+Calling convention of a `launch` step (what codegen must emit):
+
+    kernel[grid](*step.inputs, *step.outputs,          # tensors (pointer args)
+                 *[int(e) for _, e in kernel.sizes],    # integer args, positional
+                 **dict(config.constants),              # constexprs, by keyword
+                 num_warps=config.num_warps, num_stages=config.num_stages)
+    grid = tuple(cdiv(int(e), config[name]) if name else int(e) for e, name in kernel.grid)
+
+Every tensor argument is contiguous with its buffer's shape and dtype. Per call the
+work is: check and `.contiguous()` the inputs, bind size symbols, allocate the
+buffers written by kernels (one uint8 storage per memory-plan slot, viewed as each
+buffer), run the closures, drop intermediates after their last use.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import sympy
+import torch
+
+from pipec_ir import CompileOptions, Dtype, Device, Program, Ref, get_attr
+
+from .exprs import compile_ints, is_static, static_ints
+from .interpreter import enable_interpreter, interpreter_active, interpreter_scope
+from .kernels import load_kernel
+from .memory import buffer_nbytes, plan_check, round_up
+
+TORCH_DTYPES = {name: getattr(torch, name) for name in (
+    "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")}
+
+
+class ProgramLoadError(RuntimeError):
+    """The program cannot be run by this runtime (unknown extern, bad kernel arity...)."""
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def resolve_target(target: str):
+    """"aten.mm.default" -> torch.ops.aten.mm.default (the overload packet's default when
+    the overload is omitted)."""
+    parts = target.split(".")
+    try:
+        if parts[0] == "torch" and parts[1] == "ops":
+            parts = parts[2:]
+        op = getattr(getattr(torch.ops, parts[0]), parts[1])
+        return getattr(op, parts[2] if len(parts) > 2 else "default")
+    except (AttributeError, IndexError, RuntimeError):
+        raise ProgramLoadError(f"extern target {target!r} is not a torch operator overload") from None
+
+
+# ------------------------------------------------------------------ extern arguments
+
+def _compile_arg(value, index: dict[str, int], where: str):
+    """(is_constant, value | fn(vals, device)) for one attribute value."""
+    if isinstance(value, Ref):
+        if value.name not in index:
+            raise ProgramLoadError(f"{where}: argument refers to unknown value {value.name!r}")
+        i = index[value.name]
+        return False, lambda vals, device: vals[i]
+    if isinstance(value, Dtype):
+        if value.name not in TORCH_DTYPES:
+            raise ProgramLoadError(f"{where}: unknown dtype {value.name!r}")
+        return True, TORCH_DTYPES[value.name]
+    if isinstance(value, Device):
+        return False, lambda vals, device: device
+    if isinstance(value, (tuple, list)):
+        parts = [_compile_arg(v, index, where) for v in value]
+        if all(c for c, _ in parts):
+            const = [v for _, v in parts]
+            return False, lambda vals, device: list(const)  # a fresh list: ops may keep it
+        fns = [(c, v) for c, v in parts]
+        return False, lambda vals, device: [v if c else v(vals, device) for c, v in fns]
+    return True, value
+
+
+class _Extern:
+    __slots__ = ("op", "args", "kwargs", "outs", "contiguous", "name")
+
+    def __init__(self, step, index, reads_by_launch):
+        where = f"extern step {step.target}"
+        self.name = step.target
+        self.op = resolve_target(step.target)
+        self.args = [_compile_arg(v, index, where) for v in (get_attr(step.attrs, "args", ()) or ())]
+        self.kwargs = [(k, *_compile_arg(v, index, where)) for k, v in (get_attr(step.attrs, "kwargs", ()) or ())]
+        self.outs = tuple(index[o] for o in step.outputs)
+        # a launch reads its tensors as dense row-major memory
+        self.contiguous = tuple(o in reads_by_launch for o in step.outputs)
+
+    def __call__(self, vals, symvals, device):
+        args = [v if c else v(vals, device) for c, v in self.args]
+        kwargs = {k: (v if c else v(vals, device)) for k, c, v in self.kwargs}
+        result = self.op(*args, **kwargs)
+        if isinstance(result, (tuple, list)):
+            for o, r, contig in zip(self.outs, result, self.contiguous):
+                vals[o] = r.contiguous() if contig else r
+        elif self.outs:
+            vals[self.outs[0]] = result.contiguous() if self.contiguous[0] else result
+
+
+# ------------------------------------------------------------------ kernel launches
+
+class _Launch:
+    """One kernel launch; autotunes (CUDA, several configs) on its first run."""
+
+    __slots__ = ("runner", "kernel", "fn", "ptrs", "interpret", "config", "kwargs", "dims", "static",
+                 "skip", "tune")
+
+    def __init__(self, runner, step, kernel, fn, interpret, tune):
+        self.runner, self.kernel, self.fn, self.interpret = runner, kernel, fn, interpret
+        n = len(step.inputs) + len(step.outputs)
+        if kernel.args and len(kernel.args) != n:
+            raise ProgramLoadError(
+                f"launch of {kernel.name}: the kernel takes {len(kernel.args)} pointer arguments "
+                f"({', '.join(kernel.args)}) but the step binds {n}")
+        if not kernel.configs:
+            raise ProgramLoadError(f"kernel {kernel.name} has no launch config")
+        self.ptrs = tuple(runner.index[v] for v in (*step.inputs, *step.outputs))
+        chosen = runner.tuned.get(kernel.name)
+        self.tune = tune and chosen is None and len(kernel.configs) > 1
+        self.set_config(kernel.configs[chosen or 0])
+
+    def set_config(self, config) -> None:
+        constants = dict(config.constants)
+        self.config = config
+        self.kwargs = dict(constants)
+        if not self.interpret:
+            self.kwargs.update(num_warps=config.num_warps, num_stages=config.num_stages)
+        exprs = [e for _, e in self.kernel.sizes] + [e for e, _ in self.kernel.grid]
+        divisors = []
+        for _, name in self.kernel.grid:
+            if name and name not in constants:
+                raise ProgramLoadError(
+                    f"kernel {self.kernel.name}: grid divides by {name!r}, which its config does not set")
+            divisors.append(constants[name] if name else 1)
+        nsizes = len(self.kernel.sizes)
+
+        def split(values):
+            sizes = values[:nsizes]
+            grid = tuple(_cdiv(v, d) for v, d in zip(values[nsizes:], divisors)) or (1,)
+            return sizes, grid
+
+        self.static = is_static(exprs)
+        if self.static:
+            self.dims = split(static_ints(exprs))
+            self.skip = 0 in self.dims[1]
+        else:
+            evaluate = compile_ints(exprs, self.runner.symbols)
+            self.dims = lambda *symvals: split(evaluate(*symvals))
+            self.skip = False
+
+    def __call__(self, vals, symvals, device):
+        if self.tune:
+            self.autotune(vals, symvals)
+        sizes, grid = self.dims if self.static else self.dims(*symvals)
+        if self.skip or 0 in grid:
+            return
+        self.fn[grid](*[vals[i] for i in self.ptrs], *sizes, **self.kwargs)
+
+    def autotune(self, vals, symvals) -> None:
+        """Time every config once (triton.testing.do_bench) and keep the fastest for this kernel."""
+        self.tune = False
+        chosen = self.runner.tuned.get(self.kernel.name)
+        if chosen is None:
+            from triton.testing import do_bench
+
+            times, first_error = [], None
+            for config in self.kernel.configs:
+                self.set_config(config)
+                sizes, grid = self.dims if self.static else self.dims(*symvals)
+                args = [vals[i] for i in self.ptrs]
+                kwargs = self.kwargs
+                try:
+                    times.append(do_bench(lambda g=grid, a=args, s=sizes, k=kwargs: self.fn[g](*a, *s, **k),
+                                          warmup=5, rep=20))
+                except Exception as e:  # noqa: BLE001 - a config that does not compile (resources) loses
+                    first_error = first_error or e
+                    times.append(math.inf)
+            if all(t == math.inf for t in times):
+                raise first_error
+            chosen = min(range(len(times)), key=times.__getitem__)
+            self.runner.tuned[self.kernel.name] = chosen
+        self.set_config(self.kernel.configs[chosen])
+
+
+# ------------------------------------------------------------------ the program
+
+class ProgramRunner:
+    """A loaded Program: `runner(list_of_tensors) -> list[Tensor | None]`."""
+
+    def __init__(self, program: Program, options: CompileOptions | None = None):
+        options = options or CompileOptions()
+        self.program = program
+        self.name = program.name
+        self.autotune = bool(options.autotune)
+        self.kernel_dir = options.get("kernel_dir")
+        plan_check(program)
+
+        # every value gets an index into the per-call list `vals`
+        names: list[str] = [b.name for b in program.inputs]
+        for b in program.buffers:
+            names.append(b.name)
+        for s in program.steps:
+            names.extend(s.outputs)
+        self.index: dict[str, int] = {}
+        for n in names:
+            self.index.setdefault(n, len(self.index))
+        self.nvals = len(self.index)
+        self.buffers = {b.name: b for b in program.buffers}
+        self.kernels = program.kernel_map()
+        self.tuned: dict[str, int] = {}
+
+        self._bind_symbols()
+        self._plan_inputs()
+        self._plan_allocations()
+        self._plan_release()
+        self.out_index = tuple(None if o is None else self.index[o] for o in program.outputs)
+
+        self._plans: dict[str, list] = {}
+        self.default_device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        if self.default_device.type == "cpu":
+            enable_interpreter()
+        self._plans[self.default_device.type] = self._build(self.default_device.type)
+
+    # ---------------------------------------------------------- load-time planning
+    def _bind_symbols(self) -> None:
+        """Each size symbol is read from the first input dimension that is exactly it."""
+        program = self.program
+        symbols: dict[str, tuple[int, int]] = {}
+        for i, b in enumerate(program.inputs):
+            for d, e in enumerate(b.type.shape):
+                e = sympy.sympify(e)
+                if e.is_Symbol and e.name not in symbols:
+                    symbols[e.name] = (i, d)
+        used: set[str] = set()
+        for b in (*program.inputs, *program.buffers):
+            for e in b.type.shape:
+                used |= {s.name for s in sympy.sympify(e).free_symbols}
+        for k in program.kernels:
+            for _, e in k.sizes:
+                used |= {s.name for s in sympy.sympify(e).free_symbols}
+            for e, _ in k.grid:
+                used |= {s.name for s in sympy.sympify(e).free_symbols}
+        for s in program.slots:
+            used |= {x.name for x in sympy.sympify(s.nbytes).free_symbols}
+        unbound = sorted(used - set(symbols))
+        if unbound:
+            raise ProgramLoadError(
+                f"program {program.name}: size symbol(s) {', '.join(unbound)} are not the size of any input dimension")
+        self.symbols = tuple(sorted(symbols))
+        self.symbol_source = tuple(symbols[s] for s in self.symbols)
+        ranges = {r.name: r for r in program.symbols}
+        self.symbol_ranges = tuple((ranges[s].lower, ranges[s].upper) if s in ranges else (None, None)
+                                   for s in self.symbols)
+
+    def _shape_fn(self, shape):
+        if is_static(shape):
+            shape = static_ints(shape)
+            return lambda *symvals: shape
+        return compile_ints(shape, self.symbols)
+
+    def _plan_inputs(self) -> None:
+        self.input_dtypes = tuple(TORCH_DTYPES[b.type.dtype] for b in self.program.inputs)
+        self.input_shapes = tuple(self._shape_fn(b.type.shape) for b in self.program.inputs)
+        self.static_shapes = not self.symbols
+
+    def _plan_allocations(self) -> None:
+        """Buffers written by launch steps: per slot one storage, else one tensor each."""
+        program = self.program
+        inputs = {b.name for b in program.inputs}
+        written: list[str] = []
+        for s in program.steps:
+            if s.kind == "launch":
+                for o in s.outputs:
+                    if o not in inputs and o not in written:
+                        if o not in self.buffers:
+                            raise ProgramLoadError(f"program {program.name}: launch of {s.target} writes "
+                                                   f"{o!r}, which is not a declared buffer")
+                        written.append(o)
+        slots = {s.index: s for s in program.slots}
+        by_slot: dict[int, list] = {}
+        self.plain_allocs = []
+        for name in written:
+            b = self.buffers[name]
+            if b.slot is None:
+                self.plain_allocs.append((self.index[name], self._shape_fn(b.type.shape), TORCH_DTYPES[b.type.dtype]))
+            else:
+                by_slot.setdefault(b.slot, []).append(b)
+        self.slot_allocs = []
+        for slot, bufs in sorted(by_slot.items()):
+            sizes = [slots[slot].nbytes] + [buffer_nbytes(b) for b in bufs]
+            nbytes = self._shape_fn(sizes)
+            views = tuple((self.index[b.name], TORCH_DTYPES[b.type.dtype], self._shape_fn(b.type.shape),
+                           self._shape_fn([buffer_nbytes(b)])) for b in bufs)
+            self.slot_allocs.append((nbytes, views))
+
+    def _plan_release(self) -> None:
+        """After step k, drop the values whose last use is step k (not outputs, not inputs)."""
+        program = self.program
+        keep = {o for o in program.outputs if o is not None} | {b.name for b in program.inputs}
+        last: dict[str, int] = {}
+        for k, s in enumerate(program.steps):
+            for n in (*s.inputs, *s.outputs):
+                last[n] = k
+            for _, v in s.attrs:
+                for ref in _refs(v):
+                    last[ref] = k
+        release: list[list[int]] = [[] for _ in program.steps]
+        for n, k in last.items():
+            if n not in keep and n in self.index:
+                release[k].append(self.index[n])
+        self.release = [tuple(r) for r in release]
+
+    def _build(self, device_type: str) -> list:
+        """The step closures for one device type (cuda: compiled kernels, cpu: interpreter)."""
+        interpret = device_type == "cpu" or interpreter_active()
+        reads_by_launch = {n for s in self.program.steps if s.kind == "launch" for n in s.inputs}
+        tune = self.autotune and not interpret
+        steps = []
+        for k, s in enumerate(self.program.steps):
+            if s.kind == "launch":
+                kernel = self.kernels.get(s.target)
+                if kernel is None:
+                    raise ProgramLoadError(f"program {self.name}: step {k} launches unknown kernel {s.target!r}")
+                fn = load_kernel(kernel, interpret=interpret, cache_dir=self.kernel_dir)
+                steps.append((_Launch(self, s, kernel, fn, interpret, tune), self.release[k]))
+            elif s.kind == "extern":
+                steps.append((_Extern(s, self.index, reads_by_launch), self.release[k]))
+            else:
+                raise ProgramLoadError(f"program {self.name}: step {k} has unknown kind {s.kind!r}")
+        return steps
+
+    # ---------------------------------------------------------- per call
+    def _fail(self, message: str):
+        raise RuntimeError(f"pipec program {self.name!r}: {message}")
+
+    def prepare(self, inputs) -> tuple[list, tuple, torch.device]:
+        """Check the inputs against Program.inputs; -> (contiguous inputs, symbol values, device)."""
+        specs = self.program.inputs
+        if len(inputs) != len(specs):
+            self._fail(f"expected {len(specs)} inputs ({', '.join(b.name for b in specs)}), got {len(inputs)}")
+        for i, (t, dtype) in enumerate(zip(inputs, self.input_dtypes)):
+            if not isinstance(t, torch.Tensor):
+                self._fail(f"input {i} ({specs[i].name}) is a {type(t).__name__}, expected a tensor")
+            if t.dtype != dtype:
+                self._fail(f"input {i} ({specs[i].name}) has dtype {str(t.dtype).removeprefix('torch.')}, "
+                           f"expected {specs[i].type.dtype}")
+        symvals = tuple(inputs[i].shape[d] for i, d in self.symbol_source)
+        for value, name, (lo, hi) in zip(symvals, self.symbols, self.symbol_ranges):
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                self._fail(f"size {name}={value} is outside its range [{lo}, {hi if hi is not None else 'inf'}]")
+        for i, (t, shape) in enumerate(zip(inputs, self.input_shapes)):
+            expected = shape(*symvals)
+            if t.shape != expected:
+                self._fail(f"input {i} ({specs[i].name}) has shape {tuple(t.shape)}, expected {tuple(expected)}")
+        device = inputs[0].device if inputs else self.default_device
+        for i, t in enumerate(inputs):
+            if t.device != device:
+                self._fail(f"input {i} ({specs[i].name}) is on {t.device}, input 0 is on {device}")
+        return [t.contiguous() for t in inputs], symvals, device
+
+    def steps_for(self, device: torch.device) -> list:
+        plan = self._plans.get(device.type)
+        if plan is None:
+            plan = self._plans[device.type] = self._build(device.type)
+        return plan
+
+    def run(self, inputs: list, symvals: tuple, device: torch.device) -> list:
+        """Run the steps on prepared inputs; the program's outputs."""
+        steps = self.steps_for(device)
+        vals = [None] * self.nvals
+        vals[:len(inputs)] = inputs
+        for nbytes, views in self.slot_allocs:
+            storage = torch.empty(round_up(max(nbytes(*symvals))), dtype=torch.uint8, device=device)
+            for i, dtype, shape, size in views:
+                vals[i] = storage[:size(*symvals)[0]].view(dtype).view(shape(*symvals))
+            del storage
+        for i, shape, dtype in self.plain_allocs:
+            vals[i] = torch.empty(shape(*symvals), dtype=dtype, device=device)
+        if device.type == "cpu" and not interpreter_active():
+            with interpreter_scope(True):
+                self._run_steps(steps, vals, symvals, device)
+        elif device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                self._run_steps(steps, vals, symvals, device)
+        else:
+            self._run_steps(steps, vals, symvals, device)
+        return [None if i is None else vals[i] for i in self.out_index]
+
+    @staticmethod
+    def _run_steps(steps, vals, symvals, device) -> None:
+        for step, release in steps:
+            step(vals, symvals, device)
+            for i in release:
+                vals[i] = None
+
+    def __call__(self, inputs) -> list:
+        return self.run(*self.prepare(inputs))
+
+
+def _refs(value):
+    if isinstance(value, Ref):
+        yield value.name
+    elif isinstance(value, tuple):
+        for v in value:
+            yield from _refs(v)
+
+
+def load_launch(program: Program, options: CompileOptions | None = None) -> Callable[[list], list]:
+    """The ``launch`` runtime's `load`: a callable list[Tensor] -> list[Tensor | None]."""
+    return ProgramRunner(program, options)
+
+
+__all__ = ["ProgramRunner", "ProgramLoadError", "load_launch", "resolve_target", "TORCH_DTYPES"]

@@ -1,0 +1,245 @@
+"""The `launch` runtime on CPU through Triton's interpreter."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+import torch
+
+from pipec_ir import (Buffer, CompileOptions, Device, Dtype, LaunchConfig, Program, Ref, Registry, Step,
+                      make_attrs)
+from runtime_helpers import T, add_program, dynamic_add_program, extern_program, slot_program
+
+from pipec_runtime_cudagraph import interpreter_active, load_launch
+from pipec_runtime_cudagraph.kernels import load_kernel
+
+needs_cpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA behaviour")
+
+
+@pytest.fixture()
+def options(tmp_path):
+    return CompileOptions(runtime="launch").with_extra(kernel_dir=str(tmp_path / "kernels"))
+
+
+def test_pointwise_add(options):
+    run = load_launch(add_program(100), options)
+    x, y = torch.randn(100), torch.randn(100)
+    (out,) = run([x, y])
+    torch.testing.assert_close(out, x + y)
+
+
+@needs_cpu
+def test_interpreter_switched_on_without_cuda(options):
+    load_launch(add_program(10), options)
+    assert interpreter_active()
+    assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+def test_non_contiguous_inputs_are_made_contiguous(options):
+    run = load_launch(add_program(100), options)
+    x = torch.randn(200)[::2]
+    y = torch.randn(100)
+    (out,) = run([x, y])
+    torch.testing.assert_close(out, x + y)
+
+
+def test_reduction_and_shared_slots(options):
+    run = load_launch(slot_program(8, 37), options)
+    x = torch.randn(8, 37)
+    t3, t2 = run([x])
+    torch.testing.assert_close(t2, (x + x).sum(1))
+    torch.testing.assert_close(t3, 2 * (x + x).sum(1))
+    # t3 reuses slot 0 (t1's memory); t2 has slot 1 of its own
+    assert t3.untyped_storage().data_ptr() != t2.untyped_storage().data_ptr()
+
+
+def test_externs_views_and_repeated_outputs(options):
+    run = load_launch(extern_program(), options)
+    x, w, b = torch.randn(6, 5), torch.randn(7, 5), torch.randn(6, 7)
+    out, xt, none, out2 = run([x, w, b])
+    torch.testing.assert_close(out, x @ w.T + b)
+    torch.testing.assert_close(xt, x.T)
+    assert none is None
+    assert out2 is out
+
+
+def test_extern_dtype_device_kwargs_and_multi_result(options):
+    prog = Program(
+        name="ext2",
+        inputs=(Buffer("x", T([4, 6])),),
+        outputs=("ones", "values", "indices"),
+        buffers=(Buffer("ones", T([2, 3], "float16")), Buffer("values", T([4])), Buffer("indices", T([4], "int64"))),
+        kernels=(),
+        steps=(
+            Step("extern", "aten.full.default", (), ("ones",),
+                 make_attrs(args=((2, 3), 1.5), kwargs=(("device", Device()), ("dtype", Dtype("float16"))))),
+            Step("extern", "aten.max.dim", ("x",), ("values", "indices"), make_attrs(args=(Ref("x"), 1))),
+        ),
+    )
+    run = load_launch(prog, options)
+    x = torch.randn(4, 6)
+    ones, values, indices = run([x])
+    assert ones.dtype == torch.float16 and ones.device == x.device
+    torch.testing.assert_close(ones, torch.full((2, 3), 1.5, dtype=torch.float16))
+    torch.testing.assert_close(values, x.max(1).values)
+    torch.testing.assert_close(indices, x.max(1).indices)
+
+
+def test_dynamic_sizes(options):
+    run = load_launch(dynamic_add_program(), options)
+    for n in (3, 200):
+        x, y = torch.randn(n), torch.randn(n)
+        (out,) = run([x, y])
+        torch.testing.assert_close(out, x + y)
+    with pytest.raises(RuntimeError, match=r"dyn_add.*y.*shape"):
+        run([torch.randn(5), torch.randn(6)])
+    with pytest.raises(RuntimeError, match=r"s0=5000 is outside"):
+        run([torch.randn(5000), torch.randn(5000)])
+
+
+def test_interpreter_takes_the_first_config(options):
+    bad = LaunchConfig(constants=(("BLOCK", 3),))  # not a power of two: would fail if used
+    run = load_launch(add_program(50, configs=(LaunchConfig(constants=(("BLOCK", 32),)), bad)), options)
+    x, y = torch.randn(50), torch.randn(50)
+    torch.testing.assert_close(run([x, y])[0], x + y)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int32"])
+def test_other_dtypes(options, dtype):
+    run = load_launch(add_program(33, dtype), options)
+    x = torch.arange(33).to(getattr(torch, dtype))
+    torch.testing.assert_close(run([x, x])[0], x + x)
+
+
+def test_outputs_not_aliased_across_calls(options):
+    run = load_launch(slot_program(4, 10), options)
+    x1, x2 = torch.randn(4, 10), torch.randn(4, 10)
+    a3, a2 = run([x1])
+    b3, b2 = run([x2])
+    assert a3.data_ptr() != b3.data_ptr()
+    torch.testing.assert_close(a2, (x1 + x1).sum(1))
+    torch.testing.assert_close(b2, (x2 + x2).sum(1))
+
+
+def test_input_validation_errors(options):
+    run = load_launch(add_program(10), options)
+    x = torch.randn(10)
+    with pytest.raises(RuntimeError, match=r"add_prog.*expected 2 inputs \(x, y\), got 1"):
+        run([x])
+    with pytest.raises(RuntimeError, match=r"add_prog.*input 1 \(y\) has shape \(11,\), expected \(10,\)"):
+        run([x, torch.randn(11)])
+    with pytest.raises(RuntimeError, match=r"add_prog.*input 0 \(x\) has dtype float64, expected float32"):
+        run([x.double(), x])
+    with pytest.raises(RuntimeError, match=r"input 1 \(y\) is a int"):
+        run([x, 3])
+    try:
+        run([x])
+    except RuntimeError as e:
+        assert "\n" not in str(e)
+
+
+def test_unknown_extern_is_a_clear_error(options):
+    prog = Program(name="bad", inputs=(Buffer("x", T([2])),), outputs=("y",), buffers=(Buffer("y", T([2])),),
+                   kernels=(), steps=(Step("extern", "aten.no_such_op.default", ("x",), ("y",),
+                                           make_attrs(args=(Ref("x"),))),))
+    with pytest.raises(RuntimeError, match="aten.no_such_op.default"):
+        load_launch(prog, options)
+
+
+def test_wrong_pointer_arity_is_a_clear_error(options):
+    prog = add_program(10)
+    prog = Program(name=prog.name, inputs=prog.inputs, outputs=prog.outputs, buffers=prog.buffers,
+                   kernels=prog.kernels, steps=(Step("launch", "pipec_add_0", ("x",), ("out",)),))
+    with pytest.raises(RuntimeError, match="3 pointer arguments"):
+        load_launch(prog, options)
+
+
+def test_kernel_sources_cached_privately(tmp_path):
+    d = tmp_path / "kc"
+    kernel = add_program(4).kernels[0]
+    fn = load_kernel(kernel, cache_dir=d)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    files = [p for p in d.iterdir()]
+    assert len(files) == 1 and files[0].suffix == ".py" and files[0].read_text() == kernel.source
+    assert load_kernel(kernel, cache_dir=d) is fn
+
+
+def test_kernel_without_its_function_is_a_clear_error(tmp_path):
+    from pipec_runtime_cudagraph.kernels import KernelLoadError
+
+    kernel = add_program(4).kernels[0]
+    broken = type(kernel)(name="missing", source=kernel.source, args=kernel.args, sizes=kernel.sizes,
+                          grid=kernel.grid, configs=kernel.configs)
+    with pytest.raises(KernelLoadError, match="missing"):
+        load_kernel(broken, cache_dir=tmp_path)
+
+
+def test_empty_tensors(options):
+    prog = add_program(0)
+    run = load_launch(prog, options)
+    (out,) = run([torch.empty(0), torch.empty(0)])
+    assert out.shape == (0,)
+
+
+def test_plugin_registers_both_runtimes():
+    from pipec_runtime_cudagraph import plugin
+
+    registry = Registry()
+    plugin.pipec_register(registry)
+    assert set(registry.names("runtime")) == {"launch", "cudagraph"}
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("pipec-runtime-cudagraph")
+    except importlib.metadata.PackageNotFoundError:
+        return  # running from a source tree (PYTHONPATH): no distribution to name
+    assert registry.entry("runtime", "launch").distribution == "pipec-runtime-cudagraph"
+
+
+def test_symbolic_slot_sizes(options):
+    from pipec_ir import Slot, SymbolRange
+    from pipec_ir.symbolic import size_symbol
+
+    s0 = size_symbol("s0")
+    prog = dynamic_add_program()
+    prog = Program(name="dyn_slot", inputs=prog.inputs, outputs=("out",),
+                   buffers=(Buffer("t", T([s0]), slot=0), Buffer("out", T([s0]))),
+                   kernels=prog.kernels,
+                   steps=(Step("launch", "pipec_add_dyn_0", ("x", "y"), ("t",)),
+                          Step("launch", "pipec_add_dyn_0", ("t", "t"), ("out",))),
+                   slots=(Slot(0, 4 * s0),), symbols=(SymbolRange("s0", 2, None, 8),),
+                   peak_bytes=4 * s0)
+    run = load_launch(prog, options)
+    for n in (7, 129):
+        x, y = torch.randn(n), torch.randn(n)
+        torch.testing.assert_close(run([x, y])[0], 2 * (x + y))
+
+
+def test_reduction_when_triton_was_imported_before_the_interpreter(tmp_path):
+    """triton.language's library functions (tl.sum) decorated in compiled mode still work."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import os
+        os.environ.pop("TRITON_INTERPRET", None)
+        import triton, triton.language as tl  # before the runtime switches the interpreter on
+        import torch
+        from runtime_helpers import slot_program
+        from pipec_ir import CompileOptions
+        from pipec_runtime_cudagraph import load_launch
+        run = load_launch(slot_program(), CompileOptions().with_extra(kernel_dir={str(tmp_path)!r}))
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        x = torch.randn(8, 37, device=dev)
+        t3, t2 = run([x.cpu()])
+        torch.testing.assert_close(t2, (x.cpu() * 2).sum(1))
+        print("ok")
+    """)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ok" in result.stdout

@@ -1,0 +1,61 @@
+"""plan_check: buffers sharing a slot must have disjoint lifetimes."""
+
+from __future__ import annotations
+
+import pytest
+import sympy
+
+from pipec_ir import Buffer, Program, Ref, Slot, Step, make_attrs
+from runtime_helpers import T, add_kernel, slot_program
+
+from pipec_runtime_cudagraph import MemoryPlanError, plan_check
+from pipec_runtime_cudagraph.memory import lifetimes
+
+
+def test_valid_plan_passes():
+    plan_check(slot_program())
+
+
+def _two_adds(slot_a, slot_b, outputs=("b",), extra_steps=(), slots=None):
+    k = add_kernel("k", 8)
+    return Program(
+        name="p", inputs=(Buffer("x", T([8])),), outputs=outputs,
+        buffers=(Buffer("a", T([8]), slot=slot_a), Buffer("b", T([8]), slot=slot_b),
+                 Buffer("v", T([2, 4]))),
+        kernels=(k,),
+        steps=(Step("launch", "k", ("x", "x"), ("a",)), *extra_steps,
+               Step("launch", "k", ("a", "x"), ("b",))),
+        slots=slots if slots is not None else (Slot(0, sympy.Integer(32)), Slot(1, sympy.Integer(32))),
+    )
+
+
+def test_same_step_reuse_is_a_conflict():
+    with pytest.raises(MemoryPlanError, match=r"slot 0: a .* and b .* live at the same time"):
+        plan_check(_two_adds(0, 0))
+
+
+def test_output_lives_to_the_end():
+    prog = _two_adds(0, 1, outputs=("b", "a"))
+    assert lifetimes(prog)["a"] == (0, 2)
+
+
+def test_view_keeps_its_source_alive():
+    view = Step("extern", "aten.reshape.default", ("a",), ("v",), make_attrs(args=(Ref("a"), (2, 4))))
+    prog = _two_adds(0, 1, outputs=("b", "v"), extra_steps=(view,))
+    assert lifetimes(prog)["a"][1] == 3
+
+
+def test_slot_too_small_and_missing_slot():
+    with pytest.raises(MemoryPlanError, match="needs 32 bytes but slot 0 has 16"):
+        plan_check(_two_adds(0, 1, slots=(Slot(0, sympy.Integer(16)), Slot(1, sympy.Integer(32)))))
+    with pytest.raises(MemoryPlanError, match="slot 5, which is not declared"):
+        plan_check(_two_adds(5, 1))
+
+
+def test_runtime_refuses_a_bad_plan(tmp_path):
+    from pipec_ir import CompileOptions
+
+    from pipec_runtime_cudagraph import load_launch
+
+    with pytest.raises(MemoryPlanError):
+        load_launch(_two_adds(0, 0), CompileOptions().with_extra(kernel_dir=str(tmp_path)))
