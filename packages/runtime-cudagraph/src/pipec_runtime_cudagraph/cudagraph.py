@@ -11,7 +11,7 @@ warning naming the reason).
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

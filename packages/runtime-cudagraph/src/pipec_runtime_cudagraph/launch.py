@@ -17,7 +17,7 @@ buffer), run the closures, drop intermediates after their last use.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import sympy
 import torch
