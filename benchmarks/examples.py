@@ -62,7 +62,7 @@ def main() -> int:
                 tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
                 for g, e in zip(got, expected):
                     torch.testing.assert_close(g, e, **tol)
-                row[name + "_ms"] = triton.testing.do_bench(lambda fn=fn: fn(*inputs), warmup=50, rep=300)
+                row[name + "_ms"] = triton.testing.do_bench(lambda fn=fn, inputs=inputs: fn(*inputs), warmup=50, rep=300)
                 torch._dynamo.reset()
         row["pipec_vs_eager"] = row["eager_ms"] / row["pipec_ms"]
         row["pipec_vs_inductor"] = row["inductor_ms"] / row["pipec_ms"]

@@ -164,7 +164,7 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
     return GroupCheck(None, frozenset(recomputed))
 
 
-def _evaluated_once_per_element(an: GraphAnalysis, lv: "_Levels", name: str, needed: dict) -> bool:
+def _evaluated_once_per_element(an: GraphAnalysis, lv: _Levels, name: str, needed: dict) -> bool:
     """True when `name` is read at a single index that visits each of its elements at most once.
 
     A reshape or permute between producer and consumer re-indexes without repeating

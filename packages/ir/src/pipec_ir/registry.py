@@ -50,6 +50,11 @@ class Registry:
     def add_cache(self, name: str, impl: Cache) -> None:
         self._add("cache", name, impl)
 
+    def credit(self, stage: str, name: str, distribution: str, version: str) -> None:
+        """Name the distribution that registered an implementation (the plugin loader knows it)."""
+        entry = self.entry(stage, name)
+        self._entries[(stage, name)] = Entry(stage, name, entry.impl, distribution, version)
+
     def entry(self, stage: str, name: str) -> Entry:
         try:
             return self._entries[(stage, name)]

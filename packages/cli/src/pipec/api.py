@@ -1,0 +1,237 @@
+"""The public Python API: `pipec.compile` and `pipec.explain`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pipec_ir
+from pipec_ir import CompileOptions
+
+from .backend import make_backend
+from .errors import PipecError, find_pipec_error
+from .pipeline import Session
+from .plugins import get_registry
+
+MODES = {"default": "launch", "reduce-overhead": "cudagraph"}
+_OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
+
+
+def make_options(*, mode: str = "default", fusion: str = "default", runtime: str | None = None,
+                 dynamic: bool | None = None, fullgraph: bool = False, **options: Any) -> CompileOptions:
+    """CompileOptions from pipec.compile's keywords; unknown stage names raise ValueError at once."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r} (expected one of: {', '.join(MODES)})")
+    fields = {k: options.pop(k) for k in list(options) if k in _OPTION_FIELDS}
+    opts = CompileOptions(fusion=fusion, runtime=runtime or MODES[mode], dynamic=dynamic,
+                          fullgraph=fullgraph, **fields)
+    if options:
+        opts = opts.with_extra(**options)
+    check_stage_names(opts)
+    return opts
+
+
+def check_stage_names(opts: CompileOptions) -> None:
+    registry = get_registry()
+    for stage in ("capture", "fusion", "codegen", "runtime", "cache"):
+        name = getattr(opts, stage)
+        if name is None:
+            continue
+        try:
+            registry.entry(stage, name)
+        except pipec_ir.UnknownStageError as exc:
+            raise ValueError(str(exc)) from None
+
+
+def _model_name(model) -> str:
+    name = getattr(model, "__name__", None) or type(model).__name__
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name).lower() or "graph"
+
+
+def compile_with_session(model, options: CompileOptions, session: Session | None = None,
+                         name: str | None = None):
+    """torch.compile(model) through pipec; returns (compiled callable, Session recording every graph)."""
+    import torch
+
+    session = session if session is not None else Session()
+    backend = make_backend(options, session, prefix=name or _model_name(model))
+    compiled = torch.compile(model, backend=backend, fullgraph=options.fullgraph, dynamic=options.dynamic)
+    return compiled, session
+
+
+def compile(model=None, *, mode: str = "default", fusion: str = "default", runtime: str | None = None,
+            dynamic: bool | None = None, fullgraph: bool = False, **options: Any):
+    """Like torch.compile, with pipec as the backend.
+
+    `mode="reduce-overhead"` selects the CUDA Graph runtime; `fusion` and
+    `runtime` name registered implementations (unknown names raise ValueError
+    here, listing the registered ones); other keywords are CompileOptions fields
+    (capture, codegen, cache, autotune, dump_dir) or plugin options (`extra`).
+    """
+    opts = make_options(mode=mode, fusion=fusion, runtime=runtime, dynamic=dynamic,
+                        fullgraph=fullgraph, **options)
+    if model is None:  # used as @pipec.compile(...)
+        return lambda fn: compile_with_session(fn, opts)[0]
+    compiled, session = compile_with_session(model, opts)
+    try:
+        compiled.pipec_session = session
+    except Exception:  # pragma: no cover - some wrappers refuse attributes
+        pass
+    return compiled
+
+
+# ---------------------------------------------------------------- comparing with eager
+
+
+def compare_outputs(actual, expected) -> tuple[float | None, str | None]:
+    """(max abs error over every tensor output, one-line mismatch or None) vs eager, dtype tolerances."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    got, _ = tree_flatten(actual)
+    want, _ = tree_flatten(expected)
+    if len(got) != len(want):
+        return None, f"compiled model returned {len(got)} outputs, eager {len(want)}"
+    max_error: float | None = None
+    problem = None
+    for i, (a, e) in enumerate(zip(got, want)):
+        if not isinstance(e, torch.Tensor):
+            if a != e and problem is None:
+                problem = f"output {i} is {a!r}, eager gives {e!r}"
+            continue
+        if not isinstance(a, torch.Tensor):
+            problem = problem or f"output {i} is {type(a).__name__}, eager gives a tensor"
+            continue
+        if a.shape != e.shape or a.dtype != e.dtype:
+            problem = problem or (f"output {i} is {a.dtype} {tuple(a.shape)}, "
+                                  f"eager gives {e.dtype} {tuple(e.shape)}")
+            continue
+        err = 0.0
+        if e.numel():
+            a64 = a.detach().to(torch.float64)
+            e64 = e.detach().to(a.device, torch.float64)
+            diff = (a64 - e64).abs()
+            diff = torch.where(torch.isnan(a64) & torch.isnan(e64), torch.zeros_like(diff), diff)
+            diff = torch.where(a64 == e64, torch.zeros_like(diff), diff)  # equal infinities
+            err = float(diff.max())
+        max_error = err if max_error is None else max(max_error, err)
+        try:
+            torch.testing.assert_close(a, e.to(a.device), equal_nan=True)
+        except AssertionError as exc:
+            detail = next((ln.strip() for ln in str(exc).splitlines() if ln.strip().startswith("Mismatched")), "")
+            problem = problem or (f"output {i} differs from eager: max abs error {err:.3g}"
+                                  + (f" ({detail.rstrip('.')})" if detail else ""))
+    if max_error is not None and math.isnan(max_error):
+        problem = problem or "compiled output has NaN where eager does not"
+    return max_error, problem
+
+
+# ---------------------------------------------------------------- explain
+
+
+@dataclass
+class ExplainReport:
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[str]
+    op_count: int
+    kernel_count: int
+    fusion_count: int
+    extern_ops: dict[str, str]  # ATen overload -> why it ran as an extern call
+    not_fused: list[tuple[str, str, str]]  # (first node, second node, reason)
+    stage_seconds: dict[str, float]
+    max_error: float | None = None  # vs eager PyTorch
+    mismatch: str | None = None  # one line when outputs differ beyond dtype tolerances
+    graphs: list[dict] = field(default_factory=list)  # per compiled (ATen) graph
+    kernels: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, Triton source)
+
+    def to_dict(self, with_code: bool = False) -> dict:
+        out = {
+            "graph_count": self.graph_count, "graph_break_count": self.graph_break_count,
+            "break_reasons": list(self.break_reasons), "op_count": self.op_count,
+            "kernel_count": self.kernel_count, "fusion_count": self.fusion_count,
+            "extern_ops": dict(self.extern_ops),
+            "not_fused": [{"first": a, "second": b, "reason": r} for a, b, r in self.not_fused],
+            "stage_seconds": dict(self.stage_seconds), "max_error": self.max_error,
+            "mismatch": self.mismatch, "graphs": list(self.graphs),
+        }
+        if with_code:
+            out["kernels"] = [{"name": n, "source": s} for n, s in self.kernels]
+        return out
+
+    def to_json(self, with_code: bool = False, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(with_code), indent=indent)
+
+
+def report_from_session(session: Session, *, break_reasons=None, graph_break_count=None,
+                        max_error=None, mismatch=None) -> ExplainReport:
+    graph_count = session.dynamo_graphs or len(session.graphs)
+    return ExplainReport(
+        graph_count=graph_count,
+        graph_break_count=graph_break_count if graph_break_count is not None else max(graph_count - 1, 0),
+        break_reasons=list(break_reasons or []),
+        op_count=session.op_count, kernel_count=session.kernel_count, fusion_count=session.fusion_count,
+        extern_ops=session.extern_ops, not_fused=session.not_fused, stage_seconds=session.stage_seconds,
+        max_error=max_error, mismatch=mismatch, graphs=[g.to_dict() for g in session.graphs],
+        kernels=session.kernels,
+    )
+
+
+def dynamo_break_reasons(model, example_inputs) -> tuple[int | None, list[str]]:
+    """Graph breaks as torch._dynamo.explain sees them (its own eager backend; nothing is compiled)."""
+    import torch
+
+    try:
+        torch._dynamo.reset()
+        out = torch._dynamo.explain(model)(*example_inputs)
+    except Exception:
+        return None, []
+    finally:
+        torch._dynamo.reset()
+    reasons = []
+    for r in getattr(out, "break_reasons", []) or []:
+        text = str(getattr(r, "reason", r)).strip().splitlines()
+        stack = getattr(r, "user_stack", None) or []
+        where = f" ({stack[-1].filename}:{stack[-1].lineno})" if stack else ""
+        reasons.append((text[0] if text else "graph break") + where)
+    return getattr(out, "graph_break_count", None), reasons
+
+
+def run_and_compare(model, example_inputs, options: CompileOptions, session: Session | None = None, *,
+                    name: str | None = None, expected: Any = None):
+    """Compile with pipec, run on the inputs and eagerly (unless `expected` is given);
+    returns (compiled outputs, max_error, mismatch, session). Runs under torch.no_grad()."""
+    import torch
+
+    session = session if session is not None else Session()
+    with torch.no_grad():
+        if expected is None:
+            expected = model(*example_inputs)
+        compiled, session = compile_with_session(model, options, session, name=name)
+        try:
+            actual = compiled(*example_inputs)
+        except Exception as exc:
+            found = find_pipec_error(exc)
+            if found is not None:
+                raise found from exc
+            raise
+    max_error, mismatch = compare_outputs(actual, expected)
+    return actual, max_error, mismatch, session
+
+
+def explain(model, *example_inputs, **compile_kwargs) -> ExplainReport:
+    """Compile `model` with pipec on `example_inputs` and report what happened (see ExplainReport)."""
+    import torch
+
+    opts = make_options(**compile_kwargs)
+    break_count, reasons = dynamo_break_reasons(model, example_inputs)
+    _, max_error, mismatch, session = run_and_compare(model, example_inputs, opts)
+    torch._dynamo.reset()
+    return report_from_session(session, break_reasons=reasons, graph_break_count=break_count,
+                               max_error=max_error, mismatch=mismatch)
+
+
+__all__ = ["ExplainReport", "PipecError", "compile", "explain", "make_options", "compare_outputs"]

@@ -1,0 +1,300 @@
+"""The pipeline manager: capture -> fusion -> codegen -> runtime, one flat list.
+
+Read `PIPELINE` top to bottom: each stage takes the previous stage's document
+and returns the next. Between stages every document is serialized and parsed
+again (`cross_boundary`): a stage sees only what the IR carries, and an invalid
+document is caught at the boundary where it was produced.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from collections.abc import Callable
+
+import pipec_ir
+from pipec_ir import CompileOptions
+
+from .errors import PipecError, PipecFallbackWarning
+from .plugins import get_plugin_manager, get_registry
+
+
+# ---------------------------------------------------------------- the stages
+
+
+def capture_graph(impl, source, options, *, example_inputs=()):
+    """ATen fx GraphModule ("dynamo") or model ("export") -> Graph."""
+    return impl.capture(source, list(example_inputs), options)
+
+
+def fuse_graph(impl, graph, options, **_):
+    return impl.fuse(graph, options)
+
+
+def generate_program(impl, plan, options, **_):
+    return impl.generate(plan, options)
+
+
+def load_program(impl, program, options, **_):
+    return impl.load(program, options)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # also the registry stage and the --dump-ir suffix
+    run: Callable
+    kind: str | None  # IR document kind it produces ("graph", ...), None for the runtime callable
+
+    def impl_name(self, options: CompileOptions) -> str:
+        return getattr(options, self.name)
+
+
+PIPELINE: tuple[Stage, ...] = (
+    Stage("capture", capture_graph, "graph"),
+    Stage("fusion", fuse_graph, "kernel_plan"),
+    Stage("codegen", generate_program, "program"),
+    Stage("runtime", load_program, None),
+)
+STAGE_NAMES = tuple(s.name for s in PIPELINE)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+COMPUTE_KINDS = ("pointwise", "reduction", "matmul", "indexing", "extern")
+
+
+def is_compute(node: pipec_ir.Node) -> bool:
+    """An op that does work (views are index arithmetic, `full` is a literal, getitem picks a result)."""
+    return node.op != "getitem" and pipec_ir.OPS.get(node.op) is not None and \
+        pipec_ir.kind_of(node.op) in COMPUTE_KINDS
+
+
+@dataclass
+class GraphStats:
+    name: str
+    op_count: int = 0
+    kernel_count: int = 0  # generated Triton kernels
+    fusion_count: int = 0  # kernels holding more than one compute op
+    extern_ops: list[tuple[str, str]] = field(default_factory=list)  # (ATen overload, reason)
+    not_fused: list[tuple[str, str, str]] = field(default_factory=list)  # (first, second, reason)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    kernels: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, Triton source)
+
+    def add_graph(self, graph: pipec_ir.Graph) -> None:
+        self.op_count = sum(1 for n in graph.nodes if is_compute(n))
+        self.extern_ops = [(str(n.attr("target")), str(n.attr("reason", ""))) for n in graph.nodes
+                           if n.op == "extern"]
+
+    def add_plan(self, plan: pipec_ir.KernelPlan) -> None:
+        nodes = plan.graph.node_map()
+        self.fusion_count = sum(
+            1 for k in plan.kernels if sum(1 for n in k.nodes if n in nodes and is_compute(nodes[n])) > 1
+        )
+        self.not_fused = [(r.first, r.second, r.reason) for r in plan.rejected]
+
+    def add_program(self, program: pipec_ir.Program) -> None:
+        self.kernel_count = len(program.kernels)
+        self.kernels = [(k.name, k.source) for k in program.kernels]
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "op_count": self.op_count, "kernel_count": self.kernel_count,
+            "fusion_count": self.fusion_count,
+            "extern_ops": [{"target": t, "reason": r} for t, r in self.extern_ops],
+            "not_fused": [{"first": a, "second": b, "reason": r} for a, b, r in self.not_fused],
+            "stage_seconds": dict(self.stage_seconds),
+        }
+
+
+@dataclass
+class Session:
+    """What one pipec.compile (or one CLI run) saw: every graph compiled, stage by stage.
+
+    `on_stage(stage, impl_name, graph_name, event)` is called with event
+    "start" and "end" (the CLI draws its progress from it).
+    """
+    graphs: list[GraphStats] = field(default_factory=list)
+    dynamo_graphs: int = 0  # calls of the torch.compile backend (one per Dynamo graph)
+    on_stage: Callable[[str, str, str, str], None] | None = None
+    _dump_names: set[str] = field(default_factory=set)
+
+    def unique_name(self, name: str) -> str:
+        base, i = name, 1
+        while name in self._dump_names:
+            name = f"{base}_{i}"
+            i += 1
+        self._dump_names.add(name)
+        return name
+
+    # totals, for reports
+    @property
+    def op_count(self) -> int:
+        return sum(g.op_count for g in self.graphs)
+
+    @property
+    def kernel_count(self) -> int:
+        return sum(g.kernel_count for g in self.graphs)
+
+    @property
+    def fusion_count(self) -> int:
+        return sum(g.fusion_count for g in self.graphs)
+
+    @property
+    def extern_ops(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for g in self.graphs:
+            for target, reason in g.extern_ops:
+                out.setdefault(target, reason)
+        return dict(sorted(out.items()))
+
+    @property
+    def not_fused(self) -> list[tuple[str, str, str]]:
+        return [item for g in self.graphs for item in g.not_fused]
+
+    @property
+    def stage_seconds(self) -> dict[str, float]:
+        out = {s: 0.0 for s in STAGE_NAMES}
+        for g in self.graphs:
+            for s, t in g.stage_seconds.items():
+                out[s] = out.get(s, 0.0) + t
+        return out
+
+    @property
+    def kernels(self) -> list[tuple[str, str]]:
+        return [k for g in self.graphs for k in g.kernels]
+
+
+# ---------------------------------------------------------------- boundaries
+
+
+def cross_boundary(doc, kind: str):
+    """Serialize and parse again: the next stage sees exactly what the IR carries."""
+    if not isinstance(doc, tuple(pipec_ir.types.DOCUMENT_KINDS.values())):
+        raise TypeError(f"returned {type(doc).__name__}, not a pipec_ir document ({kind})")
+    return pipec_ir.verify(pipec_ir.loads(pipec_ir.dumps(doc), kind=kind))
+
+
+def dump_document(dump_dir: str, name: str, stage: str, doc) -> None:
+    directory = Path(dump_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.{stage}.json").write_text(pipec_ir.dumps(doc))
+    (directory / f"{name}.{stage}.txt").write_text(pipec_ir.format_document(doc) + "\n")
+
+
+def warn_fallbacks(graph: pipec_ir.Graph, name: str) -> None:
+    """One warning per ATen op that runs through torch for lack of a lowering (not library calls)."""
+    seen = set()
+    for n in graph.nodes:
+        target, reason = n.attr("target"), n.attr("reason", "")
+        if n.op != "extern" or reason == "library" or target in seen:
+            continue
+        seen.add(target)
+        warnings.warn(f"pipec: {target} runs through torch as an extern call in graph {name} ({reason})",
+                      PipecFallbackWarning, stacklevel=2)
+
+
+def _notify_observers(stage: str, name: str, document: object, seconds: float) -> None:
+    try:
+        get_plugin_manager().hook.pipec_stage_finished(stage=stage, name=name, document=document,
+                                                       seconds=seconds)
+    except Exception as exc:  # an observer never breaks a compilation
+        warnings.warn(f"pipec: a pipec_stage_finished observer failed after {stage} on {name}: {exc}",
+                      stacklevel=2)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _default_name(source) -> str:
+    if isinstance(source, pipec_ir.Graph):
+        return source.name
+    if isinstance(source, pipec_ir.KernelPlan):
+        return source.graph.name
+    if isinstance(source, pipec_ir.Program):
+        return source.name
+    return "graph"
+
+
+def _add_stats(stats: GraphStats, doc) -> None:
+    if isinstance(doc, pipec_ir.Graph):
+        stats.add_graph(doc)
+    elif isinstance(doc, pipec_ir.KernelPlan):
+        stats.add_graph(doc.graph)
+        stats.add_plan(doc)
+    elif isinstance(doc, pipec_ir.Program):
+        stats.add_program(doc)
+
+
+# an IR document given to compile_graph starts the pipeline after the stage that makes it
+FIRST_STAGE_FOR = {pipec_ir.Graph: "fusion", pipec_ir.KernelPlan: "codegen", pipec_ir.Program: "runtime"}
+
+
+# ---------------------------------------------------------------- the pipeline
+
+
+def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None = None, *,
+                  session: Session | None = None, name: str | None = None,
+                  registry: pipec_ir.Registry | None = None, stop_after: str | None = None):
+    """Run the pipeline on one graph.
+
+    `source` is what the capture stage takes (an ATen fx GraphModule for "dynamo",
+    a model for "export"), or an IR document: a Graph starts at fusion, a
+    KernelPlan at codegen, a Program at the runtime. Returns the runtime's
+    callable (list of tensors -> list of outputs), or the document of
+    `stop_after` ("capture", "fusion", "codegen").
+    """
+    options = options or CompileOptions()
+    session = session if session is not None else Session()
+    registry = registry or get_registry()
+    stats = GraphStats(name or _default_name(source))
+    session.graphs.append(stats)
+    doc = source
+    stages = PIPELINE
+    if type(source) in FIRST_STAGE_FOR:
+        first = FIRST_STAGE_FOR[type(source)]
+        stages = PIPELINE[STAGE_NAMES.index(first):]
+        doc = pipec_ir.verify(source)
+        stats.name = session.unique_name(name or _default_name(source))
+        _add_stats(stats, doc)
+    for stage in stages:
+        impl_name = stage.impl_name(options)
+        label = stats.name
+        try:
+            impl = registry.get(stage.name, impl_name)
+        except pipec_ir.UnknownStageError as exc:
+            raise PipecError(f"{stage.name} ({impl_name}) failed on graph {label}: {exc}",
+                             stage=stage.name, impl=impl_name, graph=label) from exc
+        if session.on_stage:
+            session.on_stage(stage.name, impl_name, label, "start")
+        start = time.perf_counter()
+        try:
+            doc = stage.run(impl, doc, options, example_inputs=example_inputs)
+            if stage.kind is not None:
+                doc = cross_boundary(doc, stage.kind)
+        except PipecError:
+            raise
+        except Exception as exc:
+            what = f"produced an invalid {stage.kind} document: " if isinstance(exc, pipec_ir.IRError) else ""
+            raise PipecError(f"{stage.name} ({impl_name}) failed on graph {label}: {what}"
+                             f"{type(exc).__name__}: {_one_line(exc)}",
+                             stage=stage.name, impl=impl_name, graph=label) from exc
+        seconds = time.perf_counter() - start
+        stats.stage_seconds[stage.name] = seconds
+        if stage.name == "capture":
+            stats.name = session.unique_name(name or doc.name)
+            warn_fallbacks(doc, stats.name)
+        _add_stats(stats, doc)
+        if stage.kind is not None and options.dump_dir:
+            dump_document(options.dump_dir, stats.name, stage.name, doc)
+        _notify_observers(stage.name, stats.name, doc, seconds)
+        if session.on_stage:
+            session.on_stage(stage.name, impl_name, stats.name, "end")
+        if stop_after == stage.name:
+            return doc
+    return doc
