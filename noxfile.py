@@ -4,6 +4,8 @@ Sessions run in the environment made by `scripts/install.sh --dev` (no venv per 
 every package is installed there already, and torch is large).
 """
 
+import sys
+
 import nox
 
 nox.options.sessions = ["lint", "ir", "capture", "fusion", "codegen", "runtime", "cli", "e2e"]
@@ -21,7 +23,8 @@ INTERPRETER = {"TRITON_INTERPRET": "1"}
 
 
 def _pytest(session, path, workers="2"):
-    args = ["pytest", "-q", "-n", workers, "-p", "no:cacheprovider", path, *session.posargs]
+    # sys.executable: the interpreter nox runs in (.venv's), whatever PATH says
+    args = [sys.executable, "-m", "pytest", "-q", "-n", workers, "-p", "no:cacheprovider", path, *session.posargs]
     session.run(*args, env=INTERPRETER)
 
 
@@ -42,4 +45,4 @@ def e2e(session):
 @nox.session(python=False)
 def lint(session):
     """ruff over the whole tree."""
-    session.run("ruff", "check", ".")
+    session.run(sys.executable, "-m", "ruff", "check", ".")
