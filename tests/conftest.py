@@ -1,10 +1,8 @@
 import importlib.util
-import os
 import pathlib
 
 import pytest
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))

@@ -21,7 +21,6 @@ def _env():
     import os
 
     env = dict(os.environ)
-    env["TRITON_INTERPRET"] = "1"
     return env
 
 

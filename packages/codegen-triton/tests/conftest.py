@@ -1,4 +1,4 @@
-"""Test helpers: build Graphs/plans by hand and run generated kernels in Triton's interpreter."""
+"""Test helpers: build Graphs/plans by hand and run generated kernels (GPU, or Triton's interpreter)."""
 
 import importlib.util
 import os
@@ -7,10 +7,13 @@ import tempfile
 
 import pytest
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import sympy  # noqa: E402
 import torch  # noqa: E402
+
+# Kernels run on the GPU when there is one, else in Triton's interpreter (set before triton is imported).
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 from pipec_ir import Graph, GraphInput, Kernel, Node, TensorType, make_attrs  # noqa: E402
 
 DT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int64": torch.int64,
@@ -43,7 +46,7 @@ def run_program(program, tensors):
     """A minimal launcher (the real one lives in the runtime stage)."""
     import triton
 
-    env = dict(zip([b.name for b in program.inputs], tensors))
+    env = dict(zip([b.name for b in program.inputs], [t.to(DEVICE) for t in tensors]))
     kernels = {}
     for k in program.kernels:
         path = os.path.join(tempfile.mkdtemp(), f"{k.name}.py")
@@ -59,7 +62,7 @@ def run_program(program, tensors):
         if step.kind == "launch":
             k, fn = kernels[step.target]
             for o in step.outputs:
-                env[o] = torch.empty([int(s) for s in types[o].shape], dtype=DT[types[o].dtype])
+                env[o] = torch.empty([int(s) for s in types[o].shape], dtype=DT[types[o].dtype], device=DEVICE)
             cfg = dict(k.configs[0].constants)
             grid = tuple(triton.cdiv(int(e), cfg[n]) for e, n in k.grid)
             fn[grid](*[env[i] for i in step.inputs], *[env[o] for o in step.outputs],
@@ -75,7 +78,7 @@ def run_program(program, tensors):
             results = result if isinstance(result, tuple | list) else (result,)
             for name, value in zip(step.outputs, results):
                 env[name] = value.contiguous() if isinstance(value, torch.Tensor) else value
-    return [env[o] for o in program.outputs]
+    return [env[o].cpu() for o in program.outputs]
 
 
 @pytest.fixture
