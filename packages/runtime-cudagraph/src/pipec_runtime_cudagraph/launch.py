@@ -25,7 +25,7 @@ import torch
 from pipec_ir import CompileOptions, Dtype, Device, Program, Ref, get_attr
 
 from .exprs import compile_ints, is_static, static_ints
-from .interpreter import enable_interpreter, interpreter_active, interpreter_scope, log
+from .interpreter import enable_interpreter, interpreter_active, interpreter_scope
 from .kernels import load_kernel
 from .memory import buffer_nbytes, plan_check, round_up
 
@@ -400,35 +400,7 @@ class ProgramRunner:
                 vals[i] = None
 
     def __call__(self, inputs) -> list:
-        inputs, symvals, device = self.prepare(inputs)
-        if device.type == "cpu" and torch.cuda.is_available() and not interpreter_active():
-            return self._run_on_gpu(inputs, symvals)
-        return self.run(inputs, symvals, device)
-
-    def _run_on_gpu(self, inputs, symvals) -> list:
-        """CPU tensors on a machine with a GPU: run there and bring the results back.
-
-        Triton's interpreter cannot reliably share a process with compiled kernels (its
-        library functions are decorated once, for one mode), so CPU inputs are not
-        interpreted when a GPU is present.
-        """
-        global _said_gpu_for_cpu
-        if not _said_gpu_for_cpu:
-            _said_gpu_for_cpu = True
-            log.warning("pipec: CPU inputs on a machine with a GPU: running program %r on the GPU and "
-                        "copying results back", self.program.name)
-        cuda = torch.device("cuda", torch.cuda.current_device())
-        outs = self.run([t.to(cuda) for t in inputs], symvals, cuda)
-        moved: dict[int, torch.Tensor] = {}
-        result = []
-        for o in outs:
-            if o is not None and id(o) not in moved:
-                moved[id(o)] = o.to("cpu")
-            result.append(None if o is None else moved[id(o)])
-        return result
-
-
-_said_gpu_for_cpu = False
+        return self.run(*self.prepare(inputs))
 
 
 def _refs(value):
