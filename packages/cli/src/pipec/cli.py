@@ -148,11 +148,13 @@ def _to_device(model, inputs, device: str):
 
 
 def _use_interpreter(device: str) -> bool:
-    """Triton kernels run in Triton's interpreter when there is no CUDA device."""
-    if device.startswith("cuda"):
-        return False
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    return True
+    """Whether Triton kernels will run in Triton's interpreter (CPU tensors).
+
+    The runtime switches the interpreter on itself, at the right moment: setting
+    TRITON_INTERPRET here, after triton is imported, would leave triton.language's
+    library functions compiled for the other mode.
+    """
+    return not device.startswith("cuda")
 
 
 # ---------------------------------------------------------------- options
