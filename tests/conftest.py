@@ -17,6 +17,13 @@ def load_example(path):
 
 
 @pytest.fixture(autouse=True)
+def _private_compile_cache(monkeypatch, tmp_path):
+    """Every test gets an empty compile cache of its own (never ~/.cache/pipec), the default backend."""
+    monkeypatch.setenv("PIPEC_CACHE_DIR", str(tmp_path / "pipec-cache"))
+    monkeypatch.delenv("PIPEC_CACHE", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_dynamo():
     import torch
 

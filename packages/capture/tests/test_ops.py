@@ -212,9 +212,31 @@ def test_symbolic_shapes():
         torch.testing.assert_close(run_graph(graph, [x])[0], (x * 2).sum(1).softmax(0))
 
 
-def test_symbolic_mean_falls_back_to_extern():
-    gm = make_fx(lambda a: a.mean(1), decomposition_table=core_decompositions(), tracing_mode="symbolic")(A)
+def test_symbolic_counts_lower_to_size_fulls():
+    """mean/var/layer_norm over a symbolic dim divide by a `full` whose value is a Size."""
+    def f(a):
+        return a.mean(1), a.var(0), F.layer_norm(a, (a.shape[1],)), a[:, -2:] * 2, a[:, -1]
+    gm = make_fx(f, decomposition_table=core_decompositions(), tracing_mode="symbolic")(A)
     graph = lower_graph(gm)
-    assert [n.op for n in graph.nodes] == ["extern"]
-    assert graph.nodes[0].attr("reason").startswith("no lowering for aten.mean.dim: symbolic size")
-    torch.testing.assert_close(run_graph(graph, [A])[0], A.mean(1))
+    assert pipec_ir.loads(pipec_ir.dumps(graph)) == graph
+    assert "extern" not in ops(graph)
+    counts = {n.attr("value").expr for n in graph.nodes
+              if n.op == "full" and isinstance(n.attr("value"), pipec_ir.Size)}
+    assert counts and all(c.startswith("s") or "s" in c for c in counts)
+    starts = [n.attr("start") for n in graph.nodes if n.op == "slice"]
+    assert any(isinstance(s, pipec_ir.Size) for s in starts)
+    for x in (A, torch.randn(3, 7, generator=g), torch.randn(5, 2, generator=g)):
+        for got, want in zip(run_graph(graph, [x]), f(x)):
+            torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_symbolic_extern_arguments_are_size_leaves():
+    def f(a):
+        return F.pad(a, (0, a.shape[0])) * 2  # constant_pad_nd has no lowering: an extern with a SymInt
+    gm = make_fx(f, decomposition_table=core_decompositions(), tracing_mode="symbolic")(A)
+    graph = lower_graph(gm)
+    [ext] = [n for n in graph.nodes if n.op == "extern"]
+    assert ext.attr("args")[1] == (0, pipec_ir.Size("s0"))
+    assert pipec_ir.loads(pipec_ir.dumps(graph)) == graph
+    for x in (A, torch.randn(3, 5, generator=g)):
+        torch.testing.assert_close(run_graph(graph, [x])[0], f(x))

@@ -21,6 +21,13 @@ def fresh_plugins(monkeypatch):
     pipec.plugins.reset_plugins()
 
 
+@pytest.fixture(autouse=True)
+def private_compile_cache(monkeypatch, tmp_path):
+    """Every test gets an empty compile cache of its own (never ~/.cache/pipec), the default backend."""
+    monkeypatch.setenv("PIPEC_CACHE_DIR", str(tmp_path / "pipec-cache"))
+    monkeypatch.delenv("PIPEC_CACHE", raising=False)
+
+
 @pytest.fixture
 def use_entry_points(monkeypatch):
     """use_entry_points([EntryPoint, ...]): pretend these are the installed `pipec` entry points."""

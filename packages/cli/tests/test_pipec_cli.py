@@ -1,4 +1,5 @@
 import json
+import re
 import shutil
 import subprocess
 
@@ -121,7 +122,7 @@ def test_broken_ir_file_exits_2_with_one_line(graph_file, capsys, tmp_path, dama
     elif damage == "garbage":
         bad.write_bytes(b"\xff\xfe not json")
     elif damage == "version":
-        bad.write_text(text.replace('"version":[1,0]', '"version":[9,0]'))
+        bad.write_text(re.sub(r'"version":\[1,\d+\]', '"version":[9,0]', text))
     elif damage == "kind":
         bad = graph_file  # a graph where a plan is expected
     elif damage == "field":

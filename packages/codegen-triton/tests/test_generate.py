@@ -153,3 +153,26 @@ def test_reshape_index_collapses_to_flat_index(builder):
     xv = torch.randn(4, 6, 8)
     (out,) = run_program(prog, [xv])
     torch.testing.assert_close(out, torch.sigmoid(xv.reshape(24, 8)))
+
+
+def test_view_returned_to_the_caller_keeps_its_source_alive(builder):
+    """A graph output that is a view of an intermediate: the intermediate's slot is never reused."""
+    b = builder
+    x = b.input("x", (4, 4))
+    b.node("a", "abs", [x], (4, 4))
+    b.node("flat", "reshape", ["a"], (16,))
+    b.node("e", "exp", [x], (4, 4))
+    b.node("n", "neg", ["e"], (4, 4))
+    g = b.graph(["flat", "n"])
+    prog = compile_plan(g, [
+        kernel("pipec_abs_0", "pointwise", ["a"], ["x"], ["a"], (4, 4)),
+        kernel("pipec_view_reshape_1", "view", ["flat"], ["a"], ["flat"], ()),
+        kernel("pipec_exp_2", "pointwise", ["e"], ["x"], ["e"], (4, 4)),
+        kernel("pipec_neg_3", "pointwise", ["n"], ["e"], ["n"], (4, 4)),
+    ])
+    slots = {bf.name: bf.slot for bf in prog.buffers}
+    assert slots["a"] != slots["e"]
+    xv = torch.randn(4, 4)
+    flat, n = run_program(prog, [xv])
+    torch.testing.assert_close(flat, xv.abs().reshape(16))
+    torch.testing.assert_close(n, -xv.exp())

@@ -18,6 +18,12 @@ RELEASED = {
         "kernel_plan": "bc872c13f6a5c1d42b2b5971de1f100e41ceeffc82d96c14c56a17104bf9b8a2",
         "program": "3da9b2de0b034a1f922f7832ad1d00fd68e43e4aa8d1470a47961a8f465ac1b9",
     },
+    # 1.1: `Size` attribute leaves ({"$size": expr}) and Program.pad_symbols (dynamic shapes)
+    (1, 1): {
+        "graph": "c0e14a929ce21279dba3c1d5c12ea00cf177fa673834e9dcfd7c6ad30c797cb4",
+        "kernel_plan": "b2e76fdbc491db8d845d83ec4cc11f9bd1940b64e082fec9be1d932611196dab",
+        "program": "a6dd0433ca0dbd99411613cdba36256ebb7e540a7a014150c80402fd019e4f30",
+    },
 }
 
 

@@ -3,8 +3,8 @@ import json
 import pytest
 import sympy
 from pipec_ir import (
-    Graph, GraphInput, IRError, MalformedIRError, Node, Ref, TensorType, UnsupportedVersionError,
-    VerifyError, WrongKindError, digest, dumps, format_document, loads, make_attrs, verify,
+    VERSION, Graph, GraphInput, IRError, MalformedIRError, Node, Ref, Size, TensorType,
+    UnsupportedVersionError, VerifyError, WrongKindError, digest, dumps, format_document, loads, make_attrs, verify,
 )
 from pipec_ir.symbolic import size_symbol
 
@@ -31,7 +31,7 @@ def test_round_trip_is_equal_and_canonical():
     text = dumps(g)
     assert loads(text) == g
     assert dumps(loads(text)) == text
-    assert json.loads(text)["version"] == [1, 0]
+    assert json.loads(text)["version"] == list(VERSION)
     assert digest(g) == digest(loads(text))
 
 
@@ -43,7 +43,7 @@ def test_digest_changes_with_content():
 
 @pytest.mark.parametrize("mutate, error", [
     (lambda s: s[: len(s) // 2], MalformedIRError),
-    (lambda s: s.replace('"version":[1,0]', '"version":[9,0]'), UnsupportedVersionError),
+    (lambda s: s.replace('"version":[1,1]', '"version":[9,0]'), UnsupportedVersionError),
     (lambda s: s.replace('"format":"pipec-ir"', '"format":"other"'), MalformedIRError),
     (lambda s: s.replace('"shape":["4","s0"]', '"shape":[true]', 1), MalformedIRError),
     (lambda s: s.replace('"op":"add"', '"op":7'), MalformedIRError),
@@ -79,3 +79,20 @@ def test_text_form_has_one_line_per_node_with_type():
     text = format_document(sample_graph())
     assert "a = add(x, w)  # float32[4, s0]" in text
     assert "m = max(a, dims=[1], keepdim=True)  # float32[4, 1]" in text
+
+
+def test_size_attributes_round_trip_and_reject_garbage():
+    s0 = size_symbol("s0")
+    t = TensorType((s0, sympy.Integer(4)), "float32")
+    g = Graph("g", (GraphInput("x", t),), (
+        Node("n", "full", (), t, make_attrs(value=Size("Max(0, s0 - 1)"))),
+        Node("v", "slice", ("x",), TensorType((sympy.Integer(3), sympy.Integer(4)), "float32"),
+             make_attrs(dim=0, start=Size("s0 - 3"), step=1)),
+    ), ("n", "v"))
+    text = dumps(g)
+    assert '{"$size":"s0 - 3"}' in text
+    back = loads(text)
+    assert back == g and back.nodes[1].attr("start").value == s0 - 3
+    assert "start=(s0 - 3)" in format_document(g)
+    with pytest.raises(MalformedIRError, match="size expression"):
+        loads(text.replace('"s0 - 3"', '"s0 -"'))

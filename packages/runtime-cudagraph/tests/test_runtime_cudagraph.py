@@ -108,7 +108,7 @@ def test_autotune_picks_a_working_config(options):
     run = load_launch(add_program(5000, configs=configs), options)
     x, y = torch.randn(5000, device="cuda"), torch.randn(5000, device="cuda")
     torch.testing.assert_close(run([x, y])[0], x + y)
-    assert run.tuned["pipec_add_0"] in (0, 1)
+    assert run.tuned[("pipec_add_0", ())] in (0, 1)
 
 
 @cuda
@@ -120,3 +120,32 @@ def test_cpu_inputs_on_a_cuda_machine_use_the_interpreter(options):
     torch.testing.assert_close(t3, 2 * (x + x).sum(1))
     xc = x.cuda()
     torch.testing.assert_close(run([xc])[1], (xc + xc).sum(1))
+
+
+@cuda
+def test_one_graph_per_size_bucket_with_padding(options):
+    from pipec_ir import RecompileLimitWarning
+    from test_runtime_buckets import tunable_add  # pad_symbols=("s0",)
+
+    run = load_cudagraph(tunable_add(), options.with_extra(recompile_limit=1))
+    for n in (17, 20, 32, 1, 40):  # buckets 32, 32, 32, 1 (a re-record, charged), 64: over budget
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        if n == 40:
+            with pytest.warns(RecompileLimitWarning):
+                out = run([x, y])[0]
+        else:
+            out = run([x, y])[0]
+        assert out.shape == (n,)
+        torch.testing.assert_close(out, x + y)
+    assert len(run.graphs) == 2
+
+
+@cuda
+def test_exact_buckets_record_per_size(options):
+    from test_runtime_buckets import tunable_add
+
+    run = load_cudagraph(tunable_add(), options.with_extra(bucket="exact"))
+    for n in (17, 20, 17):
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        torch.testing.assert_close(run([x, y])[0], x + y)
+    assert len(run.graphs) == 2

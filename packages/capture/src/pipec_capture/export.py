@@ -26,8 +26,10 @@ def export_program(model, example_inputs, options: CompileOptions | None = None)
     args = tuple(example_inputs)
     name = _model_name(model, options)
     strict = options.get("export_strict", None)
+    dynamic_shapes = options.get("export_dynamic_shapes", None)  # torch.export's dynamic_shapes argument
     try:
-        ep = torch.export.export(model, args, strict=True if strict is None else bool(strict))
+        ep = torch.export.export(model, args, strict=True if strict is None else bool(strict),
+                                 dynamic_shapes=dynamic_shapes)
     except Exception as first:  # noqa: BLE001 - report both attempts if the fallback fails too
         if strict is not None:
             raise CaptureError(f"model {name}, capture export: torch.export.export failed: {first}") from first
@@ -35,7 +37,7 @@ def export_program(model, example_inputs, options: CompileOptions | None = None)
                       f"{str(first).splitlines()[0] if str(first) else ''}); retrying with strict=False",
                       stacklevel=2)
         try:
-            ep = torch.export.export(model, args, strict=False)
+            ep = torch.export.export(model, args, strict=False, dynamic_shapes=dynamic_shapes)
         except Exception as second:  # noqa: BLE001
             raise CaptureError(
                 f"model {name}, capture export: torch.export.export failed (strict: {first}; "

@@ -26,7 +26,7 @@ import torch
 import torch.fx
 
 import pipec_ir
-from pipec_ir import Device, Dtype, Graph, GraphInput, Node, Ref, TensorType, make_attrs
+from pipec_ir import Device, Dtype, Graph, GraphInput, Node, Ref, Size, TensorType, make_attrs, size_attr
 from pipec_ir.symbolic import expr_str, numel
 
 from .dtypes import acc_dtype, ir_dtype, is_float, torch_dtype
@@ -88,6 +88,17 @@ def extern_reason(target: str) -> str:
 
 
 # ====================================================================== the lowerer
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """' at FILE:LINE' of the user code that made `node` (torch records its stack), or ''."""
+    import os
+    import re
+
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    frames = re.findall(r'File "([^"]+)", line (\d+)', str(node.meta.get("stack_trace") or ""))
+    user = [(f, line) for f, line in frames if not os.path.abspath(f).startswith(torch_dir)]
+    return f" at {user[-1][0]}:{user[-1][1]}" if user else ""
 
 
 class Lowerer:
@@ -154,7 +165,7 @@ class Lowerer:
         node = node or self.current
         if node is None:
             return f"model {self.model_name}, capture"
-        return f"model {self.model_name}, capture, op {op_name(node.target)} (node {node.name})"
+        return f"model {self.model_name}, capture, op {op_name(node.target)} (node {node.name}{source_line(node)})"
 
     # ------------------------------------------------------------ emitting nodes
 
@@ -196,7 +207,7 @@ class Lowerer:
         return self.emit("expand", [x], shape, self.dtype(x))
 
     def full(self, value, shape, dtype: str) -> Ref:
-        return self.emit("full", [], shape, dtype, value=scalar_value(value, dtype, self))
+        return self.emit("full", [], shape, dtype, value=scalar_value(value, dtype, self, symbolic=True))
 
     def operand(self, x, shape, dtype: str) -> Ref:
         """A tensor or Python scalar as a pointwise operand of exactly (shape, dtype)."""
@@ -480,12 +491,7 @@ class Lowerer:
             if a in _DEFAULT_LIKE:
                 return None
         if isinstance(a, (torch.SymInt, sympy.Expr)):
-            expr = self.symbols.size(a)
-            if expr.is_Integer:
-                return int(expr)
-            raise CaptureError(
-                f"{self.where(node)}: symbolic size {expr} passed to an extern op; compile with "
-                "dynamic=False or add a lowering for this op")
+            return size_attr(self.symbols.size(a))  # a Size leaf when symbolic (docs/IR.md)
         if isinstance(a, (list, tuple)):
             return tuple(self.extern_value_plain(x, refs, node) for x in a)
         if isinstance(a, MultiExtern):
@@ -535,11 +541,17 @@ def wrap_dim(d: int, rank: int) -> int:
     return d % r
 
 
-def scalar_value(value, dtype: str, cx: Lowerer | None = None):
-    """A Python scalar as the `value` attr of a `full` node of `dtype`."""
+def scalar_value(value, dtype: str, cx: Lowerer | None = None, *, symbolic: bool = False):
+    """A Python scalar as the `value` attr of a `full` node of `dtype`.
+
+    With symbolic=True a size expression of the graph's symbols (a count such as
+    `s0*s1`) becomes a `Size` attr: an integer evaluated at run time (docs/IR.md).
+    """
     if isinstance(value, sympy.Expr):
         if not value.is_Number:
-            raise NoLowering(f"symbolic scalar {value}")
+            if not symbolic or not value.is_integer:
+                raise NoLowering(f"symbolic scalar {value}")
+            return Size(expr_str(value))
         value = int(value) if value.is_Integer else float(value)
     if isinstance(value, torch.Tensor):
         raise NoLowering("tensor used as a scalar")
@@ -866,25 +878,37 @@ def _static_index(cx, v, what):
     return int(v)
 
 
+def _index_expr(v) -> sympy.Expr:
+    return v if isinstance(v, sympy.Expr) else sympy.Integer(int(v))
+
+
+def _wrap_index(index: sympy.Expr, size: sympy.Expr, what: str) -> sympy.Expr:
+    """A possibly negative (static) index into a dim of `size` -> a non-negative expression.
+
+    A symbolic index is taken as non-negative (Dynamo guards what the trace assumed);
+    a negative static one on a symbolic dim counts from its end (`s1 - 3`)."""
+    if index.is_Integer and int(index) < 0:
+        index = size + index if what == "select index" else sympy.Max(size + index, 0)
+    if index.is_Integer and size.is_Integer:
+        return sympy.Integer(min(max(int(index), 0), int(size)))
+    if index.is_Integer:
+        return sympy.Integer(max(int(index), 0))
+    if not index.is_integer:
+        raise NoLowering(f"{what} {index} is not an integer expression")
+    return index
+
+
 @register("aten.slice.Tensor")
 def lower_slice(cx, node, x, dim=0, start=None, end=None, step=1):
     t = cx.result(node)
     shape = cx.shape(x)
     dim = wrap_dim(dim, len(shape))
     size = shape[dim]
-    start = 0 if start is None else _static_index(cx, start, "slice start")
     step = _static_index(cx, step, "slice step")
-    if start < 0:
-        if not size.is_Integer:
-            raise NoLowering("negative slice start on a symbolic size")
-        start += int(size)
-    if size.is_Integer:
-        start = min(max(start, 0), int(size))
-    else:
-        start = max(start, 0)
+    start = _wrap_index(sympy.Integer(0) if start is None else _index_expr(start), size, "slice start")
     if tuple(t.shape) == tuple(shape) and start == 0:
         return x
-    return cx.emit("slice", [x], t.shape, t.dtype, dim=dim, start=start, step=step)
+    return cx.emit("slice", [x], t.shape, t.dtype, dim=dim, start=size_attr(start), step=step)
 
 
 @register("aten.select.int")
@@ -892,12 +916,8 @@ def lower_select(cx, node, x, dim, index):
     t = cx.result(node)
     shape = cx.shape(x)
     dim = wrap_dim(dim, len(shape))
-    index = _static_index(cx, index, "select index")
-    if index < 0:
-        if not shape[dim].is_Integer:
-            raise NoLowering("negative select index on a symbolic size")
-        index += int(shape[dim])
-    return cx.emit("select", [x], t.shape, t.dtype, dim=dim, index=index)
+    index = _wrap_index(_index_expr(index), shape[dim], "select index")
+    return cx.emit("select", [x], t.shape, t.dtype, dim=dim, index=size_attr(index))
 
 
 @register("aten.split.Tensor", "aten.split_with_sizes.default", "aten.unbind.int")
@@ -910,14 +930,14 @@ def lower_split(cx, node, x, arg=None, dim=0):
         return tuple(cx.emit("select", [x], cx.tensor_type(v).shape, cx.dtype(x), dim=dim, index=i)
                      for i, v in enumerate(vals))
     dim = wrap_dim(dim, len(shape))
-    out, start = [], 0
+    out, start = [], sympy.Integer(0)
     for v in vals:
         vt = cx.tensor_type(v)
         if tuple(vt.shape) == tuple(shape):
             out.append(x)
         else:
-            out.append(cx.emit("slice", [x], vt.shape, vt.dtype, dim=dim, start=start, step=1))
-        start += cx.static(vt.shape[dim])
+            out.append(cx.emit("slice", [x], vt.shape, vt.dtype, dim=dim, start=size_attr(start), step=1))
+        start = start + vt.shape[dim]
     return tuple(out)
 
 
@@ -954,6 +974,15 @@ def expand_back(cx, r: Ref, full_shape, dims, keepdim: bool) -> Ref:
 
 def count(cx, shape, dims):
     return numel([shape[d] for d in dims])
+
+
+def _scalar_int(v):
+    """A correction (int, float or size expression) as a sympy number/expression."""
+    if isinstance(v, sympy.Expr):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return sympy.Integer(int(v))
+    return sympy.sympify(v)
 
 
 @register("aten.sum.dim_IntList", "aten.sum.default")
@@ -1023,7 +1052,7 @@ def lower_mean(cx, node, x, dim=None, keepdim=False, *, dtype=None):
     shape = cx.shape(x)
     dims = cx.dims(dim, len(shape))
     acc = acc_dtype(t.dtype)
-    n = cx.static(count(cx, shape, dims))
+    n = count(cx, shape, dims)  # a size expression when a reduced dim is symbolic: a Size `full`
     s = reduce(cx, "sum", x, dims, keepdim, acc)
     m = cx.pointwise("div", [s, n], cx.shape(s), acc)
     return cx.cast(m, t.dtype)
@@ -1035,14 +1064,14 @@ def _variance(cx, x, dims, correction, keepdim, with_centered=False):
     dims = cx.dims(dims, len(shape))
     acc = acc_dtype(cx.dtype(x))
     xa = cx.cast(x, acc)
-    n = cx.static(count(cx, shape, dims))
+    n = count(cx, shape, dims)  # a size expression when a reduced dim is symbolic: a Size `full`
     s = reduce(cx, "sum", xa, dims, True, acc)
     mean = cx.pointwise("div", [s, n], cx.shape(s), acc)
     d = cx.emit("sub", [xa, cx.broadcast(mean, shape)], shape, acc)
     sq = cx.emit("mul", [d, d], shape, acc)
     ss = reduce(cx, "sum", sq, dims, keepdim, acc)
     corr = 1 if correction is None else correction
-    var = cx.pointwise("div", [ss, max(n - corr, 0)], cx.shape(ss), acc)
+    var = cx.pointwise("div", [ss, sympy.Max(n - _scalar_int(corr), 0)], cx.shape(ss), acc)
     if not keepdim:
         mean = cx.reshape(mean, cx.shape(var))
     return (var, mean, d) if with_centered else (var, mean)

@@ -17,7 +17,7 @@ import sympy
 import torch
 
 import pipec_ir
-from pipec_ir import Device, Dtype, Graph, Node, Ref
+from pipec_ir import Device, Dtype, Graph, Node, Ref, Size
 from pipec_ir.ops import COMPARISONS, LOGICAL, OPS
 
 from .dtypes import IR_TO_TORCH, is_float
@@ -83,6 +83,10 @@ class Evaluator:
                     raise ValueError(f"input {name}: size {expr} is {old} elsewhere but {size} here")
         if str(IR_TO_TORCH[type_.dtype]) != str(t.dtype):
             raise ValueError(f"input {name}: expected {type_.dtype}, got {t.dtype}")
+
+    def int_attr(self, value):
+        """An attribute that may be a `Size` (a size expression): its value for these inputs."""
+        return self.size(value.value) if isinstance(value, Size) else value
 
     def size(self, expr) -> int:
         value = sympy.sympify(expr).subs(self.sizes)
@@ -229,7 +233,7 @@ class Evaluator:
                 self.fail(node, f"expand from rank {x.dim()} to rank {len(shape)} (reshape first)")
             return x.expand(shape)
         if node.op == "slice":
-            dim, start, step = node.attr("dim"), node.attr("start"), node.attr("step")
+            dim, start, step = node.attr("dim"), self.int_attr(node.attr("start")), node.attr("step")
             length = shape[dim]
             if length == 0:
                 return x.narrow(dim, 0, 0)
@@ -238,7 +242,7 @@ class Evaluator:
                 self.fail(node, f"slice reads [{start}:{last + 1}:{step}] of a dim of size {x.shape[dim]}")
             return torch.ops.aten.slice.Tensor(x, dim, start, last + 1, step)
         if node.op == "select":
-            dim, index = node.attr("dim"), node.attr("index")
+            dim, index = node.attr("dim"), self.int_attr(node.attr("index"))
             if not 0 <= index < x.shape[dim]:
                 self.fail(node, f"select index {index} out of range {x.shape[dim]}")
             return x.select(dim, index)
@@ -248,7 +252,7 @@ class Evaluator:
         shape = self.shape(node.type)
         dtype = IR_TO_TORCH[node.type.dtype]
         if node.op == "full":
-            return torch.full(shape, node.attr("value"), dtype=dtype, device=self.device)
+            return torch.full(shape, self.int_attr(node.attr("value")), dtype=dtype, device=self.device)
         dim, start, step = node.attr("dim"), node.attr("start"), node.attr("step")
         work = torch.float64 if is_float(node.type.dtype) else torch.int64
         idx = torch.arange(shape[dim], dtype=work, device=self.device)
@@ -276,6 +280,8 @@ class Evaluator:
             return IR_TO_TORCH[v.name]
         if isinstance(v, Device):
             return self.device
+        if isinstance(v, Size):
+            return self.size(v.value)
         if isinstance(v, tuple):
             return [self.decode(x) for x in v]
         return v

@@ -67,6 +67,10 @@ class SymbolTable:
             return ModularIndexing(FloorDiv(args[0], args[1]), args[2])
         if name in ("Mod", "PythonMod") and len(args) == 2:
             return ModularIndexing(*args)
+        if name == "Max":
+            return sympy.Max(*args)
+        if name == "Min":
+            return sympy.Min(*args)
         raise CaptureError(
             f"symbolic size {expr} uses {name}, which pipec cannot express; "
             "compile with dynamic=False (static shapes)"

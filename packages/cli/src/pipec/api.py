@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import pipec_ir
-from pipec_ir import CompileOptions
+from pipec_ir import BUCKET_POLICIES, DEFAULT_RECOMPILE_LIMIT, CompileOptions, RecompileBudget, RecompileLimitError
 
 from .backend import make_backend
 from .errors import PipecError, find_pipec_error
@@ -25,6 +27,14 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
     """CompileOptions from pipec.compile's keywords; unknown stage names raise ValueError at once."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (expected one of: {', '.join(MODES)})")
+    if dynamic not in (None, True, False):
+        raise ValueError(f"dynamic must be None, True or False, got {dynamic!r}")
+    bucket = options.get("bucket", "pow2")
+    if bucket not in BUCKET_POLICIES:
+        raise ValueError(f"unknown bucket policy {bucket!r} (expected one of: {', '.join(BUCKET_POLICIES)})")
+    limit = options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ValueError(f"recompile_limit must be a non-negative integer, got {limit!r}")
     fields = {k: options.pop(k) for k in list(options) if k in _OPTION_FIELDS}
     opts = CompileOptions(fusion=fusion, runtime=runtime or MODES[mode], dynamic=dynamic,
                           fullgraph=fullgraph, **fields)
@@ -38,7 +48,7 @@ def check_stage_names(opts: CompileOptions) -> None:
     registry = get_registry()
     for stage in ("capture", "fusion", "codegen", "runtime", "cache"):
         name = getattr(opts, stage)
-        if name is None:
+        if name is None or (stage == "cache" and name == "none"):  # cache="none": no compile cache
             continue
         try:
             registry.entry(stage, name)
@@ -53,13 +63,92 @@ def _model_name(model) -> str:
 
 def compile_with_session(model, options: CompileOptions, session: Session | None = None,
                          name: str | None = None):
-    """torch.compile(model) through pipec; returns (compiled callable, Session recording every graph)."""
+    """torch.compile(model) through pipec; returns (compiled callable, Session recording every graph).
+
+    The model gets its own recompile budget (`recompile_limit`, default 8), shared by Dynamo
+    recompiles and CUDA Graph re-records (see README, "Dynamic shapes").
+    """
     import torch
 
     session = session if session is not None else Session()
+    budget = options.get("recompile_budget")
+    if budget is None:
+        budget = RecompileBudget(options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT),
+                                 strict=options.fullgraph, name=name or _model_name(model))
+        options = options.with_extra(recompile_budget=budget)
     backend = make_backend(options, session, prefix=name or _model_name(model))
     compiled = torch.compile(model, backend=backend, fullgraph=options.fullgraph, dynamic=options.dynamic)
+    compiled = _in_call_context(compiled, options, budget)
+    with contextlib.suppress(Exception):  # some wrappers refuse attributes
+        compiled.pipec_budget = budget
     return compiled, session
+
+
+def _call_context(options: CompileOptions, budget: RecompileBudget) -> contextlib.ExitStack:
+    """The torch settings a pipec-compiled model is traced under (they are read while Dynamo
+    traces, i.e. during a call, so they are set per call and restored after it).
+
+    * Dynamo's own recompile limit is raised past pipec's budget, so pipec's budget is the
+      one enforced (until it is used up; then Dynamo's applies again and runs the rest eagerly).
+    * Unless dynamic=False (or size_oblivious=False), sizes are traced size-obliviously: a
+      dynamic size does not get specialized when it is 0 or 1 (Dynamo's 0/1 specialization),
+      so one compiled graph also serves batch 1.
+    * Python floats are specialized (specialize_float=False keeps torch's default).
+    """
+    import torch
+
+    stack = contextlib.ExitStack()
+    if not budget.exhausted:
+        needed = budget.limit + 2  # the first compilation, the recompiles, and the one that is refused
+        if torch._dynamo.config.recompile_limit < needed:
+            stack.enter_context(torch._dynamo.config.patch(recompile_limit=needed))
+    if options.dynamic is not False and options.get("size_oblivious", True):
+        from torch.fx.experimental import _config as fx_config
+
+        stack.enter_context(fx_config.patch(backed_size_oblivious=True))
+    if options.get("specialize_float", True) and not torch._dynamo.config.specialize_float:
+        # Python floats (a module's scale, eps) are literals in the kernels, not 0-dim tensor
+        # inputs; it also spares Dynamo a restarted analysis (a second backend call) per compile
+        stack.enter_context(torch._dynamo.config.patch(specialize_float=True))
+    return stack
+
+
+def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget):
+    """`compiled`, each call running inside `_call_context`; a RecompileLimitError raised
+    inside Dynamo reaches the caller as itself (not wrapped in BackendCompilerFailed)."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            with _call_context(options, budget):
+                try:
+                    return fn(*args, **kwargs)
+                except RecompileLimitError:
+                    raise
+                except Exception as exc:
+                    found = _find(exc, RecompileLimitError)
+                    if found is not None:
+                        raise found from exc
+                    raise
+        return call
+
+    import torch
+
+    if isinstance(compiled, torch.nn.Module):  # OptimizedModule: its forward is the Dynamo entry
+        compiled.forward = wrap(compiled.forward)
+        return compiled
+    return wrap(compiled)
+
+
+def _find(exc: BaseException | None, kind: type) -> BaseException | None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, kind):
+            return exc
+        inner = getattr(exc, "inner_exception", None)
+        exc = inner if isinstance(inner, BaseException) else (exc.__cause__ or exc.__context__)
+    return None
 
 
 def compile(model=None, *, mode: str = "default", fusion: str = "default", runtime: str | None = None,
@@ -70,6 +159,13 @@ def compile(model=None, *, mode: str = "default", fusion: str = "default", runti
     `runtime` name registered implementations (unknown names raise ValueError
     here, listing the registered ones); other keywords are CompileOptions fields
     (capture, codegen, cache, autotune, dump_dir) or plugin options (`extra`).
+
+    Dynamic shapes: `dynamic=None` compiles static first and with symbolic sizes once a
+    size changes (Dynamo's automatic dynamic shapes); True/False force it.
+    `recompile_limit` (default 8) bounds recompiles plus CUDA Graph re-records of this
+    model: past it, new graphs run eagerly with one warning (fullgraph=True: an error).
+    `bucket="pow2"` (default) or `"exact"` is how sizes are grouped for autotuned configs
+    and CUDA Graphs.
     """
     opts = make_options(mode=mode, fusion=fusion, runtime=runtime, dynamic=dynamic,
                         fullgraph=fullgraph, **options)
@@ -147,6 +243,9 @@ class ExplainReport:
     mismatch: str | None = None  # one line when outputs differ beyond dtype tolerances
     graphs: list[dict] = field(default_factory=list)  # per compiled (ATen) graph
     kernels: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, Triton source)
+    cache: str | None = None  # the compile cache backend ("local", "redis"), None when off
+    cache_hits: dict[str, int] = field(default_factory=dict)  # stage -> graphs served from the cache
+    cache_misses: dict[str, int] = field(default_factory=dict)  # stage -> graphs compiled and stored
 
     def to_dict(self, with_code: bool = False) -> dict:
         out = {
@@ -157,6 +256,7 @@ class ExplainReport:
             "not_fused": [{"first": a, "second": b, "reason": r} for a, b, r in self.not_fused],
             "stage_seconds": dict(self.stage_seconds), "max_error": self.max_error,
             "mismatch": self.mismatch, "graphs": list(self.graphs),
+            "cache": self.cache, "cache_hits": dict(self.cache_hits), "cache_misses": dict(self.cache_misses),
         }
         if with_code:
             out["kernels"] = [{"name": n, "source": s} for n, s in self.kernels]
@@ -177,6 +277,7 @@ def report_from_session(session: Session, *, break_reasons=None, graph_break_cou
         extern_ops=session.extern_ops, not_fused=session.not_fused, stage_seconds=session.stage_seconds,
         max_error=max_error, mismatch=mismatch, graphs=[g.to_dict() for g in session.graphs],
         kernels=session.kernels,
+        cache=session.cache, cache_hits=session.cache_hits, cache_misses=session.cache_misses,
     )
 
 

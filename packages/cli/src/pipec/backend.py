@@ -17,10 +17,29 @@ from .plugins import get_registry
 
 
 def make_backend(options: CompileOptions, session: Session | None = None, prefix: str = "graph"):
-    """A torch.compile backend that runs the pipeline with `options`, recording into `session`."""
+    """A torch.compile backend that runs the pipeline with `options`, recording into `session`.
+
+    A Dynamo *recompile* (a later compilation of a frame already compiled, e.g. after a
+    size changed) is charged to the `recompile_budget` option when there is one (pipec.compile
+    makes one per model); once it is used up, the recompiled graph runs eagerly (or, with
+    fullgraph=True, `RecompileLimitError` is raised).
+    """
     session = session if session is not None else Session()
+    budget = options.get("recompile_budget")
+    charged: set[tuple] = set()
 
     def backend(gm, example_inputs, **_ignored):
+        compile_id = _compile_id()
+        if budget is not None and compile_id is not None and compile_id[1]:
+            if compile_id not in charged:  # one charge per recompile, however many graphs it breaks into
+                charged.add(compile_id)
+                what = (f"recompile {compile_id[1]} of frame {compile_id[0]} "
+                        f"(inputs {_describe(example_inputs)})")
+                if not budget.charge(what):
+                    charged.add(("eager",) + compile_id)
+            if ("eager",) + compile_id in charged:
+                session.eager_graphs += 1
+                return gm.forward
         index = session.dynamo_graphs
         session.dynamo_graphs += 1
         capture = get_registry().get("capture", options.capture)
@@ -31,13 +50,53 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
 
         def compile_aten_graph(aten_gm, aten_inputs, kind="inference"):
             name = f"{prefix}_{index}" if kind in ("inference", "forward", None) else f"{prefix}_{index}_{kind}"
-            return compile_graph(aten_gm, aten_inputs, options, session=session, name=name)
+            fn = compile_graph(aten_gm, aten_inputs, options, session=session, name=name)
+            return tensors_only(fn, aten_inputs)
 
         return dynamo_backend(compile_aten_graph)(gm, example_inputs)
 
     backend.pipec_options = options
     backend.pipec_session = session
     return backend
+
+
+def tensors_only(fn, example_inputs):
+    """A graph with dynamic shapes also takes its size symbols as (int) arguments; the
+    Program's inputs are the tensors only (the runtime binds sizes from their shapes)."""
+    import torch
+
+    keep = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+    if len(keep) == len(example_inputs):
+        return fn
+
+    def call(args):
+        return fn([args[i] for i in keep])
+
+    call.pipec_runtime = fn
+    return call
+
+
+def _compile_id() -> tuple[int, int] | None:
+    """(frame id, how many times this frame was compiled before) of the Dynamo compilation running now."""
+    try:
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+    except Exception:  # noqa: BLE001 - an older/newer torch without it: no recompile accounting
+        return None
+    if cid is None or cid.frame_id is None or cid.frame_compile_id is None:
+        return None
+    return (int(cid.frame_id), int(cid.frame_compile_id))
+
+
+def _describe(example_inputs) -> str:
+    import torch
+
+    parts = []
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            parts.append("[" + ", ".join(str(s) for s in x.shape) + "]")
+    return ", ".join(parts[:4]) + (", ..." if len(parts) > 4 else "")
 
 
 def pipec_backend(gm, example_inputs, mode=None, options=None, **kwargs):

@@ -6,13 +6,17 @@
     pipec capture MODEL.py -o graph.json [--exporter export|dynamo]
     pipec fuse graph.json -o plan.json [--fusion NAME]
     pipec codegen plan.json -o program.json [--codegen NAME]
+    pipec export MODEL.py -o model.pipec [--dynamic] [--check] [--fusion NAME] [--json]
+    pipec run model.pipec (--inputs FILE.safetensors | --random) [--json]
     pipec plugins
+    pipec cache info|clear [--cache local|redis]
 
 Exit codes: 0 success; 1 compile failure or numerical mismatch vs eager;
 2 usage error (bad flag, missing file, unknown plugin name, bad IR file), always
 with one line on stderr saying why. Environment: PIPEC_DISABLE_PLUGINS,
 PIPEC_LOAD_PLUGINS (see pipec.plugins), PIPEC_DUMP_IR (default --dump-ir),
-PIPEC_TRACEBACK=1 (print the full traceback of a compile failure).
+PIPEC_TRACEBACK=1 (print the full traceback of a compile failure), PIPEC_CACHE
+(default --cache), PIPEC_CACHE_DIR and PIPEC_REDIS_URL (see pipec.cache).
 """
 
 from __future__ import annotations
@@ -187,6 +191,25 @@ InputsNameOpt = Annotated[str, typer.Option("--inputs", help="Name of the exampl
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (cuda if available), cuda or cpu.")]
 CaptureOpt = Annotated[str, typer.Option("--capture", help="Capture implementation.")]
 CodegenOpt = Annotated[str, typer.Option("--codegen", help="Code generator.")]
+CacheOpt = Annotated[str | None, typer.Option(
+    "--cache", envvar="PIPEC_CACHE", show_default=False,
+    help="Compile cache: local (default; PIPEC_CACHE_DIR), redis (PIPEC_REDIS_URL), none, or a plugin's.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Compile without the compile cache (--cache none).")]
+
+
+def _cache_name(cache: str | None, no_cache: bool) -> str | None:
+    return "none" if no_cache else cache
+
+
+def _check_cache(options) -> None:
+    """An unusable compile cache (unsafe directory, unreachable server) is a usage error: exit 2."""
+    from .cache import CacheError, check_cache
+    from .plugins import get_registry
+
+    try:
+        check_cache(options.cache, get_registry())
+    except CacheError as exc:
+        fail(str(exc))
 
 
 def _options(**kwargs):
@@ -210,14 +233,19 @@ class StageProgress:
         self.task = self.progress.add_task("compiling", total=None)
         self.enabled = enabled
         self.started = time.perf_counter()
+        self.hit = False
 
     def __call__(self, stage: str, impl: str, graph: str, event: str) -> None:
         if event == "start":
             self.started = time.perf_counter()
+            self.hit = False
             self.progress.update(self.task, description=f"{stage} ({impl}) · {graph}")
+        elif event == "hit":  # the stage's output came from the compile cache
+            self.hit = True
         elif self.enabled:
             ms = (time.perf_counter() - self.started) * 1e3
-            self.progress.console.print(f"[green]✓[/] {stage:<8} {impl:<10} {graph}  {ms:.1f} ms")
+            cached = "  (cache hit)" if self.hit else ""
+            self.progress.console.print(f"[green]✓[/] {stage:<8} {impl:<10} {graph}  {ms:.1f} ms{cached}")
 
     def __enter__(self):
         self.progress.__enter__()
@@ -232,7 +260,7 @@ class StageProgress:
 
 def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, mode: Mode, dynamic: bool,
          fullgraph: bool, dump_ir: Path | None, output_code: bool, json_out: bool, model_name: str,
-         inputs_name: str, device: str, capture: str, codegen: str) -> None:
+         inputs_name: str, device: str, capture: str, codegen: str, cache: str | None = None) -> None:
     import torch
 
     from .api import dynamo_break_reasons, report_from_session, run_and_compare
@@ -240,7 +268,8 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
 
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime, dynamic=True if dynamic else None,
                        fullgraph=fullgraph, capture=capture, codegen=codegen,
-                       dump_dir=str(dump_ir) if dump_ir else None)
+                       dump_dir=str(dump_ir) if dump_ir else None, cache=cache)
+    _check_cache(options)
     model, inputs, name = load_model_file(model_file, model_name, inputs_name)
     device = _resolve_device(device)
     interpreted = _use_interpreter(device)
@@ -266,7 +295,10 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
         if os.environ.get("PIPEC_TRACEBACK"):
             traceback.print_exc()
         found = find_pipec_error(exc)
-        fail(str(found) if found else f"compiling {name} failed: {_one_line(exc)}", 1)
+        from .cache import CacheError
+
+        fail(str(found) if found else f"compiling {name} failed: {_one_line(exc)}",
+             2 if isinstance(found, CacheError) else 1)  # an unusable cache is a usage error
 
     report = report_from_session(session, break_reasons=reasons, graph_break_count=break_count,
                                  max_error=max_error, mismatch=mismatch)
@@ -276,7 +308,8 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
         stages = {"capture": options.capture, "fusion": options.fusion, "codegen": options.codegen,
                   "runtime": options.runtime}
         data.update(model=name, device=device, interpreter=interpreted, ok=mismatch is None, **stages,
-                    options={**stages, "dynamic": options.dynamic, "fullgraph": options.fullgraph})
+                    options={**stages, "dynamic": options.dynamic, "fullgraph": options.fullgraph,
+                             "cache": report.cache or "none"})
         print(json.dumps(data, indent=2))
     else:
         _print_report(report, name, options, device, interpreted, explain=explain)
@@ -310,6 +343,7 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
                   (f" ({', '.join(report.extern_ops)})" if report.extern_ops else ""))
     table.add_row("not fused", str(len(report.not_fused)))
     table.add_row("max error vs eager", _fmt_error(report.max_error) + ("  MISMATCH" if report.mismatch else ""))
+    table.add_row("cache", _fmt_cache(report))
     for stage, seconds in report.stage_seconds.items():
         table.add_row(f"time {stage}", f"{seconds * 1e3:.1f} ms")
     stdout.print(table)
@@ -338,6 +372,17 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
                      f"{g['fusion_count']} fusions", markup=False)
 
 
+def _fmt_cache(report) -> str:
+    """`local: hits capture 1, fusion 1, codegen 1; misses none` (or `off`)."""
+    if report.cache is None:
+        return "off"
+
+    def counts(d: dict) -> str:
+        return ", ".join(f"{s} {n}" for s, n in d.items() if n) or "none"
+
+    return f"{report.cache}: hits {counts(report.cache_hits)}; misses {counts(report.cache_misses)}"
+
+
 def _print_code(kernels) -> None:
     if not kernels:
         print("# (no Triton kernels were generated)")
@@ -352,11 +397,13 @@ def compile_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: R
                 mode: ModeOpt = Mode.default, dynamic: DynamicOpt = False, fullgraph: FullgraphOpt = False,
                 dump_ir: DumpOpt = None, output_code: CodeOpt = False, json_out: JsonOpt = False,
                 model: ModelNameOpt = "model", inputs: InputsNameOpt = "example_inputs",
-                device: DeviceOpt = "auto", capture: CaptureOpt = "dynamo", codegen: CodegenOpt = "triton") -> None:
+                device: DeviceOpt = "auto", capture: CaptureOpt = "dynamo", codegen: CodegenOpt = "triton",
+                cache: CacheOpt = None, no_cache: NoCacheOpt = False) -> None:
     """Compile MODEL.py with pipec, run it and check it against eager PyTorch."""
     _run(model_file, explain=False, fusion=fusion, runtime=runtime, mode=mode, dynamic=dynamic,
          fullgraph=fullgraph, dump_ir=dump_ir, output_code=output_code, json_out=json_out, model_name=model,
-         inputs_name=inputs, device=device, capture=capture, codegen=codegen)
+         inputs_name=inputs, device=device, capture=capture, codegen=codegen,
+         cache=_cache_name(cache, no_cache))
 
 
 @app.command("explain")
@@ -364,11 +411,13 @@ def explain_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: R
                 mode: ModeOpt = Mode.default, dynamic: DynamicOpt = False, fullgraph: FullgraphOpt = False,
                 dump_ir: DumpOpt = None, output_code: CodeOpt = False, json_out: JsonOpt = False,
                 model: ModelNameOpt = "model", inputs: InputsNameOpt = "example_inputs",
-                device: DeviceOpt = "auto", capture: CaptureOpt = "dynamo", codegen: CodegenOpt = "triton") -> None:
+                device: DeviceOpt = "auto", capture: CaptureOpt = "dynamo", codegen: CodegenOpt = "triton",
+                cache: CacheOpt = None, no_cache: NoCacheOpt = False) -> None:
     """Compile MODEL.py and explain it: graph breaks, kernels, fusions, extern ops, rejected fusions."""
     _run(model_file, explain=True, fusion=fusion, runtime=runtime, mode=mode, dynamic=dynamic,
          fullgraph=fullgraph, dump_ir=dump_ir, output_code=output_code, json_out=json_out, model_name=model,
-         inputs_name=inputs, device=device, capture=capture, codegen=codegen)
+         inputs_name=inputs, device=device, capture=capture, codegen=codegen,
+         cache=_cache_name(cache, no_cache))
 
 
 # ---------------------------------------------------------------- stage by stage
@@ -396,6 +445,7 @@ def _write_ir(path: Path, doc) -> None:
 
 
 def _run_stage(source, example_inputs, options, stop_after: str, name: str | None = None):
+    from .cache import CacheError
     from .pipeline import compile_graph
 
     try:
@@ -403,7 +453,7 @@ def _run_stage(source, example_inputs, options, stop_after: str, name: str | Non
     except PipecError as exc:
         if os.environ.get("PIPEC_TRACEBACK"):
             traceback.print_exc()
-        fail(str(exc), 1)
+        fail(str(exc), 2 if isinstance(exc, CacheError) else 1)  # an unusable cache is a usage error
 
 
 OutputOpt = Annotated[Path, typer.Option("-o", "--output", help="Where to write the IR document (JSON).")]
@@ -493,6 +543,295 @@ def codegen_cmd(plan_file: Annotated[Path, typer.Argument(help="KernelPlan IR fi
     stderr.print(f"wrote {output}: {len(program.kernels)} Triton kernels, {len(program.steps)} steps")
     if text:
         print(pipec_ir.format_document(program))
+
+
+# ---------------------------------------------------------------- exported artifacts
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+@app.command("export")
+def export_cmd(model_file: ModelFile,
+               output: Annotated[Path, typer.Option("-o", "--output", help="The artifact file to write.")],
+               fusion: FusionOpt = "default", runtime: RuntimeOpt = None, mode: ModeOpt = Mode.default,
+               dynamic: Annotated[bool, typer.Option("--dynamic", help="Make every input dimension symbolic "
+                                                     "where the model allows it (torch.export Dim.AUTO).")] = False,
+               strict: Annotated[bool, typer.Option("--strict/--no-strict", help="torch.export's strict mode "
+                                                    "(Dynamo) or non-strict (Python tracing).")] = True,
+               check: Annotated[bool, typer.Option("--check", help="Load the artifact, run it on the example "
+                                                   "inputs and compare with eager (exit 1 on a mismatch).")] = False,
+               dump_ir: DumpOpt = None, json_out: JsonOpt = False, model: ModelNameOpt = "model",
+               inputs: InputsNameOpt = "example_inputs", device: DeviceOpt = "auto",
+               codegen: CodegenOpt = "triton") -> None:
+    """Export MODEL.py whole (torch.export) into ONE artifact file: IR, kernels, weights, manifest."""
+    import torch
+
+    from .artifact import ExportError, check_artifact, export_artifact, export_options
+    from .pipeline import Session
+
+    module, example, name = load_model_file(model_file, model, inputs)
+    try:
+        export_options(name=name, fusion=fusion, runtime=runtime, mode=mode.value, codegen=codegen,
+                       dump_dir=str(dump_ir) if dump_ir else None)
+    except ValueError as exc:
+        fail(str(exc))
+    if not all(isinstance(t, torch.Tensor) for t in example):
+        fail(f"`{inputs}` in {model_file.name} must hold tensors only to be exported")
+    try:
+        with torch.no_grad():
+            expected = module(*example)
+    except Exception as exc:
+        fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
+    progress = StageProgress(enabled=not json_out)
+    session = Session(on_stage=progress)
+    try:
+        with progress:
+            result = export_artifact(module, example, output, name=name, strict=strict, dynamic=dynamic,
+                                     session=session, expected=expected, fusion=fusion, runtime=runtime,
+                                     mode=mode.value, codegen=codegen, dump_dir=str(dump_ir) if dump_ir else None)
+    except (ExportError, PipecError) as exc:
+        if os.environ.get("PIPEC_TRACEBACK"):
+            traceback.print_exc()
+        fail(str(exc), 1)
+    except OSError as exc:
+        fail(f"cannot write {str(output)!r}: {exc.strerror or exc}")
+    except Exception as exc:
+        if os.environ.get("PIPEC_TRACEBACK"):
+            traceback.print_exc()
+        found = find_pipec_error(exc)
+        fail(str(found) if found else f"exporting {name} failed: {_one_line(exc)}", 1)
+    device = _resolve_device(device) if check else None
+    if check:
+        try:
+            _, moved = _to_device(None, example, device)
+            result.max_error, result.mismatch = check_artifact(output, moved, expected)
+        except Exception as exc:
+            if os.environ.get("PIPEC_TRACEBACK"):
+                traceback.print_exc()
+            fail(f"running the exported {name} failed: {_one_line(exc)}", 1)
+    if json_out:
+        print(json.dumps({**result.to_dict(), "device": device}, indent=2))
+    else:
+        table = Table(title=f"pipec export · {name}", show_header=False, title_justify="left")
+        table.add_column("what", style="bold")
+        table.add_column("value", overflow="fold")
+        table.add_row("artifact", f"{result.path} ({result.nbytes} bytes)")
+        table.add_row("sha256", result.sha256)
+        table.add_row("inputs", ", ".join(f"{i['name']}: {i['dtype']}{_fmt_shape(i['shape'])}" for i in result.inputs))
+        if result.symbols:
+            table.add_row("symbols", ", ".join(
+                f"{s['name']} in [{s['min']}, {s['max'] if s['max'] is not None else 'inf'}]" for s in result.symbols))
+        table.add_row("outputs", ", ".join(f"{o['dtype']}{_fmt_shape(o['shape'])}" if o["dtype"] else "None"
+                                           for o in result.outputs))
+        table.add_row("weights", f"{result.weights} tensors, {result.weight_bytes} bytes")
+        table.add_row("kernels", f"{len(result.kernels)}" + (f" ({', '.join(result.kernels)})" if result.kernels else ""))
+        if check:
+            table.add_row("max error vs eager", _fmt_error(result.max_error) + ("  MISMATCH" if result.mismatch else ""))
+        stdout.print(table, markup=False)
+    if result.mismatch:
+        fail(f"{name}: the artifact's outputs differ from eager: {result.mismatch}", 1)
+
+
+def _read_input_file(path: Path, loaded) -> list:
+    """User inputs from a safetensors file: keyed by input name, or by position ("0", "1", ...)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        fail(f"inputs file {str(path)!r} not found")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        fail(f"{path}: not a readable safetensors file ({_one_line(exc)})")
+    names = [s.name for s in loaded.inputs]
+    if set(tensors) == set(names):
+        return [tensors[n] for n in names]
+    positions = [str(i) for i in range(len(names))]
+    if set(tensors) == set(positions):
+        return [tensors[p] for p in positions]
+    missing = [n for n in names if n not in tensors]
+    extra = sorted(set(tensors) - set(names))
+    what = f"has no tensor {missing[0]!r}" if missing else f"has a tensor {extra[0]!r} that is not an input"
+    fail(f"{path} {what}; {loaded.name} takes {', '.join(names) or 'no inputs'} (key the tensors by these "
+         f"names, or by position 0, 1, ...)")
+
+
+def _tensor_summary(index: int, name, t) -> dict:
+    import hashlib
+
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return {"index": index, "name": name, "shape": None, "dtype": None, "sum": None, "sha256": None}
+    cpu = t.detach().to("cpu").contiguous()
+    raw = cpu.reshape(-1).view(torch.uint8).numpy().tobytes() if cpu.numel() else b""
+    total = float(cpu.to(torch.float64).sum()) if cpu.numel() else 0.0
+    return {"index": index, "name": name, "shape": list(cpu.shape), "dtype": str(cpu.dtype).removeprefix("torch."),
+            "sum": total, "sha256": hashlib.sha256(raw).hexdigest()}
+
+
+class ArtifactRuntime(str, enum.Enum):
+    launch = "launch"
+    cudagraph = "cudagraph"
+
+
+@app.command("run")
+def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `pipec export`).",
+                                                     show_default=False)],
+            inputs_file: Annotated[Path | None, typer.Option(
+                "--inputs", help="safetensors file of the inputs, keyed by input name (or 0, 1, ...).")] = None,
+            random: Annotated[bool, typer.Option("--random", help="Random inputs from the recorded specs "
+                                                 "(symbols at their example sizes).")] = False,
+            seed: Annotated[int, typer.Option("--seed", help="Seed for --random.")] = 0,
+            device: DeviceOpt = "auto",
+            runtime: Annotated[ArtifactRuntime | None, typer.Option(
+                "--runtime", help="Override the runtime recorded in the artifact.")] = None,
+            sha256: Annotated[str | None, typer.Option("--sha256", help="Refuse the file unless its sha256 "
+                                                       "is this.")] = None,
+            save_outputs: Annotated[Path | None, typer.Option(
+                "--save-outputs", help="Write the outputs to this safetensors file (keys 0, 1, ...).")] = None,
+            json_out: JsonOpt = False) -> None:
+    """Run an exported artifact with the runtime package alone; print output shapes, dtypes and checksums."""
+    # only the runtime package: no capture, fusion or codegen stage, no Dynamo
+    from pipec_runtime_cudagraph.artifact import ArtifactError, ArtifactInputError, load_artifact
+
+    if (inputs_file is None) == (not random):
+        fail("give either --inputs FILE.safetensors or --random")
+    device = _resolve_device(device)
+    try:
+        loaded = load_artifact(artifact, runtime.value if runtime else None, sha256=sha256)
+    except ArtifactError as exc:
+        fail(str(exc))
+    except Exception as exc:
+        if os.environ.get("PIPEC_TRACEBACK"):
+            traceback.print_exc()
+        fail(f"loading {artifact} failed: {_one_line(exc)}", 1)
+    if random:
+        inputs = list(loaded.random_inputs(seed, device=device))
+    else:
+        inputs = [t.to(device) for t in _read_input_file(inputs_file, loaded)]
+    import torch
+
+    try:
+        loaded.check_inputs(inputs)
+    except ArtifactInputError as exc:
+        fail(str(exc))
+    start = time.perf_counter()
+    try:
+        with torch.no_grad():
+            outputs = loaded.run(inputs)
+    except Exception as exc:
+        if os.environ.get("PIPEC_TRACEBACK"):
+            traceback.print_exc()
+        fail(f"running {loaded.name} failed: {_one_line(exc)}", 1)
+    seconds = time.perf_counter() - start
+    names = [o["name"] for o in loaded.manifest["outputs"]]
+    summary = [_tensor_summary(i, n, t) for i, (n, t) in enumerate(zip(names, outputs))]
+    if save_outputs is not None:
+        from safetensors.torch import save_file
+
+        try:
+            save_file({str(i): t.detach().to("cpu").contiguous() for i, t in enumerate(outputs)
+                       if isinstance(t, torch.Tensor)}, str(save_outputs))
+        except (OSError, ValueError, RuntimeError) as exc:
+            fail(f"cannot write {str(save_outputs)!r}: {_one_line(exc)}")
+    interpreted = device == "cpu" and bool(loaded.manifest["kernels"])
+    if json_out:
+        print(json.dumps({
+            "artifact": str(artifact), "name": loaded.name, "sha256": loaded.sha256, "runtime": loaded.runtime,
+            "device": device, "interpreter": interpreted, "seconds": seconds,
+            "inputs": [{"name": s.name, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+                       for s, t in zip(loaded.inputs, inputs)],
+            "outputs": summary, "made_with": loaded.manifest.get("made_with", {}),
+        }, indent=2))
+        return
+    table = Table("output", "name", "shape", "dtype", "sum", "sha256", title=f"pipec run · {loaded.name} "
+                  f"({device}{', Triton interpreter' if interpreted else ''})", title_justify="left")
+    for s in summary:
+        if s["dtype"] is None:
+            table.add_row(str(s["index"]), str(s["name"]), "-", "None", "-", "-")
+        else:
+            table.add_row(str(s["index"]), str(s["name"]), _fmt_shape(s["shape"]), s["dtype"], f"{s['sum']:.6g}",
+                          s["sha256"][:16])
+    stdout.print(table, markup=False)
+
+
+# ---------------------------------------------------------------- the compile cache
+
+cache_app = typer.Typer(name="cache", help="The compile cache: where it is and what it holds; clear it.",
+                        no_args_is_help=True)
+app.add_typer(cache_app)
+
+CacheNameOpt = Annotated[str, typer.Option(
+    "--cache", envvar="PIPEC_CACHE", help="Which cache: local (PIPEC_CACHE_DIR) or redis (PIPEC_REDIS_URL).")]
+
+
+def _cache_backend(name: str):
+    """The registry entry of cache `name`; a usage error (exit 2) if there is none."""
+    from .plugins import get_registry
+
+    if name == "none":
+        fail("--cache none: there is no cache to show or clear")
+    try:
+        return get_registry().entry("cache", name)
+    except pipec_ir.UnknownStageError as exc:
+        fail(str(exc))
+
+
+def _cache_call(entry, method: str):
+    from .cache import CacheError
+
+    fn = getattr(entry.impl, method, None)
+    if fn is None:
+        fail(f"cache {entry.name!r} ({entry.distribution} {entry.version}) does not support `pipec cache {method}`")
+    try:
+        return fn()
+    except CacheError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cache {entry.name}: {exc.strerror or exc}")
+
+
+def _fmt_bytes(n: int) -> str:
+    size, unit = float(n), "bytes"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit} ({n} bytes)"
+
+
+@cache_app.command("info")
+def cache_info_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> None:
+    """Show the compile cache: backend, location, number of entries and their size."""
+    entry = _cache_backend(cache)
+    info = dict(_cache_call(entry, "info"))
+    info.update(backend=entry.name, distribution=entry.distribution, version=entry.version)
+    if json_out:
+        print(json.dumps(info, indent=2))
+        return
+    table = Table(title="pipec compile cache", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("backend", f"{entry.name} ({entry.distribution} {entry.version})")
+    table.add_row("location", str(info.get("location", "?")))
+    table.add_row("entries", str(info.get("entries", "?")))
+    table.add_row("size", _fmt_bytes(int(info.get("bytes", 0))))
+    stdout.print(table, markup=False)
+
+
+@cache_app.command("clear")
+def cache_clear_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> None:
+    """Delete every entry of the compile cache (nothing else in its directory or Redis database)."""
+    entry = _cache_backend(cache)
+    removed = _cache_call(entry, "clear")
+    location = getattr(entry.impl, "location", entry.name)
+    if json_out:
+        print(json.dumps({"backend": entry.name, "location": str(location), "removed": removed}, indent=2))
+    else:
+        stdout.print(f"cleared {removed} entries from the {entry.name} cache ({location})", markup=False)
 
 
 # ---------------------------------------------------------------- plugins

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import pipec_ir
 from pipec_ir import CompileOptions
 
+from .cache import open_cache, source_digest, stage_key, text_digest
 from .errors import PipecError, PipecFallbackWarning
 from .plugins import get_plugin_manager, get_registry
 
@@ -83,6 +84,7 @@ class GraphStats:
     not_fused: list[tuple[str, str, str]] = field(default_factory=list)  # (first, second, reason)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     kernels: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, Triton source)
+    cache: dict[str, str] = field(default_factory=dict)  # stage -> "hit" | "miss" (stages looked up)
 
     def add_graph(self, graph: pipec_ir.Graph) -> None:
         self.op_count = sum(1 for n in graph.nodes if is_compute(n))
@@ -106,7 +108,7 @@ class GraphStats:
             "fusion_count": self.fusion_count,
             "extern_ops": [{"target": t, "reason": r} for t, r in self.extern_ops],
             "not_fused": [{"first": a, "second": b, "reason": r} for a, b, r in self.not_fused],
-            "stage_seconds": dict(self.stage_seconds),
+            "stage_seconds": dict(self.stage_seconds), "cache": dict(self.cache),
         }
 
 
@@ -115,11 +117,14 @@ class Session:
     """What one pipec.compile (or one CLI run) saw: every graph compiled, stage by stage.
 
     `on_stage(stage, impl_name, graph_name, event)` is called with event
-    "start" and "end" (the CLI draws its progress from it).
+    "start" and "end" (the CLI draws its progress from it), and "hit" just
+    before the "end" of a stage served from the compile cache.
     """
     graphs: list[GraphStats] = field(default_factory=list)
     dynamo_graphs: int = 0  # calls of the torch.compile backend (one per Dynamo graph)
+    eager_graphs: int = 0  # Dynamo graphs run eagerly because the recompile budget was used up
     on_stage: Callable[[str, str, str, str], None] | None = None
+    cache: str | None = None  # the compile cache backend used (None: no cache)
     _dump_names: set[str] = field(default_factory=set)
 
     def unique_name(self, name: str) -> str:
@@ -167,15 +172,34 @@ class Session:
     def kernels(self) -> list[tuple[str, str]]:
         return [k for g in self.graphs for k in g.kernels]
 
+    def _cache_count(self, outcome: str) -> dict[str, int]:
+        looked_up = [s for s in STAGE_NAMES if any(s in g.cache for g in self.graphs)]
+        return {s: sum(1 for g in self.graphs if g.cache.get(s) == outcome) for s in looked_up}
+
+    @property
+    def cache_hits(self) -> dict[str, int]:
+        """Stage -> graphs whose output came from the compile cache (stages looked up)."""
+        return self._cache_count("hit")
+
+    @property
+    def cache_misses(self) -> dict[str, int]:
+        return self._cache_count("miss")
+
 
 # ---------------------------------------------------------------- boundaries
 
 
 def cross_boundary(doc, kind: str):
     """Serialize and parse again: the next stage sees exactly what the IR carries."""
+    return serialize_boundary(doc, kind)[0]
+
+
+def serialize_boundary(doc, kind: str):
+    """cross_boundary, also returning the document's canonical JSON (what the cache stores)."""
     if not isinstance(doc, tuple(pipec_ir.types.DOCUMENT_KINDS.values())):
         raise TypeError(f"returned {type(doc).__name__}, not a pipec_ir document ({kind})")
-    return pipec_ir.verify(pipec_ir.loads(pipec_ir.dumps(doc), kind=kind))
+    text = pipec_ir.dumps(doc)
+    return pipec_ir.verify(pipec_ir.loads(text, kind=kind)), text
 
 
 def dump_document(dump_dir: str, name: str, stage: str, doc) -> None:
@@ -231,6 +255,44 @@ def _add_stats(stats: GraphStats, doc) -> None:
         stats.add_program(doc)
 
 
+# ---------------------------------------------------------------- one stage, through the compile cache
+
+
+def run_stage(stage: Stage, impl, doc, options: CompileOptions, example_inputs):
+    """Run one stage: (its document, the document's canonical JSON; None for the runtime's callable)."""
+    out = stage.run(impl, doc, options, example_inputs=example_inputs)
+    if stage.kind is None:
+        return out, None
+    return serialize_boundary(out, stage.kind)
+
+
+def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: str | None,
+                     options: CompileOptions, example_inputs):
+    """run_stage through the compile cache: (document, JSON, "hit" | "miss" | None if not cached).
+
+    The key is `stage_key` of the stage, its implementation and version, the options and
+    `digest` (the input's). A capture that changed its input while it ran (e.g. added
+    symbolic-shape guards) is not stored: replaying it would lose that change.
+    """
+    key = stage_key(stage.name, entry, options, digest) if cache and stage.kind and digest else None
+    if key is None:
+        return (*run_stage(stage, entry.impl, doc, options, example_inputs), None)
+    found = cache.load(key, stage.kind)
+    if found is not None:
+        return (*found, "hit")
+    out, text = run_stage(stage, entry.impl, doc, options, example_inputs)
+    if stage.name != "capture" or source_digest(doc, example_inputs) == digest:
+        cache.store(key, text)
+    return out, text, "miss"
+
+
+def _open_cache(options: CompileOptions, registry: pipec_ir.Registry):
+    try:
+        return open_cache(options.cache, registry)
+    except pipec_ir.UnknownStageError as exc:
+        raise PipecError(f"cache ({options.cache}): {exc}", stage="cache", impl=options.cache) from exc
+
+
 # an IR document given to compile_graph starts the pipeline after the stage that makes it
 FIRST_STAGE_FOR = {pipec_ir.Graph: "fusion", pipec_ir.KernelPlan: "codegen", pipec_ir.Program: "runtime"}
 
@@ -252,9 +314,12 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
     options = options or CompileOptions()
     session = session if session is not None else Session()
     registry = registry or get_registry()
+    cache = _open_cache(options, registry)
+    session.cache = cache.name if cache is not None else session.cache
     stats = GraphStats(name or _default_name(source))
     session.graphs.append(stats)
     doc = source
+    digest = None  # of the current stage's input, for cache keys
     stages = PIPELINE
     if type(source) in FIRST_STAGE_FOR:
         first = FIRST_STAGE_FOR[type(source)]
@@ -266,7 +331,7 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
         impl_name = stage.impl_name(options)
         label = stats.name
         try:
-            impl = registry.get(stage.name, impl_name)
+            entry = registry.entry(stage.name, impl_name)
         except pipec_ir.UnknownStageError as exc:
             raise PipecError(f"{stage.name} ({impl_name}) failed on graph {label}: {exc}",
                              stage=stage.name, impl=impl_name, graph=label) from exc
@@ -274,9 +339,10 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
             session.on_stage(stage.name, impl_name, label, "start")
         start = time.perf_counter()
         try:
-            doc = stage.run(impl, doc, options, example_inputs=example_inputs)
-            if stage.kind is not None:
-                doc = cross_boundary(doc, stage.kind)
+            if cache is not None and digest is None and stage.kind is not None:
+                digest = source_digest(doc, example_inputs)  # the first stage's input
+            doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, options, example_inputs)
+            digest = text_digest(text) if text is not None else None
         except PipecError:
             raise
         except Exception as exc:
@@ -286,6 +352,8 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
                              stage=stage.name, impl=impl_name, graph=label) from exc
         seconds = time.perf_counter() - start
         stats.stage_seconds[stage.name] = seconds
+        if cached is not None:
+            stats.cache[stage.name] = cached
         if stage.name == "capture":
             stats.name = session.unique_name(name or doc.name)
             warn_fallbacks(doc, stats.name)
@@ -294,6 +362,8 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
             dump_document(options.dump_dir, stats.name, stage.name, doc)
         _notify_observers(stage.name, stats.name, doc, seconds)
         if session.on_stage:
+            if cached == "hit":
+                session.on_stage(stage.name, impl_name, stats.name, "hit")
             session.on_stage(stage.name, impl_name, stats.name, "end")
         if stop_after == stage.name:
             return doc

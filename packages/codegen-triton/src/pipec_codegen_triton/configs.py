@@ -2,7 +2,9 @@
 
 The first config is the one used without tuning (and by Triton's CPU interpreter,
 where larger blocks mean fewer, vectorized programs); the runtime times the rest
-on the GPU and keeps the fastest.
+on the GPU and keeps the fastest, once per size bucket (the runtime's `bucket`
+option). A symbolic numel gets candidates for small and large sizes alike, capped
+by the symbols' upper bounds when they have them; any config is correct at any size.
 """
 
 from __future__ import annotations
@@ -18,10 +20,32 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
-def pointwise_configs(xnumel: sympy.Expr) -> tuple[LaunchConfig, ...]:
-    cap = _pow2_at_least(int(xnumel)) if xnumel.is_Integer else 1 << 30
+def upper_bound(expr: sympy.Expr, symbols) -> int | None:
+    """The largest value of a size expression over the symbols' ranges, if they are all bounded."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return int(expr)
+    uppers = {s.name: s.upper for s in symbols}
+    subs = {}
+    for sym in expr.free_symbols:
+        if uppers.get(sym.name) is None:
+            return None
+        subs[sym] = uppers[sym.name]
+    try:
+        return int(expr.xreplace(subs))
+    except (TypeError, ValueError):
+        return None
+
+
+def pointwise_configs(xnumel: sympy.Expr, upper: int | None = None) -> tuple[LaunchConfig, ...]:
+    if xnumel.is_Integer:
+        cap = _pow2_at_least(int(xnumel))
+        candidates = ((1024, 4), (512, 4), (256, 4), (2048, 8), (128, 4))
+    else:  # symbolic: small sizes (a batch of 1) are as likely as large ones
+        cap = _pow2_at_least(upper) if upper is not None else 1 << 30
+        candidates = ((1024, 4), (512, 4), (256, 4), (2048, 8), (128, 4), (64, 2))
     out, seen = [], set()
-    for block, warps in ((1024, 4), (512, 4), (256, 4), (2048, 8), (128, 4)):
+    for block, warps in candidates:
         b = max(16, min(block, cap))
         if b not in seen:
             seen.add(b)
@@ -29,8 +53,12 @@ def pointwise_configs(xnumel: sympy.Expr) -> tuple[LaunchConfig, ...]:
     return tuple(out)
 
 
-def reduction_configs(xnumel: sympy.Expr, rnumel: sympy.Expr, persistent: bool) -> tuple[LaunchConfig, ...]:
-    xcap = _pow2_at_least(int(xnumel)) if xnumel.is_Integer else 1 << 30
+def reduction_configs(xnumel: sympy.Expr, rnumel: sympy.Expr, persistent: bool,
+                      upper: int | None = None) -> tuple[LaunchConfig, ...]:
+    if xnumel.is_Integer:
+        xcap = _pow2_at_least(int(xnumel))
+    else:
+        xcap = _pow2_at_least(upper) if upper is not None else 1 << 30
     if persistent:
         rblock = _pow2_at_least(int(rnumel))
         out, seen = [], set()
@@ -42,6 +70,9 @@ def reduction_configs(xnumel: sympy.Expr, rnumel: sympy.Expr, persistent: bool) 
                 out.append(LaunchConfig((("XBLOCK", x), ("RBLOCK", rblock)), num_warps=warps))
         return tuple(out)
     out = []
-    for x, r, warps in ((1, 1024, 4), (1, 2048, 8), (1, 512, 4), (4, 512, 8)):
+    candidates = ((1, 1024, 4), (1, 2048, 8), (1, 512, 4), (4, 512, 8))
+    if not rnumel.is_Integer:  # short rows (a sequence of 17) are as likely as long ones
+        candidates += ((8, 128, 4), (32, 32, 4))
+    for x, r, warps in candidates:
         out.append(LaunchConfig((("XBLOCK", min(x, xcap)), ("RBLOCK", r)), num_warps=warps))
     return tuple(dict.fromkeys(out))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sympy
 from pipec_ir import (
-    CompileOptions, KernelPlan, Program, Ref, Step, TritonKernel, make_attrs, verify,
+    CompileOptions, KernelPlan, Program, Ref, Step, TritonKernel, attr_expr, make_attrs, size_attr, verify,
 )
 from pipec_ir.symbolic import parse_expr
 from pipec_ir.types import Buffer, TensorType, get_attr
 
-from .configs import pointwise_configs, reduction_configs
+from .configs import pointwise_configs, reduction_configs, upper_bound
 from .memory_plan import plan_memory
+from .padding import pad_symbols
 from .writer import CodegenError, KernelWriter
 
 # View ops materialized as torch views (never copies) when a library call or the
@@ -25,24 +26,27 @@ _VIEW_TARGETS = {
 _MATMUL_TARGETS = {"mm": "aten.mm.default", "bmm": "aten.bmm.default"}
 
 
-def _static(expr, what):
-    if not sympy.sympify(expr).is_Integer:
-        raise CodegenError(f"{what}: symbolic size {expr} is not supported here yet")
-    return int(expr)
-
-
 def _view_args(node, source_type) -> tuple:
+    """The ATen arguments of a view step. Symbolic sizes are `Size` leaves the runtime
+    evaluates with the bound symbol values; a reshape with one symbolic dim uses -1 there
+    and an expand keeps (-1) the dims it does not broadcast (docs/IR.md, "Symbolic sizes")."""
     ref = Ref(node.inputs[0])
-    shape = tuple(_static(s, node.name) for s in node.type.shape)
+    shape = tuple(sympy.sympify(s) for s in node.type.shape)
     if node.op == "reshape":
-        return (ref, shape)
+        symbolic = [d for d, s in enumerate(shape) if not s.is_Integer]
+        if len(symbolic) == 1:
+            return (ref, tuple(-1 if d in symbolic else int(s) for d, s in enumerate(shape)))
+        return (ref, tuple(size_attr(s) for s in shape))
     if node.op == "expand":
-        return (ref, shape)
+        src = tuple(sympy.sympify(s) for s in source_type.shape)
+        offset = len(shape) - len(src)
+        return (ref, tuple(-1 if d >= offset and not s.is_Integer and sympy.expand(src[d - offset] - s) == 0
+                           else size_attr(s) for d, s in enumerate(shape)))
     if node.op == "permute":
         return (ref, tuple(node.attr("dims")))
     if node.op == "slice":
-        dim, start, step = node.attr("dim"), node.attr("start"), node.attr("step")
-        return (ref, dim, start, start + step * shape[dim], step)
+        dim, start, step = node.attr("dim"), attr_expr(node.attr("start")), node.attr("step")
+        return (ref, dim, size_attr(start), size_attr(start + step * shape[dim]), step)
     if node.op == "select":
         return (ref, node.attr("dim"), node.attr("index"))
     raise CodegenError(f"no view target for {node.op}")
@@ -78,10 +82,11 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
             src = KernelWriter(graph, kernel, persistent_limit=limit).write()
             sizes = dict(src.sizes)
             if kernel.kind == "pointwise":
-                configs = pointwise_configs(sizes["xnumel"])
+                configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))
                 grid = ((sizes["xnumel"], "XBLOCK"),)
             else:
-                configs = reduction_configs(sizes["xnumel"], sizes["rnumel"], src.persistent)
+                configs = reduction_configs(sizes["xnumel"], sizes["rnumel"], src.persistent,
+                                            upper_bound(sizes["xnumel"], graph.symbols))
                 grid = ((sizes["xnumel"], "XBLOCK"),)
             kernels.append(TritonKernel(
                 name=kernel.name, source=src.source,
@@ -112,6 +117,7 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
         slots=slots,
         symbols=graph.symbols,
         peak_bytes=peak,
+        pad_symbols=pad_symbols(graph) if graph.symbols else (),
     )
     return verify(program)
 

@@ -31,6 +31,8 @@ def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: 
         if step.kind == "extern":
             for out in step.outputs:
                 alias_of.setdefault(out, set()).update(step.inputs)
+    for name in outputs:  # returned values live past the last step
+        last_use[name] = len(steps)
     # An extern's output may alias its inputs: extend their lifetime (transitively).
     for i in reversed(range(len(steps))):
         step = steps[i]
@@ -71,12 +73,26 @@ def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: 
 
 
 def _best_fit(free, need):
-    """The smallest freed slot that holds `need` bytes (static sizes only; symbolic sizes must match)."""
+    """The smallest freed slot that holds `need` bytes. With symbolic sizes a slot is taken
+    when it holds `need` for every value of the symbols (an exact match first)."""
     best = None
     for nbytes, idx in free:
         if nbytes.is_Integer and need.is_Integer:
             if int(nbytes) >= int(need) and (best is None or int(nbytes) < int(best[0])):
                 best = (nbytes, idx)
-        elif sympy.simplify(nbytes - need) == 0:
+        elif sympy.expand(nbytes - need) == 0:
             return (nbytes, idx)
+        elif best is None and _always_at_least(nbytes, need):
+            best = (nbytes, idx)
     return best
+
+
+def _always_at_least(have: sympy.Expr, need: sympy.Expr) -> bool:
+    """have >= need for all non-negative symbol values: their difference is a polynomial
+    with non-negative coefficients (e.g. 512*s0 + 64 >= 256*s0)."""
+    diff = sympy.expand(have - need)
+    if diff.is_Integer:
+        return int(diff) >= 0
+    if not diff.is_polynomial(*diff.free_symbols):
+        return False
+    return all(c.is_Number and c >= 0 for c in sympy.Poly(diff, *diff.free_symbols).coeffs())

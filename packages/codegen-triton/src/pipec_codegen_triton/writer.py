@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import sympy
-from pipec_ir import Graph, Kernel, TensorType
+from pipec_ir import Graph, Kernel, Size, TensorType
 from pipec_ir.indexing import view_source_index
 from pipec_ir.ops import CREATION, POINTWISE, REDUCTION, VIEW, kind_of
 from pipec_ir.symbolic import (
@@ -116,6 +116,8 @@ class KernelWriter:
             index[d] = s
         for s, d in zip(self.rsyms, self.reduced):
             index[d] = s
+        # a size-1 dim has only index 0: say so, so that equal reads compare equal
+        index = [sympy.Integer(0) if domain[d] == 1 else i for d, i in enumerate(index)]
         self.domain_index = tuple(index)
         self.xindex = index_symbol(f"xindex_{tag}")
         self.rindex = index_symbol(f"rindex_{tag}")
@@ -129,6 +131,8 @@ class KernelWriter:
             self.is_reduction and self.rnumel.is_Integer and int(self.rnumel) <= persistent_limit
         )
         self.size_symbols: set[sympy.Symbol] = set()
+        self.value_params: dict[sympy.Expr, str] = {}  # symbolic `full` values -> int parameters ks0, ...
+        self.hoisted: set[sympy.Symbol] = set()  # the symbols standing for those parameters
 
     # ------------------------------------------------------------ helpers
 
@@ -138,8 +142,24 @@ class KernelWriter:
 
     def print_index(self, expr) -> str:
         expr = simplify_index(sympy.sympify(expr), self._decompositions())
-        self.size_symbols |= {s for s in expr.free_symbols if s not in self.names}
+        expr = self._hoist(expr)
+        self.size_symbols |= {s for s in expr.free_symbols if s not in self.names and s not in self.hoisted}
         return pyexpr(expr.xreplace({s: sympy.Symbol(n) for s, n in self.names.items()}))
+
+    def print_size(self, expr) -> str:
+        """A size expression (no index variables) as Triton source."""
+        expr = self._hoist(sympy.sympify(expr))
+        self.size_symbols |= {s for s in expr.free_symbols if s not in self.hoisted}
+        return pyexpr(expr)
+
+    def _hoist(self, expr: sympy.Expr) -> sympy.Expr:
+        """Size subexpressions Triton cannot spell (Max/Min, from clamped slices) become integer
+        kernel parameters the runtime evaluates."""
+        if not expr.has(sympy.Max, sympy.Min):
+            return expr
+        if isinstance(expr, (sympy.Max, sympy.Min)) and not (expr.free_symbols & set(self.names)):
+            return sympy.Symbol(self._value_param(expr), integer=True, positive=True)  # outermost first
+        return expr.func(*[self._hoist(a) for a in expr.args])
 
     def _decompositions(self):
         """x_k / r_k as functions of the flat xindex / rindex (for simplification)."""
@@ -236,6 +256,19 @@ class KernelWriter:
             return None
         return self.emit(self._scope(inner), forms[c]), inner
 
+    def _value_param(self, expr: sympy.Expr) -> str:
+        """A size expression used as a value (a count): an integer kernel parameter the runtime
+        evaluates (a bare symbol is passed as itself)."""
+        if expr.is_Integer:
+            return str(int(expr))
+        if expr.is_Symbol:
+            self.size_symbols.add(expr)
+            return str(expr)
+        if expr not in self.value_params:
+            name = self.value_params[expr] = f"ks{len(self.value_params)}"
+            self.hoisted.add(sympy.Symbol(name, integer=True, positive=True))
+        return self.value_params[expr]
+
     def _block_shape(self, inner: bool) -> str:
         if not self.is_reduction:
             return "[XBLOCK]"
@@ -244,7 +277,8 @@ class KernelWriter:
     def _creation(self, node, index):
         ctype = tl_compute(node.type.dtype)
         if node.op == "full":
-            lit = literal(node.attr("value"), node.type.dtype)
+            value = node.attr("value")
+            lit = self._value_param(value.value) if isinstance(value, Size) else literal(value, node.type.dtype)
             return self.emit(self.outer, f"tl.full({self._block_shape(False)}, {lit}, {ctype})"), False
         # iota: start + step * index[dim]
         expr = node.attr("start") + node.attr("step") * index[node.attr("dim")]
@@ -265,6 +299,8 @@ class KernelWriter:
         text = f"tl.load({self.in_ptr[name]} + ({self.print_index(offset)}){mask})"
         if t.dtype in ("float16", "bfloat16"):
             text += ".to(tl.float32)"
+        if not masks:  # one element for every point: broadcast it, values are always blocks
+            text = f"tl.broadcast_to({text}, {self._block_shape(False)})"
         return self.emit(scope, text), has_r
 
     # ------------------------------------------------------------ kernels
@@ -279,6 +315,9 @@ class KernelWriter:
         for s in sorted(self.size_symbols, key=str):
             params.append(str(s))
             sizes.append((str(s), s))
+        for expr, name in self.value_params.items():
+            params.append(name)
+            sizes.append((name, expr))
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
         header = ["import triton", "import triton.language as tl"]
         if self.uses_libdevice:
@@ -307,11 +346,10 @@ class KernelWriter:
     def _define_indices(self, scope: Scope, syms, dims, flat: str):
         shape = [self.domain[d] for d in dims]
         for k, (s, stride) in enumerate(zip(syms, contiguous_strides(shape))):
-            e = f"{flat} // ({pyexpr(stride)})" if stride != 1 else flat
+            e = f"{flat} // ({self.print_size(stride)})" if stride != 1 else flat
             if k > 0:
-                e = f"({e}) % ({pyexpr(shape[k])})"
+                e = f"({e}) % ({self.print_size(shape[k])})"
             scope.lines.append(f"{scope.indent}{self.names[s]} = {e}")
-            self.size_symbols |= (sympy.sympify(stride).free_symbols | sympy.sympify(shape[k]).free_symbols)
 
     def _store(self, scope: Scope, name: str, value: str, offset: str, mask: str):
         dtype = self.types[name].dtype
@@ -363,7 +401,7 @@ class KernelWriter:
                 self._reduce_persistent(r)
             for o in row_outputs:
                 var, _ = self.value(o, self.domain_index)
-                self._store(self.inner, o, var, self.print_index(self._flat_offset(o)), "xmask & rmask")
+                self._store(self.inner, o, var, self._row_offset(o), "xmask & rmask")
         else:
             for r in reductions:
                 self._reduce_looped(r)
@@ -371,7 +409,7 @@ class KernelWriter:
                 self.inner = self._open_row(lines)
                 for o in row_outputs:
                     var, _ = self.value(o, self.domain_index)
-                    self._store(self.inner, o, var, self.print_index(self._flat_offset(o)), "xmask & rmask")
+                    self._store(self.inner, o, var, self._row_offset(o), "xmask & rmask")
                 lines += self.inner.lines
         self.inner = None
         for o in outer_outputs:
@@ -381,6 +419,14 @@ class KernelWriter:
 
     def _flat_offset(self, name):
         return sum((i * s for i, s in zip(self.domain_index, contiguous_strides(self.domain))), sympy.Integer(0))
+
+    def _row_offset(self, name) -> str:
+        """Store offset of a row-level value, always a full [XBLOCK, RBLOCK] block of pointers."""
+        offset = self._flat_offset(name)
+        text = self.print_index(offset)
+        if not (self._has_x([offset]) and self._has_r([offset])):
+            text += " + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
+        return text
 
     def _open_row(self, loop_lines):
         """Start the row scope: one pass (persistent) or a `for roffset` loop."""

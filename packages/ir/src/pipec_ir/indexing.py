@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 
 from .symbolic import FloorDiv, ModularIndexing, contiguous_strides
-from .types import Node, TensorType
+from .types import Node, TensorType, attr_expr
 
 
 def view_source_index(node: Node, index: tuple, source: TensorType) -> tuple:
@@ -103,7 +103,7 @@ def _expand(node, index, source):
 
 
 def _slice(node, index, source):
-    dim, start, step = node.attr("dim"), node.attr("start"), node.attr("step")
+    dim, start, step = node.attr("dim"), attr_expr(node.attr("start")), node.attr("step")
     out = list(index)
     out[dim] = start + step * index[dim]
     return out
@@ -111,7 +111,7 @@ def _slice(node, index, source):
 
 def _select(node, index, source):
     dim, at = node.attr("dim"), node.attr("index")
-    return list(index[:dim]) + [sympy.Integer(at)] + list(index[dim:])
+    return list(index[:dim]) + [attr_expr(at)] + list(index[dim:])
 
 
 _VIEW_INDEX = {"reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice, "select": _select}

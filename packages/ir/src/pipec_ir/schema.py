@@ -30,6 +30,7 @@ _ATTR_VALUE = {
         {"type": "object", "properties": {"$ref": {"type": "string"}}, "required": ["$ref"], "additionalProperties": False},
         {"type": "object", "properties": {"$dtype": {"enum": list(ir.DTYPES)}}, "required": ["$dtype"], "additionalProperties": False},
         {"type": "object", "properties": {"$device": {"const": True}}, "required": ["$device"], "additionalProperties": False},
+        {"type": "object", "properties": {"$size": {"type": "string"}}, "required": ["$size"], "additionalProperties": False},
         {"type": "object", "properties": {"$float": {"enum": ["inf", "-inf", "nan"]}}, "required": ["$float"], "additionalProperties": False},
     ]
 }

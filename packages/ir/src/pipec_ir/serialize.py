@@ -20,7 +20,7 @@ from .errors import MalformedIRError, UnsupportedVersionError, WrongKindError
 from .symbolic import expr_str, parse_expr
 
 FORMAT = "pipec-ir"
-VERSION = (1, 0)
+VERSION = (1, 1)
 
 
 # ---------------------------------------------------------------- encoding
@@ -33,6 +33,8 @@ def _encode_attr(value):
         return {"$dtype": value.name}
     if isinstance(value, ir.Device):
         return {"$device": True}
+    if isinstance(value, ir.Size):
+        return {"$size": value.expr}
     if isinstance(value, float) and not math.isfinite(value):
         return {"$float": repr(value)}
     if isinstance(value, tuple):
@@ -94,6 +96,12 @@ def _decode_attr(value, path):
             return ir.Dtype(value["$dtype"])
         if set(value) == {"$device"}:
             return ir.Device()
+        if set(value) == {"$size"} and isinstance(value["$size"], str):
+            try:
+                parse_expr(value["$size"])
+            except Exception:  # sympy raises many types
+                raise MalformedIRError(f"{path}: cannot parse size expression {value['$size']!r}") from None
+            return ir.Size(value["$size"])
         if set(value) == {"$float"} and value["$float"] in ("inf", "-inf", "nan"):
             return float(value["$float"])
         raise MalformedIRError(f"{path}: unknown tagged value {value!r}")

@@ -55,6 +55,9 @@ class FloorDiv(sympy.Function):
             coeff, rest = base.as_coeff_Mul()
             if coeff.is_Integer and int(coeff) % int(divisor) == 0:
                 return (coeff / divisor) * rest
+        bound = upper_bound(base)
+        if bound is not None and divisor.is_Integer and bound < int(divisor):
+            return sympy.Integer(0)
         return None
 
 
@@ -73,6 +76,12 @@ class ModularIndexing(sympy.Function):
         bound = upper_bound(base)
         if bound is not None and modulus.is_Integer and bound < int(modulus):
             return base
+        # (a*m + b) % m  ->  b % m   when every term of a is a multiple of m
+        if modulus.is_Integer and base.is_Add:
+            rest = [t for t in base.args
+                    if not (t.as_coeff_Mul()[0].is_Integer and int(t.as_coeff_Mul()[0]) % int(modulus) == 0)]
+            if len(rest) < len(base.args):
+                return ModularIndexing(sympy.Add(*rest), modulus)
         return None
 
 
@@ -113,13 +122,13 @@ def parse_expr(text: str) -> sympy.Expr:
     text = text.strip()
     if text.lstrip("-").isdigit():
         return sympy.Integer(int(text))
+    functions = {"FloorDiv": FloorDiv, "ModularIndexing": ModularIndexing, "Max": sympy.Max, "Min": sympy.Min}
     names = {}
     for token in _identifiers(text):
-        if token in ("FloorDiv", "ModularIndexing"):
+        if token in functions:
             continue
         names[token] = size_symbol(token)
-    names["FloorDiv"] = FloorDiv
-    names["ModularIndexing"] = ModularIndexing
+    names.update(functions)
     return sympy.sympify(text, locals=names)
 
 
@@ -163,11 +172,15 @@ def contiguous_strides(shape) -> tuple[sympy.Expr, ...]:
 
 
 class _Printer(sympy.printing.str.StrPrinter):
+    def _operand(self, expr) -> str:
+        text = self._print(expr)
+        return text if expr.is_Atom or isinstance(expr, FloorDiv | ModularIndexing) else f"({text})"
+
     def _print_FloorDiv(self, expr):
-        return f"({self._print(expr.args[0])} // {self._print(expr.args[1])})"
+        return f"({self._operand(expr.args[0])} // {self._operand(expr.args[1])})"
 
     def _print_ModularIndexing(self, expr):
-        return f"({self._print(expr.args[0])} % {self._print(expr.args[1])})"
+        return f"({self._operand(expr.args[0])} % {self._operand(expr.args[1])})"
 
     def _print_Pow(self, expr, rational=False):
         base, exp = expr.args

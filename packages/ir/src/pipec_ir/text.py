@@ -16,6 +16,8 @@ def _value(v) -> str:
         return v.name
     if isinstance(v, ir.Device):
         return "device"
+    if isinstance(v, ir.Size):
+        return f"({v.expr})"
     if isinstance(v, tuple):
         return "[" + ", ".join(_value(x) for x in v) + "]"
     return repr(v)
@@ -57,6 +59,8 @@ def format_plan(plan: ir.KernelPlan) -> str:
 def format_program(prog: ir.Program) -> str:
     lines = [f"# program {prog.name}: {len(prog.kernels)} kernels, {len(prog.steps)} steps, "
              f"{len(prog.slots)} memory slots, peak {prog.peak_bytes} bytes"]
+    if prog.pad_symbols:
+        lines.append(f"# inputs may be padded along: {', '.join(prog.pad_symbols)}")
     lines.append(f"def {prog.name}({', '.join(b.name for b in prog.inputs)}):")
     slot_of = {b.name: b.slot for b in prog.buffers}
     types = {b.name: b.type for b in (*prog.inputs, *prog.buffers)}

@@ -40,7 +40,41 @@ class Device:
     """The device argument of an extern call: whatever device the run happens on."""
 
 
-AttrValue = Union[None, bool, int, float, str, Ref, Dtype, Device, tuple]
+@dataclass(frozen=True)
+class Size:
+    """A symbolic integer attribute: a size expression of the graph's symbols ("s1 - 3"),
+    evaluated at run time with the symbols' values (static sizes stay plain ints)."""
+    expr: str
+
+    @property
+    def value(self) -> sympy.Expr:
+        from .symbolic import parse_expr
+
+        return parse_expr(self.expr)
+
+
+def size_attr(value):
+    """An integer size for an attribute: a plain int when static, else a `Size`."""
+    from .symbolic import as_expr, expr_str
+
+    expr = as_expr(value)
+    return int(expr) if expr.is_Integer else Size(expr_str(expr))
+
+
+def attr_expr(value) -> sympy.Expr:
+    """An integer attribute (int or `Size`) as a sympy expression."""
+    if isinstance(value, Size):
+        return value.value
+    if isinstance(value, bool):
+        return sympy.Integer(int(value))
+    if isinstance(value, int):
+        return sympy.Integer(value)
+    if isinstance(value, sympy.Expr):
+        return value
+    raise TypeError(f"not an integer attribute: {value!r}")
+
+
+AttrValue = Union[None, bool, int, float, str, Ref, Dtype, Device, Size, tuple]
 Attrs = tuple  # tuple[tuple[str, AttrValue], ...]
 
 
@@ -229,6 +263,10 @@ class Program:
     slots: tuple[Slot, ...] = ()
     symbols: tuple[SymbolRange, ...] = ()
     peak_bytes: sympy.Expr = field(default_factory=lambda: sympy.Integer(0))
+    # Size symbols along which every input may be zero-padded (each dim to its size at a
+    # larger value of the symbol) and each output sliced back, with the same result: no
+    # output element reads a padded element (codegen proves it; docs/IR.md, "Padding").
+    pad_symbols: tuple[str, ...] = ()
 
     def kernel_map(self) -> dict[str, TritonKernel]:
         return {k.name: k for k in self.kernels}

@@ -4,6 +4,8 @@
   interpreter when there is no CUDA device) and ATen extern calls.
 * ``cudagraph`` — on CUDA, captures the whole step list once into a CUDA Graph and
   replays it; elsewhere (or when capture fails) it runs as ``launch``.
+* ``load_artifact(path)`` — runs a ``.pipec`` file written by ``pipec export`` (see
+  ``artifact``): this package alone, no capture, fusion, codegen or Dynamo.
 
 Importing this package is cheap: torch and triton are imported only when a program
 is loaded (the plugin is imported by ``pipec plugins`` too).
@@ -27,6 +29,11 @@ _LAZY = {
     "MemoryPlanError": "memory",
     "LaunchRuntime": "stages",
     "CudaGraphRuntime": "stages",
+    "load_artifact": "artifact",
+    "read_artifact": "artifact",
+    "LoadedArtifact": "artifact",
+    "ArtifactError": "artifact",
+    "ArtifactInputError": "artifact",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,9 +1,17 @@
 """The ``cudagraph`` runtime: the whole step list captured once into a CUDA Graph.
 
-Per distinct set of size-symbol values: one warm-up run on a side stream (compiles and
-autotunes the kernels), capture into the runtime's private memory pool, then replay.
-Inputs are copied into static input buffers (skipped when the caller passes those very
-buffers); outputs are clones of the static outputs, safe to keep across calls.
+Per graph key (the size-symbol values a graph is recorded at: the size bucket along
+the program's `pad_symbols`, the exact value along the others, see `buckets.py`): one
+warm-up run on a side stream (compiles and autotunes the kernels), capture into the
+runtime's private memory pool, then replay. Inputs are copied into static input
+buffers (into their prefix when the graph was recorded at a larger bucket size;
+skipped when the caller passes those very buffers); outputs are clones of (the real
+prefix of) the static outputs, safe to keep across calls.
+
+The first graph of a program is free; every later one is a re-record charged to the
+model's recompile budget (option `recompile_budget`, shared with Dynamo recompiles;
+else a private one of `recompile_limit`, default 8). Past the budget new sizes run as
+plain launches (one warning), or raise under fullgraph=True.
 Without CUDA, for CPU inputs, or when capture fails, it runs as ``launch`` (with one
 warning naming the reason).
 """
@@ -17,10 +25,10 @@ import torch
 
 from pipec_ir import CompileOptions, Program
 
+from .buckets import GraphTable, PadPolicy, budget_from
 from .launch import ProgramRunner
 
 NO_CUDA_MESSAGE = "cudagraph runtime: no CUDA device, running as 'launch'"
-MAX_GRAPHS = 16  # graphs per program (one per set of size values); beyond that: plain launches
 
 # Ops whose output size depends on the data: they synchronize with the host, which
 # a CUDA Graph capture cannot do. Programs calling them are not captured at all.
@@ -42,9 +50,11 @@ class CudaGraphProgram:
     """A loaded Program replayed through CUDA Graphs: `prog(list_of_tensors) -> list`."""
 
     def __init__(self, program: Program, options: CompileOptions | None = None):
+        options = options or CompileOptions()
         self.runner = ProgramRunner(program, options)
         self.name = program.name
-        self.graphs: dict[tuple, _Graph] = {}
+        self.padding = PadPolicy(self.runner, self.runner.bucket_policy)
+        self.graphs = GraphTable(budget_from(options, program.name), program.name)
         self.pool = torch.cuda.graph_pool_handle()
         self.fallback: str | None = None  # why we run as launch, once capture failed
         sync = [st.target for st in program.steps if st.kind == "extern" and st.target in HOST_SYNC_TARGETS]
@@ -55,20 +65,16 @@ class CudaGraphProgram:
         inputs, symvals, device = runner.prepare(inputs)
         if self.fallback is not None or device.type != "cuda":
             return runner.run(inputs, symvals, device)
-        key = (device.index, symvals)
+        values = self.padding.graph_values(symvals)
+        key = (device.index, values)
         entry = self.graphs.get(key)
         if entry is None:
-            if len(self.graphs) >= MAX_GRAPHS:
+            entry = self.graphs.record(key, lambda: self._capture(inputs, values, device))
+            if entry is None:  # over budget, or capture failed
                 return runner.run(inputs, symvals, device)
-            entry = self._capture(inputs, symvals, device)
-            if entry is None:
-                return runner.run(inputs, symvals, device)
-            self.graphs[key] = entry
-        for static, t in zip(entry.static_inputs, inputs):
-            if static.data_ptr() != t.data_ptr():
-                static.copy_(t)
+        self.padding.copy_inputs(entry.static_inputs, inputs)
         entry.graph.replay()
-        return _clone_outputs(entry.static_outputs)
+        return _clone_outputs(self.padding.real_outputs(entry.static_outputs, symvals, values))
 
     def _give_up(self, reason: str) -> None:
         self.fallback = reason
@@ -76,13 +82,14 @@ class CudaGraphProgram:
                       f"running as 'launch'", RuntimeWarning, stacklevel=4)
 
     def _capture(self, inputs, symvals, device) -> _Graph | None:
+        """Record a graph at `symvals` (the graph key's values: inputs padded up to them)."""
         runner = self.runner
         if self._not_capturable:
             self._give_up(self._not_capturable)
             return None
         try:
             with torch.cuda.device(device):
-                static_inputs = [t.clone(memory_format=torch.contiguous_format) for t in inputs]
+                static_inputs = self.padding.padded_inputs(inputs, symvals)
                 stream = torch.cuda.Stream()
                 stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(stream):

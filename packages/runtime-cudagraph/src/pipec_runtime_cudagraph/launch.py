@@ -22,7 +22,7 @@ from collections.abc import Callable
 import sympy
 import torch
 
-from pipec_ir import CompileOptions, Dtype, Device, Program, Ref, get_attr
+from pipec_ir import BUCKET_POLICIES, CompileOptions, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
 
 from .exprs import compile_ints, is_static, static_ints
 from .interpreter import enable_interpreter, interpreter_active, interpreter_scope
@@ -56,45 +56,58 @@ def resolve_target(target: str):
 
 # ------------------------------------------------------------------ extern arguments
 
-def _compile_arg(value, index: dict[str, int], where: str):
-    """(is_constant, value | fn(vals, device)) for one attribute value."""
+def _compile_arg(value, index: dict[str, int], where: str, symbols: tuple[str, ...] = ()):
+    """(is_constant, value | fn(vals, symvals, device)) for one attribute value.
+
+    A `Size` leaf (a symbolic size) is evaluated with the call's symbol values."""
     if isinstance(value, Ref):
         if value.name not in index:
             raise ProgramLoadError(f"{where}: argument refers to unknown value {value.name!r}")
         i = index[value.name]
-        return False, lambda vals, device: vals[i]
+        return False, lambda vals, symvals, device: vals[i]
+    if isinstance(value, Size):
+        expr = value.value
+        if not expr.free_symbols:
+            return True, int(expr)
+        try:
+            evaluate = compile_ints([expr], symbols)
+        except KeyError as e:
+            raise ProgramLoadError(f"{where}: size {value.expr} uses symbol {e.args[0]}, which no input "
+                                   "dimension binds") from None
+        return False, lambda vals, symvals, device: evaluate(*symvals)[0]
     if isinstance(value, Dtype):
         if value.name not in TORCH_DTYPES:
             raise ProgramLoadError(f"{where}: unknown dtype {value.name!r}")
         return True, TORCH_DTYPES[value.name]
     if isinstance(value, Device):
-        return False, lambda vals, device: device
+        return False, lambda vals, symvals, device: device
     if isinstance(value, (tuple, list)):
-        parts = [_compile_arg(v, index, where) for v in value]
+        parts = [_compile_arg(v, index, where, symbols) for v in value]
         if all(c for c, _ in parts):
             const = [v for _, v in parts]
-            return False, lambda vals, device: list(const)  # a fresh list: ops may keep it
+            return False, lambda vals, symvals, device: list(const)  # a fresh list: ops may keep it
         fns = [(c, v) for c, v in parts]
-        return False, lambda vals, device: [v if c else v(vals, device) for c, v in fns]
+        return False, lambda vals, symvals, device: [v if c else v(vals, symvals, device) for c, v in fns]
     return True, value
 
 
 class _Extern:
     __slots__ = ("op", "args", "kwargs", "outs", "contiguous", "name")
 
-    def __init__(self, step, index, reads_by_launch):
+    def __init__(self, step, index, reads_by_launch, symbols: tuple[str, ...] = ()):
         where = f"extern step {step.target}"
         self.name = step.target
         self.op = resolve_target(step.target)
-        self.args = [_compile_arg(v, index, where) for v in (get_attr(step.attrs, "args", ()) or ())]
-        self.kwargs = [(k, *_compile_arg(v, index, where)) for k, v in (get_attr(step.attrs, "kwargs", ()) or ())]
+        self.args = [_compile_arg(v, index, where, symbols) for v in (get_attr(step.attrs, "args", ()) or ())]
+        self.kwargs = [(k, *_compile_arg(v, index, where, symbols))
+                       for k, v in (get_attr(step.attrs, "kwargs", ()) or ())]
         self.outs = tuple(index[o] for o in step.outputs)
         # a launch reads its tensors as dense row-major memory
         self.contiguous = tuple(o in reads_by_launch for o in step.outputs)
 
     def __call__(self, vals, symvals, device):
-        args = [v if c else v(vals, device) for c, v in self.args]
-        kwargs = {k: (v if c else v(vals, device)) for k, c, v in self.kwargs}
+        args = [v if c else v(vals, symvals, device) for c, v in self.args]
+        kwargs = {k: (v if c else v(vals, symvals, device)) for k, c, v in self.kwargs}
         result = self.op(*args, **kwargs)
         if isinstance(result, (tuple, list)):
             for o, r, contig in zip(self.outs, result, self.contiguous):
@@ -106,10 +119,11 @@ class _Extern:
 # ------------------------------------------------------------------ kernel launches
 
 class _Launch:
-    """One kernel launch; autotunes (CUDA, several configs) on its first run."""
+    """One kernel launch; autotunes (CUDA, several configs) on its first run in each size
+    bucket (the runner's bucket policy over the size symbols this kernel uses)."""
 
     __slots__ = ("runner", "kernel", "fn", "ptrs", "interpret", "config", "kwargs", "dims", "static",
-                 "skip", "tune")
+                 "skip", "tune", "sym_index", "bucket", "prepared")
 
     def __init__(self, runner, step, kernel, fn, interpret, tune):
         self.runner, self.kernel, self.fn, self.interpret = runner, kernel, fn, interpret
@@ -121,11 +135,26 @@ class _Launch:
         if not kernel.configs:
             raise ProgramLoadError(f"kernel {kernel.name} has no launch config")
         self.ptrs = tuple(runner.index[v] for v in (*step.inputs, *step.outputs))
-        chosen = runner.tuned.get(kernel.name)
-        self.tune = tune and chosen is None and len(kernel.configs) > 1
-        self.set_config(kernel.configs[chosen or 0])
+        used = set()
+        for e in [e for _, e in kernel.sizes] + [e for e, _ in kernel.grid]:
+            used |= {x.name for x in sympy.sympify(e).free_symbols}
+        self.sym_index = tuple(i for i, name in enumerate(runner.symbols) if name in used)
+        self.tune = tune and len(kernel.configs) > 1
+        self.bucket = None  # the bucket the current config was chosen for
+        self.prepared: dict[int, tuple] = {}  # config index -> what set_config computes
+        self.set_config(kernel.configs[0])
 
     def set_config(self, config) -> None:
+        key = self.kernel.configs.index(config) if config in self.kernel.configs else None
+        cached = self.prepared.get(key) if key is not None else None
+        if cached is not None:
+            self.config, self.kwargs, self.static, self.dims, self.skip = cached
+            return
+        self._prepare(config)
+        if key is not None:
+            self.prepared[key] = (self.config, self.kwargs, self.static, self.dims, self.skip)
+
+    def _prepare(self, config) -> None:
         constants = dict(config.constants)
         self.config = config
         self.kwargs = dict(constants)
@@ -154,18 +183,25 @@ class _Launch:
             self.dims = lambda *symvals: split(evaluate(*symvals))
             self.skip = False
 
+    def bucket_of(self, symvals) -> tuple:
+        """The size bucket of this call, over the symbols this kernel uses."""
+        return self.runner.bucket_key(symvals, self.sym_index)
+
     def __call__(self, vals, symvals, device):
         if self.tune:
-            self.autotune(vals, symvals)
+            bucket = self.bucket_of(symvals) if self.sym_index else ()
+            if bucket != self.bucket:
+                self.autotune(vals, symvals, bucket)
         sizes, grid = self.dims if self.static else self.dims(*symvals)
         if self.skip or 0 in grid:
             return
         self.fn[grid](*[vals[i] for i in self.ptrs], *sizes, **self.kwargs)
 
-    def autotune(self, vals, symvals) -> None:
-        """Time every config once (triton.testing.do_bench) and keep the fastest for this kernel."""
-        self.tune = False
-        chosen = self.runner.tuned.get(self.kernel.name)
+    def autotune(self, vals, symvals, bucket: tuple = ()) -> None:
+        """Time every config once (triton.testing.do_bench) and keep the fastest for this kernel
+        and size bucket (runner.tuned[(kernel name, bucket)]); a known bucket is not re-tuned."""
+        self.bucket = bucket
+        chosen = self.runner.tuned.get((self.kernel.name, bucket))
         if chosen is None:
             from triton.testing import do_bench
 
@@ -184,7 +220,7 @@ class _Launch:
             if all(t == math.inf for t in times):
                 raise first_error
             chosen = min(range(len(times)), key=times.__getitem__)
-            self.runner.tuned[self.kernel.name] = chosen
+            self.runner.tuned[(self.kernel.name, bucket)] = chosen
         self.set_config(self.kernel.configs[chosen])
 
 
@@ -199,6 +235,10 @@ class ProgramRunner:
         self.name = program.name
         self.autotune = bool(options.autotune)
         self.kernel_dir = options.get("kernel_dir")
+        self.bucket_policy = options.get("bucket", "pow2")
+        if self.bucket_policy not in BUCKET_POLICIES:
+            raise ProgramLoadError(f"unknown bucket policy {self.bucket_policy!r} "
+                                   f"(expected one of: {', '.join(BUCKET_POLICIES)})")
         plan_check(program)
 
         # every value gets an index into the per-call list `vals`
@@ -213,13 +253,16 @@ class ProgramRunner:
         self.nvals = len(self.index)
         self.buffers = {b.name: b for b in program.buffers}
         self.kernels = program.kernel_map()
-        self.tuned: dict[str, int] = {}
+        self.tuned: dict[tuple[str, tuple], int] = {}  # (kernel, size bucket) -> chosen config index
 
         self._bind_symbols()
         self._plan_inputs()
         self._plan_allocations()
         self._plan_release()
         self.out_index = tuple(None if o is None else self.index[o] for o in program.outputs)
+        types = {b.name: b.type for b in (*program.inputs, *program.buffers)}
+        self.output_shapes = tuple(None if o is None or o not in types else self._shape_fn(types[o].shape)
+                                   for o in program.outputs)
 
         self._plans: dict[str, list] = {}
         self.default_device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -248,6 +291,9 @@ class ProgramRunner:
                 used |= {s.name for s in sympy.sympify(e).free_symbols}
         for s in program.slots:
             used |= {x.name for x in sympy.sympify(s.nbytes).free_symbols}
+        for st in program.steps:
+            for _, v in st.attrs:
+                used |= _size_symbols(v)
         unbound = sorted(used - set(symbols))
         if unbound:
             raise ProgramLoadError(
@@ -257,6 +303,13 @@ class ProgramRunner:
         ranges = {r.name: r for r in program.symbols}
         self.symbol_ranges = tuple((ranges[s].lower, ranges[s].upper) if s in ranges else (None, None)
                                    for s in self.symbols)
+
+    def bucket_key(self, symvals, indices=None) -> tuple:
+        """The size bucket of symbol values (all symbols, or those at `indices`), by the
+        `bucket` option: "pow2" (next power of two, capped at the symbol's upper bound) or "exact"."""
+        if indices is None:
+            indices = range(len(self.symbols))
+        return tuple(bucket_of(symvals[i], self.bucket_policy, self.symbol_ranges[i][1]) for i in indices)
 
     def _shape_fn(self, shape):
         if is_static(shape):
@@ -316,11 +369,12 @@ class ProgramRunner:
                 release[k].append(self.index[n])
         self.release = [tuple(r) for r in release]
 
-    def _build(self, device_type: str) -> list:
+    def _build(self, device_type: str, tune: bool | None = None) -> list:
         """The step closures for one device type (cuda: compiled kernels, cpu: interpreter)."""
         interpret = device_type == "cpu" or interpreter_active()
         reads_by_launch = {n for s in self.program.steps if s.kind == "launch" for n in s.inputs}
-        tune = self.autotune and not interpret
+        if tune is None:
+            tune = self.autotune and not interpret
         steps = []
         for k, s in enumerate(self.program.steps):
             if s.kind == "launch":
@@ -330,7 +384,7 @@ class ProgramRunner:
                 fn = load_kernel(kernel, interpret=interpret, cache_dir=self.kernel_dir)
                 steps.append((_Launch(self, s, kernel, fn, interpret, tune), self.release[k]))
             elif s.kind == "extern":
-                steps.append((_Extern(s, self.index, reads_by_launch), self.release[k]))
+                steps.append((_Extern(s, self.index, reads_by_launch, self.symbols), self.release[k]))
             else:
                 raise ProgramLoadError(f"program {self.name}: step {k} has unknown kind {s.kind!r}")
         return steps
@@ -401,6 +455,14 @@ class ProgramRunner:
 
     def __call__(self, inputs) -> list:
         return self.run(*self.prepare(inputs))
+
+
+def _size_symbols(value) -> set[str]:
+    if isinstance(value, Size):
+        return {s.name for s in value.value.free_symbols}
+    if isinstance(value, tuple):
+        return set().union(*(_size_symbols(v) for v in value)) if value else set()
+    return set()
 
 
 def _refs(value):
