@@ -182,6 +182,120 @@ def from_jsonable(data, hint, path="document"):
     raise MalformedIRError(f"{path}: cannot decode into {hint!r}")
 
 
+# ---------------------------------------------------------------- fast decoding
+#
+# `from_jsonable` walks type hints on every value, which dominates warm compiles
+# (cache hits are all decoding). `_fast_decoder(hint)` builds a closure per type once;
+# any failure falls back to `from_jsonable`, which raises the precise MalformedIRError.
+
+_FAST: dict = {}
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _fast_decoder(hint):
+    if hint in _FAST:
+        return _FAST[hint]
+    _FAST[hint] = None  # recursion guard (recursive types fall back to the slow path)
+    dec = _build_fast(hint)
+    _FAST[hint] = dec
+    return dec
+
+
+def _build_fast(hint):
+    origin = typing.get_origin(hint)
+    if hint is tuple:
+        def attrs(data):
+            if type(data) is not list:
+                raise _Mismatch
+            out = []
+            for pair in data:
+                if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+                    raise _Mismatch
+                out.append((pair[0], _decode_attr(pair[1], "")))
+            return tuple(out)
+        return attrs
+    if dataclasses.is_dataclass(hint):
+        hints = _hints(hint)
+        fields = [(f.name, hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                  for f in dataclasses.fields(hint)]
+        names = frozenset(f[0] for f in fields)
+
+        def dataclass_(data):
+            if type(data) is not dict or not names.issuperset(data):
+                raise _Mismatch
+            kwargs = {}
+            for name, h, required in fields:
+                if name in data:
+                    kwargs[name] = (_FAST.get(h) or _fast_decoder(h))(data[name])
+                elif required:
+                    raise _Mismatch
+            return hint(**kwargs)
+        return dataclass_
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        nullable = len(options) < len(typing.get_args(hint))
+        decs = [_fast_decoder(a) for a in options]
+
+        def union(data):
+            if data is None and nullable:
+                return None
+            for d in decs:
+                try:
+                    return d(data)
+                except Exception:
+                    continue
+            raise _Mismatch
+        return union
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _fast_decoder(args[0])
+
+            def seq(data):
+                if type(data) is not list:
+                    raise _Mismatch
+                return tuple(item(v) for v in data)
+            return seq
+        items = [_fast_decoder(a) for a in args]
+
+        def fixed(data):
+            if type(data) is not list or len(data) != len(items):
+                raise _Mismatch
+            return tuple(d(v) for d, v in zip(items, data))
+        return fixed
+    if hint is sympy.Expr:
+        def expr(data):
+            if type(data) is str:
+                return parse_expr(data)
+            if type(data) is int:
+                return sympy.Integer(data)
+            raise _Mismatch
+        return expr
+    if hint in (int, str, bool):
+        def exact(data):
+            if type(data) is not hint:
+                raise _Mismatch
+            return data
+        return exact
+    if hint is float:
+        def number(data):
+            if type(data) in (int, float):
+                return float(data)
+            raise _Mismatch
+        return number
+    return lambda data: from_jsonable(data, hint)
+
+
+def _decode(data, hint):
+    try:
+        return _fast_decoder(hint)(data)
+    except Exception:
+        return from_jsonable(data, hint)  # raises the precise error
+
+
 def loads(text: str | bytes, kind: str | None = None):
     """Parse and validate an IR document; `kind` ("graph", "kernel_plan", "program") is checked if given."""
     try:
@@ -204,4 +318,4 @@ def loads(text: str | bytes, kind: str | None = None):
         raise WrongKindError(f"expected a {kind} document, got a {doc_kind}")
     if "document" not in payload:
         raise MalformedIRError("missing 'document'")
-    return from_jsonable(payload["document"], ir.DOCUMENT_KINDS[doc_kind])
+    return _decode(payload["document"], ir.DOCUMENT_KINDS[doc_kind])

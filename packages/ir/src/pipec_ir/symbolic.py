@@ -117,6 +117,7 @@ def upper_bound(expr: sympy.Expr) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=65536)  # expressions are immutable; documents repeat them a lot
 def parse_expr(text: str) -> sympy.Expr:
     """Parse an expression stored in the IR ("s0*4", "128")."""
     text = text.strip()
