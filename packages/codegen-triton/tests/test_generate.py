@@ -176,3 +176,18 @@ def test_view_returned_to_the_caller_keeps_its_source_alive(builder):
     flat, n = run_program(prog, [xv])
     torch.testing.assert_close(flat, xv.abs().reshape(16))
     torch.testing.assert_close(n, -xv.exp())
+
+
+def test_same_kernel_name_in_two_programs_gets_its_own_index_symbols(builder):
+    """Regression (found by the fuzzer): index symbols carry upper bounds that drop a `% size`,
+    and sympy caches evaluations process-wide, so two kernels of the same name (in two
+    programs) must not share symbols, or one kernel's bounds simplify the other's indices."""
+    from pipec_codegen_triton.writer import KernelWriter
+
+    x = builder.input("x", (4, 8))
+    builder.node("y", "exp", [x], (4, 8))
+    g = builder.graph(["y"])
+    k = kernel("pipec_exp_0", "pointwise", ["y"], ["x"], ["y"], (4, 8))
+    first, second = KernelWriter(g, k), KernelWriter(g, k)
+    assert not set(first.xsyms) & set(second.xsyms)
+    assert first.write().source == second.write().source  # the printed kernel is the same

@@ -15,6 +15,7 @@ row, and a final loop writes row-level outputs.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import sympy
@@ -28,6 +29,9 @@ from pipec_ir.symbolic import (
 from .dtypes import FLOAT_COMPUTE, highest, literal, lowest, tl_compute, tl_storage
 from .pointwise_ops import POINTWISE as TEMPLATES
 from .simplify import simplify_index
+
+
+_WRITER_IDS = itertools.count()
 
 
 class CodegenError(Exception):
@@ -100,7 +104,10 @@ class KernelWriter:
         self.reduced = [d for d in range(len(domain)) if d in red]
         self.xnumel = numel([domain[d] for d in self.kept])
         self.rnumel = numel([domain[d] for d in self.reduced]) if self.is_reduction else None
-        tag = kernel.name
+        # Index symbols carry upper bounds (which drop provably redundant `%`), and sympy
+        # caches evaluations process-wide: symbols must never be shared between kernels,
+        # not even between two kernels of the same name in different programs.
+        tag = f"{kernel.name}_{next(_WRITER_IDS)}"
         self.xsyms = [index_symbol(f"x{k}_{tag}") for k in range(len(self.kept))]
         self.rsyms = [index_symbol(f"r{k}_{tag}") for k in range(len(self.reduced))]
         self.names = {s: f"x{k}" for k, s in enumerate(self.xsyms)}
