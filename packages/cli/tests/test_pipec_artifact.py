@@ -11,8 +11,9 @@ from safetensors.torch import load_file, save_file
 
 import pipec
 import pipec.plugins
-from pipec.cli import main
 from pipec_runtime_cudagraph.artifact import ArtifactError, ArtifactInputError
+
+from pipec_cli_testing import one_error_line, run
 
 
 @pytest.fixture(autouse=True)
@@ -24,20 +25,6 @@ def real_stages(monkeypatch, tmp_path):
         pytest.skip("built-in stages not installed")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # kernel sources go to a private cache
     return registry
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
-
-
-def one_error_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("error")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 class TwoHeads(torch.nn.Module):

@@ -20,8 +20,7 @@ import pipec_ir
 from pipec import Session, compile_graph
 from pipec.cache import (BadEntry, CacheError, CompileCache, LocalCache, PipecCacheWarning, default_cache_dir,
                          graph_module_digest, pack_entry, source_digest, stage_key, unpack_entry)
-from pipec.cli import main
-from pipec_cli_testing import entry_point
+from pipec_cli_testing import entry_point, run
 from pipec_ir import CompileOptions
 
 CACHE_SRC = Path(pipec.cache.__file__).parent
@@ -469,13 +468,6 @@ def test_explain_reports_hits_and_misses(cached_fake_stages):
 
 
 # ---------------------------------------------------------------- the command line
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
 
 
 def error_line(err: str) -> str:

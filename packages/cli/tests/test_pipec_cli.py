@@ -6,23 +6,7 @@ import subprocess
 import pytest
 
 import pipec_ir
-from pipec.cli import main
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
-
-
-def one_error_line(err: str) -> str:
-    """stderr holds exactly one `error:` line (besides progress, notes and warnings), and no traceback."""
-    lines = [ln for ln in err.splitlines() if ln.startswith("error")]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    return lines[0]
+from pipec_cli_testing import run, one_error_line
 
 
 # ---------------------------------------------------------------- usage errors -> exit 2, one line

@@ -11,9 +11,8 @@ import torch
 
 import pipec
 import pipec.plugins
-from pipec.cli import main
 
-from pipec_cli_testing import entry_point
+from pipec_cli_testing import entry_point, run
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 BUILTIN = {"capture": ("dynamo", "export"), "fusion": ("none", "default", "aggressive"), "codegen": ("triton",),
@@ -30,13 +29,6 @@ def real_stages(monkeypatch):
     if missing:
         pytest.skip(f"built-in stages not installed: {', '.join(missing)}")
     return registry
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
 
 
 def test_registered_by_their_distributions(real_stages):

@@ -14,7 +14,7 @@ import pipec_ir
 from pipec_ir import BUCKET_POLICIES, DEFAULT_RECOMPILE_LIMIT, CompileOptions, RecompileBudget, RecompileLimitError
 
 from .backend import make_backend
-from .errors import PipecError, find_pipec_error
+from .errors import PipecError, find_error, find_pipec_error
 from .pipeline import Session
 from .plugins import get_registry
 
@@ -126,7 +126,7 @@ def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget)
                 except RecompileLimitError:
                     raise
                 except Exception as exc:
-                    found = _find(exc, RecompileLimitError)
+                    found = find_error(exc, RecompileLimitError)
                     if found is not None:
                         raise found from exc
                     raise
@@ -138,17 +138,6 @@ def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget)
         compiled.forward = wrap(compiled.forward)
         return compiled
     return wrap(compiled)
-
-
-def _find(exc: BaseException | None, kind: type) -> BaseException | None:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, kind):
-            return exc
-        inner = getattr(exc, "inner_exception", None)
-        exc = inner if isinstance(inner, BaseException) else (exc.__cause__ or exc.__context__)
-    return None
 
 
 def compile(model=None, *, mode: str = "default", fusion: str = "default", runtime: str | None = None,

@@ -40,7 +40,6 @@ import json
 import os
 import platform
 import re
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
@@ -51,6 +50,7 @@ from typing import Any
 import pipec_ir
 from pipec_ir import Graph, KernelPlan, Program
 from pipec_ir.symbolic import as_expr, expr_str, parse_expr
+from .files import atomic_write
 
 FORMAT = "pipec-artifact"
 FORMAT_VERSION = (1, 0)
@@ -379,19 +379,7 @@ def write_artifact(path: str | os.PathLike, data: bytes) -> Path:
     """Write the artifact bytes atomically (a reader never sees half a file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return atomic_write(path, data, mode=0o644)
 
 
 # ------------------------------------------------------------------ reading

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pipec_ir import TritonKernel
 
+from .files import atomic_write
 from .interpreter import interpreter_active, interpreter_scope
 
 _lock = threading.RLock()
@@ -63,16 +64,7 @@ def write_source(source: str, directory: Path) -> Path:
             return path
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{digest[:16]}-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write(path, data, prefix=f".{digest[:16]}-")
 
 
 def load_kernel(kernel: TritonKernel, *, interpret: bool | None = None,

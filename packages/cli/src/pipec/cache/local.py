@@ -15,8 +15,9 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from pathlib import Path
+
+from pipec_runtime_cudagraph.files import atomic_write
 
 from .errors import CacheError
 
@@ -121,17 +122,7 @@ class LocalCache:
                 os.mkdir(path.parent, 0o700)
             except FileExistsError:
                 pass
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(path, data, prefix=".tmp-", suffix=_SUFFIX)
 
     # ------------------------------------------------------------ extras (pipec cache info / clear)
 
