@@ -1,5 +1,6 @@
 """Exported artifacts end to end: every example through `pipec.export`, run from the file alone."""
 
+import importlib.metadata
 import importlib.util
 import io
 import json
@@ -66,7 +67,7 @@ def test_example_artifact_matches_eager(exported, path):
     torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
     assert [s.name for s in loaded.inputs] == [i["name"] for i in result.inputs]
     made_with = loaded.manifest["made_with"]
-    assert made_with["torch"] == torch.__version__ and made_with["pipec"] == pipec.__version__
+    assert made_with["torch"] == importlib.metadata.version("torch") and made_with["pipec"] == pipec.__version__
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

@@ -112,10 +112,11 @@ def test_autotune_picks_a_working_config(options):
 
 
 @cuda
-def test_cpu_inputs_on_a_cuda_machine_use_the_interpreter(options):
+def test_cpu_inputs_on_a_cuda_machine_run_on_the_gpu(options):
     run = load_launch(slot_program(), options)
     x = torch.randn(8, 37)
     t3, t2 = run([x])
+    assert t2.device.type == "cpu" and t3.device.type == "cpu"
     torch.testing.assert_close(t2, (x + x).sum(1))
     torch.testing.assert_close(t3, 2 * (x + x).sum(1))
     xc = x.cuda()

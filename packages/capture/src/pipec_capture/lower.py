@@ -582,11 +582,19 @@ def ensure_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
         return
     if example_inputs is None:
         raise CaptureError("the fx graph has no meta['val'] and no example inputs were given")
+    from torch._guards import detect_fake_mode
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+    # AOTAutograd may hand over fake tensors with symbolic sizes: their own mode owns the
+    # ShapeEnv those symbols live in, and a fresh mode could not convert them.
+    placeholder_vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = detect_fake_mode([*example_inputs, *placeholder_vals])
+    if mode is None:
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
+        with mode:
+            fake = [x if mode.is_our_fake(x) else mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
+                    for x in example_inputs]
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
     except Exception as e:  # noqa: BLE001
         raise CaptureError(f"capture: cannot infer the shapes of the fx graph ({type(e).__name__}: {e}); "

@@ -17,7 +17,8 @@ functions for interpreted twins (`_interpreted_language`).
 
 Policy: with no CUDA device the runtime turns the interpreter on for the whole process
 (`enable_interpreter`), once, with one log message. On a CUDA machine a program fed
-CPU tensors gets its kernels decorated and run inside `interpreter_scope(True)`.
+CPU tensors runs on the GPU and hands back CPU tensors (`launch`): triton < 3.7's
+interpreter leaves triton.language patched, which breaks later GPU compiles.
 """
 
 from __future__ import annotations

@@ -426,6 +426,8 @@ class ProgramRunner:
 
     def run(self, inputs: list, symvals: tuple, device: torch.device) -> list:
         """Run the steps on prepared inputs; the program's outputs."""
+        if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
+            return self._run_cpu_on_cuda(inputs, symvals)
         steps = self.steps_for(device)
         vals = [None] * self.nvals
         vals[:len(inputs)] = inputs
@@ -445,6 +447,18 @@ class ProgramRunner:
         else:
             self._run_steps(steps, vals, symvals, device)
         return [None if i is None else vals[i] for i in self.out_index]
+
+    def _run_cpu_on_cuda(self, inputs: list, symvals: tuple) -> list:
+        """CPU tensors on a machine with CUDA: compute on the GPU, hand back CPU tensors.
+
+        Why not the interpreter here: before triton 3.7 the interpreter patches
+        triton.language for good when it first runs a kernel, so every kernel compiled
+        for the GPU afterwards in the same process fails to build. The copies cost far
+        less than interpreting would, and the results are the GPU kernels' results.
+        """
+        cuda = torch.device("cuda", torch.cuda.current_device())
+        outs = self.run([t.to(cuda) for t in inputs], symvals, cuda)
+        return [None if t is None else t.cpu() for t in outs]
 
     @staticmethod
     def _run_steps(steps, vals, symvals, device) -> None:
