@@ -42,8 +42,9 @@ def kernel(name, kind, nodes, inputs, outputs, domain, reduce_dims=()):
                   tuple(sympy.Integer(d) for d in domain), tuple(reduce_dims))
 
 
-def run_program(program, tensors):
-    """A minimal launcher (the real one lives in the runtime stage)."""
+def run_program(program, tensors, constants=None):
+    """A minimal launcher (the real one lives in the runtime stage); `constants` overrides
+    block sizes of the first config (e.g. a small RBLOCK, to loop over a short row)."""
     import triton
 
     env = dict(zip([b.name for b in program.inputs], [t.to(DEVICE) for t in tensors]))
@@ -64,7 +65,8 @@ def run_program(program, tensors):
             for o in step.outputs:
                 env[o] = torch.empty([int(s) for s in types[o].shape], dtype=DT[types[o].dtype], device=DEVICE)
             cfg = dict(k.configs[0].constants)
-            grid = tuple(triton.cdiv(int(e), cfg[n]) for e, n in k.grid)
+            cfg.update({n: v for n, v in (constants or {}).items() if n in cfg})
+            grid = tuple(triton.cdiv(int(e), cfg[n]) if n else int(e) for e, n in k.grid)
             fn[grid](*[env[i] for i in step.inputs], *[env[o] for o in step.outputs],
                      *[int(v) for _, v in k.sizes], **cfg)
         else:

@@ -19,15 +19,18 @@ import itertools
 from dataclasses import dataclass, field
 
 import sympy
-from pipec_ir import Graph, Kernel, Size, TensorType
+from pipec_ir import ITEMSIZE, Graph, Kernel, Size, TensorType
 from pipec_ir.indexing import view_source_index
 from pipec_ir.ops import CREATION, POINTWISE, REDUCTION, VIEW, kind_of
 from pipec_ir.symbolic import (
     FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel, pyexpr, set_upper_bound,
 )
 
+from .configs import OUTER_PERSISTENT_LIMIT, PERSISTENT_ROW_BYTES, pow2_at_least
 from .dtypes import FLOAT_COMPUTE, highest, literal, lowest, tl_compute, tl_storage
+from .indexing_ops import take_value
 from .pointwise_ops import POINTWISE as TEMPLATES
+from .row_loops import plan_row_loops
 from .simplify import simplify_index
 
 
@@ -53,6 +56,7 @@ class KernelSource:
     uses_libdevice: bool
     persistent: bool
     rnumel: sympy.Expr | None
+    outer_reduction: bool = False  # reduces non-innermost dims (x runs along the contiguous dim)
 
 
 HELPERS = '''
@@ -64,6 +68,26 @@ def _pipec_maximum(a, b):
 @triton.jit
 def _pipec_minimum(a, b):
     return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def _pipec_fmax(a, b):
+    # one max.NaN instruction: NaN wins, like torch.amax
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _pipec_fmin(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _pipec_welford(mean1, m2_1, n1, mean2, m2_2, n2):
+    # Chan et al.: merge two (mean, sum of squared deviations, count) partials
+    n = n1 + n2
+    w2 = n2 / tl.maximum(n, 1.0)  # 0 when both are empty
+    delta = mean2 - mean1
+    return mean1 + delta * w2, m2_1 + m2_2 + delta * delta * n1 * w2, n
 
 
 @triton.jit
@@ -85,7 +109,8 @@ def _pipec_argmin(v1, i1, v2, i2):
 
 
 class KernelWriter:
-    def __init__(self, graph: Graph, kernel: Kernel, persistent_limit: int = 4096):
+    def __init__(self, graph: Graph, kernel: Kernel, persistent_limit: int | None = None,
+                 persistent_bytes: int = PERSISTENT_ROW_BYTES):
         self.graph = graph
         self.kernel = kernel
         self.nodes = graph.node_map()
@@ -134,12 +159,33 @@ class KernelWriter:
             set_upper_bound(self.xindex, int(self.xnumel))
         if self.rnumel is not None and self.rnumel.is_Integer:
             set_upper_bound(self.rindex, int(self.rnumel))
-        self.persistent = (
-            self.is_reduction and self.rnumel.is_Integer and int(self.rnumel) <= persistent_limit
-        )
+        # Reducing over non-innermost dims (a column sum): the innermost (contiguous) dim is a
+        # kept one, so blocks run wide along x and short along r, and loads stay coalesced.
+        self.outer_reduction = self.is_reduction and bool(self.kept) and self.kept[-1] == len(domain) - 1
+        self.persistent = self.is_reduction and self._fits_in_registers(persistent_limit, persistent_bytes)
         self.size_symbols: set[sympy.Symbol] = set()
         self.value_params: dict[sympy.Expr, str] = {}  # symbolic `full` values -> int parameters ks0, ...
         self.hoisted: set[sympy.Symbol] = set()  # the symbols standing for those parameters
+
+    def _fits_in_registers(self, limit: int | None, budget: int) -> bool:
+        """Whether a whole row is reduced in one pass, held in registers ("persistent").
+
+        `limit` (the `persistent_reduction_limit` option) caps the row length in elements when
+        given. Otherwise an innermost row is persistent when its power-of-two block of the
+        widest row-level input fits `budget` bytes (16 KiB: 8192 bf16 or 4096 fp32 elements,
+        spread over up to 16 warps); a column (non-innermost reduction) only when short, since
+        its block spans many columns.
+        """
+        if not self.rnumel.is_Integer:
+            return False
+        rnumel = int(self.rnumel)
+        if limit is not None:
+            return rnumel <= limit
+        if self.outer_reduction:
+            return rnumel <= OUTER_PERSISTENT_LIMIT
+        itemsizes = [ITEMSIZE.get(self.types[i].dtype, 4) for i in self.kernel.inputs
+                     if tuple(self.types[i].shape) == self.domain]
+        return pow2_at_least(rnumel) * max(itemsizes, default=4) <= budget
 
     # ------------------------------------------------------------ helpers
 
@@ -229,6 +275,8 @@ class KernelWriter:
             if tuple(index) != tuple(expected):
                 raise CodegenError(f"{self.kernel.name}: {name} is read at another row ({index} vs {expected})")
             return var, False
+        if node.op == "take":  # a load at a computed position (indexing_ops.py)
+            return take_value(self, node, index)
         if kind != POINTWISE:
             raise CodegenError(f"{self.kernel.name}: cannot generate {node.op} ({name}) inside a kernel")
         return self._pointwise(node, index)
@@ -334,7 +382,8 @@ class KernelWriter:
         src += f"def {self.kernel.name}({', '.join(params)}):\n"
         src += f'    """{doc}"""\n'
         src += "\n".join(body) + "\n"
-        return KernelSource(src, tuple(sizes), self.uses_libdevice, self.persistent, self.rnumel)
+        return KernelSource(src, tuple(sizes), self.uses_libdevice, self.persistent, self.rnumel,
+                            self.outer_reduction)
 
     @staticmethod
     def _helpers(body: list[str]) -> str:
@@ -410,8 +459,8 @@ class KernelWriter:
                 var, _ = self.value(o, self.domain_index)
                 self._store(self.inner, o, var, self._row_offset(o), "xmask & rmask")
         else:
-            for r in reductions:
-                self._reduce_looped(r)
+            for loop in plan_row_loops(self.nodes, self.kernel.nodes, self.rnumel):
+                self._reduce_loop(loop)
             if row_outputs:
                 self.inner = self._open_row(lines)
                 for o in row_outputs:
@@ -481,36 +530,114 @@ class KernelWriter:
         elif op == "prod":
             text = f"tl.reduce({acc}, 1, _pipec_product)[:, None]"
         elif op in ("max", "min"):
-            text = f"tl.reduce({acc}, 1, _pipec_{'maximum' if op == 'max' else 'minimum'})[:, None]"
+            text = f"tl.reduce({acc}, 1, {self._max_min(node)})[:, None]"
         else:  # argmax / argmin
             pair = self.fresh()
             scope.lines.append(f"{scope.indent}_, {pair} = tl.reduce(({acc}, {idx}), 1, _pipec_{op})")
             text = f"{pair}[:, None].to(tl.int64)"
         return self.emit(scope, text)
 
-    def _reduce_looped(self, name):
+    def _max_min(self, node) -> str:
+        """The NaN-propagating max/min combine: one max.NaN instruction for floats."""
+        if self.types[node.inputs[0]].dtype in FLOAT_COMPUTE:
+            return "_pipec_fmax" if node.op == "max" else "_pipec_fmin"
+        return "_pipec_maximum" if node.op == "max" else "_pipec_minimum"
+
+    def _reduce_loop(self, items):
+        """One `for roffset` loop over the row updating the accumulators of every item
+        (row_loops.LoopItem), then each item's per-row results."""
+        starts = {"plain": self._plain_loop, "online_softmax": self._online_softmax_loop,
+                  "welford": self._welford_loop}
+        steps = [starts[item.kind](*item.reductions) for item in items]  # accumulators set up
+        self.inner = self._open_row([])
+        for update, _ in steps:
+            update(self.inner)
+        self.outer.lines.extend(self.inner.lines)
+        self.inner = None
+        for _, finish in steps:
+            finish(self.outer)
+
+    def _accumulator(self, init: str, ctype: str) -> str:
+        acc = self.fresh()
+        self.outer.lines.append(f"    {acc} = tl.full([XBLOCK, RBLOCK], {init}, {ctype})")
+        return acc
+
+    def _plain_loop(self, name):
         node, src = self._reduce_setup(name)
         ctype = tl_compute(self.types[src].dtype) if node.op not in ("any",) else "tl.int32"
         init = self._identity(node)
-        acc = self.fresh()
-        self.outer.lines.append(f"    {acc} = tl.full([XBLOCK, RBLOCK], {init}, {ctype})")
-        idx = None
-        if node.op in ("argmax", "argmin"):
-            idx = self.fresh()
-            self.outer.lines.append(f"    {idx} = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)")
-        self.inner = self._open_row([])
-        v, _ = self.value(src, self.domain_index)
-        s = self.inner
-        masked = self.emit(s, f"tl.where(xmask & rmask, {v}, {init})")
-        combine = {"sum": f"{acc} + {masked}", "any": f"{acc} | ({masked} != 0).to(tl.int32)",
-                   "prod": f"{acc} * {masked}", "max": f"_pipec_maximum({acc}, {masked})",
-                   "min": f"_pipec_minimum({acc}, {masked})"}
-        if idx is not None:
-            ridx = "tl.where(xmask & rmask, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]), 2147483647)"
-            s.lines.append(f"{s.indent}{acc}, {idx} = _pipec_{node.op}({acc}, {idx}, {masked}, {ridx})")
-        else:
+        acc = self._accumulator(init, ctype)
+        idx = self._accumulator("2147483647", "tl.int32") if node.op in ("argmax", "argmin") else None
+
+        def update(s):
+            v, _ = self.value(src, self.domain_index)
+            masked = self.emit(s, f"tl.where(xmask & rmask, {v}, {init})")
+            if idx is not None:
+                ridx = "tl.where(xmask & rmask, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]), 2147483647)"
+                s.lines.append(f"{s.indent}{acc}, {idx} = _pipec_{node.op}({acc}, {idx}, {masked}, {ridx})")
+                return
+            combine = {"sum": f"{acc} + {masked}", "any": f"{acc} | ({masked} != 0).to(tl.int32)",
+                       "prod": f"{acc} * {masked}", "max": f"{self._max_min(node)}({acc}, {masked})",
+                       "min": f"{self._max_min(node)}({acc}, {masked})"}
             s.lines.append(f"{s.indent}{acc} = {combine[node.op]}")
-        self.outer.lines.extend(s.lines)
-        self.inner = None
-        result = self._finish(self.outer, node, acc, idx)
-        self.reduction_values[name] = (result, self._outer_index(name))
+
+        def finish(scope):
+            result = self._finish(scope, node, acc, idx)
+            self.reduction_values[name] = (result, self._outer_index(name))
+
+        return update, finish
+
+    def _online_softmax_loop(self, peak_name, total_name):
+        """max(a) and sum(exp(a - max(a))) in one pass: per lane a running max m and a running
+        sum s of exp(a - m), rescaled by exp(m_old - m_new) whenever m grows."""
+        node, src = self._reduce_setup(peak_name)
+        self._reduce_setup(total_name)
+        ctype = tl_compute(self.types[src].dtype)
+        m_acc = self._accumulator("float('-inf')", ctype)
+        s_acc = self._accumulator("0", ctype)
+
+        def update(s):
+            v, _ = self.value(src, self.domain_index)
+            a = self.emit(s, f"tl.where(xmask & rmask, {v}, float('-inf'))")
+            m_new = self.emit(s, f"{self._max_min(node)}({m_acc}, {a})")
+            # a lane that has seen only -inf keeps s = 0 (exp(-inf - -inf) would be NaN)
+            m_safe = self.emit(s, f"tl.where({m_new} == float('-inf'), 0.0, {m_new})")
+            s.lines.append(f"{s.indent}{s_acc} = {s_acc} * tl.exp({m_acc} - {m_safe}) + tl.exp({a} - {m_safe})")
+            s.lines.append(f"{s.indent}{m_acc} = {m_new}")
+
+        def finish(scope):
+            peak = self.emit(scope, f"tl.reduce({m_acc}, 1, {self._max_min(node)})[:, None]")
+            # a row of only -inf gives NaN here, as sum(exp(a - max)) does in eager
+            total = self.emit(scope, f"tl.sum({s_acc} * tl.exp({m_acc} - {peak}), 1)[:, None]")
+            self.reduction_values[peak_name] = (peak, self._outer_index(peak_name))
+            self.reduction_values[total_name] = (total, self._outer_index(total_name))
+
+        return update, finish
+
+    def _welford_loop(self, total_name, squares_name):
+        """sum(a) and sum((a - mean)**2) in one pass: a plain running sum, plus per lane
+        Welford's running mean and M2 (sum of squared deviations) over a count."""
+        _, src = self._reduce_setup(total_name)
+        self._reduce_setup(squares_name)
+        ctype = tl_compute(self.types[src].dtype)
+        sum_acc, mean_acc, m2_acc, count = (self._accumulator("0", ctype) for _ in range(4))
+
+        def update(s):
+            v, _ = self.value(src, self.domain_index)
+            s.lines.append(f"{s.indent}{sum_acc} = {sum_acc} + tl.where(xmask & rmask, {v}, 0)")
+            s.lines.append(f"{s.indent}{count} = {count} + tl.where(xmask & rmask, 1.0, 0.0)")
+            delta = self.emit(s, f"{v} - {mean_acc}")
+            s.lines.append(f"{s.indent}{mean_acc} = {mean_acc} + "
+                           f"tl.where(xmask & rmask, {delta} / tl.maximum({count}, 1.0), 0.0)")
+            s.lines.append(f"{s.indent}{m2_acc} = {m2_acc} + tl.where(xmask & rmask, {delta} * ({v} - {mean_acc}), 0.0)")
+
+        def finish(scope):
+            total = self.emit(scope, f"tl.sum({sum_acc}, 1)[:, None]")
+            m2 = self.fresh()
+            scope.lines.append(f"{scope.indent}_, {m2}, _ = tl.reduce(({mean_acc}, {m2_acc}, {count}), 1, "
+                               "_pipec_welford)")
+            self.reduction_values[total_name] = (total, self._outer_index(total_name))
+            self.reduction_values[squares_name] = (self.emit(scope, f"{m2}[:, None]"),
+                                                   self._outer_index(squares_name))
+
+        return update, finish
