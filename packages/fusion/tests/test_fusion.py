@@ -82,25 +82,106 @@ def test_layer_norm_is_one_kernel():
     assert len(k.outputs) == 1
 
 
-def test_matmul_bias_gelu():
+def test_matmul_bias_gelu_is_one_matmul_kernel_with_its_epilogue():
     plan = fuse(linear_gelu())
-    kinds = [k.kind for k in plan.kernels]
-    assert kinds == ["view", "matmul", "pointwise"]
-    view, mm, epilogue = plan.kernels
+    assert [k.kind for k in plan.kernels] == ["view", "matmul"]
+    view, mm = plan.kernels
     assert view.name == "pipec_view_permute_0"
     assert view.nodes == ("permute_0",) and view.inputs == ("weight",) and view.outputs == ("permute_0",)
-    assert mm.name == "pipec_mm_1" and mm.inputs == ("x", "permute_0") and mm.outputs == ("mm_1",)
-    assert epilogue.name == "pipec_fused_add_gelu_2"
-    assert epilogue.inputs == ("mm_1", "bias")
-    assert rejected_reason(plan, "mm_1", "add_4") == "matmul runs as a library call"
+    assert mm.name == "pipec_fused_mm_add_gelu_1"
+    assert mm.nodes == ("mm_1", "reshape_2", "expand_3", "add_4", "gelu_5")
+    assert mm.inputs == ("x", "permute_0", "bias") and mm.outputs == ("gelu_5",)
+    assert [str(s) for s in mm.domain] == ["8", "32"]
+    assert [(f.first, f.second) for f in plan.fusions] == [(("mm_1",), ("add_4",)), (("mm_1", "add_4"), ("gelu_5",))]
+    assert all(f.kernel == mm.name for f in plan.fusions)
+
+
+def test_matmul_epilogue_never_under_none():
+    plan = fuse(linear_gelu(), "none")
+    assert [k.kind for k in plan.kernels] == ["view", "matmul", "pointwise", "pointwise"]
+    assert rejected_reason(plan, "mm_1", "add_4") == "heuristics: policy 'none' does not fuse"
 
 
 def test_diamond_cycle_is_rejected_with_reason():
-    plan = fuse(diamond_through_mm())
+    plan = fuse(diamond_through_mm(), "none")
     assert len(plan.kernels) == 3
     assert rejected_reason(plan, "relu_0", "add_2") == "would create a cycle through pipec_mm_1"
     relu = plan.kernels[0]
     assert relu.outputs == ("relu_0",)
+
+
+def test_diamond_add_joins_the_matmul_epilogue_but_the_operand_does_not():
+    plan = fuse(diamond_through_mm())
+    relu, mm = plan.kernels
+    assert mm.kind == "matmul" and mm.nodes == ("mm_1", "add_2") and mm.inputs == ("relu_0", "w")
+    assert relu.outputs == ("relu_0",)
+    assert rejected_reason(plan, "relu_0", "mm_1") == \
+        "relu_0 is an operand of matmul mm_1: a matmul kernel fuses only its epilogue"
+
+
+def _mm_then(*ops, out_mm=False, n=8, k=16, m=8):
+    g = GraphBuilder("mm_then")
+    x = g.input("x", [n, k])
+    w = g.input("w", [k, m], role="parameter")
+    y = mm = g.mm(x, w)
+    for op in ops:
+        y = g.pw(op, y) if op != "add" else g.pw("add", y, g.input("r", [n, m]))
+    return g.build(y, mm) if out_mm else g.build(y)
+
+
+def test_two_linears_each_keep_their_own_epilogue():
+    g = GraphBuilder("mlp")
+    x = g.input("x", [8, 16])
+    w1, w2 = g.input("w1", [16, 32], role="parameter"), g.input("w2", [32, 16], role="parameter")
+    h = g.pw("silu", g.mm(x, w1))
+    y = g.pw("relu", g.mm(h, w2))
+    plan = fuse(g.build(y))
+    assert [k.name for k in plan.kernels] == ["pipec_fused_mm_silu_0", "pipec_fused_mm_relu_1"]
+    assert plan.kernels[0].outputs == ("silu_1",)  # stored: the second product reads it
+    assert rejected_reason(plan, "silu_1", "mm_2") == "a matmul kernel holds one matmul"
+
+
+def test_product_needed_elsewhere_is_stored_by_the_matmul_kernel():
+    plan = fuse(_mm_then("relu", "add", out_mm=True))
+    (k,) = plan.kernels
+    assert k.kind == "matmul" and k.outputs == ("mm_0", "add_2") and k.inputs == ("x", "w", "r")
+
+
+def test_epilogue_ops_outside_the_default_list_wait_for_aggressive():
+    plan = fuse(_mm_then("relu", "sin"))
+    assert [k.nodes for k in plan.kernels] == [("mm_0", "relu_1"), ("sin_2",)]
+    assert rejected_reason(plan, "relu_1", "sin_2") == \
+        "heuristics: policy 'default' keeps sin out of matmul epilogues (policy 'aggressive' does not)"
+    (k,) = fuse(_mm_then("relu", "sin"), "aggressive").kernels
+    assert k.kind == "matmul" and k.nodes == ("mm_0", "relu_1", "sin_2")
+
+
+def test_reduction_after_matmul_stays_apart():
+    g = GraphBuilder("mm_sum")
+    x, w = g.input("x", [8, 16]), g.input("w", [16, 8])
+    s = g.reduce("sum", g.mm(x, w), (1,))
+    plan = fuse(g.build(s))
+    assert [k.kind for k in plan.kernels] == ["matmul", "reduction"]
+    assert rejected_reason(plan, "mm_0", "sum_1") == "a matmul epilogue holds only pointwise ops, not a reduction"
+
+
+def test_epilogue_reading_the_product_transposed_is_illegal():
+    g = GraphBuilder("mm_t")
+    x, w = g.input("x", [8, 8]), g.input("w", [8, 8])
+    p = g.mm(x, w)
+    y = g.pw("add", p, g.permute(p, (1, 0)))
+    plan = fuse(g.build(y), "aggressive")
+    assert [k.kind for k in plan.kernels] == ["matmul", "pointwise"]
+    assert rejected_reason(plan, "mm_0", "add_2").startswith("add_2 reads matmul mm_0 at another index than its own")
+
+
+def test_epilogue_over_another_domain_is_illegal():
+    g = GraphBuilder("mm_bcast")
+    x, w = g.input("x", [8, 16]), g.input("w", [16, 1])
+    y = g.pw("add", g.expand(g.mm(x, w), [8, 4]), g.input("r", [8, 4]))
+    plan = fuse(g.build(y))
+    assert rejected_reason(plan, "mm_0", "add_2") == \
+        "epilogue domain [8, 4] is not the matmul's output [8, 1] nor a contiguous reshape of it"
 
 
 def test_reductions_over_different_dims_not_merged():
@@ -134,6 +215,23 @@ def test_broadcast_literal_is_recomputed_under_default():
     y = g.pw("add", x, g.expand(g.full(1.0, [4, 1]), [4, 8]))
     plan = fuse(g.build(y))
     assert len(plan.kernels) == 1
+
+
+def test_cheap_cast_of_a_small_broadcast_input_is_recomputed_under_default():
+    """A bf16 layer_norm weight cast to fp32 and read by every row: recomputed in the row
+    kernel (policy 'default'), not a kernel of its own; an exp of it is not cheap."""
+    def graph(op, rows):
+        g = GraphBuilder("castw")
+        x = g.input("x", [rows, 32])
+        w = g.input("w", [32], role="parameter")
+        y = g.pw("mul", x, g.expand(g.pw(op, w), [rows, 32]))
+        return g.build(y)
+
+    assert len(fuse(graph("cast", 16)).kernels) == 1
+    plan = fuse(graph("exp", 16))
+    assert len(plan.kernels) == 2
+    assert "aggressive" in rejected_reason(plan, "exp_0", "mul_2")
+    assert len(fuse(graph("cast", 8)).kernels) == 2  # 8 rows: not much larger, keep one evaluation
 
 
 @pytest.mark.parametrize("make", ALL_GRAPHS)
@@ -359,3 +457,57 @@ def test_reshaped_read_is_not_a_recompute():
     z = g.pw("gelu", g.pw("add", g.reshape(y, [4, 8, 16]), bias), approximate="none")
     (k,) = fuse(g.build(z)).kernels
     assert k.inputs == ("x", "bias") and k.outputs == (z,)
+
+
+def _linear_3d(then):
+    """nn.Linear on a [2, 5, 16] input as captured: reshape -> mm -> add bias -> reshape, then `then`."""
+    g = GraphBuilder("linear_3d")
+    x = g.input("x", [2, 5, 16])
+    w, bias = g.input("w", [16, 24], role="parameter"), g.input("b", [24], role="parameter")
+    y = g.pw("add", g.mm(g.reshape(x, [10, 16]), w), g.expand(g.reshape(bias, [1, 24]), [10, 24]))
+    return g, then(g, y)
+
+
+def test_epilogue_over_a_contiguous_reshape_of_the_product_joins_it():
+    g, out = _linear_3d(lambda g, y: g.pw("add", g.pw("gelu", g.reshape(y, [2, 5, 24]), approximate="tanh"), g.input("r", [2, 5, 24])))
+    plan = fuse(g.build(out))
+    assert [k.kind for k in plan.kernels] == ["view", "matmul"]  # the view: x as [10, 16] for the product
+    (k,) = kernels_of(plan, "matmul")
+    assert k.domain == (10, 24) and k.inputs == ("reshape_0", "w", "b", "r")
+    assert k.nodes == ("mm_1", "reshape_2", "expand_3", "add_4", "reshape_5", "gelu_6", "add_7")
+    assert k.outputs == ("add_7",) and not plan.rejected
+
+
+def test_epilogue_storing_both_shapes_of_the_product():
+    g, out = _linear_3d(lambda g, y: g.pw("relu", g.reshape(y, [2, 5, 24])))
+    add = next(n.name for n in g.build(out).nodes if n.op == "add")
+    (k,) = kernels_of(fuse(g.build(out, add)), "matmul")
+    assert k.outputs == (add, out)  # [10, 24] and [2, 5, 24], both at the tile's flat index
+
+
+def test_epilogue_through_a_permute_of_the_product_is_refused():
+    g, out = _linear_3d(lambda g, y: g.pw("relu", g.permute(y, (1, 0))))
+    plan = fuse(g.build(out))
+    assert [k.kind for k in plan.kernels] == ["view", "matmul", "pointwise"]
+    assert rejected_reason(plan, "add_4", "relu_6") == \
+        "epilogue domain [24, 10] is not the matmul's output [10, 24] nor a contiguous reshape of it"
+
+
+def test_epilogue_over_a_scrambling_reshape_is_refused():
+    # [10, 24] -> [24, 10] keeps the element count but is no split or merge of dims
+    g, out = _linear_3d(lambda g, y: g.pw("relu", g.reshape(y, [24, 10])))
+    plan = fuse(g.build(out))
+    assert [k.kind for k in plan.kernels] == ["view", "matmul", "pointwise"]
+    assert rejected_reason(plan, "add_4", "relu_6") == \
+        "epilogue domain [24, 10] is not the matmul's output [10, 24] nor a contiguous reshape of it"
+
+
+def test_square_product_read_through_a_permute_is_refused_by_index():
+    # [8, 8] permuted keeps the domain: the index check refuses it (the tile has no transposed element)
+    g = GraphBuilder("mm_sq")
+    x, w = g.input("x", [2, 4, 8]), g.input("w", [8, 8])
+    p = g.mm(g.reshape(x, [8, 8]), w)
+    y = g.pw("relu", g.reshape(g.permute(p, (1, 0)), [2, 4, 8]))
+    plan = fuse(g.build(y))
+    assert [k.kind for k in plan.kernels] == ["view", "matmul", "pointwise"]
+    assert rejected_reason(plan, "mm_1", "relu_4").startswith("relu_4 reads matmul mm_1 at another index than its own")

@@ -9,8 +9,9 @@ from pipec_ir import (
 from pipec_ir.symbolic import parse_expr
 from pipec_ir.types import Buffer, TensorType, get_attr
 
-from .configs import pointwise_configs, reduction_configs, upper_bound
-from .memory_plan import plan_memory
+from .configs import PERSISTENT_ROW_BYTES, pointwise_configs, reduction_configs, upper_bound
+from .matmul_choice import matmul_with_epilogue
+from .memory_plan import plan_program_memory
 from .padding import pad_symbols
 from .writer import CodegenError, KernelWriter
 
@@ -75,18 +76,20 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     graph = plan.graph
     nodes = graph.node_map()
     types = graph.types()
-    limit = int(options.get("persistent_reduction_limit", 4096))
+    limit = options.get("persistent_reduction_limit")  # rows up to this many elements; default: by bytes
+    row_bytes = int(options.get("persistent_reduction_bytes", PERSISTENT_ROW_BYTES))
     kernels, steps = [], []
     for kernel in plan.kernels:
         if kernel.kind in ("pointwise", "reduction"):
-            src = KernelWriter(graph, kernel, persistent_limit=limit).write()
+            src = KernelWriter(graph, kernel, persistent_limit=None if limit is None else int(limit),
+                               persistent_bytes=row_bytes).write()
             sizes = dict(src.sizes)
             if kernel.kind == "pointwise":
                 configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))
                 grid = ((sizes["xnumel"], "XBLOCK"),)
             else:
                 configs = reduction_configs(sizes["xnumel"], sizes["rnumel"], src.persistent,
-                                            upper_bound(sizes["xnumel"], graph.symbols))
+                                            upper_bound(sizes["xnumel"], graph.symbols), outer=src.outer_reduction)
                 grid = ((sizes["xnumel"], "XBLOCK"),)
             kernels.append(TritonKernel(
                 name=kernel.name, source=src.source,
@@ -95,6 +98,10 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
                 sizes=src.sizes, grid=grid, configs=configs,
             ))
             steps.append(Step("launch", kernel.name, tuple(kernel.inputs), tuple(kernel.outputs)))
+        elif kernel.kind == "matmul" and len(kernel.nodes) > 1:  # with an epilogue: template or cuBLAS
+            more_kernels, more_steps = matmul_with_epilogue(graph, kernel, options)
+            kernels.extend(more_kernels)
+            steps.extend(more_steps)
         elif kernel.kind in ("view", "matmul", "extern"):
             steps.append(_library_step(kernel, nodes, types))
         else:
@@ -103,10 +110,14 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
         for out in step.outputs:
             if out not in types and "__unused" in out:
                 base, i = out.split("__unused")
-                shape_strs, dtype = get_attr(nodes[base].attrs, "results")[int(i)]
+                result = get_attr(nodes[base].attrs, "results")[int(i)]
+                if result is None:  # an undefined result (e.g. convolution_backward's masked-off grads)
+                    types[out] = TensorType((sympy.Integer(0),), "float32")
+                    continue
+                shape_strs, dtype = result
                 types[out] = TensorType(tuple(parse_expr(s) for s in shape_strs), dtype)
     graph_outputs = {o for o in graph.outputs if o is not None}
-    buffers, slots, peak = plan_memory(tuple(steps), types, graph_outputs)
+    steps, buffers, slots, peak = plan_program_memory(tuple(steps), types, graph_outputs, plan)
     program = Program(
         name=graph.name,
         inputs=tuple(Buffer(i.name, i.type) for i in graph.inputs),

@@ -21,7 +21,7 @@ CREATION_OPS = frozenset({"full", "iota"})
 def group_kind_of(node: Node) -> str:
     """The kind of group a (non-view) node starts in."""
     kind = kind_of(node.op)
-    if kind in ("pointwise", "creation"):
+    if kind in ("pointwise", "creation", "indexing"):  # indexing: `take`, a pointwise gather
         return "pointwise"
     if kind in ("reduction", "matmul", "extern"):
         return kind

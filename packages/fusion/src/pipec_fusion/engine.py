@@ -22,7 +22,7 @@ from pipec_ir.verify import is_multi_result
 
 from .analysis import GraphAnalysis, group_kind_of
 from .heuristics import GroupInfo, Heuristics
-from .legality import Group, GroupCheck, check_group, cycle_through, merged_group
+from .legality import MATMUL_OPS, Group, GroupCheck, check_group, cycle_through, merged_group
 
 
 @dataclass(frozen=True)
@@ -295,7 +295,7 @@ def _dedupe(values):
 
 def _compute_kernel(an: GraphAnalysis, group: Group) -> Kernel:
     members = sorted(group.members, key=an.pos)
-    if group.kind == "matmul":
+    if group.kind == "matmul" and len(members) == 1:
         (name,) = members
         return Kernel("", "matmul", (name,), (name,), _dedupe(an.nodes[name].inputs), an.shape(name))
     if group.kind == "extern":
@@ -309,6 +309,9 @@ def _compute_kernel(an: GraphAnalysis, group: Group) -> Kernel:
     views: set[str] = set()
     inputs = []
     for name in members:
+        if an.nodes[name].op in MATMUL_OPS:  # a library call's operands: views stay tensors (view kernels)
+            inputs.extend(an.nodes[name].inputs)
+            continue
         for value in an.nodes[name].inputs:
             views.update(an.view_chain(value))
             root = an.root[value]
@@ -328,7 +331,7 @@ def _kernel_name(an: GraphAnalysis, kernel: Kernel, index: int) -> str:
     ops = [an.nodes[n].op for n in kernel.nodes]
     if kernel.kind == "view":
         return f"pipec_view_{ops[0]}_{index}"
-    if kernel.kind == "matmul":
+    if kernel.kind == "matmul" and len(kernel.nodes) == 1:
         return f"pipec_{ops[0]}_{index}"
     if kernel.kind == "extern":
         ext = next(an.nodes[n] for n in kernel.nodes if an.nodes[n].op == "extern")
@@ -337,6 +340,8 @@ def _kernel_name(an: GraphAnalysis, kernel: Kernel, index: int) -> str:
         short = re.sub(r"\W", "_", short).strip("_") or "op"
         return f"pipec_extern_{short}_{index}"
     compute = [an.nodes[n].op for n in kernel.nodes if not an.is_view(n)]
+    if kernel.kind == "matmul":  # the product first: pipec_fused_mm_add_gelu_1
+        compute.sort(key=lambda op: op not in MATMUL_OPS)
     if len(compute) == 1:
         return f"pipec_{compute[0]}_{index}"
     named = _dedupe(op for op in compute if op != "full") or ("full",)

@@ -11,6 +11,11 @@ groups — and the kind of merge:
   codegen recomputes it per consumer element.
 - "horizontal": independent groups (no path between them) with the same domain.
 
+A pair where one group is a `matmul` is an *epilogue* merge (legality has checked
+that the pointwise side runs over the product's domain): the product is then never
+written and read back; codegen offers a Triton GEMM template with the epilogue on
+its accumulator tile and cuBLAS + one pointwise kernel, and the runtime times both.
+
 `score` returns a float (higher merges first) or None for "do not fuse";
 `why_not` words the rejection recorded in the plan.
 """
@@ -20,6 +25,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CREATION_OPS = frozenset({"full", "iota"})
+# What policy 'default' recomputes per element of a broadcast consumer: a short chain of
+# these over a much smaller domain (a layer_norm weight's cast to fp32, a bias scaled).
+# Reading the small input again is an L1/L2 hit; its own kernel would cost a launch.
+CHEAP_RECOMPUTE_OPS = frozenset({"identity", "cast", "neg", "add", "sub", "mul", "abs"})
+CHEAP_RECOMPUTE_MAX_OPS = 4
+CHEAP_RECOMPUTE_RATIO = 16  # the consumer's domain is at least this many times larger
+# What policy 'default' puts in a GEMM epilogue: bias, activations, residual, scaling, casts
+# (cheap per element next to the K-long dot product; no libdevice calls, which slow the tile).
+EPILOGUE_OPS = frozenset({
+    "identity", "cast", "add", "sub", "mul", "div", "neg", "relu", "gelu", "silu", "sigmoid", "tanh",
+    "maximum", "minimum", "where", "full", "iota", "square", "abs", "exp", "erf",
+})
 
 
 @dataclass(frozen=True)
@@ -57,27 +74,67 @@ class NoFusion(Heuristics):
         return "heuristics: policy 'none' does not fuse"
 
 
+def epilogue_pair(first: GroupInfo, second: GroupInfo) -> tuple[GroupInfo, GroupInfo] | None:
+    """(matmul group, pointwise group) when the pair is an epilogue merge, else None."""
+    if first.kind == "matmul" and second.kind != "matmul":
+        return first, second
+    if second.kind == "matmul" and first.kind != "matmul":
+        return second, first
+    return None
+
+
+def cheap_broadcast(first: GroupInfo, second: GroupInfo) -> bool:
+    """`first` is a short chain of cheap pointwise ops over a domain much smaller than
+    `second`'s (a per-channel parameter broadcast over rows)."""
+    return (first.kind == "pointwise" and len(first.ops) <= CHEAP_RECOMPUTE_MAX_OPS
+            and all(op in CHEAP_RECOMPUTE_OPS or op in CREATION_OPS for op in first.ops)
+            and first.numel * CHEAP_RECOMPUTE_RATIO <= second.numel)
+
+
 class DefaultHeuristics(Heuristics):
-    """Vertical producer -> consumer fusion; no recomputation except of literals."""
+    """Vertical producer -> consumer fusion; no recomputation except of literals and of
+    cheap casts/arithmetic on small broadcast inputs (`cheap_broadcast`); GEMM epilogues
+    of up to `max_epilogue_ops` ops from EPILOGUE_OPS."""
 
     name = "default"
     max_ops = 64
+    max_epilogue_ops = 16
+    epilogue_ops: frozenset | None = EPILOGUE_OPS  # None: any pointwise op
 
     def _too_big(self, first, second) -> bool:
         return len(first.nodes) + len(second.nodes) > self.max_ops
 
+    def _epilogue_problem(self, first, second) -> str | None:
+        mm, other = epilogue_pair(first, second)
+        ops = [op for op in mm.ops + other.ops if op not in ("mm", "bmm")]
+        if len(ops) > self.max_epilogue_ops:
+            return f"matmul epilogue would hold more than {self.max_epilogue_ops} ops"
+        if self.epilogue_ops is not None:
+            odd = sorted(set(ops) - self.epilogue_ops)
+            if odd:
+                return (f"policy {self.name!r} keeps {', '.join(odd)} out of matmul epilogues "
+                        "(policy 'aggressive' does not)")
+        return None
+
     def score(self, first, second, kind):
         if self._too_big(first, second):
+            return None
+        if epilogue_pair(first, second) and self._epilogue_problem(first, second):
             return None
         if kind == "vertical":
             return 1.0 + float(first.numel)  # the intermediate is neither written nor read back
         if kind == "recompute" and all(op in CREATION_OPS for op in first.ops):
             return 1.0  # a literal or iota costs nothing to recompute
+        if kind == "recompute" and cheap_broadcast(first, second):
+            return 0.9
         return None
 
     def why_not(self, first, second, kind):
         if self._too_big(first, second):
             return f"heuristics: kernel would hold more than {self.max_ops} ops"
+        problem = epilogue_pair(first, second) and self._epilogue_problem(first, second)
+        if problem:
+            return f"heuristics: {problem}"
         if kind == "recompute":
             return (f"heuristics: policy {self.name!r} does not recompute {first.nodes[-1]} per element of "
                     f"{second.nodes[0]}'s domain (policy 'aggressive' does)")
@@ -87,14 +144,19 @@ class DefaultHeuristics(Heuristics):
 
 
 class AggressiveHeuristics(DefaultHeuristics):
-    """Default, plus recomputation by broadcast and horizontal fusion of same-domain groups."""
+    """Default, plus recomputation by broadcast, horizontal fusion of same-domain groups,
+    and GEMM epilogues of any pointwise ops (up to 64)."""
 
     name = "aggressive"
     horizontal = True
     max_ops = 128
+    max_epilogue_ops = 64
+    epilogue_ops = None
 
     def score(self, first, second, kind):
         if self._too_big(first, second):
+            return None
+        if epilogue_pair(first, second) and self._epilogue_problem(first, second):
             return None
         if kind == "vertical":
             return 1.0 + float(first.numel)

@@ -14,6 +14,10 @@ The model a kernel is checked against (codegen relies on the same model):
   *plain*; any other pointwise/creation node is *recomputed* at the indices it is
   needed at (a broadcast or re-indexing producer). A reduction must be read at
   its own row: recomputing a reduction is never legal.
+- matmul kernel (an `mm`/`bmm` plus its *epilogue*): the epilogue is checked as a
+  pointwise kernel over the product's domain in which the product is a leaf read
+  at its own index only (each product element exists where the tile computes it).
+  Its operands come from memory: a member feeding the product would be a prologue.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from dataclasses import dataclass
 import networkx as nx
 import sympy
 
+from pipec_ir.symbolic import index_symbol, set_upper_bound
+
 from .analysis import GraphAnalysis, index_vars, same_index, same_shape, shape_str
 
 LIBRARY_KINDS = ("matmul", "extern")
+MATMUL_OPS = frozenset({"mm", "bmm"})
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,8 @@ def library_reason(an: GraphAnalysis, group: Group) -> str | None:
 
 def merged_group(an: GraphAnalysis, first: Group, second: Group, kind: str) -> tuple[str | None, Group | None]:
     """The group `first` and `second` would form (kind "vertical": first produces for second)."""
+    if "matmul" in (first.kind, second.kind) and "extern" not in (first.kind, second.kind):
+        return epilogue_merge(first, second, kind)
     for g in (first, second):
         reason = library_reason(an, g)
         if reason:
@@ -76,11 +85,96 @@ def merged_group(an: GraphAnalysis, first: Group, second: Group, kind: str) -> t
     return None, Group("pointwise", members, second.domain)
 
 
+def epilogue_merge(first: Group, second: Group, kind: str) -> tuple[str | None, Group | None]:
+    """A matmul group absorbs pointwise groups over its product's domain: its epilogue.
+
+    Either order: the pointwise group is a consumer of the product, or a producer of
+    values only the epilogue reads (`check_group` refuses a member feeding the product)."""
+    if first.kind == "matmul" and second.kind == "matmul":
+        return "a matmul kernel holds one matmul", None
+    if kind != "vertical":
+        return "matmul runs as a library call", None
+    mm, other = (first, second) if first.kind == "matmul" else (second, first)
+    if other.kind != "pointwise":
+        return f"a matmul epilogue holds only pointwise ops, not a {other.kind}", None
+    if not same_shape(other.domain, mm.domain) and refine_shapes(other.domain, mm.domain) is None:
+        return (f"epilogue domain {shape_str(other.domain)} is not the matmul's output "
+                f"{shape_str(mm.domain)} nor a contiguous reshape of it"), None
+    return None, Group("matmul", first.members | second.members, mm.domain)
+
+
+def refine_shapes(a, b) -> tuple | None:
+    """The coarsest shape both `a` and `b` are row-major reshapes of by merging adjacent dims
+    ([32, 3072] and [2, 16, 3072] -> [2, 16, 3072]); size-1 dims dropped. None when there is
+    none: a reshape that is not a split/merge of dims ([6, 4] and [4, 6]) or another numel."""
+    a = [sympy.sympify(s) for s in a if s != 1]
+    b = [sympy.sympify(s) for s in b if s != 1]
+    out = []
+    while a and b:
+        x, y = a[0], b[0]
+        if sympy.expand(x - y) == 0:
+            out.append(x)
+            a, b = a[1:], b[1:]
+            continue
+        for big, small, rest in ((x, y, a), (y, x, b)):
+            q = sympy.cancel(big / small)
+            if q.is_polynomial() and sympy.fraction(q)[1] == 1 and (not q.is_Number or q.is_Integer):
+                out.append(small)
+                rest[0] = q  # the rest of the bigger dim stays to be matched
+                (b if rest is a else a).pop(0)
+                break
+        else:
+            return None
+    return tuple(out) if not a and not b else None
+
+
+def coarse_index(index: tuple, refined, shape) -> tuple | None:
+    """The index into `shape` of the point `index` of `refined` (a refinement of `shape`):
+    each dim of `shape` is the row-major combination of the refined dims it merges."""
+    out, k = [], 0
+    for size in shape:
+        if size == 1:
+            out.append(sympy.Integer(0))
+            continue
+        expr, prod = sympy.Integer(0), sympy.Integer(1)
+        while sympy.expand(prod - size) != 0:
+            if k >= len(refined):
+                return None
+            expr, prod = expr * refined[k] + index[k], prod * refined[k]
+            k += 1
+        out.append(sympy.expand(expr))
+    return tuple(out) if k == len(refined) else None
+
+
+def _bounded_vars(shape) -> tuple:
+    """Index variables over `shape` that know their static bound (so `(16*j0 + j1) // 16`
+    simplifies to j0); named by dim and size, so a name always means the same bound."""
+    out = []
+    for k, size in enumerate(shape):
+        if not sympy.sympify(size).is_Integer:
+            out.append(index_symbol(f"j{k}"))
+            continue
+        sym = index_symbol(f"j{k}_lt{int(size)}")
+        set_upper_bound(sym, int(size))
+        out.append(sym)
+    return tuple(out)
+
+
 class _Levels:
     def __init__(self, an: GraphAnalysis, group: Group):
         self.an, self.group = an, group
         self.domain = tuple(group.domain)
         self.row = index_vars(self.domain)
+        self.refined = None  # a matmul epilogue over reshapes of the product: its common refinement
+        if group.kind == "matmul":
+            refined = tuple(s for s in self.domain if s != 1)
+            for name in group.members:
+                r = refine_shapes(refined, an.shape(name))
+                refined = r if r is not None else refined
+            if len(refined) != len([s for s in self.domain if s != 1]):
+                self.refined = refined
+                self.refined_vars = _bounded_vars(refined)
+                self.row = coarse_index(self.refined_vars, refined, self.domain)
         dims = set(group.reduce_dims)
         self.keep_shape = tuple(1 if d in dims else s for d, s in enumerate(self.domain))
         self.keep = tuple(sympy.Integer(0) if d in dims else i for d, i in enumerate(self.row))
@@ -91,8 +185,12 @@ class _Levels:
         """The index a node is computed at when plain, or None when its shape has no level."""
         node = self.an.nodes[name]
         shape = self.an.shape(name)
-        if self.group.kind == "pointwise":
-            return self.row if same_shape(shape, self.domain) else None
+        if self.group.kind in ("pointwise", "matmul"):  # an epilogue runs over the product's domain
+            if same_shape(shape, self.domain):
+                return self.row
+            if self.refined is not None:  # or over a contiguous reshape of it, at the same flat index
+                return coarse_index(self.refined_vars, self.refined, shape)
+            return None
         if node.op in _REDUCTIONS:
             return self.keep if node.attr("keepdim") else self.nokeep
         if same_shape(shape, self.domain):
@@ -109,11 +207,15 @@ _REDUCTIONS = frozenset({"sum", "prod", "max", "min", "argmax", "argmin", "any"}
 
 def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
     """Can `group` be one kernel on its own? (Shapes and indices; cycles are `cycle_through`.)"""
-    if group.kind in LIBRARY_KINDS:
+    if group.kind == "extern" or (group.kind == "matmul" and len(group.members) == 1):
         return GroupCheck(None)
     members = group.members
     ordered = sorted(members, key=an.pos)
     lv = _Levels(an, group)
+    if group.kind == "matmul":
+        reason = _matmul_reason(an, group, ordered)
+        if reason:
+            return GroupCheck(reason)
 
     for name in ordered:
         node = an.nodes[name]
@@ -140,11 +242,17 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
                                   f"input shape {shape_str(group.domain)} nor that shape reduced")
             needed[name].setdefault(level, "<store>")
 
+    for name in ordered:
+        node = an.nodes[name]
+        if node.op == "take" and an.root[node.inputs[0]] in members:
+            return GroupCheck(f"{name} reads {an.root[node.inputs[0]]} at data-dependent positions: "
+                              "a take's source must come from memory")
+
     for name in reversed(ordered):
         node = an.nodes[name]
         indices = [lv.row] if node.op in _REDUCTIONS else list(needed[name])
         for index in indices:
-            for value in node.inputs:
+            for value in node.inputs[1:] if node.op == "take" else node.inputs:
                 root, src = an.map_index(value, index)
                 if root in members:
                     needed[root].setdefault(src, name)
@@ -159,9 +267,30 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
             index, reader = off[0]
             return GroupCheck(f"{reader} reads reduction {name} at another row than its own "
                               f"(index {_index_str(index)}, row {_index_str(level)})")
+        if an.nodes[name].op in MATMUL_OPS:
+            index, reader = off[0]
+            return GroupCheck(f"{reader} reads matmul {name} at another index than its own "
+                              f"(index {_index_str(index)}, own {_index_str(level)}): an epilogue reads "
+                              "each product element where the tile computes it")
         if not _evaluated_once_per_element(an, lv, name, needed[name]):
             recomputed.add(name)
     return GroupCheck(None, frozenset(recomputed))
+
+
+def _matmul_reason(an: GraphAnalysis, group: Group, ordered: list[str]) -> str | None:
+    """A matmul kernel: exactly one mm/bmm, no reduction, and no member feeding the product."""
+    mms = [n for n in ordered if an.nodes[n].op in MATMUL_OPS]
+    if len(mms) != 1:
+        return f"a matmul kernel holds one matmul, not {len(mms)} ({', '.join(mms)})"
+    (mm,) = mms
+    for name in ordered:
+        if an.nodes[name].op in _REDUCTIONS:
+            return f"a matmul epilogue holds only pointwise ops; {name} is a reduction"
+    operands = {an.root[v] for v in an.nodes[mm].inputs}
+    for name in ordered:
+        if name in operands:
+            return f"{name} is an operand of matmul {mm}: a matmul kernel fuses only its epilogue"
+    return None
 
 
 def _evaluated_once_per_element(an: GraphAnalysis, lv: _Levels, name: str, needed: dict) -> bool:

@@ -1,0 +1,134 @@
+"""Choice groups: steps that are alternatives of one computation (docs/IR.md, "Choice groups").
+
+Codegen tags each step of an alternative with `choice` (the group's name) and
+`alternative` (the alternative's name); one alternative's steps also carry
+`default=True`. The steps of a group are consecutive and every alternative writes the
+group's outputs, so running all of them in order is correct, only slower.
+
+Here each group becomes one step that runs a single alternative:
+- forced by the runtime option `choice` (an alternative name, e.g. "library"), where the
+  group has one of that name;
+- else, when autotuning on CUDA, the fastest one: each alternative runs once (compiling
+  and tuning its own launches), is timed with `triton.testing.do_bench`, and the winner
+  is kept per size bucket (the runner's bucket policy);
+- else (Triton's CPU interpreter, or autotune off) the default alternative.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pipec_ir import get_attr
+
+
+class ChoiceStep:
+    """One choice group as one step of the runner's plan (specialize.py reads `alternatives`,
+    `forced`, `tune`, `default`, `runner` and `chosen` to inline the picked alternative)."""
+
+    __slots__ = ("runner", "name", "alternatives", "default", "tune", "forced", "chosen", "timings")
+
+    def __init__(self, runner, name: str, alternatives: dict[str, list], default: str, tune: bool,
+                 forced: str | None):
+        self.runner, self.name, self.alternatives = runner, name, alternatives
+        self.default, self.tune = default, tune
+        self.forced = forced if forced in alternatives else None
+        self.chosen: dict[tuple, str] = {}  # size bucket -> alternative
+        self.timings: dict[tuple, dict[str, float]] = {}  # size bucket -> alternative -> ms
+
+    def pick(self, vals, symvals, device) -> str:
+        if self.forced is not None:
+            return self.forced
+        if not self.tune or device.type != "cuda":
+            return self.default
+        bucket = self.runner.bucket_key(symvals) if self.runner.symbols else ()
+        chosen = self.chosen.get(bucket)
+        if chosen is None:
+            chosen = self.chosen[bucket] = self._measure(vals, symvals, device, bucket)
+        return chosen
+
+    def _measure(self, vals, symvals, device, bucket) -> str:
+        from triton.testing import do_bench
+
+        times, first_error = {}, None
+        for name, steps in self.alternatives.items():
+            def run(steps=steps):
+                _run(steps, vals, symvals, device)
+            try:
+                run()  # compiles, and tunes the configs of its own launches, before it is timed
+                times[name] = do_bench(run, warmup=5, rep=20)
+            except Exception as e:  # noqa: BLE001 - an alternative that fails to build (resources) loses
+                first_error = first_error or e
+                times[name] = math.inf
+        if all(t == math.inf for t in times.values()):
+            raise first_error
+        self.timings[bucket] = times
+        return min(times, key=times.__getitem__)
+
+    def __call__(self, vals, symvals, device):
+        _run(self.alternatives[self.pick(vals, symvals, device)], vals, symvals, device)
+
+
+def _run(steps, vals, symvals, device) -> None:
+    for step in steps:
+        step(vals, symvals, device)
+
+
+def group_choices(runner, steps: list, tune: bool, forced: str | None = None) -> list:
+    """The runner's plan (`[(step, release), ...]`, one per Program step) with each choice group's
+    steps replaced by one `ChoiceStep`, which releases what any of them released, after it runs."""
+    from .launch import ProgramLoadError
+
+    program_steps = runner.program.steps
+    members: dict[str, list[int]] = {}
+    for k, s in enumerate(program_steps):
+        group = get_attr(s.attrs, "choice")
+        if group is not None:
+            members.setdefault(group, []).append(k)
+    if not members:
+        return steps
+    out, done = [], set()
+    for k, (step, release) in enumerate(steps):
+        group = get_attr(program_steps[k].attrs, "choice")
+        if group is None:
+            out.append((step, release))
+            continue
+        if group in done:
+            continue
+        done.add(group)
+        idx = members[group]
+        if idx != list(range(idx[0], idx[0] + len(idx))):
+            raise ProgramLoadError(f"program {runner.name}: the steps of choice group {group!r} are not consecutive")
+        alternatives: dict[str, list] = {}
+        default = None
+        for i in idx:
+            attrs = program_steps[i].attrs
+            alt = get_attr(attrs, "alternative")
+            if alt is None:
+                raise ProgramLoadError(f"program {runner.name}: step {i} of choice group {group!r} names no "
+                                       "alternative")
+            alternatives.setdefault(alt, []).append(steps[i][0])
+            if get_attr(attrs, "default", False) and default is None:
+                default = alt
+        released = tuple(dict.fromkeys(r for i in idx for r in steps[i][1]))
+        out.append((ChoiceStep(runner, group, alternatives, default or next(iter(alternatives)), tune, forced),
+                    released))
+    return out
+
+
+def choices_made(runner) -> dict[str, dict]:
+    """What each choice group of a loaded runner picked so far: {group: {"default", "chosen":
+    {bucket: alternative}, "timings_ms": {bucket: {alternative: ms}}}} (for reports and benchmarks)."""
+    report = {}
+    for plan in runner._plans.values():
+        for step, _ in plan:
+            if isinstance(step, ChoiceStep):
+                c = step
+                report[c.name] = {
+                    "default": c.default, "forced": c.forced,
+                    "chosen": {str(b): a for b, a in c.chosen.items()},
+                    "timings_ms": {str(b): t for b, t in c.timings.items()},
+                }
+    return report
+
+
+__all__ = ["ChoiceStep", "group_choices", "choices_made"]

@@ -1,0 +1,145 @@
+"""GEMM epilogue fusion end to end: Linear + bias + activation (+ residual) as one matmul kernel,
+its two alternatives (Triton template, cuBLAS + pointwise kernel) and the runtime's choice between them.
+
+CPU: Triton's interpreter, fp32, tiny odd shapes. GPU-only tests cover bf16 and the timing choice.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+import pipec
+import pipec_ir
+from pipec_ir import get_attr
+from pipec_runtime_cudagraph.choices import choices_made
+from pipec_runtime_cudagraph.launch import ProgramRunner
+
+GPU = torch.cuda.is_available()
+ACTS = {"gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh"), "relu": nn.ReLU(), "silu": nn.SiLU()}
+
+
+class LinearAct(nn.Module):
+    def __init__(self, act, k=32, n=24):
+        super().__init__()
+        self.lin, self.act = nn.Linear(k, n), ACTS[act]
+
+    def forward(self, x, r):
+        return self.act(self.lin(x)) * 0.5 + r
+
+
+def _program(model, inputs, **options):
+    """(the Program pipec compiles for `model`'s inference graph, the tensors it is called with)."""
+    from pipec.pipeline import compile_graph
+    from pipec_capture import make_dynamo_backend
+
+    programs, calls = [], []
+
+    def backend(gm, example_inputs):
+        def compile_aten(aten_gm, aten_inputs, kind):
+            programs.append(compile_graph(aten_gm, aten_inputs, pipec.make_options(**options), stop_after="codegen"))
+
+            def run(args):
+                calls.append(list(args))
+                return aten_gm(*args)
+            return run
+        return make_dynamo_backend(compile_aten)(gm, example_inputs)
+
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(*inputs)
+    [program], [args] = programs, calls
+    return program, args
+
+
+def _inputs(device="cpu", dtype=torch.float32, m=16, k=32, n=24):
+    torch.manual_seed(0)
+    return torch.randn(m, k, device=device, dtype=dtype), torch.randn(m, n, device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("choice", [None, "library"])
+def test_linear_activation_residual_matches_eager(act, choice):
+    model = LinearAct(act).eval()
+    x, r = _inputs()
+    options = {} if choice is None else {"choice": choice}
+    compiled = pipec.compile(model, **options)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, r), model(x, r))
+
+
+def test_program_has_one_choice_group_per_linear():
+    model = nn.Sequential(nn.Linear(32, 40), nn.GELU(), nn.Linear(40, 24)).eval()
+    x, _ = _inputs()
+    program, args = _program(model, (x,))
+    groups = {get_attr(s.attrs, "choice") for s in program.steps} - {None}
+    assert len(groups) == 2
+    defaults = [s.target for s in program.steps if get_attr(s.attrs, "default")]
+    assert len(defaults) == 2 and all(program.kernel_map()[t].source.count("tl.dot(") == 1 for t in defaults)
+    runner = ProgramRunner(program, pipec_ir.CompileOptions())
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(runner(args)[0], want)
+    for choice in ("template", "library"):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want)
+        assert {g["forced"] for g in choices_made(forced).values()} == {choice}
+
+
+def test_none_policy_keeps_cublas_and_separate_kernels():
+    model = LinearAct("relu").eval()
+    program, _ = _program(model, _inputs(), fusion="none")
+    assert all(get_attr(s.attrs, "choice") is None for s in program.steps)
+    assert "aten.mm.default" in [s.target for s in program.steps]
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_gpu_bf16_mlp_both_alternatives_and_timed_choice():
+    model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256)).cuda().to(torch.bfloat16).eval()
+    torch.manual_seed(0)
+    x = torch.randn(300, 256, device="cuda", dtype=torch.bfloat16)
+    program, args = _program(model, (x,))
+    with torch.no_grad():
+        want = model(x)
+    for choice in ("template", "library"):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want, atol=4e-2, rtol=2e-2)
+    tuned = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True))
+    torch.testing.assert_close(tuned(args)[0], want, atol=4e-2, rtol=2e-2)
+    report = choices_made(tuned)
+    assert len(report) == 2
+    for group in report.values():
+        (timings,) = group["timings_ms"].values()
+        assert set(timings) == {"template", "library"} and all(0 < t < 1e3 for t in timings.values())
+        (chosen,) = group["chosen"].values()
+        assert chosen == min(timings, key=timings.get)
+
+
+class Mlp3d(nn.Module):
+    """GPT-2's MLP on [B, T, C]: each Linear is reshape -> addmm -> reshape around its epilogue."""
+
+    def __init__(self, c=16, hidden=24):
+        super().__init__()
+        self.fc, self.proj, self.act = nn.Linear(c, hidden), nn.Linear(hidden, c), nn.GELU(approximate="tanh")
+
+    def forward(self, x):
+        return x + self.proj(self.act(self.fc(x)))
+
+
+def test_linear_on_3d_input_fuses_gelu_and_residual_into_the_template():
+    torch.manual_seed(0)
+    model, x = Mlp3d().eval(), torch.randn(2, 5, 16)
+    program, args = _program(model, (x,))
+    launches = [s for s in program.steps if s.kind == "launch"]
+    template = [s for s in launches if get_attr(s.attrs, "alternative") == "template"]
+    # the whole MLP is two template launches: GELU and the residual add ride on the tiles
+    assert len(template) == 2 and all(get_attr(s.attrs, "choice") for s in launches)
+    sources = [program.kernel_map()[s.target].source for s in template]
+    assert "tanh" in sources[0] or "sigmoid" in sources[0]
+    with torch.no_grad():
+        want = model(x)
+    for choice in ("template", "library"):
+        runner = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(runner(args)[0], want)
+    # the library alternative: addmm then one pointwise kernel per Linear
+    library = [s for s in program.steps if get_attr(s.attrs, "alternative") == "library"]
+    assert [s.kind for s in library] == ["extern", "launch", "extern", "launch"]
+    assert [s.target for s in library if s.kind == "extern"] == ["aten.addmm.default"] * 2
