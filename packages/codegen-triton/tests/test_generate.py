@@ -1,7 +1,7 @@
 import pytest
 import torch
 from pipec_codegen_triton import generate_program
-from pipec_ir import CompileOptions, KernelPlan, dumps, loads
+from pipec_ir import CompileOptions, KernelPlan, dumps, get_attr, loads
 from pipec_ir.verify import verify_program
 
 from conftest import kernel, run_program
@@ -135,7 +135,8 @@ def test_matmul_and_view_steps_with_memory_reuse(builder):
     ])
     slots = {bf.name: bf.slot for bf in prog.buffers}
     assert slots["r"] is not None and slots["e"] is not None and slots["n"] is None
-    assert len(prog.slots) == 2  # r and e overlap; nothing else needs a slot
+    assert len(prog.slots) == 1  # e = exp(r) overwrites r in place; n is an output
+    assert get_attr(prog.steps[3].attrs, "inplace") == (("e", "r"),)
     torch.manual_seed(3)
     xv, wv = torch.randn(4, 8), torch.randn(16, 8)
     (out,) = run_program(prog, [xv, wv])

@@ -54,6 +54,8 @@ def test_autotune_once_per_bucket(options, monkeypatch, policy, tunes):
         return float(len(benched) % 2)  # the second config "wins"
 
     monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    import pipec_runtime_cudagraph.launch as launch_module
+    monkeypatch.setattr(launch_module, "_TUNED", {})  # nothing tuned earlier in this process
     runner = ProgramRunner(tunable_add(), options.with_extra(bucket=policy))
     runner._plans["cpu"] = runner._build("cpu", tune=True)
     seen = []
@@ -66,6 +68,38 @@ def test_autotune_once_per_bucket(options, monkeypatch, policy, tunes):
     if policy == "pow2":
         assert set(runner.tuned) == {("pipec_add_t", (32,)), ("pipec_add_t", (64,))}
     assert len(benched) == len(CONFIGS) * tunes[-1]
+
+
+def test_identical_kernels_are_tuned_once_per_process(options, monkeypatch):
+    """The same kernel body under another name (the next layer, another compiled graph) reuses
+    the timing: a 12-layer model tunes each distinct kernel once."""
+    import triton.testing
+
+    import pipec_runtime_cudagraph.launch as launch_module
+
+    benched = []
+
+    def fake_bench(fn, warmup=0, rep=0):
+        fn()
+        benched.append(1)
+        return float(len(benched) % 2)  # the second config "wins"
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(launch_module, "_TUNED", {})
+    first = ProgramRunner(tunable_add(), options)
+    second_program = tunable_add()
+    kernel = second_program.kernels[0]
+    renamed = type(kernel)(**{**kernel.__dict__, "name": "pipec_add_u",
+                              "source": kernel.source.replace("pipec_add_t", "pipec_add_u")})
+    second_program = type(second_program)(**{**second_program.__dict__, "kernels": (renamed,),
+                                             "steps": (Step("launch", "pipec_add_u", ("x", "y"), ("out",)),)})
+    second = ProgramRunner(second_program, options)
+    for runner in (first, second):
+        runner._plans["cpu"] = runner._build("cpu", tune=True)
+        x, y = torch.randn(20), torch.randn(20)
+        torch.testing.assert_close(runner([x, y])[0], x + y)
+    assert len(benched) == len(CONFIGS)  # timed for the first runner only
+    assert first.tuned == {("pipec_add_t", (32,)): 1} and second.tuned == {("pipec_add_u", (32,)): 1}
 
 
 def test_pad_policy_keys_and_padded_run(options):

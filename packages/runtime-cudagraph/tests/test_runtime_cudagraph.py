@@ -150,3 +150,45 @@ def test_exact_buckets_record_per_size(options):
         x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
         torch.testing.assert_close(run([x, y])[0], x + y)
     assert len(run.graphs) == 2
+
+
+@cuda
+def test_parameters_are_captured_at_their_address_not_copied(options):
+    run = load_cudagraph(add_program(100), options)
+    w = torch.nn.Parameter(torch.randn(100, device="cuda"), requires_grad=False)
+    x = torch.randn(100, device="cuda")
+    torch.testing.assert_close(run([x, w])[0], x + w)
+    (entry,) = run.graphs.entries.values()
+    assert entry.static_inputs[1] is w and entry.pinned == {1: w.data_ptr()}
+    assert entry.static_inputs[0].data_ptr() != x.data_ptr()  # a plain input is copied in
+    with torch.no_grad():
+        w.mul_(2)  # an optimizer-style in-place update is seen by the next replay
+    torch.testing.assert_close(run([x, w])[0], x + w)
+    w2 = torch.nn.Parameter(torch.randn(100, device="cuda"), requires_grad=False)
+    torch.testing.assert_close(run([x, w2])[0], x + w2)  # moved: recorded again at the new address
+
+
+@cuda
+def test_graphs_of_one_model_share_one_pool(options):
+    from pipec_ir import RecompileBudget
+
+    budget = RecompileBudget(8, name="m")
+    opts = options.with_extra(recompile_budget=budget)
+    a, b = load_cudagraph(add_program(64), opts), load_cudagraph(slot_program(), opts)
+    other = load_cudagraph(add_program(64), options)
+    x = torch.randn(64, device="cuda")
+    a([x, x])
+    b([torch.randn(8, 37, device="cuda")])
+    other([x, x])
+    assert a._pool is not None and a._pool == b._pool != other._pool
+
+
+@cuda
+def test_replay_fast_path_checks_inputs(options):
+    run = load_cudagraph(add_program(100), options)
+    x, y = torch.randn(100, device="cuda"), torch.randn(100, device="cuda")
+    run([x, y])
+    assert run.replays
+    torch.testing.assert_close(run([y, x])[0], x + y)
+    with pytest.raises(RuntimeError, match="has dtype float64, expected float32"):
+        run([x.double(), y])

@@ -243,3 +243,71 @@ def test_reduction_when_triton_was_imported_before_the_interpreter(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ok" in result.stdout
+
+
+@pytest.mark.parametrize("make", [add_program, slot_program, extern_program, dynamic_add_program])
+def test_specialized_run_matches_the_general_path(options, make):
+    prog = make()
+    run = load_launch(prog, options)
+    torch.manual_seed(0)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # CPU inputs on a CUDA machine are moved: no fast path
+    inputs = [torch.randn(*[int(d) if d.is_number else 9 for d in b.type.shape], device=dev) for b in prog.inputs]
+    general = run(inputs)
+    assert len(run.specialized) == 1, "the first call builds the specialized run for its sizes"
+    source = next(iter(run.specialized.values()))[1].source
+    assert "{" not in source  # no per-call dictionaries: values are locals
+    again = run(inputs)
+    for g, s in zip(general, again):
+        assert (g is None and s is None) or torch.equal(g, s)
+
+
+def test_specialized_run_guards_take_the_general_path(options):
+    run = load_launch(add_program(20), options)
+    x, y = torch.randn(20), torch.randn(20)
+    run([x, y])
+    torch.testing.assert_close(run([x[::2].repeat(2), y])[0], x[::2].repeat(2) + y)
+    torch.testing.assert_close(run([x.view(4, 5).t().reshape(20), y])[0], x.view(4, 5).t().reshape(20) + y)
+    nc = torch.randn(40)[::2]  # not contiguous: the general path copies it
+    torch.testing.assert_close(run([nc, y])[0], nc + y)
+    with pytest.raises(RuntimeError, match="has dtype float64, expected float32"):
+        run([x.double(), y])
+    with pytest.raises(RuntimeError, match="expected 2 inputs"):
+        run([x])
+
+
+def test_launch_hooks_are_seen_only_when_set():
+    """Triton >= 3.5 keeps an empty `HookChain` in the launch-hook knobs: that is no hook
+    (the fast launch path stays on); a profiler's hook in the chain turns it off."""
+    from pipec_runtime_cudagraph.fastlaunch import hooks_active
+
+    knobs = pytest.importorskip("triton.knobs")
+    assert not hooks_active()
+    chain = knobs.runtime.launch_enter_hook
+    if not hasattr(chain, "add"):  # an older Triton: a plain attribute
+        knobs.runtime.launch_enter_hook = lambda *a: None
+        try:
+            assert hooks_active()
+        finally:
+            knobs.runtime.launch_enter_hook = None
+        return
+
+    def hook(*args):
+        return None
+
+    chain.add(hook)
+    try:
+        assert hooks_active()
+    finally:
+        chain.remove(hook)
+    assert not hooks_active()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_calls_take_the_specialized_path(options):
+    run = load_launch(slot_program(), options)
+    x = torch.randn(8, 37, device="cuda")
+    want = run([x])
+    assert run.specialized, "the first call builds the specialized run"
+    assert run._run_specialized([x]) is not None, "the next call runs it (no launch hooks set)"
+    for a, b in zip(want, run([x])):
+        assert torch.equal(a, b)

@@ -59,3 +59,27 @@ def test_runtime_refuses_a_bad_plan(tmp_path):
 
     with pytest.raises(MemoryPlanError):
         load_launch(_two_adds(0, 0), CompileOptions().with_extra(kernel_dir=str(tmp_path)))
+
+
+def test_declared_in_place_reuse_passes_and_runs(tmp_path):
+    import torch
+
+    from pipec_ir import CompileOptions
+
+    from pipec_runtime_cudagraph import load_launch
+
+    prog = _two_adds(0, 0)
+    steps = (prog.steps[0], Step("launch", "k", ("a", "x"), ("b",), make_attrs(inplace=(("b", "a"),))))
+    prog = Program(name=prog.name, inputs=prog.inputs, outputs=("b",), buffers=prog.buffers,
+                   kernels=prog.kernels, steps=steps, slots=prog.slots)
+    plan_check(prog)  # b overwrites a in the step where a dies: declared, so allowed
+    wrong = Program(name=prog.name, inputs=prog.inputs, outputs=("b",), buffers=prog.buffers,
+                    kernels=prog.kernels, steps=(steps[0], Step("launch", "k", ("a", "x"), ("b",),
+                                                                make_attrs(inplace=(("b", "x"),)))),
+                    slots=prog.slots)
+    with pytest.raises(MemoryPlanError, match="live at the same time"):
+        plan_check(wrong)  # the pair must name the buffer that dies there
+    run = load_launch(prog, CompileOptions().with_extra(kernel_dir=str(tmp_path)))
+    x = torch.arange(8, dtype=torch.float32)
+    for _ in range(2):  # general path, then the specialized one
+        torch.testing.assert_close(run([x])[0], 3 * x)

@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from .files import atomic_write
 from .interpreter import interpreter_active, interpreter_scope
 
 _lock = threading.RLock()
-_modules: dict[tuple[str, bool, str], object] = {}
+_modules: dict[tuple[str, bool, str], tuple[object, str]] = {}  # -> (module, kernel name)
 _fallback_dir: Path | None = None
 
 
@@ -77,28 +78,44 @@ def load_kernel(kernel: TritonKernel, *, interpret: bool | None = None,
     if interpret is None:
         interpret = interpreter_active()
     interpret = bool(interpret) or interpreter_active()
-    digest = hashlib.sha256(kernel.source.encode("utf-8")).hexdigest()
+    digest = body_digest(kernel)
     directory = kernel_cache_dir(cache_dir)
     key = (digest, interpret, str(directory))
     with _lock:
-        module = _modules.get(key)
-        if module is None:
-            path = write_source(kernel.source, directory)
-            name = f"pipec_kernel_{digest[:32]}{'_interp' if interpret else ''}_{len(_modules)}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                with interpreter_scope(True) if interpret else contextlib.nullcontext():
-                    spec.loader.exec_module(module)
-            except Exception as e:
-                sys.modules.pop(name, None)
-                raise KernelLoadError(
-                    f"kernel {kernel.name}: its source failed to import ({type(e).__name__}: {e}); "
-                    f"source at {path}") from e
-            _modules[key] = module
+        cached = _modules.get(key)
+        if cached is not None:
+            # the same body under another name (one per layer of a model): one JITFunction,
+            # so Triton compiles it once; it keeps the name it was first loaded under
+            module, name = cached
+            return getattr(module, name)
+        path = write_source(kernel.source, directory)
+        name = f"pipec_kernel_{digest[:32]}{'_interp' if interpret else ''}_{len(_modules)}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            with interpreter_scope(True) if interpret else contextlib.nullcontext():
+                spec.loader.exec_module(module)
+        except Exception as e:
+            sys.modules.pop(name, None)
+            raise KernelLoadError(
+                f"kernel {kernel.name}: its source failed to import ({type(e).__name__}: {e}); "
+                f"source at {path}") from e
     fn = getattr(module, kernel.name, None)
     if fn is None or not hasattr(fn, "__getitem__") or not hasattr(fn, "run"):
         raise KernelLoadError(
             f"kernel {kernel.name}: its source does not define a @triton.jit function named {kernel.name!r}")
+    with _lock:
+        _modules.setdefault(key, (module, kernel.name))
     return fn
+
+
+_DOCSTRING_LINE = re.compile(r'^[ \t]*"""[^\n]*"""[ \t]*\n', re.MULTILINE)
+
+
+def body_digest(kernel: TritonKernel) -> str:
+    """sha256 of the kernel's source without its name and one-line docstrings (which name
+    graph nodes), plus its launch configs: the same kernel of every layer of a model shares it."""
+    body = _DOCSTRING_LINE.sub("", kernel.source.replace(f"def {kernel.name}(", "def \0("))
+    configs = repr(tuple(kernel.configs))
+    return hashlib.sha256(f"{body}\0{configs}".encode()).hexdigest()

@@ -24,13 +24,24 @@ import torch
 
 from pipec_ir import BUCKET_POLICIES, CompileOptions, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
 
+from .choices import group_choices
 from .exprs import compile_ints, is_static, static_ints
+from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_path_available, hooks_active
 from .interpreter import enable_interpreter, interpreter_active, interpreter_scope
-from .kernels import load_kernel
+from .kernels import body_digest, load_kernel
 from .memory import buffer_nbytes, plan_check, round_up
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in (
     "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")}
+
+
+# Specialized runs kept per program (one per distinct size tuple); past it, new sizes take
+# the general path (it is correct, only slower).
+MAX_SPECIALIZED = 64
+
+
+def _skip(stream, *ptrs) -> None:
+    """A launch with an empty grid."""
 
 
 class ProgramLoadError(RuntimeError):
@@ -92,10 +103,11 @@ def _compile_arg(value, index: dict[str, int], where: str, symbols: tuple[str, .
 
 
 class _Extern:
-    __slots__ = ("op", "args", "kwargs", "outs", "contiguous", "name")
+    __slots__ = ("op", "args", "kwargs", "outs", "contiguous", "name", "ir")
 
     def __init__(self, step, index, reads_by_launch, symbols: tuple[str, ...] = ()):
         where = f"extern step {step.target}"
+        self.ir = step
         self.name = step.target
         self.op = resolve_target(step.target)
         self.args = [_compile_arg(v, index, where, symbols) for v in (get_attr(step.attrs, "args", ()) or ())]
@@ -123,7 +135,8 @@ class _Launch:
     bucket (the runner's bucket policy over the size symbols this kernel uses)."""
 
     __slots__ = ("runner", "kernel", "fn", "ptrs", "interpret", "config", "kwargs", "dims", "static",
-                 "skip", "tune", "sym_index", "bucket", "prepared")
+                 "skip", "tune", "sym_index", "bucket", "prepared", "compiled", "maybe_unaligned", "writes",
+                 "n_inputs")
 
     def __init__(self, runner, step, kernel, fn, interpret, tune):
         self.runner, self.kernel, self.fn, self.interpret = runner, kernel, fn, interpret
@@ -135,6 +148,8 @@ class _Launch:
         if not kernel.configs:
             raise ProgramLoadError(f"kernel {kernel.name} has no launch config")
         self.ptrs = tuple(runner.index[v] for v in (*step.inputs, *step.outputs))
+        self.n_inputs = len(step.inputs)
+        self.writes = tuple(runner.index[v] for v in step.outputs)
         used = set()
         for e in [e for _, e in kernel.sizes] + [e for e, _ in kernel.grid]:
             used |= {x.name for x in sympy.sympify(e).free_symbols}
@@ -142,6 +157,10 @@ class _Launch:
         self.tune = tune and len(kernel.configs) > 1
         self.bucket = None  # the bucket the current config was chosen for
         self.prepared: dict[int, tuple] = {}  # config index -> what set_config computes
+        # (device index, config, sizes) -> (compiled kernel, pointer positions that were aligned)
+        self.compiled: dict[tuple, tuple] = {}
+        # pointer positions the runner does not allocate itself (inputs, library results)
+        self.maybe_unaligned = tuple(j for j, i in enumerate(self.ptrs) if i not in runner.allocated)
         self.set_config(kernel.configs[0])
 
     def set_config(self, config) -> None:
@@ -195,21 +214,52 @@ class _Launch:
         sizes, grid = self.dims if self.static else self.dims(*symvals)
         if self.skip or 0 in grid:
             return
-        self.fn[grid](*[vals[i] for i in self.ptrs], *sizes, **self.kwargs)
+        ptrs = [vals[i] for i in self.ptrs]
+        kernel = self.fn[grid](*ptrs, *sizes, **self.kwargs)
+        if not self.interpret and kernel is not None:
+            aligned = tuple(j for j in self.maybe_unaligned if not ptrs[j].data_ptr() & ALIGN_MASK)
+            self.compiled[(device.index, self.config, tuple(sizes))] = (kernel, aligned)
+
+    def launcher(self, symvals, device):
+        """`f(stream, *pointers)` running this launch at `symvals` with the current config:
+        the compiled kernel's own launcher once it was compiled for these sizes, else
+        `fn[grid]` (the interpreter; a kernel not seen yet)."""
+        sizes, grid = self.dims if self.static else self.dims(*symvals)
+        if self.skip or 0 in grid:
+            return _skip
+        fn, kwargs = self.fn, self.kwargs
+
+        def slow(*ptrs):
+            fn[grid](*ptrs, *sizes, **kwargs)
+
+        compiled = None if self.interpret else self.compiled.get((device.index, self.config, tuple(sizes)))
+        if compiled is None or not fast_path_available():
+            return lambda stream, *ptrs: slow(*ptrs)
+        kernel, aligned = compiled
+        fast = bind_launcher(kernel, fn, grid, sizes, dict(self.config.constants), len(self.ptrs), aligned, slow)
+        return fast if fast is not None else (lambda stream, *ptrs: slow(*ptrs))
 
     def autotune(self, vals, symvals, bucket: tuple = ()) -> None:
         """Time every config once (triton.testing.do_bench) and keep the fastest for this kernel
         and size bucket (runner.tuned[(kernel name, bucket)]); a known bucket is not re-tuned."""
         self.bucket = bucket
         chosen = self.runner.tuned.get((self.kernel.name, bucket))
+        shared_key = (body_digest(self.kernel), bucket, str(vals[self.ptrs[0]].device) if self.ptrs else "")
+        if chosen is None:
+            # the same kernel body was tuned already (another layer, graph or compiled model)
+            chosen = _TUNED.get(shared_key)
         if chosen is None:
             from triton.testing import do_bench
 
             times, first_error = [], None
+            # outputs go to scratch tensors while timing: an in-place launch (output in its
+            # input's slot) run again would read what it wrote the time before
+            args = [vals[i] for i in self.ptrs]
+            for j in range(self.n_inputs, len(args)):
+                args[j] = torch.empty_like(args[j])
             for config in self.kernel.configs:
                 self.set_config(config)
                 sizes, grid = self.dims if self.static else self.dims(*symvals)
-                args = [vals[i] for i in self.ptrs]
                 kwargs = self.kwargs
                 try:
                     times.append(do_bench(lambda g=grid, a=args, s=sizes, k=kwargs: self.fn[g](*a, *s, **k),
@@ -220,8 +270,14 @@ class _Launch:
             if all(t == math.inf for t in times):
                 raise first_error
             chosen = min(range(len(times)), key=times.__getitem__)
-            self.runner.tuned[(self.kernel.name, bucket)] = chosen
+            _TUNED[shared_key] = chosen
+        self.runner.tuned[(self.kernel.name, bucket)] = chosen
         self.set_config(self.kernel.configs[chosen])
+
+
+# (kernel body digest, size bucket, device) -> index of the fastest config, for
+# the life of the process: identical kernels (a model's repeated layers) are timed once
+_TUNED: dict[tuple, int] = {}
 
 
 # ------------------------------------------------------------------ the program
@@ -235,6 +291,7 @@ class ProgramRunner:
         self.name = program.name
         self.autotune = bool(options.autotune)
         self.kernel_dir = options.get("kernel_dir")
+        self.choice = options.get("choice")  # force this alternative in every choice group (choices.py)
         self.bucket_policy = options.get("bucket", "pow2")
         if self.bucket_policy not in BUCKET_POLICIES:
             raise ProgramLoadError(f"unknown bucket policy {self.bucket_policy!r} "
@@ -265,6 +322,10 @@ class ProgramRunner:
                                    for o in program.outputs)
 
         self._plans: dict[str, list] = {}
+        # symbol values -> (device, specialized run): see `specialize.py`
+        self.specialized: dict[tuple, tuple] = {}
+        self.specialize = bool(options.get("specialize", True))
+        self._raw_stream = None
         self.default_device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         if self.default_device.type == "cpu":
             enable_interpreter()
@@ -335,6 +396,7 @@ class ProgramRunner:
                             raise ProgramLoadError(f"program {program.name}: launch of {s.target} writes "
                                                    f"{o!r}, which is not a declared buffer")
                         written.append(o)
+        self.allocated = frozenset(self.index[n] for n in written)
         slots = {s.index: s for s in program.slots}
         by_slot: dict[int, list] = {}
         self.plain_allocs = []
@@ -387,7 +449,7 @@ class ProgramRunner:
                 steps.append((_Extern(s, self.index, reads_by_launch, self.symbols), self.release[k]))
             else:
                 raise ProgramLoadError(f"program {self.name}: step {k} has unknown kind {s.kind!r}")
-        return steps
+        return group_choices(self, steps, tune, self.choice)
 
     # ---------------------------------------------------------- per call
     def _fail(self, message: str):
@@ -457,8 +519,15 @@ class ProgramRunner:
         less than interpreting would, and the results are the GPU kernels' results.
         """
         cuda = torch.device("cuda", torch.cuda.current_device())
-        outs = self.run([t.to(cuda) for t in inputs], symvals, cuda)
-        return [None if t is None else t.cpu() for t in outs]
+        moved = [t.to(cuda) for t in inputs]
+        outs = self.run(moved, symvals, cuda)
+        # an input passed through comes back as itself, a repeated output stays one tensor
+        # (views of inputs come back as copies)
+        back = {id(m): t for m, t in zip(moved, inputs)}
+        for t in outs:
+            if t is not None and id(t) not in back:
+                back[id(t)] = t.cpu()
+        return [None if t is None else back[id(t)] for t in outs]
 
     @staticmethod
     def _run_steps(steps, vals, symvals, device) -> None:
@@ -468,7 +537,49 @@ class ProgramRunner:
                 vals[i] = None
 
     def __call__(self, inputs) -> list:
-        return self.run(*self.prepare(inputs))
+        if self.specialized:
+            out = self._run_specialized(inputs)
+            if out is not None:
+                return out
+        inputs, symvals, device = self.prepare(inputs)
+        out = self.run(inputs, symvals, device)
+        if self.specialize and symvals not in self.specialized and len(self.specialized) < MAX_SPECIALIZED:
+            self._specialize(symvals, device)
+        return out
+
+    def _run_specialized(self, inputs) -> list | None:
+        """The specialized run for these inputs' sizes, or None (guards failed, other device)."""
+        try:
+            symvals = tuple([inputs[i].shape[d] for i, d in self.symbol_source])
+        except (IndexError, AttributeError, TypeError):
+            return None
+        entry = self.specialized.get(symvals)
+        if entry is None:
+            return None
+        device_index, run = entry
+        if device_index < 0:
+            return run(inputs, None)
+        if torch._C._cuda_getDevice() != device_index or hooks_active():
+            return None
+        return run(inputs, self._raw_stream(device_index))
+
+    def _specialize(self, symvals: tuple, device: torch.device) -> None:
+        """Build the specialized run for `symvals` on `device` (a plain CUDA device that is the
+        current one, or the CPU under the interpreter); other cases keep the general path."""
+        from .specialize import build_specialized
+
+        if device.type == "cuda":
+            if device.index is not None and device.index != torch.cuda.current_device():
+                return
+            device = torch.device("cuda", torch.cuda.current_device())
+            if self._raw_stream is None:
+                self._raw_stream = current_stream_getter()
+        elif not (device.type == "cpu" and interpreter_active()):
+            return
+        run = build_specialized(self, self.steps_for(device), symvals, device)
+        if run is None:
+            return
+        self.specialized[symvals] = (device.index if device.type == "cuda" else -1, run)
 
 
 def _size_symbols(value) -> set[str]:

@@ -5,14 +5,15 @@ lifetimes are disjoint. A buffer is live from the first step that writes it to t
 last step that reads it — or to the end when it is a program output. A value made
 by a view extern (`aten.permute`, ...) aliases its source, so it keeps the source's
 buffer alive too. Reusing a slot in the very step that last reads the old buffer is
-a conflict (kernels may read and write in any order).
+a conflict (kernels may read and write in any order), unless that launch step declares
+the pair in its `inplace` attribute (docs/IR.md, "In-place launches").
 """
 
 from __future__ import annotations
 
 import sympy
 
-from pipec_ir import ITEMSIZE, Program
+from pipec_ir import ITEMSIZE, Program, get_attr
 
 ALIGN = 16
 
@@ -101,7 +102,7 @@ def plan_check(program: Program, symbol_values: dict[str, int] | None = None) ->
         for i, a in enumerate(ordered):
             for b in ordered[i + 1:]:
                 (a0, a1), (b0, b1) = live[a], live[b]
-                if b0 <= a1 and a0 <= b1:
+                if b0 <= a1 and a0 <= b1 and not _in_place(program, a, b, a1, b0):
                     problems.append(
                         f"slot {slot}: {a} (steps {a0}..{_end(a1, program)}) and {b} "
                         f"(steps {b0}..{_end(b1, program)}) are live at the same time")
@@ -109,12 +110,22 @@ def plan_check(program: Program, symbol_values: dict[str, int] | None = None) ->
         raise MemoryPlanError(f"program {program.name}: bad memory plan: " + "; ".join(problems))
 
 
+def _in_place(program: Program, a: str, b: str, a_last: int, b_first: int) -> bool:
+    """`b` is written in place of `a` at the step where `a` dies: allowed when that launch
+    step declares it (attribute `inplace`, ((output, input), ...); codegen promises the
+    kernel reads each element of the input at the index it writes the output)."""
+    if a_last != b_first or a_last >= len(program.steps):
+        return False
+    step = program.steps[a_last]
+    return step.kind == "launch" and (b, a) in tuple(get_attr(step.attrs, "inplace", ()) or ())
+
+
 def _end(k: int, program: Program) -> str:
     return "end" if k >= len(program.steps) else str(k)
 
 
 def _int(expr, subs) -> int | None:
-    value = sympy.sympify(expr).xreplace(subs)
+    value = sympy.sympify(sympy.sympify(expr).xreplace(subs))  # a bare symbol xreplaces to a plain int
     return int(value) if value.is_number else None
 
 

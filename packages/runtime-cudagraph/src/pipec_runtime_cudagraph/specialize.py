@@ -1,0 +1,245 @@
+"""A Program specialized to one set of sizes: one generated Python function per shape.
+
+After the first (general) run at some symbol values, `ProgramRunner` asks this module
+for a *specialized run*: Python source generated from the step list with everything
+that depends only on the sizes bound as constants — grids, integer kernel arguments,
+constexprs, allocation shapes, extern arguments — and every value held in a local
+variable. What is left per call is what Inductor's generated `call` does:
+
+    def run(inputs, stream):
+        x, w = inputs                                  # guards: dtype, shape, device, layout
+        if x.dtype is not D0 or x.shape != S0 ...: return None
+        buf0 = EMPTY(S2, dtype=D2, device=DEV)         # slot storage, at its first write
+        t = E1(w, C1_0)                                # extern: the ATen overload's C entry
+        L2(stream, buf0, t, ...)                       # launch: the compiled kernel's launcher
+        t = None                                       # release after the last use
+        return [buf0]
+
+A launch goes through the kernel's compiled launcher (`CompiledKernel.run`, the call
+`JITFunction.run` ends in) when the kernel was compiled for this device, config and sizes
+and Triton's launch hooks are off; otherwise it is the normal `fn[grid](...)` call (the
+interpreter, or a pointer whose alignment differs from what the kernel was specialized
+for). `run` returns None when a guard fails; the runner then takes its general path,
+which checks the inputs and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import keyword
+
+import torch
+
+from pipec_ir import Device, Dtype, Ref, Size, get_attr
+
+from .exprs import compile_ints
+from .launch import TORCH_DTYPES
+from .memory import buffer_nbytes, round_up
+
+TORCH_EMPTY = torch.empty
+ALIGNMENT = 16  # Triton specializes pointer arguments on 16-byte alignment
+
+
+class SpecializeError(RuntimeError):
+    """This program cannot be specialized (an argument kind the generator does not know)."""
+
+
+class _Source:
+    """Accumulates generated lines and the namespace their names refer to."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.namespace: dict[str, object] = {"EMPTY": TORCH_EMPTY}
+
+    def const(self, prefix: str, value) -> str:
+        name = f"{prefix}_{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def emit(self, line: str, indent: int = 1) -> None:
+        self.lines.append("    " * indent + line)
+
+
+def build_specialized(runner, plan, symvals: tuple, device: torch.device):
+    """The specialized run of `runner` at `symvals` on `device`, or None (a choice group
+    has not picked an alternative for these sizes yet).
+
+    `plan` is the runner's step list for the device: `_Launch`, `_Extern` and choice-group
+    steps (each replaced here by the alternative it runs at these sizes)."""
+    from .launch import _Launch  # noqa: PLC0415 - launch imports this module lazily
+
+    flat = _flatten(plan, symvals, device)
+    if flat is None:
+        return None
+    src = _Source()
+    var = [f"v{i}" for i in range(runner.nvals)]
+    dev = src.const("DEV", device)
+    device_index = device.index if device.type == "cuda" else -1
+    names = [var[runner.index[b.name]] for b in runner.program.inputs]
+    header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)")
+    allocs = _allocations(runner, flat, symvals, src, var, dev)
+    for k, (objs, release) in enumerate(flat):
+        for line in allocs.get(k, ()):
+            src.emit(line)
+        for obj in objs:
+            if isinstance(obj, _Launch):
+                fn = src.const("L", obj.launcher(symvals, device))
+                src.emit(f"{fn}(stream, {', '.join(var[i] for i in obj.ptrs)})")
+            else:
+                src.emit(_extern_line(src, obj, var, symvals, runner, dev))
+        if release:
+            src.emit(" = ".join(var[i] for i in release) + " = None")
+    outs = ", ".join("None" if i is None else var[i] for i in runner.out_index)
+    src.emit(f"return [{outs}]")
+    return compile_source(header + src.lines, src.namespace, f"<pipec {runner.name} {symvals}>")
+
+
+def _flatten(plan, symvals, device) -> list | None:
+    """[(step objects run at this plan position, values released after them)]."""
+    flat = []
+    for step, release in plan:
+        alternatives = getattr(step, "alternatives", None)
+        if alternatives is None:
+            flat.append(([step], release))
+            continue
+        chosen = _chosen_alternative(step, symvals, device)
+        if chosen is None:
+            return None
+        flat.append((list(alternatives[chosen]), release))
+    return flat
+
+
+def _chosen_alternative(step, symvals, device) -> str | None:
+    """What a choice group runs at `symvals` (as `ChoiceStep.pick`, without measuring)."""
+    if step.forced is not None:
+        return step.forced
+    if not step.tune or device.type != "cuda":
+        return step.default
+    bucket = step.runner.bucket_key(symvals) if step.runner.symbols else ()
+    return step.chosen.get(bucket)
+
+
+def _allocations(runner, flat, symvals, src: _Source, var, dev) -> dict[int, list[str]]:
+    """Lines allocating the runner's buffers, by plan position: a slot's storage right
+    before the position that first writes one of its buffers; dropped (so freed with its
+    last buffer) once every buffer of the slot has been bound."""
+    first_write: dict[int, int] = {}
+    for k, (objs, _) in enumerate(flat):
+        for obj in objs:
+            for i in getattr(obj, "writes", ()):
+                if i in runner.allocated:
+                    first_write.setdefault(i, k)
+    by_index = {runner.index[b.name]: b for b in runner.program.buffers}
+    slot_nbytes = {s.index: s.nbytes for s in runner.program.slots}
+
+    def ints(exprs):
+        return tuple(compile_ints(exprs, runner.symbols)(*symvals)) if exprs else ()
+
+    lines: dict[int, list[str]] = {}
+    slots: dict[int, list[int]] = {}
+    for i, k in sorted(first_write.items(), key=lambda item: item[1]):
+        b = by_index[i]
+        if b.slot is None:
+            shape, dt = src.const("S", ints(b.type.shape)), src.const("D", TORCH_DTYPES[b.type.dtype])
+            lines.setdefault(k, []).append(f"{var[i]} = EMPTY({shape}, dtype={dt}, device={dev})")
+        else:
+            slots.setdefault(b.slot, []).append(i)
+    for slot, members in sorted(slots.items()):
+        bufs = [by_index[i] for i in members]
+        name = f"slot{slot}"
+        first = first_write[members[0]]
+        if all(b.type == bufs[0].type for b in bufs):  # one typed tensor serves every buffer (common)
+            shape, dt = src.const("S", ints(bufs[0].type.shape)), src.const("D", TORCH_DTYPES[bufs[0].type.dtype])
+            lines.setdefault(first, []).append(f"{name} = EMPTY({shape}, dtype={dt}, device={dev})")
+            for i in members:
+                lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}")
+        else:
+            nbytes = round_up(max(ints([slot_nbytes[slot]] + [buffer_nbytes(b) for b in bufs])))
+            u8 = src.const("D", torch.uint8)
+            lines.setdefault(first, []).append(f"{name} = EMPTY(({nbytes},), dtype={u8}, device={dev})")
+            for i, b in zip(members, bufs):
+                n = ints([buffer_nbytes(b)])[0]
+                shape, dt = src.const("S", ints(b.type.shape)), src.const("D", TORCH_DTYPES[b.type.dtype])
+                cut = "" if n == nbytes else f"[:{n}]"
+                lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}{cut}.view({dt}).view({shape})")
+        lines[first_write[members[-1]]].append(f"{name} = None")
+    return lines
+
+
+def guard_lines(src: _Source, runner, symvals: tuple, device_index: int, names: list[str],
+                signature: str) -> list[str]:
+    """`def <signature>:` and the checks `prepare` makes, specialized to `symvals`: each
+    input's dtype, shape, device (`get_device()`: -1 on the CPU) and contiguity; any
+    failing check returns None (the caller then takes its general path)."""
+    lines = [f"def {signature}:", f"    if len(inputs) != {len(names)}: return None"]
+    if names:
+        lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = inputs")
+    checks = []
+    for name, dtype, shape_fn in zip(names, runner.input_dtypes, runner.input_shapes):
+        d = src.const("D", dtype)
+        s = src.const("S", torch.Size(shape_fn(*symvals)))
+        checks.append(f"{name}.dtype is not {d} or {name}.shape != {s} or {name}.get_device() != {device_index} "
+                      f"or not {name}.is_contiguous()")
+    for i in range(0, len(checks), 4):  # short lines keep the source readable in a traceback
+        lines.append(f"    if {' or '.join(checks[i:i + 4])}: return None")
+    return lines
+
+
+def compile_source(lines: list[str], namespace: dict, filename: str):
+    """Execute generated source defining one function; that function, with `.source` set."""
+    code = "\n".join(lines) + "\n"
+    before = set(namespace)
+    exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - our own generated source
+    (name,) = [k for k in namespace if k not in before and k != "__builtins__"]
+    fn = namespace[name]
+    fn.source = code
+    return fn
+
+
+def _extern_line(src: _Source, step, var, symvals, runner, dev) -> str:
+    ir_step = step.ir
+    op = src.const(f"E{_safe(ir_step.target)}", getattr(step.op, "_op", step.op))
+    args = [_arg(src, v, var, runner, symvals, dev) for v in (get_attr(ir_step.attrs, "args", ()) or ())]
+    for k, v in get_attr(ir_step.attrs, "kwargs", ()) or ():
+        value = _arg(src, v, var, runner, symvals, dev)
+        args.append(f"**{{{k!r}: {value}}}" if keyword.iskeyword(k) else f"{k}={value}")
+    call = f"{op}({', '.join(args)})"
+    outs = [var[i] for i in step.outs]
+    if not outs:
+        return call
+    if len(outs) == 1 and _returns_one_tensor(step.op):
+        return f"{outs[0]} = {call}{'.contiguous()' if step.contiguous[0] else ''}"
+    # as `_Extern.__call__`: a sequence result binds one output per element, else the first
+    parts = [f"_r = {call}", "_s = isinstance(_r, (tuple, list))"]
+    for j, (o, contig) in enumerate(zip(outs, step.contiguous)):
+        c = ".contiguous()" if contig else ""
+        parts.append(f"{o} = _r[{j}]{c} if _s else " + (f"_r{c}" if j == 0 else "None"))
+    return "; ".join(parts)
+
+
+def _returns_one_tensor(op) -> bool:
+    try:
+        returns = op._schema.returns
+    except AttributeError:
+        return False
+    return len(returns) == 1 and str(returns[0].type) == "Tensor"
+
+
+def _arg(src: _Source, value, var, runner, symvals, dev) -> str:
+    if isinstance(value, Ref):
+        return var[runner.index[value.name]]
+    if isinstance(value, Size):
+        expr = value.value
+        return str(int(expr)) if not expr.free_symbols else str(compile_ints([expr], runner.symbols)(*symvals)[0])
+    if isinstance(value, Dtype):
+        return src.const("D", TORCH_DTYPES[value.name])
+    if isinstance(value, Device):
+        return dev
+    if isinstance(value, (tuple, list)):  # a fresh list per call: an op may keep it
+        return "[" + ", ".join(_arg(src, v, var, runner, symvals, dev) for v in value) + "]"
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)
+    return src.const("C", value)
+
+
+def _safe(target: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in target)
