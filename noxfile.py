@@ -8,7 +8,7 @@ import sys
 
 import nox
 
-nox.options.sessions = ["lint", "ir", "capture", "fusion", "codegen", "runtime", "cli", "e2e"]
+nox.options.sessions = ["lint", "ir", "capture", "fusion", "codegen", "runtime", "cli", "e2e", "opinfo"]
 nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = {
@@ -21,9 +21,10 @@ PACKAGES = {
 }
 
 
-def _pytest(session, path, workers="2"):
+def _pytest(session, path, *extra, workers="2"):
     # sys.executable: the interpreter nox runs in (.venv's), whatever PATH says
-    args = [sys.executable, "-m", "pytest", "-q", "-n", workers, "-p", "no:cacheprovider", path, *session.posargs]
+    args = [sys.executable, "-m", "pytest", "-q", "-n", workers, "-p", "no:cacheprovider", path, *extra,
+            *session.posargs]
     session.run(*args)  # the runtime switches Triton's interpreter on by itself when there is no GPU
 
 
@@ -38,7 +39,13 @@ for _name, _path in PACKAGES.items():
 @nox.session(python=False)
 def e2e(session):
     """Cross-stage tests: every example through the whole pipeline, CLI, plugins."""
-    _pytest(session, "tests")
+    _pytest(session, "tests", "--ignore=tests/opinfo")
+
+
+@nox.session(python=False)
+def opinfo(session):
+    """The OpInfo sweep: op_db samples through every stage, float32 on CPU (summary line at the end)."""
+    _pytest(session, "tests/opinfo")
 
 
 @nox.session(python=False)

@@ -14,7 +14,7 @@ pip install -q "torch==${PIPEC_TORCH_VERSION:-2.13.0}"
 pip install -q -e packages/ir -e packages/capture -e packages/fusion -e packages/codegen-triton \
     -e packages/runtime-cudagraph -e packages/cli
 if [ "${1:-}" = "--dev" ]; then
-    pip install -q nox pytest pytest-xdist ruff hypothesis jsonschema redis
+    pip install -q nox pytest pytest-xdist ruff hypothesis jsonschema redis expecttest
     pip install -q ./tests/plugin_pkg
 fi
 echo "pipec installed in .venv ($(.venv/bin/python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'))"

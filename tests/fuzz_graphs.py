@@ -24,6 +24,10 @@ UNARY = {
     "sqrt_safe": lambda x: torch.sqrt(x.abs() + 0.5), "rsqrt_safe": lambda x: torch.rsqrt(x * x + 1),
     "recip_safe": lambda x: 1.0 / (x * x + 1), "affine": lambda x: x * 0.5 + 1.25, "floor": torch.floor,
     "clamp": lambda x: torch.clamp(x, -0.5, 0.75), "erf": torch.erf,
+    # indexing through `take`: flip, a shift by constant padding, a roll by cat
+    "flip": lambda x: x.flip(-1) if x.dim() else x,
+    "pad_shift": lambda x: torch.nn.functional.pad(x, (1, 0), value=0.5)[..., :-1] if x.dim() else x,
+    "roll_cat": lambda x: torch.cat([x[..., 1:], x[..., :1]], -1) if x.dim() else x,
 }
 BINARY = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "maximum": torch.maximum, "minimum": torch.minimum,

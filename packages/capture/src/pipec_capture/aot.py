@@ -42,7 +42,34 @@ def core_decompositions(*, decompose_attention: bool = False) -> dict:
             return not decompose_attention
         return op in keep or base_name(op) in LIBRARY_OPS or op in _PRODUCES_PRIMS
 
-    return {op: fn for op, fn in items if not kept(str(op))}
+    table = {op: fn for op, fn in items if not kept(str(op))}
+    table.update(lowered_by_decomposition())
+    return table
+
+
+# Core ATen ops (so not in torch's core decomposition table) that pipec lowers through
+# torch's own decomposition into ops it generates code for: the norms (forward, training
+# and backward) and the softmax backwards are reductions and pointwise math.
+DECOMPOSE_CORE = (
+    "aten.native_group_norm.default", "aten.native_group_norm_backward.default",
+    "aten.native_batch_norm.default", "aten._native_batch_norm_legit.default",
+    "aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_no_training.default",
+    "aten.native_batch_norm_backward.default", "aten.native_layer_norm_backward.default",
+    "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default",
+    "aten._adaptive_avg_pool2d.default",
+)
+
+
+def lowered_by_decomposition() -> dict:
+    from torch._decomp import decomposition_table
+
+    ops = [_overload(name) for name in DECOMPOSE_CORE]
+    return {op: decomposition_table[op] for op in ops if op is not None and op in decomposition_table}
+
+
+def _overload(name: str):
+    _, packet, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, packet, None), overload, None)
 
 
 # Lowered ops whose decomposition we still prefer (none today).

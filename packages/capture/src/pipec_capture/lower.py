@@ -981,7 +981,7 @@ def expand_back(cx, r: Ref, full_shape, dims, keepdim: bool) -> Ref:
 
 
 def count(cx, shape, dims):
-    return numel([shape[d] for d in dims])
+    return numel([shape[d] for d in dims if d < len(shape)])  # a 0-dim tensor reduces over one element
 
 
 def _scalar_int(v):
@@ -1208,3 +1208,7 @@ def lower_repeat(cx, node, x, repeats):
     y = cx.reshape(x, inter)
     y = cx.broadcast(y, wide)
     return cx.reshape(y, t.shape)
+
+
+# Op families kept in modules of their own register their rows into LOWERINGS on import.
+from . import lower_indexing, lower_math  # noqa: E402,F401

@@ -149,6 +149,8 @@ class Evaluator:
             result = self.view(node, args[0])
         elif kind == "creation":
             result = self.creation(node)
+        elif node.op == "take":
+            result = self.take(node, *args)
         elif kind == "matmul":
             a, b = args
             if self.strict and a.dtype != b.dtype:
@@ -247,6 +249,17 @@ class Evaluator:
                 self.fail(node, f"select index {index} out of range {x.shape[dim]}")
             return x.select(dim, index)
         self.fail(node, "unknown view")
+
+    def take(self, node: Node, src, index):
+        if self.strict:
+            if index.dtype not in (torch.int64, torch.int32) or tuple(index.shape) != self.shape(node.type):
+                self.fail(node, f"take index must be an integer tensor of the node's shape, got {index.dtype} "
+                                f"{tuple(index.shape)}")
+            if src.dtype != IR_TO_TORCH[node.type.dtype]:
+                self.fail(node, f"take source dtype {src.dtype} != node dtype {node.type.dtype}")
+            if index.numel() and not (0 <= int(index.min()) and int(index.max()) < src.numel()):
+                self.fail(node, f"take index outside [0, {src.numel()})")
+        return src.reshape(-1)[index.long()]
 
     def creation(self, node: Node):
         shape = self.shape(node.type)

@@ -46,6 +46,8 @@ def _table():
     t["expand"] = OpDef(VIEW, 1)  # broadcast to the node's shape (same rank)
     t["slice"] = OpDef(VIEW, 1, ("dim", "start", "step"))
     t["select"] = OpDef(VIEW, 1, ("dim", "index"))
+    # take(src, index): src's row-major flattening read at a computed position (docs/IR.md)
+    t["take"] = OpDef(INDEXING, 2)
     t["full"] = OpDef(CREATION, 0, ("value",))
     t["iota"] = OpDef(CREATION, 0, ("dim", "start", "step"))  # start + step * index[dim]
     t["mm"] = OpDef(MATMUL, 2)

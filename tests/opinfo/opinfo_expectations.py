@@ -1,0 +1,150 @@
+"""What the OpInfo sweep expects of each op_db entry (tests/opinfo/test_opinfo.py checks it).
+
+An entry not listed here must run as generated code with results equal to eager. A listed
+entry says what it does instead and why:
+- EXTERN: some op of it runs as an extern fallback (through PyTorch), with the reason;
+- XFAIL: a stage fails on it (an expected failure), with the reason.
+The table must stay true: an entry doing better than listed fails the test, so fix the row.
+"""
+
+from __future__ import annotations
+
+EXTERN, XFAIL = "extern", "error"
+
+EXPECTED: dict[str, tuple[str, str]] = {
+    '__rmatmul__': (EXTERN, 'aten.squeeze_.dim: in-place op left by a decomposition: not lowered'),
+    '_native_batch_norm_legit': (EXTERN, 'aten._native_batch_norm_legit_functional.default, aten.copy_.default: in-place op left by a decomposition: not lowered; no lowering for aten._native_batch_norm_legit_functional.default'),
+    'argsort': (EXTERN, 'aten.sort.default: sorting: pipec has no sort kernel'),
+    'argwhere': (XFAIL, 'data-dependent output shape'),
+    'cdist': (EXTERN, 'aten._cdist_forward.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'cdouble': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'cfloat': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'chalf': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'combinations': (XFAIL, 'data-dependent output shape'),
+    'cumsum': (EXTERN, 'aten.cumsum.default: scan: pipec has no scan op yet'),
+    'cumulative_trapezoid': (EXTERN, 'aten.cumsum.default: scan: pipec has no scan op yet'),
+    'fft.fft': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.fft2': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.fftn': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.hfft': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.hfft2': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.hfftn': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.ifft': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.ifft2': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.ifftn': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.ihfft': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.ihfft2': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.ihfftn': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.irfft': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.irfft2': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.irfftn': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.rfft': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.rfft2': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'fft.rfftn': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'grid_sampler_2d': (EXTERN, 'aten.grid_sampler_2d.default: window/resampling op: not lowered yet (windowed reads)'),
+    'index_put': (EXTERN, 'aten.index_put.default: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'inner': (EXTERN, 'aten.dot.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'isclose': (EXTERN, 'aten.bitwise_and_.Tensor, aten.bitwise_or_.Tensor: in-place op left by a decomposition: not lowered'),
+    'linalg.cond': (EXTERN, 'aten._linalg_svd.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'linalg.matrix_norm': (EXTERN, 'aten._linalg_svd.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'linalg.matrix_power': (EXTERN, 'aten.copy_.default: in-place op left by a decomposition: not lowered'),
+    'linalg.matrix_rank': (EXTERN, 'aten._linalg_svd.default, aten.copy_.default: in-place op left by a decomposition: not lowered; library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'linalg.matrix_rank.hermitian': (EXTERN, 'aten._linalg_eigh.default, aten.copy_.default: in-place op left by a decomposition: not lowered; library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'linalg.norm': (EXTERN, 'aten._linalg_svd.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'linalg.norm.subgradients_at_zero': (EXTERN, 'aten._linalg_svd.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'linalg.pinv': (EXTERN, 'aten.linalg_pinv.atol_rtol_tensor: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'linalg.pinv.singular': (EXTERN, 'aten.linalg_pinv.atol_rtol_tensor: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'linalg.tensorinv': (XFAIL, 'an op with a non-tensor result (error check) cannot be compiled'),
+    'linalg.tensorsolve': (XFAIL, 'an op with a non-tensor result (error check) cannot be compiled'),
+    'linalg.vander': (EXTERN, 'aten.cumprod.default: scan: pipec has no scan op yet'),
+    'logdet': (EXTERN, 'aten._linalg_slogdet.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'masked.cumprod': (EXTERN, 'aten.cumprod.default: scan: pipec has no scan op yet'),
+    'masked.cumsum': (EXTERN, 'aten.cumsum.default: scan: pipec has no scan op yet'),
+    'masked.median': (EXTERN, 'aten.nanmedian.dim: sorting: pipec has no sort kernel'),
+    'masked_scatter': (EXTERN, 'aten.masked_scatter.default: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'matmul': (EXTERN, 'aten.squeeze_.dim: in-place op left by a decomposition: not lowered'),
+    'max_pool2d_with_indices_backward': (EXTERN, 'aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default: window/resampling op: not lowered yet (windowed reads)'),
+    'msort': (EXTERN, 'aten.sort.default: sorting: pipec has no sort kernel'),
+    'nanmean': (EXTERN, 'aten.logical_not_.default: in-place op left by a decomposition: not lowered'),
+    'nanquantile': (EXTERN, 'aten.ceil_.default, aten.copy_.default, aten.logical_not_.default, aten.sort.default, aten.squeeze_.dim: in-place op left by a decomposition: not lowered; sorting: pipec has no sort kernel'),
+    'nn.functional.adaptive_avg_pool1d': (EXTERN, 'aten.div.Tensor_mode: no lowering for aten.div.Tensor_mode'),
+    'nn.functional.adaptive_avg_pool2d': (EXTERN, 'aten.div.Tensor_mode: no lowering for aten.div.Tensor_mode'),
+    'nn.functional.adaptive_avg_pool3d': (EXTERN, 'aten._adaptive_avg_pool3d.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.adaptive_max_pool1d': (EXTERN, 'aten.adaptive_max_pool2d.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.alpha_dropout': (EXTERN, "aten.bernoulli.p: random: kept as an extern drawing from torch's generator (a Philox lowering is not done yet)"),
+    'nn.functional.avg_pool1d': (EXTERN, 'aten.avg_pool2d.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.avg_pool2d': (EXTERN, 'aten.avg_pool2d.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.avg_pool3d': (EXTERN, 'aten.avg_pool3d.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.batch_norm': (EXTERN, 'aten.copy_.default: in-place op left by a decomposition: not lowered'),
+    'nn.functional.bilinear': (EXTERN, 'aten._trilinear.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.conv1d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.conv2d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.conv3d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.conv_transpose1d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.conv_transpose2d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.conv_transpose3d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.cosine_embedding_loss': (EXTERN, 'aten.clamp_min_.default, aten.copy_.default, aten.sqrt_.default, aten.sub_.Tensor: in-place op left by a decomposition: not lowered; library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.cosine_similarity': (EXTERN, 'aten.clamp_min_.Tensor: in-place op left by a decomposition: not lowered'),
+    'nn.functional.ctc_loss': (XFAIL, 'data-dependent output shape'),
+    'nn.functional.dropout': (EXTERN, "aten.bernoulli.p: random: kept as an extern drawing from torch's generator (a Philox lowering is not done yet)"),
+    'nn.functional.dropout2d': (EXTERN, "aten.bernoulli.p: random: kept as an extern drawing from torch's generator (a Philox lowering is not done yet)"),
+    'nn.functional.embedding_bag': (EXTERN, 'aten._embedding_bag_forward_only.default: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'nn.functional.feature_alpha_dropout.with_train': (EXTERN, "aten.bernoulli.p: random: kept as an extern drawing from torch's generator (a Philox lowering is not done yet)"),
+    'nn.functional.fractional_max_pool2d': (EXTERN, "aten.fractional_max_pool2d.default, aten.rand.default: random: kept as an extern drawing from torch's generator (a Philox lowering is not done yet); window/resampling op: not lowered yet (windowed reads)"),
+    'nn.functional.fractional_max_pool3d': (EXTERN, "aten.fractional_max_pool3d.default, aten.rand.default: random: kept as an extern drawing from torch's generator (a Philox lowering is not done yet); window/resampling op: not lowered yet (windowed reads)"),
+    'nn.functional.grid_sample': (EXTERN, 'aten.grid_sampler_2d.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.hinge_embedding_loss': (EXTERN, 'aten.clamp_min_.default, aten.copy_.default, aten.sub_.Tensor: in-place op left by a decomposition: not lowered'),
+    'nn.functional.instance_norm': (EXTERN, 'aten.copy_.default: in-place op left by a decomposition: not lowered'),
+    'nn.functional.linear': (EXTERN, 'aten.squeeze_.dim: in-place op left by a decomposition: not lowered'),
+    'nn.functional.linear_cross_entropy': (EXTERN, 'aten.squeeze_.dim: in-place op left by a decomposition: not lowered'),
+    'nn.functional.linear_cross_entropy.chunked': (EXTERN, 'torch_nn._linear_cross_entropy_batch_chunked.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.linear_cross_entropy.chunked_none': (EXTERN, 'torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.local_response_norm': (EXTERN, 'aten.avg_pool2d.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.margin_ranking_loss': (EXTERN, 'aten.clamp_min_.default: in-place op left by a decomposition: not lowered'),
+    'nn.functional.max_pool1d': (EXTERN, 'aten.max_pool2d_with_indices.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.max_pool2d': (EXTERN, 'aten.max_pool2d_with_indices.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.max_pool3d': (EXTERN, 'aten.max_pool3d_with_indices.default: window/resampling op: not lowered yet (windowed reads)'),
+    'nn.functional.max_unpool1d': (EXTERN, 'aten.index_put.default: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'nn.functional.max_unpool1d.grad': (EXTERN, 'aten.index_put.default: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'nn.functional.pad.circular': (EXTERN, 'aten.copy_.default: in-place op left by a decomposition: not lowered'),
+    'nn.functional.pdist': (EXTERN, 'aten._pdist_forward.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'nn.functional.poisson_nll_loss': (EXTERN, 'aten.add_.Tensor: in-place op left by a decomposition: not lowered'),
+    'nn.functional.rms_norm': (EXTERN, 'aten.add_.Scalar: in-place op left by a decomposition: not lowered'),
+    'nonzero': (XFAIL, 'data-dependent output shape'),
+    'norm.nuc': (EXTERN, 'aten._linalg_svd.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'pca_lowrank': (EXTERN, "aten._linalg_svd.default, aten.linalg_qr.default, aten.randn.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer; random: kept as an extern drawing from torch's generator (a Philox lowering is not done yet)"),
+    'pinverse': (EXTERN, 'aten.linalg_pinv.atol_rtol_tensor: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
+    'quantile': (EXTERN, 'aten.ceil_.default, aten.copy_.default, aten.sort.default, aten.squeeze_.dim: in-place op left by a decomposition: not lowered; sorting: pipec has no sort kernel'),
+    'resize_': (EXTERN, 'aten.resize.default: no lowering for aten.resize.default'),
+    'resize_as_': (EXTERN, 'aten.resize.default: no lowering for aten.resize.default'),
+    'scatter': (EXTERN, 'aten.scatter.src: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'scatter_add': (EXTERN, 'aten.scatter_add.default: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'scatter_reduce.amax': (EXTERN, 'aten.scatter_reduce.two: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'scatter_reduce.amin': (EXTERN, 'aten.scatter_reduce.two: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'scatter_reduce.mean': (EXTERN, 'aten.scatter_reduce.two: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'scatter_reduce.prod': (EXTERN, 'aten.scatter_reduce.two: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'scatter_reduce.sum': (EXTERN, 'aten.scatter_reduce.two: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
+    'sort': (EXTERN, 'aten.sort.default: sorting: pipec has no sort kernel'),
+    'stft': (XFAIL, "complex dtypes are not in pipec's IR"),
+    'svd_lowrank': (EXTERN, "aten._linalg_svd.default, aten.linalg_qr.default, aten.randn.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer; random: kept as an extern drawing from torch's generator (a Philox lowering is not done yet)"),
+    'tensor_split': (XFAIL, "the sample's op reads tensor data while tracing (tensor_split by a tensor of indices)"),
+    'topk': (EXTERN, 'aten.topk.default: sorting: pipec has no sort kernel'),
+}
+
+# Rows that differ on half types (GPU sweep): name -> dtype -> (status, reason)
+EXPECTED_BY_DTYPE: dict[str, dict[str, tuple[str, str]]] = {}
+
+
+def expected(name: str, dtype: str = "float32") -> tuple[str, str]:
+    row = EXPECTED_BY_DTYPE.get(name, {}).get(dtype) or EXPECTED.get(name)
+    return row if row is not None else ("generated", "")
+
+
+def check(name: str, status: str, dtype: str = "float32") -> str | None:
+    """None when `status` is what the table says, else a one-line problem."""
+    want, why = expected(name, dtype)
+    if status == "wrong":
+        return f"{name}: WRONG result (never allowed)"
+    if status != want:
+        return f"{name}: expected {want}{f' ({why})' if why else ''}, got {status}: update opinfo_expectations.py"
+    return None

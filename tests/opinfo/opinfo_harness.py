@@ -1,0 +1,333 @@
+"""Run pipec over PyTorch's OpInfo database (`op_db`) and classify every op.
+
+For each OpInfo entry and each of its sample inputs:
+1. eager: call the op (a sample eager rejects is not counted);
+2. trace it with make_fx *without* decompositions: the ATen overloads it dispatches to; those
+   tagged `torch.Tag.core` are the Core ATen overloads this entry exercises (entries that
+   exercise none are not part of the sweep);
+3. compile it through every pipec stage (make_fx with pipec's decompositions, as AOTAutograd
+   does -> lower -> fuse -> codegen -> runtime), run it and compare with eager at the dtype's
+   tolerances.
+
+A sample is "generated" (every op ran as pipec code), "extern" (some op ran as an extern
+fallback), "error" (a stage raised) or "wrong" (ran, but the result differs from eager). An
+entry's status is its worst sample's. On a machine without a GPU, a kernel calling libdevice
+cannot run in Triton's interpreter: its graph is checked with the IR's reference interpreter
+instead (the lowering), and the generated kernel itself is run by the GPU sweep.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import pipec_ir
+
+GENERATED, EXTERN, ERROR, WRONG = "generated", "extern", "error", "wrong"
+RANK = {GENERATED: 0, EXTERN: 1, ERROR: 2, WRONG: 3}
+
+# Ops whose OpInfo entries are not single ATen ops or cannot be compared: sweep-level skips.
+SKIP_ENTRIES = {
+    "empty": "uninitialized memory: no values to compare",
+    "empty_like": "uninitialized memory: no values to compare",
+    "new_empty": "uninitialized memory: no values to compare",
+    "new_empty_strided": "uninitialized memory: no values to compare",
+    "empty_strided": "uninitialized memory: no values to compare",
+    "empty_permuted": "uninitialized memory: no values to compare",
+}
+
+
+@functools.cache
+def core_overloads() -> frozenset[str]:
+    """Every ATen overload tagged `torch.Tag.core` in the installed torch."""
+    found = set()
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if torch.Tag.core in op.tags:
+                found.add(str(op))
+    return frozenset(found)
+
+
+def entry_name(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+@functools.cache
+def op_db_entries() -> tuple:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return tuple(op_db)
+
+
+def entries(dtype: torch.dtype, device: str = "cpu") -> list:
+    """OpInfo entries that support `dtype` on `device` (in op_db order, names unique)."""
+    out, seen = [], set()
+    for op in op_db_entries():
+        name = entry_name(op)
+        if name in seen or name in SKIP_ENTRIES:
+            continue
+        try:
+            if dtype not in op.supported_dtypes(device):
+                continue
+        except Exception:  # noqa: BLE001 - an entry that cannot answer is not swept
+            continue
+        seen.add(name)
+        out.append(op)
+    return out
+
+
+@dataclass
+class SampleResult:
+    status: str
+    overloads: tuple[str, ...]  # Core ATen overloads the sample exercises
+    externs: tuple[tuple[str, str], ...] = ()  # (ATen overload, reason) of each extern fallback
+    detail: str = ""
+    checked_by: str = "triton"  # or "reference" (libdevice kernels on a machine without a GPU)
+
+
+@dataclass
+class EntryResult:
+    name: str
+    status: str
+    overloads: tuple[str, ...]
+    samples: list[SampleResult] = field(default_factory=list)
+    skipped: int = 0  # samples eager or tracing could not run
+
+    @property
+    def detail(self) -> str:
+        worst = [s for s in self.samples if s.status == self.status]
+        return worst[0].detail if worst else ""
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "status": self.status, "overloads": list(self.overloads),
+            "skipped_samples": self.skipped, "detail": self.detail,
+            "samples": [{"status": s.status, "overloads": list(s.overloads), "externs": [list(e) for e in s.externs],
+                         "detail": s.detail, "checked_by": s.checked_by} for s in self.samples],
+        }
+
+
+class NotSwept(Exception):
+    """The sample cannot be part of the sweep (eager rejects it, no tensor input, ...)."""
+
+
+def _call(op, sample, tensors, spec):
+    inp, args, kwargs = pytree.tree_unflatten(_fill(tensors, spec[1]), spec[0])
+    return op(inp, *args, **kwargs)
+
+
+def _fill(tensors, slots):
+    it = iter(tensors)
+    return [next(it) if s is None else s for s in slots]
+
+
+def flatten_sample(sample):
+    """(tensor leaves, spec): the sample's tensors become graph inputs, the rest stays constant."""
+    leaves, tree = pytree.tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    slots = [None if isinstance(x, torch.Tensor) else x for x in leaves]
+    return tensors, (tree, slots)
+
+
+def _outputs(value) -> list:
+    leaves = pytree.tree_leaves(value)
+    if not leaves or any(not isinstance(x, torch.Tensor) for x in leaves):
+        raise NotSwept(f"returns non-tensor values ({type(value).__name__})")
+    return leaves
+
+
+def is_random(overload: str) -> bool:
+    """A random op (torch tags it nondeterministic_seeded): rand, bernoulli, dropout, ..."""
+    from pipec_capture.reference import resolve_overload
+
+    return torch.Tag.nondeterministic_seeded in resolve_overload(overload).tags
+
+
+def traced_overloads(fn, tensors) -> tuple[str, ...]:
+    gm = make_fx(fn, tracing_mode="real")(*tensors)
+    return tuple(sorted({str(n.target) for n in gm.graph.nodes
+                         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)}))
+
+
+def tolerances(dtype: torch.dtype) -> dict:
+    # half types: one rounding of each intermediate may differ from eager's (pipec computes in fp32)
+    return {torch.float16: dict(atol=1e-2, rtol=1e-2), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}.get(
+        dtype, dict(atol=1e-5, rtol=1.3e-6) if dtype == torch.float32 else {})
+
+
+def compile_pipec(fn, tensors):
+    """fn -> (runner(list of tensors) -> outputs, graph, uses_libdevice) through every pipec stage."""
+    from pipec import plugins
+    from pipec_capture import constant_bindings, core_decompositions, lower_graph
+
+    # functionalized like AOTAutograd: decompositions' in-place steps become out-of-place ops
+    functional = torch.func.functionalize(fn, remove="mutations")
+    gm = make_fx(functional, decomposition_table=core_decompositions(), tracing_mode="fake")(*tensors)
+    registry = plugins.get_registry()
+    options = pipec_ir.CompileOptions()
+    graph = _round_trip(lower_graph(gm, tensors, name="opinfo"), "graph")
+    constants = constant_bindings(gm, graph)  # tensor constants of the trace: trailing inputs
+    plan = _round_trip(registry.get("fusion", "default").fuse(graph, options), "kernel_plan")
+    program = _round_trip(registry.get("codegen", "triton").generate(plan, options), "program")
+    uses_libdevice = any("libdevice" in k.source for k in program.kernels)
+    extra = [constants[i.name] for i in graph.inputs[len(tensors):]]
+    program_fn = registry.get("runtime", "launch").load(program, options)
+    return (lambda xs: program_fn([*xs, *extra])), graph, uses_libdevice, extra
+
+
+def _round_trip(doc, kind):
+    return pipec_ir.verify(pipec_ir.loads(pipec_ir.dumps(doc), kind=kind))
+
+
+def _externs(graph) -> tuple[tuple[str, str], ...]:
+    return tuple((str(n.attr("target")), str(n.attr("reason", ""))) for n in graph.nodes if n.op == "extern")
+
+
+def compare(got, expected, dtype) -> str | None:
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, eager has {len(expected)}"
+    for k, (g, e) in enumerate(zip(got, expected)):
+        try:
+            torch.testing.assert_close(g, e, equal_nan=True, **(tolerances(e.dtype) if e.is_floating_point() else {}))
+        except AssertionError as exc:
+            return f"output {k}: {' '.join(str(exc).split())[:300]}"
+    return None
+
+
+def run_sample(op, sample, dtype: torch.dtype, device: str) -> SampleResult:
+    tensors, spec = flatten_sample(sample)
+    if not tensors:
+        raise NotSwept("no tensor inputs")
+    if any(t.requires_grad for t in tensors):
+        tensors = [t.detach() for t in tensors]
+
+    def fn(*xs):
+        return _call(op, sample, xs, spec)
+
+    seed = 1234
+    try:
+        torch.manual_seed(seed)
+        expected = _outputs(fn(*[t.clone() for t in tensors]))
+        raw = traced_overloads(fn, [t.clone() for t in tensors])
+        overloads = tuple(o for o in raw if o in core_overloads())
+    except NotSwept:
+        raise
+    except Exception as exc:  # noqa: BLE001 - eager or plain tracing rejects this sample
+        raise NotSwept(f"eager/trace: {type(exc).__name__}") from exc
+    if not overloads:
+        raise NotSwept("exercises no Core ATen overload")
+    try:
+        run, graph, uses_libdevice, extra = compile_pipec(fn, tensors)
+        externs = _externs(graph)
+        torch.manual_seed(seed)  # random ops (kept as externs) draw what eager drew
+        if uses_libdevice and not torch.cuda.is_available():
+            from pipec_capture.reference import run_graph
+
+            got, checked_by = run_graph(graph, [*(t.contiguous() for t in tensors), *extra]), "reference"
+        else:
+            got, checked_by = run([t.clone() for t in tensors]), "triton"
+        got = [g for g in got if g is not None] if len(got) != len(expected) else list(got)
+    except Exception as exc:  # noqa: BLE001 - any stage's failure is recorded, not raised
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        return SampleResult(ERROR, overloads, detail=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
+                                                     f"({last.filename.rsplit('/', 1)[-1]}:{last.lineno})")
+    if any(is_random(o) for o in raw):
+        # pipec keeps random ops as externs drawing from torch's generator, but a decomposition
+        # may draw in another order than eager's kernel: only shapes and dtypes are comparable
+        got = [g.new_zeros(g.shape) for g in got]
+        expected = [e.new_zeros(e.shape) for e in expected]
+    problem = compare(got, expected, dtype)
+    if problem is not None:
+        return SampleResult(WRONG, overloads, externs, problem, checked_by)
+    status = EXTERN if externs else GENERATED
+    detail = "; ".join(f"{t}: {r}" for t, r in externs)
+    return SampleResult(status, overloads, externs, detail, checked_by)
+
+
+def run_entry(op, dtype: torch.dtype = torch.float32, device: str = "cpu", max_samples: int | None = None,
+              seed: int = 0) -> EntryResult | None:
+    """Sweep one OpInfo entry; None when it exercises no Core ATen overload."""
+    torch.manual_seed(seed)
+    result = EntryResult(entry_name(op), GENERATED, ())
+    overloads: set[str] = set()
+    try:
+        samples = op.sample_inputs(device, dtype, requires_grad=False)
+        for sample in samples:
+            if max_samples is not None and len(result.samples) >= max_samples:
+                break
+            try:
+                r = run_sample(op, sample, dtype, device)
+            except NotSwept:
+                result.skipped += 1
+                continue
+            overloads.update(r.overloads)
+            result.samples.append(r)
+    except Exception as exc:  # noqa: BLE001 - the entry's sample generator itself failed
+        if not result.samples:
+            return None if not overloads else result
+        result.samples.append(SampleResult(ERROR, (), detail=f"sample inputs: {type(exc).__name__}"))
+    if not result.samples:
+        return None
+    result.overloads = tuple(sorted(overloads))
+    result.status = max((s.status for s in result.samples), key=RANK.__getitem__)
+    return result
+
+
+def overload_statuses(results: list[EntryResult]) -> dict[str, str]:
+    """Each exercised Core ATen overload's status.
+
+    An extern is charged to the overload it calls when the sample dispatched to that overload,
+    else to the sample's overloads that pipec has no direct lowering for (their decompositions
+    produced it). A wrong result anywhere makes the overload wrong. Otherwise the overload takes
+    its best entry's status: it is generated if some entry runs it as generated code (an error
+    in another entry is charged to that entry's own table row).
+    """
+    from pipec_capture import LOWERINGS
+
+    worst: dict[str, str] = {}
+    best: dict[str, str] = {}
+    for entry in results:
+        for s in entry.samples:
+            charged = set()
+            for target, _ in s.externs:
+                if target in s.overloads:
+                    charged.add(target)
+                else:
+                    charged.update(o for o in s.overloads if o not in LOWERINGS)
+            for o in s.overloads:
+                if s.status in (WRONG, ERROR):
+                    st = s.status
+                else:
+                    st = EXTERN if o in charged else GENERATED
+                worst[o] = max(worst.get(o, GENERATED), st, key=RANK.__getitem__)
+                best[o] = min(best.get(o, WRONG), st, key=RANK.__getitem__)
+    out = {}
+    for o in worst:
+        if worst[o] == WRONG:
+            out[o] = WRONG
+        elif worst[o] == EXTERN:
+            out[o] = EXTERN
+        else:
+            out[o] = best[o]
+    return out
+
+
+def summary_line(entry_counts: dict[str, int], overload_counts: dict[str, int], dtype, device) -> str:
+    total = sum(overload_counts.values())
+    gen = overload_counts.get(GENERATED, 0)
+    pct = 100.0 * gen / total if total else math.nan
+    return (f"opinfo sweep ({dtype}, {device}): core overloads {total}: generated {gen} ({pct:.1f}%), "
+            f"extern {overload_counts.get(EXTERN, 0)}, xfail {overload_counts.get(ERROR, 0)}, "
+            f"wrong {overload_counts.get(WRONG, 0)} | entries: generated {entry_counts.get(GENERATED, 0)}, "
+            f"extern {entry_counts.get(EXTERN, 0)}, xfail {entry_counts.get(ERROR, 0)}, "
+            f"wrong {entry_counts.get(WRONG, 0)}")

@@ -1,0 +1,55 @@
+"""The OpInfo sweep: pipec against PyTorch's own op database (see opinfo_harness.py).
+
+Every op_db entry that exercises a Core ATen overload runs its first samples through all of
+pipec's stages and is compared with eager; its status must be what opinfo_expectations.py
+says (an unexpected pass fails too, so the table stays true). The session prints a summary
+line with the counts (conftest.py). The CPU sweep uses float32 and Triton's interpreter;
+the GPU sweep (float16/bfloat16) skips without CUDA. `scripts/opinfo_sweep.py` runs every
+sample and writes a results JSON.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import opinfo_expectations
+import opinfo_harness as h
+
+CPU_SAMPLES = 2  # samples per entry on CPU: keeps the interpreter sweep within CI's budget
+GPU_SAMPLES = 4
+
+CPU_ENTRIES = {h.entry_name(op): op for op in h.entries(torch.float32, "cpu")}
+
+
+def _check(op, dtype: torch.dtype, device: str, samples: int, record_property):
+    result = h.run_entry(op, dtype, device, max_samples=samples)
+    if result is None:
+        pytest.skip("exercises no Core ATen overload")
+    record_property("opinfo", json.dumps({"name": result.name, "status": result.status,
+                                          "samples": [{"overloads": list(s.overloads), "status": s.status,
+                                                       "externs": [list(e) for e in s.externs]}
+                                                      for s in result.samples]}))
+    problem = opinfo_expectations.check(result.name, result.status, str(dtype).removeprefix("torch."))
+    assert problem is None, f"{problem}\n  detail: {result.detail}"
+
+
+@pytest.mark.parametrize("name", sorted(CPU_ENTRIES))
+def test_opinfo_float32_cpu(name, record_property):
+    _check(CPU_ENTRIES[name], torch.float32, "cpu", CPU_SAMPLES, record_property)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the half-precision sweep runs on the GPU machine")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_opinfo_half_gpu(dtype, record_property):
+    failures = []
+    for op in h.entries(dtype, "cuda"):
+        result = h.run_entry(op, dtype, "cuda", max_samples=GPU_SAMPLES)
+        if result is None:
+            continue
+        problem = opinfo_expectations.check(result.name, result.status, str(dtype).removeprefix("torch."))
+        if problem:
+            failures.append(f"{problem} | {result.detail[:200]}")
+    assert not failures, "\n".join(failures)
