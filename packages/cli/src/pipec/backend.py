@@ -50,8 +50,11 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
 
         def compile_aten_graph(aten_gm, aten_inputs, kind="inference"):
             name = f"{prefix}_{index}" if kind in ("inference", "forward", None) else f"{prefix}_{index}_{kind}"
+            first_new = len(session.graphs)
             fn = compile_graph(aten_gm, aten_inputs, options, session=session, name=name)
-            return tensors_only(fn, aten_inputs)
+            for stats in session.graphs[first_new:]:
+                stats.kind = kind or "inference"
+            return with_size_outputs(tensors_only(fn, aten_inputs), aten_gm, aten_inputs, name)
 
         return dynamo_backend(compile_aten_graph)(gm, example_inputs)
 
@@ -74,6 +77,67 @@ def tensors_only(fn, example_inputs):
 
     call.pipec_runtime = fn
     return call
+
+
+def with_size_outputs(fn, gm, example_inputs, name: str = "graph"):
+    """With dynamic shapes, AOTAutograd's forward graph also returns sizes (SymInts it saves
+    for the backward graph). A Program returns None for a non-tensor output, so each size
+    output is computed here from the sizes of this call's inputs."""
+    import torch
+
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else (out_node.args[0],)
+    vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in outs]
+    sizes = {i: v for i, v in enumerate(vals) if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool)}
+    if not sizes:
+        return fn
+    sources = _symbol_sources(example_inputs)
+    size_fns = {}
+    for i, v in sizes.items():
+        expr = v.node.expr if isinstance(v, torch.SymInt) else v
+        missing = [str(s) for s in getattr(expr, "free_symbols", ()) if s not in sources]
+        if missing:
+            raise PipecError(f"graph {name} returns the size {expr}, but no input has size {', '.join(missing)}",
+                             stage="runtime", graph=name)
+        size_fns[i] = _size_function(expr, sources)
+
+    def call(args):
+        out = list(fn(args))
+        for i, size_of in size_fns.items():
+            out[i] = size_of(args)
+        return out
+
+    call.pipec_runtime = getattr(fn, "pipec_runtime", fn)
+    return call
+
+
+def _symbol_sources(example_inputs) -> dict:
+    """Size symbol -> (input index, dim) where an input tensor has it as a size, or (input index, None)
+    where an int input is that symbol."""
+    import torch
+
+    sources: dict = {}
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol:
+            sources.setdefault(x.node.expr, (i, None))
+        elif isinstance(x, torch.Tensor):
+            for d, size in enumerate(x.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    sources.setdefault(size.node.expr, (i, d))
+    return sources
+
+
+def _size_function(expr, sources: dict):
+    if not getattr(expr, "free_symbols", None):
+        value = int(expr)
+        return lambda args: value
+    used = {s: sources[s] for s in expr.free_symbols}
+
+    def size_of(args):
+        values = {s: (args[i] if d is None else args[i].shape[d]) for s, (i, d) in used.items()}
+        return int(expr.xreplace({s: int(v) for s, v in values.items()}))
+
+    return size_of
 
 
 def _compile_id() -> tuple[int, int] | None:

@@ -77,6 +77,7 @@ def is_compute(node: pipec_ir.Node) -> bool:
 @dataclass
 class GraphStats:
     name: str
+    kind: str = "inference"  # AOTAutograd's graph kind: "inference", "forward" or "backward"
     op_count: int = 0
     kernel_count: int = 0  # generated Triton kernels
     fusion_count: int = 0  # kernels holding more than one compute op
@@ -99,12 +100,15 @@ class GraphStats:
         self.not_fused = [(r.first, r.second, r.reason) for r in plan.rejected]
 
     def add_program(self, program: pipec_ir.Program) -> None:
-        self.kernel_count = len(program.kernels)
+        # not counted: kernels only a non-default alternative of a choice group launches (docs/IR.md)
+        other = {s.target for s in program.steps if pipec_ir.get_attr(s.attrs, "choice") is not None
+                 and not pipec_ir.get_attr(s.attrs, "default")}
+        self.kernel_count = len([k for k in program.kernels if k.name not in other])
         self.kernels = [(k.name, k.source) for k in program.kernels]
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name, "op_count": self.op_count, "kernel_count": self.kernel_count,
+            "name": self.name, "kind": self.kind, "op_count": self.op_count, "kernel_count": self.kernel_count,
             "fusion_count": self.fusion_count,
             "extern_ops": [{"target": t, "reason": r} for t, r in self.extern_ops],
             "not_fused": [{"first": a, "second": b, "reason": r} for a, b, r in self.not_fused],
