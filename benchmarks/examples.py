@@ -1,76 +1,44 @@
-"""Time every example on the GPU: eager vs TorchInductor vs pipec, in one run.
+"""Time every example on the GPU: eager vs TorchInductor vs pipec, through `pipec bench`.
 
-    python benchmarks/examples.py [--json out.json]
+    python benchmarks/examples.py [--json out.json] [--dtype float32|bfloat16|float16] [--fusion NAME]
 
-Checks each compiled result against eager (torch.testing.assert_close) before timing,
-and times with triton.testing.do_bench (median ms). Needs CUDA.
+Each example runs in its own process as `pipec bench examples/NAME.py` (checked against eager
+before it is timed with triton.testing.do_bench; see pipec.bench), once per fusion policy
+given (default: default and aggressive). Prints each table; --json collects the results.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
+import subprocess
 import sys
-
-import torch
-import triton.testing
-
-import pipec
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def load(path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    inputs = mod.example_inputs() if callable(mod.example_inputs) else mod.example_inputs
-    return mod.model, tuple(inputs)
-
-
-def flat(out):
-    return list(out) if isinstance(out, tuple | list) else [out]
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json")
-    parser.add_argument("--dtype", default="float32")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write every result here")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--fusion", action="append", help="fusion policy (repeatable; default: default, aggressive)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("needs CUDA", file=sys.stderr)
-        return 2
-    dtype = getattr(torch, args.dtype)
-    rows = []
-    for path in sorted((ROOT / "examples").glob("*.py")):
-        model, inputs = load(path)
-        model = model.cuda().to(dtype) if isinstance(model, torch.nn.Module) else model
-        inputs = tuple(i.cuda().to(dtype) if i.is_floating_point() else i.cuda() for i in inputs)
-        row = {"example": path.stem, "dtype": args.dtype}
-        with torch.no_grad():
-            expected = flat(model(*inputs))
-            variants = {
-                "eager": model,
-                "inductor": torch.compile(model),
-                "pipec": pipec.compile(model),
-                "pipec_aggressive": pipec.compile(model, fusion="aggressive"),
-            }
-            for name, fn in variants.items():
-                got = flat(fn(*inputs))
-                tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
-                for g, e in zip(got, expected):
-                    torch.testing.assert_close(g, e, **tol)
-                row[name + "_ms"] = triton.testing.do_bench(lambda fn=fn, inputs=inputs: fn(*inputs), warmup=50, rep=300)
-                torch._dynamo.reset()
-        row["pipec_vs_eager"] = row["eager_ms"] / row["pipec_ms"]
-        row["pipec_vs_inductor"] = row["inductor_ms"] / row["pipec_ms"]
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    results, failed = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in sorted((ROOT / "examples").glob("*.py")):
+            for fusion in args.fusion or ["default", "aggressive"]:
+                out = pathlib.Path(tmp) / f"{path.stem}-{fusion}.json"
+                code = subprocess.call([sys.executable, "-m", "pipec", "bench", str(path), "--dtype", args.dtype,
+                                        "--fusion", fusion, "-o", str(out)])
+                failed += code != 0
+                if out.exists():
+                    results.append({"example": path.stem, "fusion": fusion, "exit_code": code,
+                                    **json.loads(out.read_text())})
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
-    return 0
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

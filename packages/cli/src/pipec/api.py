@@ -84,52 +84,70 @@ def compile_with_session(model, options: CompileOptions, session: Session | None
     return compiled, session
 
 
-def _call_context(options: CompileOptions, budget: RecompileBudget) -> contextlib.ExitStack:
-    """The torch settings a pipec-compiled model is traced under (they are read while Dynamo
-    traces, i.e. during a call, so they are set per call and restored after it).
+def _call_settings(options: CompileOptions, budget: RecompileBudget) -> list[tuple[object, str, object]]:
+    """The torch settings a pipec-compiled model is traced under, as (config module, name,
+    value). They are read while Dynamo traces, i.e. during a call, so they are set per call
+    and restored after it.
 
     * Dynamo's own recompile limit is raised past pipec's budget, so pipec's budget is the
       one enforced (until it is used up; then Dynamo's applies again and runs the rest eagerly).
     * Unless dynamic=False (or size_oblivious=False), sizes are traced size-obliviously: a
       dynamic size does not get specialized when it is 0 or 1 (Dynamo's 0/1 specialization),
       so one compiled graph also serves batch 1.
-    * Python floats are specialized (specialize_float=False keeps torch's default).
+    * Python floats are specialized (specialize_float=False keeps torch's default): they are
+      literals in the kernels, not 0-dim tensor inputs, which also spares Dynamo a restarted
+      analysis (a second backend call) per compile.
     """
     import torch
+    from torch.fx.experimental import _config as fx_config
 
-    stack = contextlib.ExitStack()
+    settings = []
     if not budget.exhausted:
-        needed = budget.limit + 2  # the first compilation, the recompiles, and the one that is refused
-        if torch._dynamo.config.recompile_limit < needed:
-            stack.enter_context(torch._dynamo.config.patch(recompile_limit=needed))
+        # the first compilation, the recompiles, and the one that is refused
+        settings.append((torch._dynamo.config, "recompile_limit", budget.limit + 2))
     if options.dynamic is not False and options.get("size_oblivious", True):
-        from torch.fx.experimental import _config as fx_config
+        settings.append((fx_config, "backed_size_oblivious", True))
+    if options.get("specialize_float", True):
+        settings.append((torch._dynamo.config, "specialize_float", True))
+    return settings
 
-        stack.enter_context(fx_config.patch(backed_size_oblivious=True))
-    if options.get("specialize_float", True) and not torch._dynamo.config.specialize_float:
-        # Python floats (a module's scale, eps) are literals in the kernels, not 0-dim tensor
-        # inputs; it also spares Dynamo a restarted analysis (a second backend call) per compile
-        stack.enter_context(torch._dynamo.config.patch(specialize_float=True))
-    return stack
+
+def _apply(settings) -> list[tuple[object, str, object]]:
+    """Set what differs; returns what to restore. Plain attribute swaps: `config.patch()`
+    builds a context-manager class per use and cost more than a whole kernel launch per call."""
+    undo = []
+    for module, name, value in settings:
+        old = getattr(module, name)
+        if name == "recompile_limit" and old >= value:
+            continue
+        if old != value:
+            undo.append((module, name, old))
+            setattr(module, name, value)
+    return undo
 
 
 def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget):
-    """`compiled`, each call running inside `_call_context`; a RecompileLimitError raised
+    """`compiled`, each call running under `_call_settings`; a RecompileLimitError raised
     inside Dynamo reaches the caller as itself (not wrapped in BackendCompilerFailed)."""
+    live = _call_settings(options, budget)
+    settled = [s for s in live if s[1] != "recompile_limit"]
 
     def wrap(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
-            with _call_context(options, budget):
-                try:
-                    return fn(*args, **kwargs)
-                except RecompileLimitError:
-                    raise
-                except Exception as exc:
-                    found = find_error(exc, RecompileLimitError)
-                    if found is not None:
-                        raise found from exc
-                    raise
+            undo = _apply(live if not budget.exhausted else settled)
+            try:
+                return fn(*args, **kwargs)
+            except RecompileLimitError:
+                raise
+            except Exception as exc:
+                found = find_error(exc, RecompileLimitError)
+                if found is not None:
+                    raise found from exc
+                raise
+            finally:
+                for module, name, old in reversed(undo):
+                    setattr(module, name, old)
         return call
 
     import torch
@@ -171,8 +189,10 @@ def compile(model=None, *, mode: str = "default", fusion: str = "default", runti
 # ---------------------------------------------------------------- comparing with eager
 
 
-def compare_outputs(actual, expected) -> tuple[float | None, str | None]:
-    """(max abs error over every tensor output, one-line mismatch or None) vs eager, dtype tolerances."""
+def compare_outputs(actual, expected, *, atol: float | None = None,
+                    rtol: float | None = None) -> tuple[float | None, str | None]:
+    """(max abs error over every tensor output, one-line mismatch or None) vs eager, dtype tolerances
+    (assert_close's defaults; `atol` and `rtol`, given together, override them)."""
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -204,7 +224,7 @@ def compare_outputs(actual, expected) -> tuple[float | None, str | None]:
             err = float(diff.max())
         max_error = err if max_error is None else max(max_error, err)
         try:
-            torch.testing.assert_close(a, e.to(a.device), equal_nan=True)
+            torch.testing.assert_close(a, e.to(a.device), equal_nan=True, atol=atol, rtol=rtol)
         except AssertionError as exc:
             detail = next((ln.strip() for ln in str(exc).splitlines() if ln.strip().startswith("Mismatched")), "")
             problem = problem or (f"output {i} differs from eager: max abs error {err:.3g}"
@@ -235,6 +255,7 @@ class ExplainReport:
     cache: str | None = None  # the compile cache backend ("local", "redis"), None when off
     cache_hits: dict[str, int] = field(default_factory=dict)  # stage -> graphs served from the cache
     cache_misses: dict[str, int] = field(default_factory=dict)  # stage -> graphs compiled and stored
+    training: bool = False  # forward and backward graphs were compiled (and gradients compared)
 
     def to_dict(self, with_code: bool = False) -> dict:
         out = {
@@ -246,6 +267,7 @@ class ExplainReport:
             "stage_seconds": dict(self.stage_seconds), "max_error": self.max_error,
             "mismatch": self.mismatch, "graphs": list(self.graphs),
             "cache": self.cache, "cache_hits": dict(self.cache_hits), "cache_misses": dict(self.cache_misses),
+            "training": self.training,
         }
         if with_code:
             out["kernels"] = [{"name": n, "source": s} for n, s in self.kernels]
@@ -267,6 +289,7 @@ def report_from_session(session: Session, *, break_reasons=None, graph_break_cou
         max_error=max_error, mismatch=mismatch, graphs=[g.to_dict() for g in session.graphs],
         kernels=session.kernels,
         cache=session.cache, cache_hits=session.cache_hits, cache_misses=session.cache_misses,
+        training=any(g.kind in ("forward", "backward") for g in session.graphs),
     )
 
 
@@ -291,12 +314,15 @@ def dynamo_break_reasons(model, example_inputs) -> tuple[int | None, list[str]]:
 
 
 def run_and_compare(model, example_inputs, options: CompileOptions, session: Session | None = None, *,
-                    name: str | None = None, expected: Any = None):
+                    name: str | None = None, expected: Any = None, training: bool | None = None):
     """Compile with pipec, run on the inputs and eagerly (unless `expected` is given);
-    returns (compiled outputs, max_error, mismatch, session). Runs under torch.no_grad()."""
+    returns (compiled outputs, max_error, mismatch, session). Runs under torch.no_grad(),
+    unless `training` (default: `is_training_model(model)`): then see `train_and_compare`."""
     import torch
 
     session = session if session is not None else Session()
+    if training if training is not None else is_training_model(model):
+        return train_and_compare(model, example_inputs, options, session, name=name)
     with torch.no_grad():
         if expected is None:
             expected = model(*example_inputs)
@@ -310,6 +336,71 @@ def run_and_compare(model, example_inputs, options: CompileOptions, session: Ses
             raise
     max_error, mismatch = compare_outputs(actual, expected)
     return actual, max_error, mismatch, session
+
+
+def is_training_model(model) -> bool:
+    """An nn.Module in training mode with trainable parameters (what a training loop compiles)."""
+    import torch
+
+    return (isinstance(model, torch.nn.Module) and model.training
+            and any(p.requires_grad for p in model.parameters()))
+
+
+def train_and_compare(model, example_inputs, options: CompileOptions, session: Session, *,
+                      name: str | None = None):
+    """One training-mode forward and backward, eager and compiled, from the same state.
+
+    The compiled copy is a deepcopy of `model` taken first, so buffers updated in forward
+    (BatchNorm running stats) start equal; each run gets its own copy of the inputs. The
+    backward pass seeds every floating-point output with ones, which compiles AOTAutograd's
+    backward graph too. Compares outputs, then parameter gradients, then buffers, in that order.
+    Returns (compiled outputs, max_error, mismatch, session) like run_and_compare.
+    """
+    import copy
+
+    import torch
+
+    twin = copy.deepcopy(model)
+
+    def fresh_inputs():
+        return [t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                for t in example_inputs]
+
+    def forward_backward(fn):
+        out = fn(*fresh_inputs())
+        from torch.utils._pytree import tree_flatten
+
+        seeds = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
+        if seeds:
+            torch.autograd.backward(seeds, [torch.ones_like(o) for o in seeds])
+        return out
+
+    with torch.enable_grad():
+        expected = forward_backward(model)
+        compiled, session = compile_with_session(twin, options, session, name=name)
+        try:
+            actual = forward_backward(compiled)
+        except Exception as exc:
+            found = find_pipec_error(exc)
+            if found is not None:
+                raise found from exc
+            raise
+    max_error, mismatch = compare_outputs(actual, expected)
+    for what, ours, theirs in (
+        ("gradient", _named_grads(twin), _named_grads(model)),
+        ("buffer", dict(twin.named_buffers()), dict(model.named_buffers())),
+    ):
+        for n in sorted(theirs):
+            err, problem = compare_outputs(ours.get(n), theirs[n])
+            if err is not None:
+                max_error = err if max_error is None else max(max_error, err)
+            if problem and mismatch is None:  # "output 0 differs ..." -> "gradient of fc.weight differs ..."
+                mismatch = f"{what} of {n} {problem.removeprefix('output 0 ')}"
+    return actual, max_error, mismatch, session
+
+
+def _named_grads(model) -> dict:
+    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
 def explain(model, *example_inputs, **compile_kwargs) -> ExplainReport:

@@ -3,6 +3,7 @@
     pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead]
                            [--dynamic] [--fullgraph] [--dump-ir DIR] [--output-code] [--json]
     pipec explain MODEL.py [same options]
+    pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--json] [-o FILE]
     pipec capture MODEL.py -o graph.json [--exporter export|dynamo]
     pipec fuse graph.json -o plan.json [--fusion NAME]
     pipec codegen plan.json -o program.json [--codegen NAME]
@@ -83,6 +84,12 @@ def _main_callback() -> None:
 
 def load_model_file(path: Path, model_name: str = "model", inputs_name: str = "example_inputs"):
     """(model, example_inputs tuple, name) from a Python file; usage errors exit 2 with one line."""
+    model, inputs, name, _ = load_model_module(path, model_name, inputs_name)
+    return model, inputs, name
+
+
+def load_model_module(path: Path, model_name: str = "model", inputs_name: str = "example_inputs"):
+    """load_model_file, also returning the imported module (for optional names like `tolerance`)."""
     import torch
 
     path = Path(path)
@@ -128,7 +135,7 @@ def load_model_file(path: Path, model_name: str = "model", inputs_name: str = "e
     if not isinstance(inputs, tuple):
         fail(f"`{inputs_name}` in {path.name} must be a tuple of tensors or a zero-argument function "
              f"returning one, not {type(inputs).__name__}")
-    return model, inputs, name
+    return model, inputs, name, module
 
 
 def _resolve_device(device: str) -> str:
@@ -418,6 +425,129 @@ def explain_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: R
          fullgraph=fullgraph, dump_ir=dump_ir, output_code=output_code, json_out=json_out, model_name=model,
          inputs_name=inputs, device=device, capture=capture, codegen=codegen,
          cache=_cache_name(cache, no_cache))
+
+
+# ---------------------------------------------------------------- bench
+
+
+class BenchDtype(str, enum.Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+def _to_dtype(model, inputs, dtype: str):
+    """The model's floating parameters and the floating inputs cast to `dtype`."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    target = getattr(torch, dtype)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(target)
+    inputs = tree_map(lambda t: t.to(target) if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
+                      inputs)
+    return model, inputs
+
+
+def _bench_tolerance(module, name: str, atol: float | None, rtol: float | None) -> tuple[float | None, float | None]:
+    """--atol/--rtol, else the model file's `tolerance = dict(atol=..., rtol=...)`, else (None, None)."""
+    if (atol is None) != (rtol is None):
+        fail("give --atol and --rtol together")
+    if atol is not None:
+        return atol, rtol
+    tolerance = getattr(module, "tolerance", None)
+    if tolerance is None:
+        return None, None
+    if not (isinstance(tolerance, dict) and set(tolerance) == {"atol", "rtol"}
+            and all(isinstance(v, int | float) for v in tolerance.values())):
+        fail(f"`tolerance` in {name} must be dict(atol=FLOAT, rtol=FLOAT)")
+    return float(tolerance["atol"]), float(tolerance["rtol"])
+
+
+@app.command("bench")
+def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: RuntimeOpt = None,
+              mode: ModeOpt = Mode.default, model: ModelNameOpt = "model", inputs: InputsNameOpt = "example_inputs",
+              device: DeviceOpt = "auto",
+              inductor: Annotated[bool | None, typer.Option(
+                  "--inductor/--no-inductor", show_default=False,
+                  help="Measure TorchInductor (default: only with CUDA).")] = None,
+              inductor_mode: Annotated[list[str] | None, typer.Option(
+                  "--inductor-mode", help="Also measure this torch.compile mode (repeatable), "
+                  "e.g. max-autotune-no-cudagraphs.")] = None,
+              warmup: Annotated[float, typer.Option("--warmup", help="Warm-up per measurement, ms.")] = 25.0,
+              rep: Annotated[float, typer.Option("--rep", help="Measuring time per measurement, ms.")] = 100.0,
+              dtype: Annotated[BenchDtype | None, typer.Option(
+                  "--dtype", help="Cast the model and its floating inputs first.")] = None,
+              atol: Annotated[float | None, typer.Option("--atol", help="Numerics check tolerance (with --rtol; "
+                                                         "default: the file's `tolerance`, else the dtype's).")] = None,
+              rtol: Annotated[float | None, typer.Option("--rtol", help="See --atol.")] = None,
+              keep_caches: Annotated[bool, typer.Option(
+                  "--keep-caches", help="Use the usual compile caches (cold compiles may then be hits) instead "
+                  "of private empty ones.")] = False,
+              output: Annotated[Path | None, typer.Option(
+                  "-o", "--output", help="Also write the JSON here (updated after each backend).")] = None,
+              json_out: JsonOpt = False) -> None:
+    """Time eager, TorchInductor and pipec on MODEL.py, after checking their outputs against eager."""
+    import torch
+
+    from .bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, bench_table, run_bench, write_json
+
+    modes = ["default"] + [m for m in (inductor_mode or []) if m != "default"]
+    unknown = [m for m in modes if m not in INDUCTOR_MODES]
+    if unknown:
+        fail(f"unknown --inductor-mode {unknown[0]!r} (expected one of: {', '.join(INDUCTOR_MODES)})")
+    if warmup < 0 or rep <= 0:
+        fail("--warmup must be >= 0 and --rep > 0 (milliseconds)")
+    options = _options(mode=mode.value, fusion=fusion, runtime=runtime)
+    model_obj, example, name, module = load_model_module(model_file, model, inputs)
+    atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
+    device = _resolve_device(device)
+    model_obj, example = _to_device(model_obj, example, device)
+    if dtype is not None:
+        model_obj, example = _to_dtype(model_obj, example, dtype.value)
+    if isinstance(model_obj, torch.nn.Module):
+        model_obj = model_obj.eval()
+    try:
+        with torch.no_grad():
+            model_obj(*example)
+    except Exception as exc:
+        fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
+    bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
+                                 rep_ms=rep, atol=atol, rtol=rtol, keep_caches=keep_caches)
+    step = ["setting up"]
+
+    def save(result) -> None:
+        if output is not None:
+            try:
+                write_json(result, str(output))
+            except OSError as exc:
+                fail(f"cannot write {str(output)!r}: {exc.strerror or exc}")
+
+    try:
+        with stderr.status("pipec bench") as status:
+            def progress(message: str) -> None:
+                step[0] = message.split(":")[0]
+                status.update(f"pipec bench · {name} · {message}")
+
+            result = run_bench(model_obj, example, name, bench_options, progress=progress, on_update=save)
+    except BenchMismatch as exc:
+        fail(f"{name}: {exc}", 1)
+    except typer.Exit:
+        raise
+    except Exception as exc:
+        if os.environ.get("PIPEC_TRACEBACK"):
+            traceback.print_exc()
+        found = find_pipec_error(exc)
+        fail(f"{name}: {step[0]} failed: {found if found else _one_line(exc)}", 1)
+    save(result)
+    if json_out:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        wide = stdout if stdout.is_terminal else Console(highlight=False, width=160)  # piped: not squeezed to 80
+        wide.print(bench_table(result), markup=False)
+    if result.interpreter:
+        stderr.print("note: no CUDA device: CPU wall times, pipec's kernels in Triton's interpreter "
+                     "(a smoke test, not a performance number)")
 
 
 # ---------------------------------------------------------------- stage by stage
