@@ -43,7 +43,7 @@ def test_digest_changes_with_content():
 
 @pytest.mark.parametrize("mutate, error", [
     (lambda s: s[: len(s) // 2], MalformedIRError),
-    (lambda s: s.replace('"version":[1,1]', '"version":[9,0]'), UnsupportedVersionError),
+    (lambda s: s.replace(f'"version":[{VERSION[0]},{VERSION[1]}]', '"version":[9,0]'), UnsupportedVersionError),
     (lambda s: s.replace('"format":"pipec-ir"', '"format":"other"'), MalformedIRError),
     (lambda s: s.replace('"shape":["4","s0"]', '"shape":[true]', 1), MalformedIRError),
     (lambda s: s.replace('"op":"add"', '"op":7'), MalformedIRError),
