@@ -52,3 +52,16 @@ def test_permute_expand_slice_select():
     brute_check(Node("v", "slice", ("x",), T(3, 4), make_attrs(dim=0, start=1, step=2)), (7, 4),
                 lambda p: (1 + 2 * p[0], p[1]))
     brute_check(Node("v", "select", ("x",), T(4), make_attrs(dim=0, index=2)), (3, 4), lambda p: (2, p[0]))
+
+
+def test_refine_shapes_and_coarse_index_of_contiguous_reshapes():
+    import sympy
+
+    from pipec_ir.indexing import coarse_index, refine_shapes
+
+    assert refine_shapes((32, 3072), (2, 16, 3072)) == (2, 16, 3072)
+    assert refine_shapes((6, 4), (4, 6)) is None  # a reorder, not a split or merge
+    assert refine_shapes((6, 4), (5, 5)) is None  # another numel
+    i, j, k = sympy.symbols("i j k", integer=True, nonnegative=True)
+    assert coarse_index((i, j, k), (2, 16, 3072), (32, 3072)) == (16 * i + j, k)
+    assert coarse_index((i, j, k), (2, 16, 3072), (2, 16, 3072)) == (i, j, k)

@@ -1211,4 +1211,4 @@ def lower_repeat(cx, node, x, repeats):
 
 
 # Op families kept in modules of their own register their rows into LOWERINGS on import.
-from . import lower_indexing, lower_math  # noqa: E402,F401
+from . import lower_indexing, lower_math, lower_pool  # noqa: E402,F401

@@ -327,15 +327,20 @@ def run_and_compare(model, example_inputs, options: CompileOptions, session: Ses
         if expected is None:
             expected = model(*example_inputs)
         compiled, session = compile_with_session(model, options, session, name=name)
-        try:
-            actual = compiled(*example_inputs)
-        except Exception as exc:
-            found = find_pipec_error(exc)
-            if found is not None:
-                raise found from exc
-            raise
+        actual = _surfacing_pipec_errors(compiled, *example_inputs)
     max_error, mismatch = compare_outputs(actual, expected)
     return actual, max_error, mismatch, session
+
+
+def _surfacing_pipec_errors(fn, *args):
+    """fn(*args); a PipecError raised inside Dynamo reaches the caller as itself."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        found = find_pipec_error(exc)
+        if found is not None:
+            raise found from exc
+        raise
 
 
 def is_training_model(model) -> bool:
@@ -378,13 +383,7 @@ def train_and_compare(model, example_inputs, options: CompileOptions, session: S
     with torch.enable_grad():
         expected = forward_backward(model)
         compiled, session = compile_with_session(twin, options, session, name=name)
-        try:
-            actual = forward_backward(compiled)
-        except Exception as exc:
-            found = find_pipec_error(exc)
-            if found is not None:
-                raise found from exc
-            raise
+        actual = _surfacing_pipec_errors(forward_backward, compiled)
     max_error, mismatch = compare_outputs(actual, expected)
     for what, ours, theirs in (
         ("gradient", _named_grads(twin), _named_grads(model)),

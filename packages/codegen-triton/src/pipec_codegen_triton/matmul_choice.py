@@ -22,7 +22,7 @@ from pipec_ir.symbolic import index_symbol
 
 from .configs import pointwise_configs, upper_bound
 from .matmul_template import MATMUL_OPS, epilogue_inputs, epilogue_refinement, value_at, write_template
-from .writer import KernelWriter, Scope
+from .writer import KernelWriter
 
 _LIBRARY = {"mm": "aten.mm.default", "bmm": "aten.bmm.default"}
 
@@ -65,17 +65,8 @@ class ReshapedEpilogueWriter(KernelWriter):
     ([B*T, N] and [B, T, N]): one program per block of the common refinement's flat index,
     which is every output's own flat index, each output evaluated at its view of that point."""
 
-    def _write_pointwise(self) -> list[str]:
-        self.outer = Scope([], inner=False, indent="    ")
-        self.inner = None
-        lines = self.outer.lines
-        lines += ["    xoffset = tl.program_id(0) * XBLOCK",
-                  "    xindex = xoffset + tl.arange(0, XBLOCK)",
-                  "    xmask = xindex < xnumel"]
-        self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
-        for out in self.kernel.outputs:
-            self._store(self.outer, out, value_at(self, self.domain, out), "xindex", "xmask")
-        return lines
+    def _pointwise_output(self, out: str) -> str:
+        return value_at(self, self.domain, out)
 
 
 def library_alternative(graph: Graph, kernel: Kernel, options: CompileOptions):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import sympy
 from pipec_ir import Graph, Kernel, LaunchConfig, TritonKernel
-from pipec_ir.indexing import view_source_index
+from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
 from pipec_ir.ops import VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
@@ -165,49 +165,8 @@ def epilogue_inputs(graph: Graph, nodes: list[str], product: str) -> tuple[str, 
 # over [B, T, N] while the tile computes [B*T, N]. Fusion admits such an epilogue when every shape
 # in it is a row-major reshape of the product that only splits or merges adjacent dims; the
 # epilogue is then written over the shapes' common refinement, whose point at the tile's flat
-# index is the same element in every one of them. (Fusion's legality has the same two helpers:
-# stages share only the IR.)
-
-
-def refine_shapes(a, b) -> tuple | None:
-    """The coarsest shape both `a` and `b` are row-major reshapes of by merging adjacent dims
-    ([32, 3072] and [2, 16, 3072] -> [2, 16, 3072]); size-1 dims dropped. None when there is none."""
-    a = [sympy.sympify(s) for s in a if s != 1]
-    b = [sympy.sympify(s) for s in b if s != 1]
-    out = []
-    while a and b:
-        x, y = a[0], b[0]
-        if sympy.expand(x - y) == 0:
-            out.append(x)
-            a, b = a[1:], b[1:]
-            continue
-        for big, small, rest in ((x, y, a), (y, x, b)):
-            q = sympy.cancel(big / small)
-            if q.is_polynomial() and sympy.fraction(q)[1] == 1 and (not q.is_Number or q.is_Integer):
-                out.append(small)
-                rest[0] = q
-                (b if rest is a else a).pop(0)
-                break
-        else:
-            return None
-    return tuple(out) if not a and not b else None
-
-
-def coarse_index(index: tuple, refined, shape) -> tuple | None:
-    """The index into `shape` of the point `index` of `refined` (a refinement of `shape`)."""
-    out, k = [], 0
-    for size in shape:
-        if size == 1:
-            out.append(sympy.Integer(0))
-            continue
-        expr, prod = sympy.Integer(0), sympy.Integer(1)
-        while sympy.expand(prod - size) != 0:
-            if k >= len(refined):
-                return None
-            expr, prod = expr * refined[k] + index[k], prod * refined[k]
-            k += 1
-        out.append(sympy.expand(expr))
-    return tuple(out) if k == len(refined) else None
+# index is the same element in every one of them (pipec_ir.indexing: refine_shapes, coarse_index,
+# which fusion's legality uses too).
 
 
 def epilogue_refinement(graph: Graph, nodes, product: str) -> tuple | None:

@@ -422,11 +422,15 @@ class KernelWriter:
                   "    xmask = xindex < xnumel"]
         self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
         for out in self.kernel.outputs:
-            var, _ = self.value(out, self.domain_index)
-            if tuple(self.types[out].shape) != self.domain:
-                raise CodegenError(f"{self.kernel.name}: output {out} does not have the kernel's domain shape")
-            self._store(self.outer, out, var, "xindex", "xmask")
+            self._store(self.outer, out, self._pointwise_output(out), "xindex", "xmask")
         return lines
+
+    def _pointwise_output(self, out: str) -> str:
+        """The value a pointwise kernel stores for output `out` at the domain index."""
+        var, _ = self.value(out, self.domain_index)
+        if tuple(self.types[out].shape) != self.domain:
+            raise CodegenError(f"{self.kernel.name}: output {out} does not have the kernel's domain shape")
+        return var
 
     def _row_level(self, name) -> bool:
         return tuple(self.types[name].shape) == self.domain

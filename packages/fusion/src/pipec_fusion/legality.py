@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import networkx as nx
 import sympy
 
+from pipec_ir.indexing import coarse_index, refine_shapes
 from pipec_ir.symbolic import index_symbol, set_upper_bound
 
 from .analysis import GraphAnalysis, index_vars, same_index, same_shape, shape_str
@@ -101,49 +102,6 @@ def epilogue_merge(first: Group, second: Group, kind: str) -> tuple[str | None, 
         return (f"epilogue domain {shape_str(other.domain)} is not the matmul's output "
                 f"{shape_str(mm.domain)} nor a contiguous reshape of it"), None
     return None, Group("matmul", first.members | second.members, mm.domain)
-
-
-def refine_shapes(a, b) -> tuple | None:
-    """The coarsest shape both `a` and `b` are row-major reshapes of by merging adjacent dims
-    ([32, 3072] and [2, 16, 3072] -> [2, 16, 3072]); size-1 dims dropped. None when there is
-    none: a reshape that is not a split/merge of dims ([6, 4] and [4, 6]) or another numel."""
-    a = [sympy.sympify(s) for s in a if s != 1]
-    b = [sympy.sympify(s) for s in b if s != 1]
-    out = []
-    while a and b:
-        x, y = a[0], b[0]
-        if sympy.expand(x - y) == 0:
-            out.append(x)
-            a, b = a[1:], b[1:]
-            continue
-        for big, small, rest in ((x, y, a), (y, x, b)):
-            q = sympy.cancel(big / small)
-            if q.is_polynomial() and sympy.fraction(q)[1] == 1 and (not q.is_Number or q.is_Integer):
-                out.append(small)
-                rest[0] = q  # the rest of the bigger dim stays to be matched
-                (b if rest is a else a).pop(0)
-                break
-        else:
-            return None
-    return tuple(out) if not a and not b else None
-
-
-def coarse_index(index: tuple, refined, shape) -> tuple | None:
-    """The index into `shape` of the point `index` of `refined` (a refinement of `shape`):
-    each dim of `shape` is the row-major combination of the refined dims it merges."""
-    out, k = [], 0
-    for size in shape:
-        if size == 1:
-            out.append(sympy.Integer(0))
-            continue
-        expr, prod = sympy.Integer(0), sympy.Integer(1)
-        while sympy.expand(prod - size) != 0:
-            if k >= len(refined):
-                return None
-            expr, prod = expr * refined[k] + index[k], prod * refined[k]
-            k += 1
-        out.append(sympy.expand(expr))
-    return tuple(out) if k == len(refined) else None
 
 
 def _bounded_vars(shape) -> tuple:

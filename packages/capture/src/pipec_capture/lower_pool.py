@@ -1,0 +1,212 @@
+"""Lowerings of average and max pooling as sums / running maxima of strided window slices.
+
+A pooling window of k_1 x ... x k_n taps is unrolled: tap (j_1, ..., j_n) of every output
+point reads `slice(padded, start=j*dilation, step=stride)` along each spatial dim, a pure
+view of the (padded) input. Padding (and, with ceil_mode, the overhang of the last windows
+past the input's end) comes from the `take`-based constant pad of lower_indexing: zeros for
+average pooling, -inf for max pooling, so padded taps never win. The divisor of average
+pooling and the argmax positions of max pooling are int64 arithmetic on `iota`s of the
+output's coordinates. Windows of more than MAX_TAPS taps stay externs (the graph grows
+with every tap).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import sympy
+
+from pipec_ir import Ref, TensorType
+from pipec_ir.symbolic import contiguous_strides
+
+from .dtypes import acc_dtype, is_float
+from .lower import NoLowering, register
+from .lower_indexing import I64, _padded_read, binop, iota
+
+MAX_TAPS = 64
+
+
+def _per_dim(value, n: int, what: str) -> tuple[int, ...]:
+    """An int or an int list of length 1 or n (ATen's int[n] argument) as n ints."""
+    vals = [value] if isinstance(value, (int, sympy.Integer)) else list(value)
+    if len(vals) == 1:
+        vals = vals * n
+    if len(vals) != n:
+        raise NoLowering(f"{what} of length {len(vals)} for {n} spatial dims")
+    return tuple(int(v) for v in vals)
+
+
+class Window:
+    """The geometry of one pooling call over the last n dims of x (static sizes)."""
+
+    def __init__(self, cx, x, out, n, kernel, stride, padding, dilation=1):
+        self.n = n
+        shape = tuple(cx.static(s) for s in cx.shape(x))
+        if len(shape) not in (n + 1, n + 2):
+            raise NoLowering(f"{len(shape)}-D input for {n}-D pooling")
+        self.lead = shape[:-n]
+        self.size = shape[-n:]
+        self.out = tuple(cx.static(s) for s in out.shape[-n:])
+        self.kernel = _per_dim(kernel, n, "kernel_size")
+        self.stride = _per_dim(stride, n, "stride") if stride else self.kernel
+        self.padding = _per_dim(padding, n, "padding")
+        self.dilation = _per_dim(dilation, n, "dilation")
+        taps = math.prod(self.kernel)
+        if taps > MAX_TAPS:
+            raise NoLowering(f"pooling window of {taps} taps (more than {MAX_TAPS}: the graph would grow too big)")
+        if 0 in shape or 0 in self.out:
+            raise NoLowering("empty input or output")
+
+    def offsets(self):
+        """Every tap of the window as per-dim offsets, in row-major order (torch's scan order)."""
+        return itertools.product(*[range(k) for k in self.kernel])
+
+    def padded(self, cx, x, fill):
+        """x padded on the left by `padding` and on the right far enough for every window."""
+        highs = [max(0, (o - 1) * s + (k - 1) * d + 1 - (size + p))
+                 for o, s, k, d, size, p in zip(self.out, self.stride, self.kernel, self.dilation,
+                                                 self.size, self.padding)]
+        if not any(self.padding) and not any(highs):
+            return x
+        shape = self.lead + tuple(size + p + h for size, p, h in zip(self.size, self.padding, highs))
+        t = TensorType(tuple(sympy.Integer(s) for s in shape), cx.dtype(x))
+        lows = [0] * len(self.lead) + list(self.padding)
+        return _padded_read(cx, x, t, lows, fill)
+
+    def tap(self, cx, src, offset):
+        """The window tap `offset` of every output point: strided slices of the padded input."""
+        y = src
+        shape = list(cx.shape(src))
+        first = len(self.lead)
+        for k, (j, s, d, o) in enumerate(zip(offset, self.stride, self.dilation, self.out)):
+            shape[first + k] = sympy.Integer(o)
+            y = cx.emit("slice", [y], tuple(shape), cx.dtype(src), dim=first + k, start=j * d, step=s)
+        return y
+
+    def coordinate(self, cx, shape, k: int) -> Ref:
+        """The input coordinate of each output point's window start along spatial dim k (may be < 0)."""
+        c = iota(cx, shape, len(shape) - self.n + k)
+        if self.stride[k] != 1:
+            c = binop(cx, "mul", c, self.stride[k], shape)
+        return binop(cx, "sub", c, self.padding[k], shape) if self.padding[k] else c
+
+
+# ------------------------------------------------------------ average pooling
+
+
+def _avg_divisor(cx, win: Window, shape, count_include_pad: bool):
+    """The per-output-point divisor (a number when it is the same everywhere, else int64 Ref).
+
+    As torch: the window clipped to the padded input counts when count_include_pad, else
+    only its part inside the input; it factors into one count per spatial dim.
+    """
+    divisor, factors = 1, []
+    for k, (o, s, kk, p, size) in enumerate(zip(win.out, win.stride, win.kernel, win.padding, win.size)):
+        counts = set()
+        for i in range(o):
+            start = i * s - p
+            end = min(start + kk, size + p)
+            counts.add(end - start if count_include_pad else min(end, size) - max(start, 0))
+        if len(counts) == 1:
+            divisor *= counts.pop()
+            continue
+        start = win.coordinate(cx, shape, k)
+        end = binop(cx, "minimum", binop(cx, "add", start, kk, shape), size + p, shape)
+        if not count_include_pad:
+            end = binop(cx, "minimum", end, size, shape)
+            start = binop(cx, "maximum", start, 0, shape)
+        factors.append(binop(cx, "sub", end, start, shape))
+    if not factors:
+        return divisor
+    count = factors[0]
+    for f in factors[1:]:
+        count = binop(cx, "mul", count, f, shape)
+    return binop(cx, "mul", count, divisor, shape) if divisor != 1 else count
+
+
+def _avg_pool(n: int):
+    def lower(cx, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+        t = cx.result(node)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} average pooling (integer division)")
+        win = Window(cx, x, t, n, kernel_size, stride, padding)
+        acc = acc_dtype(t.dtype)
+        src = win.padded(cx, cx.cast(x, acc), 0.0)
+        total = None
+        for offset in win.offsets():
+            term = win.tap(cx, src, offset)
+            total = term if total is None else cx.emit("add", [total, term], t.shape, acc)
+        if divisor_override:
+            divisor = int(divisor_override)
+        else:
+            divisor = _avg_divisor(cx, win, t.shape, bool(count_include_pad))
+        if isinstance(divisor, Ref):
+            divisor = cx.cast(divisor, acc)
+        else:
+            divisor = float(divisor)
+        return cx.cast(cx.pointwise("div", [total, divisor], t.shape, acc), t.dtype)
+    lower.__name__ = f"lower_avg_pool{n}d"
+    return lower
+
+
+register("aten.avg_pool2d.default")(_avg_pool(2))
+register("aten.avg_pool3d.default")(_avg_pool(3))
+
+
+# ------------------------------------------------------------ max pooling with indices
+
+
+def _first_valid(cx, win: Window, shape, k: int) -> Ref:
+    """The first window coordinate inside the input along dim k: torch's initial argmax.
+
+    A window starting in the left padding skips whole dilation steps until it is inside.
+    """
+    start = win.coordinate(cx, shape, k)
+    if not win.padding[k]:
+        return start
+    d = win.dilation[k]
+    outside = binop(cx, "maximum", binop(cx, "sub", 0, start, shape), 0, shape)
+    steps = binop(cx, "truediv_floor", binop(cx, "add", outside, d - 1, shape), d, shape)
+    return binop(cx, "add", start, binop(cx, "mul", steps, d, shape), shape)
+
+
+def _plane_position(cx, win: Window, coords, shape) -> Ref:
+    """sum(coord_k * stride_k) over the spatial dims: the flat index within one input plane."""
+    pos = None
+    for c, st in zip(coords, contiguous_strides(win.size)):
+        term = c if st == 1 else binop(cx, "mul", c, int(st), shape)
+        pos = term if pos is None else binop(cx, "add", pos, term, shape)
+    return pos
+
+
+def _max_pool(n: int):
+    def lower(cx, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+        t = cx.result(node, 0)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} max pooling (no -inf to pad with)")
+        win = Window(cx, x, t, n, kernel_size, stride, padding, dilation)
+        shape, dtype = t.shape, t.dtype
+        src = win.padded(cx, x, float("-inf"))
+        starts = [win.coordinate(cx, shape, k) for k in range(n)]
+        base = _plane_position(cx, win, starts, shape)  # plane index of tap (0, ..., 0)
+        tap_step = contiguous_strides(win.size)
+        best = cx.full(float("-inf"), shape, dtype)
+        where = _plane_position(cx, win, [_first_valid(cx, win, shape, k) for k in range(n)], shape)
+        for offset in win.offsets():
+            value = win.tap(cx, src, offset)
+            shift = sum(j * d * int(st) for j, d, st in zip(offset, win.dilation, tap_step))
+            position = binop(cx, "add", base, shift, shape) if shift else base
+            # torch's scan: a tap wins if it is greater or NaN (so NaN propagates; ties keep the first)
+            wins = cx.emit("logical_or", [cx.pointwise("gt", [value, best], shape, "bool", operand_dtype=dtype),
+                                          cx.emit("isnan", [value], shape, "bool")], shape, "bool")
+            best = cx.emit("where", [wins, value, best], shape, dtype)
+            where = cx.emit("where", [wins, position, where], shape, I64)
+        return best, where
+    lower.__name__ = f"lower_max_pool{n}d_with_indices"
+    return lower
+
+
+register("aten.max_pool2d_with_indices.default")(_max_pool(2))
+register("aten.max_pool3d_with_indices.default")(_max_pool(3))
