@@ -75,3 +75,27 @@ def test_large_window_stays_extern(fn):
     graph, _ = lower(fn, torch.randn(1, 1, 12, 12))
     externs = [n for n in graph.nodes if n.op == "extern"]
     assert len(externs) == 1 and "taps" in externs[0].attr("reason")
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.avg_pool2d(x, 2, padding=1),
+    lambda x: F.max_pool2d(x, 2, padding=1, return_indices=True),
+])
+def test_empty_batch_is_a_fill(fn):
+    graph = check(fn, torch.randn(0, 2, 4, 5))
+    assert set(ops(graph)) == {"full"}
+
+
+ADAPTIVE = {
+    "adaptive_divisible": (lambda x: F.adaptive_avg_pool2d(x, (7, 3)), X4),
+    "adaptive_uneven": (lambda x: F.adaptive_avg_pool2d(x, (3, 4)), X4),        # windows of 3 and 4 rows
+    "adaptive_upsampling": (lambda x: F.adaptive_avg_pool2d(x, (4, 7)), X3),     # output larger than input
+    "adaptive_1d": (lambda x: F.adaptive_avg_pool1d(x, 4), X3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTIVE))
+def test_adaptive_avg_pool(name):
+    fn, x = ADAPTIVE[name]
+    graph = check(fn, x)
+    assert "extern" not in ops(graph)

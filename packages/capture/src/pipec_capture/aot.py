@@ -56,7 +56,6 @@ DECOMPOSE_CORE = (
     "aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_no_training.default",
     "aten.native_batch_norm_backward.default", "aten.native_layer_norm_backward.default",
     "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default",
-    "aten._adaptive_avg_pool2d.default",
 )
 
 

@@ -6,8 +6,11 @@ view of the (padded) input. Padding (and, with ceil_mode, the overhang of the la
 past the input's end) comes from the `take`-based constant pad of lower_indexing: zeros for
 average pooling, -inf for max pooling, so padded taps never win. The divisor of average
 pooling and the argmax positions of max pooling are int64 arithmetic on `iota`s of the
-output's coordinates. Windows of more than MAX_TAPS taps stay externs (the graph grows
-with every tap).
+output's coordinates (ceil_mode needs no code of its own: the output sizes, from the
+node's meta, already count the overhanging windows). Adaptive average pooling with windows
+of unequal length reads each tap with `take` at a clamped position and masks the taps past
+a window's end. Windows of more than MAX_TAPS taps stay externs (the graph grows with
+every tap).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pipec_ir.symbolic import contiguous_strides
 
 from .dtypes import acc_dtype, is_float
 from .lower import NoLowering, register
-from .lower_indexing import I64, _padded_read, binop, iota
+from .lower_indexing import I64, _padded_read, binop, flat_position, iota, take
 
 MAX_TAPS = 64
 
@@ -55,8 +58,7 @@ class Window:
         taps = math.prod(self.kernel)
         if taps > MAX_TAPS:
             raise NoLowering(f"pooling window of {taps} taps (more than {MAX_TAPS}: the graph would grow too big)")
-        if 0 in shape or 0 in self.out:
-            raise NoLowering("empty input or output")
+        self.empty = 0 in shape or 0 in self.out  # nothing to read: the result is a fill
 
     def offsets(self):
         """Every tap of the window as per-dim offsets, in row-major order (torch's scan order)."""
@@ -132,6 +134,8 @@ def _avg_pool(n: int):
         if not is_float(t.dtype):
             raise NoLowering(f"{t.dtype} average pooling (integer division)")
         win = Window(cx, x, t, n, kernel_size, stride, padding)
+        if win.empty:
+            return cx.full(0.0, t.shape, t.dtype)
         acc = acc_dtype(t.dtype)
         src = win.padded(cx, cx.cast(x, acc), 0.0)
         total = None
@@ -188,6 +192,8 @@ def _max_pool(n: int):
             raise NoLowering(f"{t.dtype} max pooling (no -inf to pad with)")
         win = Window(cx, x, t, n, kernel_size, stride, padding, dilation)
         shape, dtype = t.shape, t.dtype
+        if win.empty:
+            return cx.full(float("-inf"), shape, dtype), cx.full(0, shape, I64)
         src = win.padded(cx, x, float("-inf"))
         starts = [win.coordinate(cx, shape, k) for k in range(n)]
         base = _plane_position(cx, win, starts, shape)  # plane index of tap (0, ..., 0)
@@ -210,3 +216,55 @@ def _max_pool(n: int):
 
 register("aten.max_pool2d_with_indices.default")(_max_pool(2))
 register("aten.max_pool3d_with_indices.default")(_max_pool(3))
+
+
+# ------------------------------------------------------------ adaptive average pooling
+
+
+def _adaptive_windows(cx, shape, dim: int, size: int, out: int):
+    """Output point i along `dim` averages input [floor(i*size/out), ceil((i+1)*size/out)).
+
+    Returns (start, length) as int64 Refs of `shape` and the longest window (static)."""
+    i = iota(cx, shape, dim)
+    scaled = binop(cx, "mul", i, size, shape)
+    start = binop(cx, "truediv_floor", scaled, out, shape)
+    end = binop(cx, "truediv_floor", binop(cx, "add", scaled, size + out - 1, shape), out, shape)
+    longest = max(-(-(k + 1) * size // out) - k * size // out for k in range(out))
+    return start, binop(cx, "sub", end, start, shape), longest
+
+
+@register("aten._adaptive_avg_pool2d.default")
+def lower_adaptive_avg_pool2d(cx, node, x, output_size):
+    t = cx.result(node)
+    if not is_float(t.dtype):
+        raise NoLowering(f"{t.dtype} adaptive average pooling (integer division)")
+    src_shape = tuple(cx.static(s) for s in cx.shape(x))
+    out = _per_dim(output_size, 2, "output_size")
+    if 0 in src_shape or 0 in out:
+        return cx.full(0.0, t.shape, t.dtype)
+    size = src_shape[-2:]
+    if all(s % o == 0 for s, o in zip(size, out)):  # equal windows, back to back: a plain average pool
+        kernel = tuple(s // o for s, o in zip(size, out))
+        return _avg_pool(2)(cx, node, x, kernel, kernel)
+    shape, rank, acc = t.shape, len(src_shape), acc_dtype(t.dtype)
+    windows = [_adaptive_windows(cx, shape, rank - 2 + k, size[k], out[k]) for k in range(2)]
+    taps = math.prod(w[2] for w in windows)
+    if taps > MAX_TAPS:
+        raise NoLowering(f"adaptive pooling window of {taps} taps (more than {MAX_TAPS})")
+    xs = cx.cast(x, acc)
+    lead = [iota(cx, shape, d) for d in range(rank - 2)]
+    total = None
+    for offset in itertools.product(*[range(w[2]) for w in windows]):
+        coords, inside = [], None
+        for j, (start, length, _), s in zip(offset, windows, size):
+            # windows shorter than the longest: clamp the read, then mask the tap out
+            coords.append(binop(cx, "minimum", binop(cx, "add", start, j, shape), s - 1, shape) if j else start)
+            if j:  # every window has tap 0
+                ok = cx.pointwise("lt", [j, length], shape, "bool", operand_dtype=I64)
+                inside = ok if inside is None else cx.emit("logical_and", [inside, ok], shape, "bool")
+        value = take(cx, xs, flat_position(cx, lead + coords, src_shape, shape), shape)
+        if inside is not None:
+            value = cx.emit("where", [inside, value, cx.full(0.0, shape, acc)], shape, acc)
+        total = value if total is None else cx.emit("add", [total, value], shape, acc)
+    count = cx.cast(binop(cx, "mul", windows[0][1], windows[1][1], shape), acc)
+    return cx.cast(cx.emit("div", [total, count], shape, acc), t.dtype)
