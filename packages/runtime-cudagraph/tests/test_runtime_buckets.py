@@ -196,3 +196,59 @@ def test_sizes_from_size_leaves_count_as_used_symbols(options):
 
     with pytest.raises(ProgramLoadError, match="s9"):
         ProgramRunner(prog, options)
+
+
+def _fake_bench(benched):
+    def fake_bench(fn, warmup=0, rep=0):
+        fn()
+        benched.append(1)
+        return float(len(benched) % 2)  # the second config "wins"
+    return fake_bench
+
+
+def test_tuning_results_are_kept_on_disk_for_the_next_process(options, monkeypatch):
+    """A fresh process (an empty in-process table) reads the choice back instead of timing;
+    a damaged file is ignored and rewritten; tuning_cache=False neither reads nor writes."""
+    import triton.testing
+
+    import pipec_runtime_cudagraph.launch as launch_module
+
+    benched = []
+    monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
+
+    def run_once(opts):
+        monkeypatch.setattr(launch_module, "_TUNED", {})  # as if in a new process
+        runner = ProgramRunner(tunable_add(), opts)
+        runner._plans["cpu"] = runner._build("cpu", tune=True)
+        x, y = torch.randn(20), torch.randn(20)
+        torch.testing.assert_close(runner([x, y])[0], x + y)
+        return runner
+
+    first = run_once(options)
+    assert len(benched) == len(CONFIGS) and first.tuned == {("pipec_add_t", (32,)): 1}
+    files = list((first.tuning_cache.directory).glob("*.json"))
+    assert len(files) == 1
+    assert run_once(options).tuned == {("pipec_add_t", (32,)): 1}
+    assert len(benched) == len(CONFIGS)  # read back, not timed
+    files[0].write_text('{"chosen": 7}')  # out of range for 2 configs: ignored, re-timed
+    run_once(options)
+    assert len(benched) == 2 * len(CONFIGS)
+    run_once(options.with_extra(tuning_cache=False))
+    assert len(benched) == 3 * len(CONFIGS)
+
+
+def test_autotune_configs_limits_the_timing(options, monkeypatch):
+    import triton.testing
+
+    import pipec_runtime_cudagraph.launch as launch_module
+
+    benched = []
+    monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
+    monkeypatch.setattr(launch_module, "_TUNED", {})
+    runner = ProgramRunner(tunable_add(), options.with_extra(autotune_configs=1, tuning_cache=False))
+    runner._plans["cpu"] = runner._build("cpu", tune=True)
+    x, y = torch.randn(20), torch.randn(20)
+    torch.testing.assert_close(runner([x, y])[0], x + y)
+    assert benched == [] and runner.tuned == {}  # the first config, untimed
+    with pytest.raises(Exception, match="autotune_configs must be a positive integer"):
+        ProgramRunner(tunable_add(), options.with_extra(autotune_configs=0))

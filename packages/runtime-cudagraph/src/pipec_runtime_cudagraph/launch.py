@@ -29,6 +29,7 @@ from .exprs import compile_ints, is_static, static_ints
 from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_path_available, hooks_active
 from .interpreter import enable_interpreter, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
+from .tuning_cache import TuningCache, tuning_key
 from .memory import buffer_nbytes, plan_check, round_up
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in (
@@ -154,7 +155,8 @@ class _Launch:
         for e in [e for _, e in kernel.sizes] + [e for e, _ in kernel.grid]:
             used |= {x.name for x in sympy.sympify(e).free_symbols}
         self.sym_index = tuple(i for i, name in enumerate(runner.symbols) if name in used)
-        self.tune = tune and len(kernel.configs) > 1
+        limit = runner.autotune_configs
+        self.tune = tune and len(kernel.configs) > 1 and (limit is None or limit > 1)
         self.bucket = None  # the bucket the current config was chosen for
         self.prepared: dict[int, tuple] = {}  # config index -> what set_config computes
         # (device index, config, sizes) -> (compiled kernel, pointer positions that were aligned)
@@ -243,11 +245,20 @@ class _Launch:
         """Time every config once (triton.testing.do_bench) and keep the fastest for this kernel
         and size bucket (runner.tuned[(kernel name, bucket)]); a known bucket is not re-tuned."""
         self.bucket = bucket
-        chosen = self.runner.tuned.get((self.kernel.name, bucket))
-        shared_key = (body_digest(self.kernel), bucket, str(vals[self.ptrs[0]].device) if self.ptrs else "")
+        runner = self.runner
+        chosen = runner.tuned.get((self.kernel.name, bucket))
+        digest = body_digest(self.kernel)
+        device = vals[self.ptrs[0]].device if self.ptrs else torch.device("cpu")
+        shared_key = (digest, bucket, str(device))
         if chosen is None:
             # the same kernel body was tuned already (another layer, graph or compiled model)
             chosen = _TUNED.get(shared_key)
+        disk_key = None
+        if chosen is None and runner.tuning_cache is not None:  # ... or by an earlier process
+            disk_key = tuning_key(digest, bucket, _device_name(device), _triton_version())
+            chosen = runner.tuning_cache.get(disk_key, len(self.kernel.configs))
+            if chosen is not None:
+                _TUNED[shared_key] = chosen
         if chosen is None:
             from triton.testing import do_bench
 
@@ -257,7 +268,8 @@ class _Launch:
             args = [vals[i] for i in self.ptrs]
             for j in range(self.n_inputs, len(args)):
                 args[j] = torch.empty_like(args[j])
-            for config in self.kernel.configs:
+            # autotune_configs=N: time only the first N candidates (fast compiles; 1 = none)
+            for config in self.kernel.configs[:runner.autotune_configs]:
                 self.set_config(config)
                 sizes, grid = self.dims if self.static else self.dims(*symvals)
                 kwargs = self.kwargs
@@ -271,13 +283,25 @@ class _Launch:
                 raise first_error
             chosen = min(range(len(times)), key=times.__getitem__)
             _TUNED[shared_key] = chosen
-        self.runner.tuned[(self.kernel.name, bucket)] = chosen
+            if disk_key is not None and len(times) > 1:
+                runner.tuning_cache.put(disk_key, chosen, times)
+        runner.tuned[(self.kernel.name, bucket)] = chosen
         self.set_config(self.kernel.configs[chosen])
 
 
 # (kernel body digest, size bucket, device) -> index of the fastest config, for
 # the life of the process: identical kernels (a model's repeated layers) are timed once
 _TUNED: dict[tuple, int] = {}
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def _triton_version() -> str:
+    import triton
+
+    return triton.__version__
 
 
 # ------------------------------------------------------------------ the program
@@ -291,6 +315,13 @@ class ProgramRunner:
         self.name = program.name
         self.autotune = bool(options.autotune)
         self.kernel_dir = options.get("kernel_dir")
+        # autotuning: results kept on disk per (kernel, size bucket, GPU) unless tuning_cache=False;
+        # autotune_configs=N times only the first N candidates (1: no timing at all)
+        self.tuning_cache = TuningCache(self.kernel_dir) if options.get("tuning_cache", True) else None
+        self.autotune_configs = options.get("autotune_configs")
+        if self.autotune_configs is not None and (
+                not isinstance(self.autotune_configs, int) or self.autotune_configs < 1):
+            raise ProgramLoadError(f"autotune_configs must be a positive integer, got {self.autotune_configs!r}")
         self.choice = options.get("choice")  # force this alternative in every choice group (choices.py)
         self.bucket_policy = options.get("bucket", "pow2")
         if self.bucket_policy not in BUCKET_POLICIES:
