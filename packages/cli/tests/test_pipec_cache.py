@@ -109,6 +109,10 @@ def test_stage_keys_change_with_stage_implementation_version_options_and_input()
         stage_key("fusion", entry, opts, "b" * 64),
     ]
     assert len({base, *variants}) == len(variants) + 1
+    # options only the runtime reads do not change what capture, fusion or codegen produce
+    for runtime_only in (dict(recompile_limit=3), dict(bucket="exact"), dict(choice="library"),
+                         dict(autotune_configs=2)):
+        assert stage_key("fusion", entry, CompileOptions().with_extra(**runtime_only), digest) == base
     # what cannot change a stage's output is not in the key
     assert stage_key("fusion", entry, CompileOptions(dump_dir="/tmp/x", cache="redis"), digest) == base
 

@@ -31,7 +31,19 @@ class CompileOptions:
         return replace(self, extra=tuple(sorted(merged.items())))
 
     def key(self) -> str:
-        """A stable string of the options that can change a stage's output (for cache keys)."""
+        """A stable string of the options that can change a stage's output (for cache keys).
+
+        Options only the runtime reads (RUNTIME_ONLY_EXTRAS) are left out: a new recompile
+        limit or size-bucket policy must not miss the compile cache."""
+        extra = tuple((k, repr(v)) for k, v in self.extra if k not in RUNTIME_ONLY_EXTRAS)
         fields = (self.capture, self.fusion, self.codegen, self.runtime, self.dynamic,
-                  self.fullgraph, self.autotune, tuple((k, repr(v)) for k, v in self.extra))
+                  self.fullgraph, self.autotune, extra)
         return repr(fields)
+
+
+# `extra` options that the built-in runtimes read and no compile stage does (README: dynamic
+# shapes, autotuning; the GEMM choice). A plugin's own options always enter the key.
+RUNTIME_ONLY_EXTRAS = frozenset({
+    "recompile_limit", "recompile_budget", "bucket", "choice", "tuning_cache", "autotune_configs",
+    "kernel_dir", "specialize",
+})
