@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from pipec_ir import Buffer, Program, Ref, Slot, Step, make_attrs
+from pipec_ir import Buffer, CompileOptions, Program, Ref, Slot, Step, make_attrs
 from runtime_helpers import T, add_kernel, slot_program
 
 from pipec_runtime_cudagraph import MemoryPlanError, plan_check
@@ -83,3 +83,23 @@ def test_declared_in_place_reuse_passes_and_runs(tmp_path):
     x = torch.arange(8, dtype=torch.float32)
     for _ in range(2):  # general path, then the specialized one
         torch.testing.assert_close(run([x])[0], 3 * x)
+
+
+def test_general_path_allocates_each_slot_where_it_is_first_written(tmp_path):
+    """Not every slot up front: slot 1 (t2) is allocated right before the row sum writes it,
+    slot 0 (t1, later t3) before the first add. Results are unchanged."""
+    import torch
+
+    from pipec_runtime_cudagraph import load_launch
+
+    run = load_launch(slot_program(), CompileOptions().with_extra(kernel_dir=str(tmp_path), specialize=False))
+    steps = run.steps_for(torch.device("cpu"))
+    schedule = run._allocation_schedule(steps)
+    where = {i: k
+             for k, actions in enumerate(schedule) for _, views in actions for i, *_ in views}
+    index = run.index
+    assert where[index["t1"]] == 0 and where[index["t3"]] == 0 and where[index["t2"]] == 1
+    x = torch.randn(8, 37)
+    t3, t2 = run([x])
+    torch.testing.assert_close(t2, (x + x).sum(1))
+    torch.testing.assert_close(t3, 2 * (x + x).sum(1))

@@ -353,6 +353,7 @@ class ProgramRunner:
                                    for o in program.outputs)
 
         self._plans: dict[str, list] = {}
+        self._schedules: dict[int, tuple[list, list]] = {}  # id(plan) -> (plan, allocation schedule)
         # symbol values -> (device, specialized run): see `specialize.py`
         self.specialized: dict[tuple, tuple] = {}
         self.specialize = bool(options.get("specialize", True))
@@ -522,24 +523,53 @@ class ProgramRunner:
         if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
             return self._run_cpu_on_cuda(inputs, symvals)
         steps = self.steps_for(device)
+        schedule = self._allocation_schedule(steps)
         vals = [None] * self.nvals
         vals[:len(inputs)] = inputs
+        args = (steps, schedule, vals, symvals, device)
+        if device.type == "cpu" and not interpreter_active():
+            with interpreter_scope(True):
+                self._run_steps(*args)
+        elif device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                self._run_steps(*args)
+        else:
+            self._run_steps(*args)
+        return [None if i is None else vals[i] for i in self.out_index]
+
+    def _allocation_schedule(self, steps: list) -> list:
+        """Per plan position, the allocations made just before it: each slot's storage (with
+        the views of all its buffers) and each unslotted buffer where it is first written,
+        so what the memory plan says is live is what is allocated (as in specialize.py)."""
+        cached = self._schedules.get(id(steps))
+        if cached is not None and cached[0] is steps:
+            return cached[1]
+        first: dict[int, int] = {}
+        for k, (step, _) in enumerate(steps):
+            alternatives = getattr(step, "alternatives", None)
+            objs = [o for alt in alternatives.values() for o in alt] if alternatives else [step]
+            for obj in objs:
+                for i in getattr(obj, "writes", ()):
+                    first.setdefault(i, k)
+        schedule: list[list] = [[] for _ in steps] or [[]]
         for nbytes, views in self.slot_allocs:
+            k = min(first.get(i, 0) for i, *_ in views)
+            schedule[k].append((nbytes, views))
+        for i, shape, dtype in self.plain_allocs:
+            schedule[first.get(i, 0)].append((None, ((i, dtype, shape, None),)))
+        self._schedules[id(steps)] = (steps, schedule)
+        return schedule
+
+    @staticmethod
+    def _allocate(actions, vals, symvals, device) -> None:
+        for nbytes, views in actions:
+            if nbytes is None:  # a buffer of its own
+                (i, dtype, shape, _), = views
+                vals[i] = torch.empty(shape(*symvals), dtype=dtype, device=device)
+                continue
             storage = torch.empty(round_up(max(nbytes(*symvals))), dtype=torch.uint8, device=device)
             for i, dtype, shape, size in views:
                 vals[i] = storage[:size(*symvals)[0]].view(dtype).view(shape(*symvals))
-            del storage
-        for i, shape, dtype in self.plain_allocs:
-            vals[i] = torch.empty(shape(*symvals), dtype=dtype, device=device)
-        if device.type == "cpu" and not interpreter_active():
-            with interpreter_scope(True):
-                self._run_steps(steps, vals, symvals, device)
-        elif device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
-            with torch.cuda.device(device):
-                self._run_steps(steps, vals, symvals, device)
-        else:
-            self._run_steps(steps, vals, symvals, device)
-        return [None if i is None else vals[i] for i in self.out_index]
 
     def _run_cpu_on_cuda(self, inputs: list, symvals: tuple) -> list:
         """CPU tensors on a machine with CUDA: compute on the GPU, hand back CPU tensors.
@@ -560,9 +590,13 @@ class ProgramRunner:
                 back[id(t)] = t.cpu()
         return [None if t is None else back[id(t)] for t in outs]
 
-    @staticmethod
-    def _run_steps(steps, vals, symvals, device) -> None:
-        for step, release in steps:
+    @classmethod
+    def _run_steps(cls, steps, schedule, vals, symvals, device) -> None:
+        if not steps:
+            cls._allocate(schedule[0], vals, symvals, device)
+        for (step, release), actions in zip(steps, schedule):
+            if actions:
+                cls._allocate(actions, vals, symvals, device)
             step(vals, symvals, device)
             for i in release:
                 vals[i] = None
