@@ -24,7 +24,7 @@ RELEASED = {
         "kernel_plan": "b2e76fdbc491db8d845d83ec4cc11f9bd1940b64e082fec9be1d932611196dab",
         "program": "a6dd0433ca0dbd99411613cdba36256ebb7e540a7a014150c80402fd019e4f30",
     },
-    # 1.2: the `take` indexing op; matmul kernels with epilogues; choice groups and
+    # 1.2: the `take` indexing op and the `rand` op; matmul kernels with epilogues; choice groups and
     # `inplace` in Step.attrs (docs/IR.md). Same structure, new meanings.
     (1, 2): {
         "graph": "8961162cf3d81707bf06c63c7cdb400424fc484ededfd287d5961ccdc8eb5a16",

@@ -523,12 +523,15 @@ def constant_bindings(gm: torch.fx.GraphModule, graph: Graph) -> dict[str, torch
 def eliminate_dead_nodes(nodes: list[Node], outputs) -> list[Node]:
     """Drop nodes nothing reads (e.g. the unused mean/rstd of native_layer_norm).
 
-    Externs are always kept (they may have effects pipec cannot see).
+    Externs are always kept (they may have effects pipec cannot see), except the seed of
+    random ops when no live `rand` reads it (a dead randn in a backward graph).
     """
+    from .lower_random import is_philox_seed
+
     live = {o for o in outputs if o is not None}
     kept = []
     for n in reversed(nodes):
-        if n.name in live or n.op == "extern":
+        if n.name in live or (n.op == "extern" and not is_philox_seed(n)):
             live.update(n.inputs)
             kept.append(n)
     return kept[::-1]
@@ -1211,4 +1214,4 @@ def lower_repeat(cx, node, x, repeats):
 
 
 # Op families kept in modules of their own register their rows into LOWERINGS on import.
-from . import lower_indexing, lower_math, lower_pool  # noqa: E402,F401
+from . import lower_indexing, lower_math, lower_pool, lower_random  # noqa: E402,F401

@@ -20,6 +20,7 @@ import pipec_ir
 from pipec_ir import Device, Dtype, Graph, Node, Ref, Size
 from pipec_ir.ops import COMPARISONS, LOGICAL, OPS
 
+from . import philox
 from .dtypes import IR_TO_TORCH, is_float
 
 
@@ -140,6 +141,11 @@ class Evaluator:
             return self.extern(node)
         if node.op == "getitem":
             result = args[0][node.attr("index")]
+        elif node.op == "rand":
+            seed, position = args
+            if self.strict and (seed.dtype, position.dtype) != (torch.int64, torch.int64):
+                self.fail(node, f"rand operands must be int64, got {seed.dtype}, {position.dtype}")
+            result = philox.rand(seed, position + int(node.attr("offset")), node.attr("distribution"))
         elif kind == "pointwise":
             self.check_operands(node, args)
             result = self.pointwise(node, args)

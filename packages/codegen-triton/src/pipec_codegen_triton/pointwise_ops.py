@@ -69,6 +69,13 @@ def _sign(node, a):
     return f"tl.where({a} > 0, 1, tl.where({a} < 0, -1, 0)).to({tl_compute(node.type.dtype)})"
 
 
+def _rand(node, seed, position):
+    # Philox keyed by the seed, counter = offset + the element's flat position in the node's
+    # own shape: the same values however the kernel is blocked.
+    fn = {"uniform": "tl.rand", "normal": "tl.randn"}[node.attr("distribution")]
+    return f"{fn}({seed}, {position} + {int(node.attr('offset'))})"
+
+
 POINTWISE: dict = {
     "identity": lambda n, a: a,
     "cast": _cast,
@@ -131,6 +138,7 @@ POINTWISE: dict = {
     "fmod": _fmod,
     "atan2": lambda n, a, b: f"libdevice.atan2({a}, {b})",
     "where": lambda n, c, a, b: f"tl.where({c}, {a}, {b})",
+    "rand": _rand,
 }
 
 # Ops whose template calls libdevice (GPU only; Triton's interpreter cannot run them).

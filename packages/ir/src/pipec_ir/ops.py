@@ -39,6 +39,8 @@ def _table():
     ):
         t[name] = OpDef(POINTWISE, 2)
     t["where"] = OpDef(POINTWISE, 3)
+    # rand(seed, position): Philox(seed, offset + position) as U[0, 1) or N(0, 1) fp32 (docs/IR.md)
+    t["rand"] = OpDef(POINTWISE, 2, ("distribution", "offset"))
     for name in ("sum", "prod", "max", "min", "argmax", "argmin", "any"):
         t[name] = OpDef(REDUCTION, 1, ("dims", "keepdim"))
     t["reshape"] = OpDef(VIEW, 1)  # to the node's shape (row-major order)
