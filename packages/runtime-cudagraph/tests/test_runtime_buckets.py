@@ -19,6 +19,15 @@ from pipec_runtime_cudagraph.launch import ProgramRunner
 CONFIGS = (LaunchConfig(constants=(("BLOCK", 64),)), LaunchConfig(constants=(("BLOCK", 128),)))
 
 
+def _fake_bench(benched):
+    """A do_bench stand-in (the CPU has no GPU timer) that records each timing."""
+    def fake_bench(fn, warmup=0, rep=0):
+        fn()
+        benched.append(1)
+        return float(len(benched) % 2)  # the second config "wins"
+    return fake_bench
+
+
 @pytest.fixture()
 def options(tmp_path):
     return CompileOptions(runtime="launch").with_extra(kernel_dir=str(tmp_path / "kernels"))
@@ -47,13 +56,7 @@ def test_autotune_once_per_bucket(options, monkeypatch, policy, tunes):
     import triton.testing
 
     benched = []
-
-    def fake_bench(fn, warmup=0, rep=0):
-        fn()
-        benched.append(1)
-        return float(len(benched) % 2)  # the second config "wins"
-
-    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
     import pipec_runtime_cudagraph.launch as launch_module
     monkeypatch.setattr(launch_module, "_TUNED", {})  # nothing tuned earlier in this process
     runner = ProgramRunner(tunable_add(), options.with_extra(bucket=policy))
@@ -78,13 +81,7 @@ def test_identical_kernels_are_tuned_once_per_process(options, monkeypatch):
     import pipec_runtime_cudagraph.launch as launch_module
 
     benched = []
-
-    def fake_bench(fn, warmup=0, rep=0):
-        fn()
-        benched.append(1)
-        return float(len(benched) % 2)  # the second config "wins"
-
-    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
     monkeypatch.setattr(launch_module, "_TUNED", {})
     first = ProgramRunner(tunable_add(), options)
     second_program = tunable_add()
@@ -197,13 +194,6 @@ def test_sizes_from_size_leaves_count_as_used_symbols(options):
     with pytest.raises(ProgramLoadError, match="s9"):
         ProgramRunner(prog, options)
 
-
-def _fake_bench(benched):
-    def fake_bench(fn, warmup=0, rep=0):
-        fn()
-        benched.append(1)
-        return float(len(benched) % 2)  # the second config "wins"
-    return fake_bench
 
 
 def test_tuning_results_are_kept_on_disk_for_the_next_process(options, monkeypatch):

@@ -263,12 +263,7 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
     body += _epilogue(w, product, kernel.outputs, out_shape, batched, refined)
 
     params = ["a_ptr", "b_ptr", *w.in_ptr.values(), *w.out_ptr.values(), *(n for n, _ in sizes)]
-    for s in sorted(w.size_symbols, key=str):
-        params.append(str(s))
-        sizes.append((str(s), s))
-    for expr, name in w.value_params.items():
-        params.append(name)
-        sizes.append((name, expr))
+    w.append_scalar_params(params, sizes)
     params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_K: tl.constexpr",
                "GROUP_M: tl.constexpr"]
     header = ["import triton", "import triton.language as tl"]

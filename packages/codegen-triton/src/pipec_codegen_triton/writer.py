@@ -367,12 +367,7 @@ class KernelWriter:
         if self.is_reduction:
             params.append("rnumel")
             sizes.append(("rnumel", self.rnumel))
-        for s in sorted(self.size_symbols, key=str):
-            params.append(str(s))
-            sizes.append((str(s), s))
-        for expr, name in self.value_params.items():
-            params.append(name)
-            sizes.append((name, expr))
+        self.append_scalar_params(params, sizes)
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
         header = ["import triton", "import triton.language as tl"]
         if self.uses_libdevice:
@@ -406,6 +401,16 @@ class KernelWriter:
             if k > 0:
                 e = f"({e}) % ({self.print_size(shape[k])})"
             scope.lines.append(f"{scope.indent}{self.names[s]} = {e}")
+
+    def append_scalar_params(self, params: list, sizes: list) -> None:
+        """The integer kernel parameters after the pointers: size symbols the kernel reads,
+        then symbolic values it takes as arguments (each also a (name, expr) in `sizes`)."""
+        for s in sorted(self.size_symbols, key=str):
+            params.append(str(s))
+            sizes.append((str(s), s))
+        for expr, name in self.value_params.items():
+            params.append(name)
+            sizes.append((name, expr))
 
     def _store(self, scope: Scope, name: str, value: str, offset: str, mask: str):
         dtype = self.types[name].dtype
