@@ -66,6 +66,28 @@ def test_linear_activation_residual_matches_eager(act, choice):
         torch.testing.assert_close(compiled(x, r), model(x, r))
 
 
+@pytest.mark.parametrize("act", ["relu", "gelu_tanh", "gelu", "silu"])
+def test_library_alternatives_follow_the_epilogue(act):
+    """Linear + bias offers plain mm with the bias in the pointwise kernel ("library_mm"); ReLU and
+    tanh-GELU also cuBLASLt's bias + activation epilogue ("library_act"), exact GELU and SiLU not.
+    Each alternative, forced, matches eager."""
+    model = LinearAct(act).eval()
+    x, r = _inputs()
+    program, args = _program(model, (x, r))
+    alternatives = {get_attr(s.attrs, "alternative") for s in program.steps} - {None}
+    with_act = {"library_act"} if act in ("relu", "gelu_tanh") else set()
+    assert alternatives == {"template", "library", "library_mm"} | with_act
+    if with_act:
+        call = next(s for s in program.steps if get_attr(s.attrs, "alternative") == "library_act")
+        assert call.target == ("pipec.addmm_gelu_tanh.default" if act == "gelu_tanh" else
+                               "aten._addmm_activation.default")
+    with torch.no_grad():
+        want = model(x, r)
+    for choice in sorted(alternatives):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want)
+
+
 def test_program_has_one_choice_group_per_linear():
     model = nn.Sequential(nn.Linear(32, 40), nn.GELU(), nn.Linear(40, 24)).eval()
     x, _ = _inputs()

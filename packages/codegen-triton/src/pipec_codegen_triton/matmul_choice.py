@@ -1,12 +1,11 @@
-"""A matmul kernel with an epilogue -> two alternatives, one choice group (docs/IR.md, "Choice groups").
+"""A matmul kernel with an epilogue -> alternatives in one choice group (docs/IR.md, "Choice groups").
 
 - "template": one launch of the Triton GEMM template with the epilogue on its tile
   (`matmul_template.py`); the default when nothing is measured.
-- "library": cuBLAS, then one pointwise kernel for whatever of the epilogue is left.
-  A bias add of a row vector goes into the library call (`aten.addmm`, cuBLASLt's bias
-  epilogue), as eager does for `nn.Linear`.
+- "library", "library_mm", "library_act": cuBLAS, then one pointwise kernel for whatever of
+  the epilogue is left (`library_alternatives` says which calls each makes).
 
-Both alternatives write the kernel's outputs; running every step in order is also
+All alternatives write the kernel's outputs; running every step in order is also
 correct (the second simply overwrites the first), so a runtime that ignores choice
 attrs still computes the right thing. The runtime times both on the GPU and keeps
 the faster per size bucket.
@@ -15,7 +14,7 @@ the faster per size bucket.
 from __future__ import annotations
 
 import sympy
-from pipec_ir import CompileOptions, Graph, Kernel, Ref, Step, TritonKernel, make_attrs
+from pipec_ir import CompileOptions, Graph, Kernel, Ref, Step, TritonKernel, get_attr, make_attrs
 from pipec_ir.indexing import view_source_index
 from pipec_ir.ops import VIEW, kind_of
 from pipec_ir.symbolic import index_symbol
@@ -69,21 +68,30 @@ class ReshapedEpilogueWriter(KernelWriter):
         return value_at(self, self.domain, out)
 
 
-def library_alternative(graph: Graph, kernel: Kernel, options: CompileOptions):
-    """cuBLAS (mm, bmm or addmm) plus a pointwise kernel for the rest of the epilogue."""
+def _activation_of(graph: Graph, kernel: Kernel, add: str):
+    """(activation node, use_gelu) when the biased product's only use is ReLU or tanh-GELU, the
+    two activations cuBLASLt applies in its epilogue (`aten._addmm_activation`; its GELU is the
+    tanh approximation, so an exact GELU never maps to it); None otherwise."""
     nodes = graph.node_map()
-    product = next(n for n in kernel.nodes if nodes[n].op in MATMUL_OPS)
-    a, b = nodes[product].inputs
-    bias = _row_vector_bias(graph, kernel, product)
-    if bias is not None:
-        written, bias_value = bias
-        call = Step("extern", "aten.addmm.default", (bias_value, a, b), (written,),
-                    make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=()))
-    else:
-        written = product
-        call = Step("extern", _LIBRARY[nodes[product].op], (a, b), (product,),
-                    make_attrs(args=(Ref(a), Ref(b)), kwargs=()))
-    rest = [n for n in kernel.nodes if n not in (product, written)]
+    readers = [n for n in kernel.nodes if add in nodes[n].inputs]
+    if add in kernel.outputs or len(readers) != 1:
+        return None
+    act = nodes[readers[0]]
+    if act.type.dtype != nodes[add].type.dtype:
+        return None
+    if act.op == "relu":
+        return act.name, False
+    if act.op == "gelu" and get_attr(act.attrs, "approximate", "none") == "tanh":
+        return act.name, True
+    return None
+
+
+def _library_steps(graph: Graph, kernel: Kernel, product: str, call: Step, folded: tuple[str, ...], suffix: str):
+    """`call` (the library matmul computing the nodes `folded`, product first; it writes the
+    last of them) plus one pointwise kernel for the rest of the kernel's nodes."""
+    nodes = graph.node_map()
+    written = folded[-1]
+    rest = [n for n in kernel.nodes if n not in folded]
     outputs = tuple(o for o in kernel.outputs if o != written)
     if not outputs:
         return [], [call]
@@ -91,7 +99,7 @@ def library_alternative(graph: Graph, kernel: Kernel, options: CompileOptions):
     if any(_root(nodes, v) == written for n in rest for v in nodes[n].inputs):
         inputs = (written, *inputs)
     refined = epilogue_refinement(graph, rest, product)
-    ep = Kernel(f"{kernel.name}_epilogue", "pointwise", tuple(rest), outputs, inputs, tuple(refined or kernel.domain))
+    ep = Kernel(f"{kernel.name}{suffix}", "pointwise", tuple(rest), outputs, inputs, tuple(refined or kernel.domain))
     src = (ReshapedEpilogueWriter if refined else KernelWriter)(graph, ep).write()
     xnumel = dict(src.sizes)["xnumel"]
     launch = TritonKernel(
@@ -101,6 +109,45 @@ def library_alternative(graph: Graph, kernel: Kernel, options: CompileOptions):
         configs=pointwise_configs(xnumel, upper_bound(xnumel, graph.symbols)),
     )
     return [launch], [call, Step("launch", ep.name, inputs, outputs)]
+
+
+def library_alternatives(graph: Graph, kernel: Kernel, options: CompileOptions) -> dict[str, tuple]:
+    """name -> (Triton kernels, steps) of each cuBLAS alternative:
+
+    - "library": `mm`/`bmm`, or `addmm` when a row-vector bias add follows (cuBLASLt's bias
+      epilogue, as eager's `nn.Linear`), then one pointwise kernel for the rest;
+    - "library_mm" (only with such a bias): plain `mm` with the bias in the pointwise kernel.
+      cuBLASLt's bias path picks slow split-K kernels for small fp32 products (GPT-2 at
+      1 x 128 tokens on the H200: 40 us against 15 us for `mm`), which is what Inductor does;
+    - "library_act" (bias, then ReLU or tanh-GELU): cuBLASLt's bias + activation epilogue
+      (`aten._addmm_activation`; for GELU the runtime's `pipec.addmm_gelu_tanh`): the GEMM writes
+      the activation and no pointwise pass is left for it."""
+    nodes = graph.node_map()
+    product = next(n for n in kernel.nodes if nodes[n].op in MATMUL_OPS)
+    a, b = nodes[product].inputs
+    plain = Step("extern", _LIBRARY[nodes[product].op], (a, b), (product,),
+                 make_attrs(args=(Ref(a), Ref(b)), kwargs=()))
+    bias = _row_vector_bias(graph, kernel, product)
+    if bias is None:
+        return {"library": _library_steps(graph, kernel, product, plain, (product,), "_epilogue")}
+    add, bias_value = bias
+    addmm = Step("extern", "aten.addmm.default", (bias_value, a, b), (add,),
+                 make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=()))
+    out = {"library": _library_steps(graph, kernel, product, addmm, (product, add), "_epilogue"),
+           "library_mm": _library_steps(graph, kernel, product, plain, (product,), "_mm_epilogue")}
+    activation = _activation_of(graph, kernel, add)
+    if activation is not None:
+        act, use_gelu = activation
+        # ReLU is `_addmm_activation` everywhere; its GELU is tanh only on CUDA (exact on the CPU),
+        # so tanh-GELU goes through the runtime's `pipec.addmm_gelu_tanh`, the same on every device
+        if use_gelu:
+            fused = Step("extern", "pipec.addmm_gelu_tanh.default", (bias_value, a, b), (act,),
+                         make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=()))
+        else:
+            fused = Step("extern", "aten._addmm_activation.default", (bias_value, a, b), (act,),
+                         make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=(("use_gelu", False),)))
+        out["library_act"] = _library_steps(graph, kernel, product, fused, (product, add, act), "_act_epilogue")
+    return out
 
 
 def _tagged(step: Step, group: str, alternative: str, default: bool) -> Step:
@@ -115,11 +162,17 @@ def matmul_with_epilogue(graph: Graph, kernel: Kernel, options: CompileOptions):
     """(Triton kernels, steps) of a matmul kernel that holds an epilogue.
 
     Codegen option `matmul_template` (default True): False emits only the library alternative."""
-    lib_kernels, lib_steps = library_alternative(graph, kernel, options)
+    libraries = library_alternatives(graph, kernel, options)
     template = write_template(graph, kernel) if options.get("matmul_template", True) else None
-    if template is None:
-        return lib_kernels, lib_steps
-    launch = Step("launch", kernel.name, template.inputs, tuple(kernel.outputs))
-    steps = [_tagged(launch, kernel.name, "template", True)]
-    steps += [_tagged(s, kernel.name, "library", False) for s in lib_steps]
-    return [template.kernel, *lib_kernels], steps
+    if template is None and len(libraries) == 1:
+        return libraries["library"]
+    kernels, steps = [], []
+    if template is not None:
+        launch = Step("launch", kernel.name, template.inputs, tuple(kernel.outputs))
+        kernels.append(template.kernel)
+        steps.append(_tagged(launch, kernel.name, "template", True))
+    for name, (lib_kernels, lib_steps) in libraries.items():
+        kernels += lib_kernels
+        default = template is None and name == "library"
+        steps += [_tagged(s, kernel.name, name, default) for s in lib_steps]
+    return kernels, steps

@@ -9,8 +9,9 @@ Here each group becomes one step that runs a single alternative:
 - forced by the runtime option `choice` (an alternative name, e.g. "library"), where the
   group has one of that name;
 - else, when autotuning on CUDA, the fastest one: each alternative runs once (compiling
-  and tuning its own launches), is timed with `triton.testing.do_bench`, and the winner
-  is kept per size bucket (the runner's bucket policy);
+  and tuning its own launches), is timed (`_timed`: GPU time under the CUDA Graph runtime,
+  wall-clock time under `launch`), and the winner is kept per size bucket (the runner's
+  bucket policy);
 - else (Triton's CPU interpreter, or autotune off) the default alternative.
 """
 
@@ -47,25 +48,44 @@ class ChoiceStep:
         return chosen
 
     def _measure(self, vals, symvals, device, bucket) -> str:
-        from triton.testing import do_bench
-
-        times, first_error = {}, None
+        runs, times, first_error = {}, {}, None
         for name, steps in self.alternatives.items():
             def run(steps=steps):
                 _run(steps, vals, symvals, device)
             try:
                 run()  # compiles, and tunes the configs of its own launches, before it is timed
-                times[name] = do_bench(run, warmup=5, rep=20)
+                runs[name] = run
             except Exception as e:  # noqa: BLE001 - an alternative that fails to build (resources) loses
                 first_error = first_error or e
                 times[name] = math.inf
-        if all(t == math.inf for t in times.values()):
+        if not runs:
             raise first_error
+        times.update(_timed(runs, graphed=getattr(self.runner, "choice_timer", "wall") == "graph"))
         self.timings[bucket] = times
         return min(times, key=times.__getitem__)
 
     def __call__(self, vals, symvals, device):
         _run(self.alternatives[self.pick(vals, symvals, device)], vals, symvals, device)
+
+
+def _timed(runs: dict, graphed: bool) -> dict[str, float]:
+    """Milliseconds per call of each run. `graphed` (the CUDA Graph runtime, whose replays cost
+    no host time): GPU time alone, each run captured into a CUDA Graph and replayed
+    (`do_bench_cudagraph`); with host work in the loop a small GEMM's Python launch cost would
+    decide instead of its kernels (GPT-2 at 1 x 128 tokens: cuBLASLt's addmm, 40 us of GPU time,
+    beat a 15 us mm + pointwise kernel on wall time). Otherwise (`launch`, where that host time
+    is paid every call) wall-clock `do_bench`. An alternative that cannot be captured makes the
+    whole group fall back to `do_bench`, so every time compares like with like."""
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    if graphed:
+        try:
+            return {name: do_bench_cudagraph(run, rep=20) for name, run in runs.items()}
+        except Exception:  # noqa: BLE001 - uncapturable (a host sync): time them all on the wall clock
+            import torch
+
+            torch.cuda.synchronize()
+    return {name: do_bench(run, warmup=5, rep=20) for name, run in runs.items()}
 
 
 def _run(steps, vals, symvals, device) -> None:

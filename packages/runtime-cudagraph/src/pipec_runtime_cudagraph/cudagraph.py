@@ -91,6 +91,7 @@ class CudaGraphProgram:
     def __init__(self, program: Program, options: CompileOptions | None = None):
         options = options or CompileOptions()
         self.runner = ProgramRunner(program, options)
+        self.runner.choice_timer = "graph"  # replays pay no host time: choices go by GPU time
         self.name = program.name
         self.padding = PadPolicy(self.runner, self.runner.bucket_policy)
         self.graphs = GraphTable(budget_from(options, program.name), program.name)

@@ -24,6 +24,7 @@ import torch
 
 from pipec_ir import BUCKET_POLICIES, CompileOptions, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
 
+from . import extern_ops  # noqa: F401 - registers the pipec.* extern targets
 from .choices import group_choices
 from .exprs import compile_ints, is_static, static_ints
 from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_path_available, hooks_active
@@ -358,6 +359,7 @@ class ProgramRunner:
         self.specialized: dict[tuple, tuple] = {}
         self.specialize = bool(options.get("specialize", True))
         self._raw_stream = None
+        self.choice_timer = "wall"  # how choice groups are timed (choices._timed); "graph" under CUDA Graphs
         self.default_device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         if self.default_device.type == "cpu":
             enable_interpreter()
