@@ -88,6 +88,22 @@ def test_library_alternatives_follow_the_epilogue(act):
         torch.testing.assert_close(forced(args)[0], want)
 
 
+def test_activation_epilogue_through_the_reshape_of_a_3d_linear():
+    """nn.Linear on [B, T, K] puts a reshape between the bias add and GELU: "library_act" still
+    applies (its [B*T, N] result reshaped back), and every alternative matches eager."""
+    model = LinearAct("gelu_tanh").eval()
+    torch.manual_seed(1)
+    x, r = torch.randn(2, 5, 32), torch.randn(2, 5, 24)
+    program, args = _program(model, (x, r))
+    steps = [s for s in program.steps if get_attr(s.attrs, "alternative") == "library_act"]
+    assert [s.target for s in steps][:2] == ["pipec.addmm_gelu_tanh.default", "aten.reshape.default"]
+    with torch.no_grad():
+        want = model(x, r)
+    for choice in ("template", "library", "library_mm", "library_act"):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want)
+
+
 def test_program_has_one_choice_group_per_linear():
     model = nn.Sequential(nn.Linear(32, 40), nn.GELU(), nn.Linear(40, 24)).eval()
     x, _ = _inputs()
@@ -130,7 +146,7 @@ def test_gpu_bf16_mlp_both_alternatives_and_timed_choice():
     assert len(report) == 2
     for group in report.values():
         (timings,) = group["timings_ms"].values()
-        assert set(timings) == {"template", "library"} and all(0 < t < 1e3 for t in timings.values())
+        assert set(timings) == {"template", "library", "library_mm"} and all(0 < t < 1e3 for t in timings.values())
         (chosen,) = group["chosen"].values()
         assert chosen == min(timings, key=timings.get)
 

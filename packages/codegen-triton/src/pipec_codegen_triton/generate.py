@@ -11,6 +11,7 @@ from pipec_ir.types import Buffer, TensorType, get_attr
 
 from .configs import PERSISTENT_ROW_BYTES, pointwise_configs, reduction_configs, upper_bound
 from .matmul_choice import matmul_with_epilogue
+from .view_steps import reshape_args
 from .memory_plan import plan_program_memory
 from .padding import pad_symbols
 from .writer import CodegenError, KernelWriter
@@ -34,10 +35,7 @@ def _view_args(node, source_type) -> tuple:
     ref = Ref(node.inputs[0])
     shape = tuple(sympy.sympify(s) for s in node.type.shape)
     if node.op == "reshape":
-        symbolic = [d for d, s in enumerate(shape) if not s.is_Integer]
-        if len(symbolic) == 1:
-            return (ref, tuple(-1 if d in symbolic else int(s) for d, s in enumerate(shape)))
-        return (ref, tuple(size_attr(s) for s in shape))
+        return reshape_args(ref, shape)
     if node.op == "expand":
         src = tuple(sympy.sympify(s) for s in source_type.shape)
         offset = len(shape) - len(src)
@@ -99,7 +97,8 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
             ))
             steps.append(Step("launch", kernel.name, tuple(kernel.inputs), tuple(kernel.outputs)))
         elif kernel.kind == "matmul" and len(kernel.nodes) > 1:  # with an epilogue: template or cuBLAS
-            more_kernels, more_steps = matmul_with_epilogue(graph, kernel, options)
+            more_kernels, more_steps, own_values = matmul_with_epilogue(graph, kernel, options)
+            types.update(own_values)  # results an alternative makes for itself
             kernels.extend(more_kernels)
             steps.extend(more_steps)
         elif kernel.kind in ("view", "matmul", "extern"):

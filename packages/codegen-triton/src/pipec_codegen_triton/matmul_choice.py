@@ -14,13 +14,14 @@ the faster per size bucket.
 from __future__ import annotations
 
 import sympy
-from pipec_ir import CompileOptions, Graph, Kernel, Ref, Step, TritonKernel, get_attr, make_attrs
+from pipec_ir import CompileOptions, Graph, Kernel, Ref, Step, TensorType, TritonKernel, get_attr, make_attrs
 from pipec_ir.indexing import view_source_index
 from pipec_ir.ops import VIEW, kind_of
 from pipec_ir.symbolic import index_symbol
 
 from .configs import pointwise_configs, upper_bound
 from .matmul_template import MATMUL_OPS, epilogue_inputs, epilogue_refinement, value_at, write_template
+from .view_steps import reshape_args
 from .writer import KernelWriter
 
 _LIBRARY = {"mm": "aten.mm.default", "bmm": "aten.bmm.default"}
@@ -69,20 +70,26 @@ class ReshapedEpilogueWriter(KernelWriter):
 
 
 def _activation_of(graph: Graph, kernel: Kernel, add: str):
-    """(activation node, use_gelu) when the biased product's only use is ReLU or tanh-GELU, the
-    two activations cuBLASLt applies in its epilogue (`aten._addmm_activation`; its GELU is the
-    tanh approximation, so an exact GELU never maps to it); None otherwise."""
+    """(nodes from the bias add to the activation, use_gelu) when the biased product's only use is
+    ReLU or tanh-GELU, the two activations cuBLASLt applies in its epilogue (`_addmm_activation`,
+    whose GELU is the tanh approximation there: an exact GELU never maps to it), possibly
+    through the reshape `nn.Linear` on [B, T, K] puts between them; None otherwise."""
     nodes = graph.node_map()
-    readers = [n for n in kernel.nodes if add in nodes[n].inputs]
-    if add in kernel.outputs or len(readers) != 1:
+    chain = [add]
+    while True:
+        readers = [n for n in kernel.nodes if chain[-1] in nodes[n].inputs]
+        if chain[-1] in kernel.outputs or len(readers) != 1:
+            return None
+        node = nodes[readers[0]]
+        if node.op != "reshape":
+            break
+        chain.append(node.name)
+    if node.type.dtype != nodes[add].type.dtype:
         return None
-    act = nodes[readers[0]]
-    if act.type.dtype != nodes[add].type.dtype:
-        return None
-    if act.op == "relu":
-        return act.name, False
-    if act.op == "gelu" and get_attr(act.attrs, "approximate", "none") == "tanh":
-        return act.name, True
+    if node.op == "relu":
+        return (*chain, node.name), False
+    if node.op == "gelu" and get_attr(node.attrs, "approximate", "none") == "tanh":
+        return (*chain, node.name), True
     return None
 
 
@@ -112,7 +119,8 @@ def _library_steps(graph: Graph, kernel: Kernel, product: str, call: Step, folde
 
 
 def library_alternatives(graph: Graph, kernel: Kernel, options: CompileOptions) -> dict[str, tuple]:
-    """name -> (Triton kernels, steps) of each cuBLAS alternative:
+    """name -> (Triton kernels, steps, {value: type} of values it makes for itself) of each cuBLAS
+    alternative:
 
     - "library": `mm`/`bmm`, or `addmm` when a row-vector bias add follows (cuBLASLt's bias
       epilogue, as eager's `nn.Linear`), then one pointwise kernel for the rest;
@@ -129,24 +137,35 @@ def library_alternatives(graph: Graph, kernel: Kernel, options: CompileOptions) 
                  make_attrs(args=(Ref(a), Ref(b)), kwargs=()))
     bias = _row_vector_bias(graph, kernel, product)
     if bias is None:
-        return {"library": _library_steps(graph, kernel, product, plain, (product,), "_epilogue")}
+        return {"library": (*_library_steps(graph, kernel, product, plain, (product,), "_epilogue"), {})}
     add, bias_value = bias
     addmm = Step("extern", "aten.addmm.default", (bias_value, a, b), (add,),
                  make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=()))
-    out = {"library": _library_steps(graph, kernel, product, addmm, (product, add), "_epilogue"),
-           "library_mm": _library_steps(graph, kernel, product, plain, (product,), "_mm_epilogue")}
+    out = {"library": (*_library_steps(graph, kernel, product, addmm, (product, add), "_epilogue"), {}),
+           "library_mm": (*_library_steps(graph, kernel, product, plain, (product,), "_mm_epilogue"), {})}
     activation = _activation_of(graph, kernel, add)
     if activation is not None:
-        act, use_gelu = activation
+        chain, use_gelu = activation
+        act = chain[-1]
+        # the call's [M, N] result; reshaped to the activation's shape when a reshape sits between
+        result = act if len(chain) == 2 else f"{act}__{product}"
         # ReLU is `_addmm_activation` everywhere; its GELU is tanh only on CUDA (exact on the CPU),
         # so tanh-GELU goes through the runtime's `pipec.addmm_gelu_tanh`, the same on every device
         if use_gelu:
-            fused = Step("extern", "pipec.addmm_gelu_tanh.default", (bias_value, a, b), (act,),
-                         make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=()))
+            call = Step("extern", "pipec.addmm_gelu_tanh.default", (bias_value, a, b), (result,),
+                        make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=()))
         else:
-            fused = Step("extern", "aten._addmm_activation.default", (bias_value, a, b), (act,),
-                         make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=(("use_gelu", False),)))
-        out["library_act"] = _library_steps(graph, kernel, product, fused, (product, add, act), "_act_epilogue")
+            call = Step("extern", "aten._addmm_activation.default", (bias_value, a, b), (result,),
+                        make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=(("use_gelu", False),)))
+        kernels, steps = _library_steps(graph, kernel, product, call, (product, *chain), "_act_epilogue")
+        own = {}
+        if result != act:
+            types = graph.types()
+            own[result] = TensorType(types[product].shape, types[act].dtype)
+            reshape = Step("extern", "aten.reshape.default", (result,), (act,),
+                           make_attrs(args=reshape_args(Ref(result), types[act].shape), kwargs=()))
+            steps.insert(1, reshape)
+        out["library_act"] = (kernels, steps, own)
     return out
 
 
@@ -159,20 +178,24 @@ def _tagged(step: Step, group: str, alternative: str, default: bool) -> Step:
 
 
 def matmul_with_epilogue(graph: Graph, kernel: Kernel, options: CompileOptions):
-    """(Triton kernels, steps) of a matmul kernel that holds an epilogue.
+    """(Triton kernels, steps, {value: type} of values only an alternative makes) of a matmul
+    kernel that holds an epilogue.
 
     Codegen option `matmul_template` (default True): False emits only the library alternative."""
     libraries = library_alternatives(graph, kernel, options)
-    template = write_template(graph, kernel) if options.get("matmul_template", True) else None
+    if not options.get("matmul_template", True):
+        return libraries["library"]
+    template = write_template(graph, kernel)
     if template is None and len(libraries) == 1:
         return libraries["library"]
-    kernels, steps = [], []
+    kernels, steps, own_values = [], [], {}
     if template is not None:
         launch = Step("launch", kernel.name, template.inputs, tuple(kernel.outputs))
         kernels.append(template.kernel)
         steps.append(_tagged(launch, kernel.name, "template", True))
-    for name, (lib_kernels, lib_steps) in libraries.items():
+    for name, (lib_kernels, lib_steps, own) in libraries.items():
         kernels += lib_kernels
+        own_values.update(own)
         default = template is None and name == "library"
         steps += [_tagged(s, kernel.name, name, default) for s in lib_steps]
-    return kernels, steps
+    return kernels, steps, own_values
