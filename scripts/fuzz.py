@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the differential fuzzer: N random graphs through every fusion preset, against eager.
 
-    .venv/bin/python scripts/fuzz.py --count 2000 [--seed 0] [--max-steps 30]
+    .venv/bin/python scripts/fuzz.py --count 2000 [--seed 0] [--max-steps 30] [--device cuda]
 
 Stops at the first mismatch and prints the program, shrunk by hypothesis to a small repro.
 """
@@ -21,6 +21,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--device", default="cpu", help="where eager and pipec run (cuda: compiled kernels)")
     args = parser.parse_args()
 
     from hypothesis import HealthCheck, given, seed, settings
@@ -37,7 +38,7 @@ def main() -> int:
     @given(programs(max_steps=args.max_steps))
     def run(prog):
         try:
-            check_program(prog)
+            check_program(prog, device=args.device)
         except Exception as exc:
             if not failures:  # the first failure, as drawn (hypothesis then shrinks it)
                 print(f"first failing program:\n{prog}\n{type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr)
@@ -55,7 +56,8 @@ def main() -> int:
             print(f"--- {type(sub).__name__}: {str(sub)[:2000]}\n{notes}", file=sys.stderr)
         print(f"fuzz: mismatch after {done['n']} graphs (shrunk repros above)", file=sys.stderr)
         return 1
-    print(f"fuzz: {done['n']} graphs, 0 mismatches, every fusion preset ({time.perf_counter() - start:.0f} s)")
+    print(f"fuzz: {done['n']} graphs on {args.device}, 0 mismatches, every fusion preset "
+          f"({time.perf_counter() - start:.0f} s)")
     return 0
 
 

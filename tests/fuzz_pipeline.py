@@ -35,9 +35,10 @@ def compile_program(prog: Program, inputs, policy: str):
     return registry.get("runtime", "launch").load(program, options), plan
 
 
-def check_program(prog: Program, seed: int = 0, policies=POLICIES) -> dict[str, int]:
-    """Compile under each policy, compare with eager; returns kernel counts per policy."""
-    inputs = make_inputs(prog, seed)
+def check_program(prog: Program, seed: int = 0, policies=POLICIES, device: str = "cpu") -> dict[str, int]:
+    """Compile under each policy, compare with eager on `device` (the CPU runs Triton's
+    interpreter; a GPU runs the compiled kernels); returns kernel counts per policy."""
+    inputs = [t.to(device) for t in make_inputs(prog, seed)]
     expected = run_program(prog, inputs)
     counts = {}
     for policy in policies:
