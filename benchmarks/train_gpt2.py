@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import math
 import sys
@@ -227,6 +228,8 @@ def parse_args(argv=None):
                    help="comma-separated subset of eager,inductor,pipec (eager always runs: it is the reference)")
     p.add_argument("--warmup-ms", type=int, default=200)
     p.add_argument("--rep-ms", type=int, default=1000)
+    p.add_argument("--autotune-configs", type=int, default=None,
+                   help="pipec times only the first N launch configs per kernel (a faster compile)")
     return p.parse_args(argv)
 
 
@@ -253,10 +256,11 @@ def main(argv=None) -> int:
     print(f"GPT-2: {n_params / 1e6:.1f}M parameters, batch {args.batch} x seq {cfg.seq}, bf16 autocast, "
           f"{torch.cuda.get_device_name()}", flush=True)
 
+    pipec_options = {} if args.autotune_configs is None else {"autotune_configs": args.autotune_configs}
     compilers = {
         "eager": lambda: Regions(),
         "inductor": lambda: compiled_regions(torch.compile),
-        "pipec": lambda: compiled_regions(pipec.compile),
+        "pipec": lambda: compiled_regions(functools.partial(pipec.compile, **pipec_options)),
     }
     results: dict[str, Result] = {}
     reference = None
@@ -290,6 +294,7 @@ def main(argv=None) -> int:
         print(f"MISMATCH {p}")
     data = {
         "benchmark": "train_gpt2", "config": asdict(cfg), "batch": args.batch, "params": n_params,
+        "pipec_options": pipec_options,
         "dtype": "bfloat16 autocast", "device": torch.cuda.get_device_name(),
         "torch": torch.__version__, "triton": triton.__version__,
         "timing": "triton.testing.do_bench median of a whole step (forward, backward, AdamW)",
