@@ -197,7 +197,11 @@ def peak_memory_block() -> dict:
     x = torch.randn(8, 512, 768, device="cuda")
     out = {}
     with torch.no_grad():
-        for label, fn in (("eager", block), ("pipec_launch", pipec.compile(block))):
+        variants = (("eager", block), ("pipec_launch", pipec.compile(block)),
+                    # diagnostics: each GEMM alternative forced (what the timed choice trades off)
+                    ("pipec_template", pipec.compile(block, choice="template")),
+                    ("pipec_library", pipec.compile(block, choice="library")))
+        for label, fn in variants:
             for _ in range(3):
                 fn(x)
             torch.cuda.synchronize()
@@ -208,6 +212,11 @@ def peak_memory_block() -> dict:
             out[label] = torch.cuda.max_memory_allocated() - base
             del y
     out["pipec_le_eager"] = out["pipec_launch"] <= out["eager"]
+    from pipec_runtime_cudagraph.launch import ProgramRunner  # the plan's own estimate, for comparison
+
+    import gc
+    out["planned_peak_bytes"] = sorted(str(o.program.peak_bytes) for o in gc.get_objects()
+                                       if type(o) is ProgramRunner)
     return out
 
 
