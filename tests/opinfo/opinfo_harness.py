@@ -5,9 +5,9 @@ For each OpInfo entry and each of its sample inputs:
 2. trace it with make_fx *without* decompositions: the ATen overloads it dispatches to; those
    tagged `torch.Tag.core` are the Core ATen overloads this entry exercises (entries that
    exercise none are not part of the sweep);
-3. compile it through every pipec stage (make_fx with pipec's decompositions, as AOTAutograd
-   does -> lower -> fuse -> codegen -> runtime), run it and compare with eager at the dtype's
-   tolerances.
+3. compile it as pipec's torch.compile backend does (AOTAutograd with pipec's decompositions:
+   a functionalized graph -> lower -> fuse -> codegen -> runtime, inside AOT's runtime wrapper),
+   run it and compare with eager at the dtype's tolerances.
 
 A sample is "generated" (every op ran as pipec code), "extern" (some op ran as an extern
 fallback), "error" (a stage raised) or "wrong" (ran, but the result differs from eager). An
@@ -165,22 +165,53 @@ def tolerances(dtype: torch.dtype) -> dict:
         dtype, dict(atol=1e-5, rtol=1.3e-6) if dtype == torch.float32 else {})
 
 
-def compile_pipec(fn, tensors):
-    """fn -> (runner(list of tensors) -> outputs, graph, uses_libdevice) through every pipec stage."""
-    from pipec import plugins
-    from pipec_capture import constant_bindings, core_decompositions, lower_graph
+def compile_pipec(fn):
+    """fn compiled as pipec's torch.compile backend sees it -> (compiled fn, record).
 
-    # functionalized like AOTAutograd: decompositions' in-place steps become out-of-place ops
-    functional = torch.func.functionalize(fn, remove="mutations")
-    gm = make_fx(functional, decomposition_table=core_decompositions(), tracing_mode="fake")(*tensors)
+    AOTAutograd (aot_function, as make_dynamo_backend's aot_autograd) traces fn with pipec's
+    decompositions into a functionalized inference graph: the in-place steps of decompositions
+    (matmul's squeeze_, rms_norm's add_) become out-of-place ops, an input the op mutates comes
+    back as an extra output that AOT's runtime wrapper copies into the input, and outputs that
+    alias inputs are regenerated as views. Each graph then runs through every pipec stage. The
+    first call compiles: it fills record["graph"] (the lowered Graph) and record["checked_by"].
+    """
+    from functorch.compile import aot_function
+    from pipec_capture import core_decompositions
+
+    record: dict = {}
+
+    def compiler(gm, example_inputs):
+        run, graph, uses_libdevice, extra = _pipeline(gm, example_inputs)
+        record["graph"] = graph
+        if uses_libdevice and not torch.cuda.is_available():
+            from pipec_capture.reference import run_graph
+
+            record["checked_by"] = "reference"
+
+            def call(args):
+                return run_graph(graph, [*(t.contiguous() for t in args), *extra])
+        else:
+            record["checked_by"] = "triton"
+            call = run
+        call._boxed_call = True  # AOT passes one list (boxed calling convention)
+        return call
+
+    return aot_function(fn, fw_compiler=compiler, decompositions=core_decompositions()), record
+
+
+def _pipeline(gm, example_inputs):
+    """An ATen graph -> (runner(list of tensors) -> outputs, graph, uses_libdevice, constants)."""
+    from pipec import plugins
+    from pipec_capture import constant_bindings, lower_graph
+
     registry = plugins.get_registry()
     options = pipec_ir.CompileOptions()
-    graph = _round_trip(lower_graph(gm, tensors, name="opinfo"), "graph")
+    graph = _round_trip(lower_graph(gm, example_inputs, name="opinfo"), "graph")
     constants = constant_bindings(gm, graph)  # tensor constants of the trace: trailing inputs
     plan = _round_trip(registry.get("fusion", "default").fuse(graph, options), "kernel_plan")
     program = _round_trip(registry.get("codegen", "triton").generate(plan, options), "program")
     uses_libdevice = any("libdevice" in k.source for k in program.kernels)
-    extra = [constants[i.name] for i in graph.inputs[len(tensors):]]
+    extra = [constants[i.name] for i in graph.inputs[len(example_inputs):]]
     program_fn = registry.get("runtime", "launch").load(program, options)
     return (lambda xs: program_fn([*xs, *extra])), graph, uses_libdevice, extra
 
@@ -230,15 +261,10 @@ def run_sample(op, sample, dtype: torch.dtype, device: str) -> SampleResult:
     if not overloads:
         raise NotSwept("exercises no Core ATen overload")
     try:
-        run, graph, uses_libdevice, extra = compile_pipec(fn, tensors)
-        externs = _externs(graph)
-        torch.manual_seed(seed)  # random externs draw from the generator state eager saw
-        if uses_libdevice and not torch.cuda.is_available():
-            from pipec_capture.reference import run_graph
-
-            got, checked_by = run_graph(graph, [*(t.contiguous() for t in tensors), *extra]), "reference"
-        else:
-            got, checked_by = run([t.clone() for t in tensors]), "triton"
+        compiled, record = compile_pipec(fn)
+        torch.manual_seed(seed)  # random externs draw from the generator state eager saw (tracing draws none)
+        got = pytree.tree_leaves(compiled(*[t.clone() for t in tensors]))
+        externs, checked_by = _externs(record["graph"]), record["checked_by"]
         got = [g for g in got if g is not None] if len(got) != len(expected) else list(got)
     except Exception as exc:  # noqa: BLE001 - any stage's failure is recorded, not raised
         last = traceback.extract_tb(exc.__traceback__)[-1]

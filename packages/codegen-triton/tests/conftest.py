@@ -62,7 +62,9 @@ def run_program(program, tensors, constants=None):
     for step in program.steps:
         if step.kind == "launch":
             k, fn = kernels[step.target]
-            for o in step.outputs:
+            for o in step.outputs:  # allocated where first written (a scatter's two launches share it)
+                if o in env:
+                    continue
                 env[o] = torch.empty([int(s) for s in types[o].shape], dtype=DT[types[o].dtype], device=DEVICE)
             cfg = dict(k.configs[0].constants)
             cfg.update({n: v for n, v in (constants or {}).items() if n in cfg})

@@ -31,6 +31,13 @@ RELEASED = {
         "kernel_plan": "1247c7bd934d1949333140ed7d134cf8ea662b26cd366cfbd018cb0c1a997f3d",
         "program": "ba9f3c94d39e70587497fa6cffedd1092c4937ee5b85957704485f0c04cceeb6",
     },
+    # 1.3: the `scan` op and kernel kind, the `scatter` op and kernel kind (a buffer written by two
+    # launches), the `library_mm` / `library_act` matmul alternatives (docs/IR.md). Same structure.
+    (1, 3): {
+        "graph": "03ce02409e7992dc3a5b48286009a8db706c5265aef814949ffe948505338320",
+        "kernel_plan": "ed526cdae47888974924a187101f5fac5922d51d321528cf0ade69fd26465c31",
+        "program": "f06a2f8474de4e0822a02fd4dee2591e23d7efe8e205800b899476e036f3382e",
+    },
 }
 
 

@@ -309,8 +309,10 @@ class Lowerer:
         dtype = ir_dtype(value.dtype, self.where(node))
         if value.numel() == 1 and not isinstance(value, torch._subclasses.FakeTensor):
             shape = tuple(sympy.Integer(s) for s in value.shape)
-            self.env[node] = self.emit("full", [], shape, dtype, hint=node.name,
-                                       value=scalar_value(value.item(), dtype))
+            # AOTAutograd calls the compiler with its fake mode active: read the real value outside it
+            with torch._subclasses.fake_tensor.unset_fake_temporarily():
+                item = value.item()
+            self.env[node] = self.emit("full", [], shape, dtype, hint=node.name, value=scalar_value(item, dtype))
             return
         name = node.target if node.target not in self.used else self.fresh(node.target)
         self.used.add(name)
@@ -1214,4 +1216,4 @@ def lower_repeat(cx, node, x, repeats):
 
 
 # Op families kept in modules of their own register their rows into LOWERINGS on import.
-from . import lower_indexing, lower_math, lower_pool, lower_random  # noqa: E402,F401
+from . import lower_functional, lower_indexing, lower_math, lower_pool, lower_random, lower_scan, lower_scatter  # noqa: E402,F401

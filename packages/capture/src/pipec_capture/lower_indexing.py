@@ -111,8 +111,15 @@ def lower_embedding(cx, node, weight, indices, padding_idx=-1, scale_grad_by_fre
 def lower_index(cx, node, x, indices):
     """Advanced indexing: index tensors (broadcast together) replace the coordinates of their dims."""
     t = cx.result(node)
-    out_shape = _static_shape(cx, t.shape)
-    src_shape = _static_shape(cx, cx.shape(x))
+    _static_shape(cx, t.shape)
+    coords, shape = advanced_index_coords(cx, _static_shape(cx, cx.shape(x)), indices)
+    return take(cx, x, flat_position(cx, coords, _static_shape(cx, cx.shape(x)), shape), shape)
+
+
+def advanced_index_coords(cx, src_shape, indices) -> tuple[list, tuple]:
+    """(the source coordinate of every point of x[indices], that result's shape): the index
+    tensors (broadcast together, negative values wrapped) replace the coordinates of their
+    dims; index.Tensor reads there and index_put writes there (lower_scatter.py)."""
     indices = list(indices) + [None] * (len(src_shape) - len(indices))
     given = [d for d, i in enumerate(indices) if i is not None]
     if not given:
@@ -132,7 +139,11 @@ def lower_index(cx, node, x, indices):
         else:
             out_dim_of[d] = len(bshape) + k
             k += 1
-    tshape = t.shape
+    out_shape = [0] * (len(rest) + len(bshape))
+    for d in rest:
+        out_shape[out_dim_of[d]] = src_shape[d]
+    out_shape[first:first + len(bshape)] = bshape
+    tshape = tuple(sympy.Integer(s) for s in out_shape)
     coords = []
     for d in range(len(src_shape)):
         if indices[d] is None:
@@ -143,7 +154,7 @@ def lower_index(cx, node, x, indices):
         tail = [sympy.Integer(1)] * (len(out_shape) - first - len(bshape))
         idx = cx.broadcast(cx.reshape(idx, (*lead, *cx.shape(idx), *tail)), tshape)
         coords.append(wrap_negative(cx, idx, src_shape[d], tshape))
-    return take(cx, x, flat_position(cx, coords, src_shape, tshape), tshape)
+    return coords, tshape
 
 
 def _broadcast_shapes(shapes):

@@ -151,12 +151,16 @@ class Evaluator:
             result = self.pointwise(node, args)
         elif kind == "reduction":
             result = self.reduction(node, args[0])
+        elif kind == "scan":
+            result = self.scan(node, args[0])
         elif kind == "view":
             result = self.view(node, args[0])
         elif kind == "creation":
             result = self.creation(node)
         elif node.op == "take":
             result = self.take(node, *args)
+        elif node.op == "scatter":
+            result = self.scatter(node, *args)
         elif kind == "matmul":
             a, b = args
             if self.strict and a.dtype != b.dtype:
@@ -225,6 +229,24 @@ class Evaluator:
             r = r.reshape(self.shape(node.type))
         return r
 
+    def scan(self, node: Node, x):
+        """Inclusive scan along `dim`: half types in float32, integers in int64 (docs/IR.md, "Scans")."""
+        dim, combine = node.attr("dim"), node.attr("combine")
+        out = IR_TO_TORCH[node.type.dtype]
+        if self.strict:
+            if not 0 <= dim < x.dim():
+                self.fail(node, f"scan dim {dim} must be non-negative and < rank {x.dim()}")
+            if x.dtype != out:
+                self.fail(node, f"scan input dtype {x.dtype} != output dtype {out} (capture casts first)")
+        work = _compute(x) if is_float(node.type.dtype) else x.to(torch.int64)
+        if combine == "add":
+            return torch.cumsum(work, dim).to(out)
+        if combine == "mul":
+            return torch.cumprod(work, dim).to(out)
+        if combine == "logaddexp" and work.is_floating_point():
+            return torch.logcumsumexp(work, dim).to(out)
+        self.fail(node, f"unknown scan combine {combine!r} for dtype {x.dtype}")
+
     def view(self, node: Node, x):
         shape = self.shape(node.type)
         if node.op == "reshape":
@@ -266,6 +288,26 @@ class Evaluator:
             if index.numel() and not (0 <= int(index.min()) and int(index.max()) < src.numel()):
                 self.fail(node, f"take index outside [0, {src.numel()})")
         return src.reshape(-1)[index.long()]
+
+    def scatter(self, node: Node, base, index, src):
+        """base with src written (reduce "none") or accumulated at base's flat positions `index`."""
+        reduce = node.attr("reduce")
+        if self.strict:
+            if index.dtype != torch.int64 or tuple(index.shape) != tuple(src.shape):
+                self.fail(node, f"scatter index must be int64 of src's shape {tuple(src.shape)}, got {index.dtype} "
+                                f"{tuple(index.shape)}")
+            if base.dtype != IR_TO_TORCH[node.type.dtype] or src.dtype != base.dtype:
+                self.fail(node, f"scatter self/src dtypes {base.dtype}/{src.dtype} != node dtype {node.type.dtype}")
+            if index.numel() and not (0 <= int(index.min()) and int(index.max()) < base.numel()):
+                self.fail(node, f"scatter index outside [0, {base.numel()})")
+            if reduce not in ("none", "sum", "amax", "amin"):
+                self.fail(node, f"unknown scatter reduce {reduce!r}")
+        flat = base.reshape(-1).clone()
+        if reduce == "none":
+            flat[index.reshape(-1)] = src.reshape(-1)
+        else:
+            flat.scatter_reduce_(0, index.reshape(-1), src.reshape(-1), reduce, include_self=True)
+        return flat.reshape(base.shape)
 
     def creation(self, node: Node):
         shape = self.shape(node.type)

@@ -65,7 +65,7 @@ STAGE_NAMES = tuple(s.name for s in PIPELINE)
 # ---------------------------------------------------------------- statistics
 
 
-COMPUTE_KINDS = ("pointwise", "reduction", "matmul", "indexing", "extern")
+COMPUTE_KINDS = ("pointwise", "reduction", "scan", "matmul", "indexing", "extern")
 
 
 def is_compute(node: pipec_ir.Node) -> bool:

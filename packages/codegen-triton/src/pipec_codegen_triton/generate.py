@@ -14,6 +14,8 @@ from .matmul_choice import matmul_with_epilogue
 from .view_steps import reshape_args
 from .memory_plan import plan_program_memory
 from .padding import pad_symbols
+from .scan import ScanWriter
+from .scatter import scatter_launches
 from .writer import CodegenError, KernelWriter
 
 # View ops materialized as torch views (never copies) when a library call or the
@@ -78,9 +80,10 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     row_bytes = int(options.get("persistent_reduction_bytes", PERSISTENT_ROW_BYTES))
     kernels, steps = [], []
     for kernel in plan.kernels:
-        if kernel.kind in ("pointwise", "reduction"):
-            src = KernelWriter(graph, kernel, persistent_limit=None if limit is None else int(limit),
-                               persistent_bytes=row_bytes).write()
+        if kernel.kind in ("pointwise", "reduction", "scan"):
+            writer = ScanWriter if kernel.kind == "scan" else KernelWriter
+            src = writer(graph, kernel, persistent_limit=None if limit is None else int(limit),
+                         persistent_bytes=row_bytes).write()
             sizes = dict(src.sizes)
             if kernel.kind == "pointwise":
                 configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))
@@ -99,6 +102,10 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
         elif kernel.kind == "matmul" and len(kernel.nodes) > 1:  # with an epilogue: template or cuBLAS
             more_kernels, more_steps, own_values = matmul_with_epilogue(graph, kernel, options)
             types.update(own_values)  # results an alternative makes for itself
+            kernels.extend(more_kernels)
+            steps.extend(more_steps)
+        elif kernel.kind == "scatter":  # an init launch, then the scatter launch (scatter.py)
+            more_kernels, more_steps = scatter_launches(graph, kernel)
             kernels.extend(more_kernels)
             steps.extend(more_steps)
         elif kernel.kind in ("view", "matmul", "extern"):

@@ -143,6 +143,11 @@ class _Walk:
             if node.attr("keepdim"):
                 return tuple((sympy.Integer(1),) if d in dims else lay[d] for d in range(len(lay)))
             return tuple(lay[d] for d in range(len(lay)) if d not in dims)
+        if kind == "scan":  # out[i] reads x[0..i] along the dim: a real prefix gives a real prefix
+            d, lay = node.attr("dim"), self.of(node.inputs[0])
+            if not self.is_prefix(lay[d]):
+                raise _Unsafe
+            return lay[:d] + ((shape[d],),) + lay[d + 1:]
         if kind == "matmul":
             a, b = node.inputs
             if self.padded(self.shape(a)[-1]):

@@ -121,7 +121,7 @@ class KernelWriter:
         self.uses_libdevice = False
         self.reduction_values: dict[str, tuple[str, tuple]] = {}
         self.persistent_limit = persistent_limit
-        self.is_reduction = kernel.kind == "reduction"
+        self.is_reduction = kernel.kind in ("reduction", "scan")  # a kernel of rows: [XBLOCK, RBLOCK] blocks
         domain = tuple(kernel.domain)
         self.domain = domain
         red = set(kernel.reduce_dims)
@@ -361,7 +361,7 @@ class KernelWriter:
     # ------------------------------------------------------------ kernels
 
     def write(self) -> KernelSource:
-        body = self._write_reduction() if self.is_reduction else self._write_pointwise()
+        body = self._write_body()
         params = [*self.in_ptr.values(), *self.out_ptr.values(), "xnumel"]
         sizes = [("xnumel", self.xnumel)]
         if self.is_reduction:
@@ -379,6 +379,10 @@ class KernelWriter:
         src += "\n".join(body) + "\n"
         return KernelSource(src, tuple(sizes), self.uses_libdevice, self.persistent, self.rnumel,
                             self.outer_reduction)
+
+    def _write_body(self) -> list[str]:
+        """The kernel's lines after its signature (scan.ScanWriter walks rows its own way)."""
+        return self._write_reduction() if self.is_reduction else self._write_pointwise()
 
     @staticmethod
     def _helpers(body: list[str]) -> str:

@@ -21,9 +21,11 @@ CREATION_OPS = frozenset({"full", "iota"})
 def group_kind_of(node: Node) -> str:
     """The kind of group a (non-view) node starts in."""
     kind = kind_of(node.op)
+    if node.op == "scatter":  # writes at data-dependent positions: a kernel kind of its own
+        return "scatter"
     if kind in ("pointwise", "creation", "indexing"):  # indexing: `take`, a pointwise gather
         return "pointwise"
-    if kind in ("reduction", "matmul", "extern"):
+    if kind in ("reduction", "matmul", "extern", "scan"):
         return kind
     raise ValueError(f"fusion: node {node.name} has op {node.op!r} of kind {kind!r}, which fusion cannot place")
 

@@ -23,6 +23,7 @@ from pipec_ir.verify import is_multi_result
 from .analysis import GraphAnalysis, group_kind_of
 from .heuristics import GroupInfo, Heuristics
 from .legality import MATMUL_OPS, Group, GroupCheck, check_group, cycle_through, merged_group
+from .scan_rules import scan_domain
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class _State:
             gid = an.pos(name)
             if kind == "reduction":
                 group = Group(kind, frozenset({name}), an.shape(node.inputs[0]), tuple(node.attr("dims")))
+            elif kind == "scan":
+                group = Group(kind, frozenset({name}), *scan_domain(an, name))
+            elif kind == "scatter":  # one program instance per written element: the index's shape
+                group = Group(kind, frozenset({name}), an.shape(node.inputs[1]))
             elif is_multi_result(node):
                 group = Group(kind, frozenset({name}), ())
             else:
@@ -320,7 +325,7 @@ def _compute_kernel(an: GraphAnalysis, group: Group) -> Kernel:
     nodes = tuple(sorted(group.members | views, key=an.pos))
     outputs = tuple(n for n in members if an.must_store(n, group.members))
     return Kernel("", group.kind, nodes, outputs, _dedupe(inputs), tuple(group.domain),
-                  tuple(group.reduce_dims) if group.kind == "reduction" else ())
+                  tuple(group.reduce_dims) if group.kind in ("reduction", "scan") else ())
 
 
 def _view_kernel(an: GraphAnalysis, view: str) -> Kernel:
@@ -342,6 +347,8 @@ def _kernel_name(an: GraphAnalysis, kernel: Kernel, index: int) -> str:
     compute = [an.nodes[n].op for n in kernel.nodes if not an.is_view(n)]
     if kernel.kind == "matmul":  # the product first: pipec_fused_mm_add_gelu_1
         compute.sort(key=lambda op: op not in MATMUL_OPS)
+    if kernel.kind == "scatter":  # the scatter first: pipec_fused_scatter_mul_exp_2
+        compute.sort(key=lambda op: op != "scatter")
     if len(compute) == 1:
         return f"pipec_{compute[0]}_{index}"
     named = _dedupe(op for op in compute if op != "full") or ("full",)

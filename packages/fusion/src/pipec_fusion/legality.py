@@ -32,6 +32,8 @@ from pipec_ir.indexing import coarse_index, refine_shapes
 from pipec_ir.symbolic import index_symbol, set_upper_bound
 
 from .analysis import GraphAnalysis, index_vars, same_index, same_shape, shape_str
+from .scatter_legality import SCATTER, check_scatter_group, scatter_merge
+from .scan_rules import SCAN_OPS, scan_group_reason, scan_merge_reason, scan_read_reason
 
 LIBRARY_KINDS = ("matmul", "extern")
 MATMUL_OPS = frozenset({"mm", "bmm"})
@@ -63,6 +65,8 @@ def library_reason(an: GraphAnalysis, group: Group) -> str | None:
 
 def merged_group(an: GraphAnalysis, first: Group, second: Group, kind: str) -> tuple[str | None, Group | None]:
     """The group `first` and `second` would form (kind "vertical": first produces for second)."""
+    if SCATTER in (first.kind, second.kind):
+        return scatter_merge(an, first, second, kind, Group)
     if "matmul" in (first.kind, second.kind) and "extern" not in (first.kind, second.kind):
         return epilogue_merge(first, second, kind)
     for g in (first, second):
@@ -70,6 +74,10 @@ def merged_group(an: GraphAnalysis, first: Group, second: Group, kind: str) -> t
         if reason:
             return reason, None
     members = first.members | second.members
+    if "scan" in (first.kind, second.kind):
+        scan = first if first.kind == "scan" else second
+        reason = scan_merge_reason(first, second)
+        return (reason, None) if reason else (None, Group("scan", members, scan.domain, scan.reduce_dims))
     if first.kind == "reduction" and second.kind == "reduction":
         if not same_shape(first.domain, second.domain):
             return (f"reductions read different shapes {shape_str(first.domain)} and "
@@ -143,7 +151,7 @@ class _Levels:
         """The index a node is computed at when plain, or None when its shape has no level."""
         node = self.an.nodes[name]
         shape = self.an.shape(name)
-        if self.group.kind in ("pointwise", "matmul"):  # an epilogue runs over the product's domain
+        if self.group.kind in ("pointwise", "matmul", "scan"):  # an epilogue runs over the product's domain
             if same_shape(shape, self.domain):
                 return self.row
             if self.refined is not None:  # or over a contiguous reshape of it, at the same flat index
@@ -167,6 +175,8 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
     """Can `group` be one kernel on its own? (Shapes and indices; cycles are `cycle_through`.)"""
     if group.kind == "extern" or (group.kind == "matmul" and len(group.members) == 1):
         return GroupCheck(None)
+    if group.kind == SCATTER:
+        return GroupCheck(*check_scatter_group(an, group))
     members = group.members
     ordered = sorted(members, key=an.pos)
     lv = _Levels(an, group)
@@ -186,6 +196,9 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
             if tuple(node.attr("dims")) != tuple(group.reduce_dims):
                 return GroupCheck(f"reduction over different dims {tuple(node.attr('dims'))} and "
                                   f"{tuple(group.reduce_dims)}")
+    reason = scan_group_reason(an, group, ordered)
+    if reason:
+        return GroupCheck(reason)
 
     needed: dict[str, dict[tuple, str]] = defaultdict(dict)  # node -> {index: first reader}
     for name in ordered:
@@ -193,7 +206,7 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
             level = lv.level(name)
             if level is None:
                 shape = shape_str(an.shape(name))
-                if group.kind == "pointwise":
+                if group.kind in ("pointwise", "scan"):
                     return GroupCheck(f"{name} would be stored with shape {shape} but the kernel's domain is "
                                       f"{shape_str(group.domain)}")
                 return GroupCheck(f"{name} would be stored with shape {shape}, which is neither the reduction's "
@@ -208,7 +221,7 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
 
     for name in reversed(ordered):
         node = an.nodes[name]
-        indices = [lv.row] if node.op in _REDUCTIONS else list(needed[name])
+        indices = [lv.row] if node.op in _REDUCTIONS or node.op in SCAN_OPS else list(needed[name])
         for index in indices:
             for value in node.inputs[1:] if node.op == "take" else node.inputs:
                 root, src = an.map_index(value, index)
@@ -225,6 +238,9 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
             index, reader = off[0]
             return GroupCheck(f"{reader} reads reduction {name} at another row than its own "
                               f"(index {_index_str(index)}, row {_index_str(level)})")
+        if an.nodes[name].op in SCAN_OPS:
+            index, reader = off[0]
+            return GroupCheck(scan_read_reason(name, _index_str(index), reader, _index_str(level)))
         if an.nodes[name].op in MATMUL_OPS:
             index, reader = off[0]
             return GroupCheck(f"{reader} reads matmul {name} at another index than its own "

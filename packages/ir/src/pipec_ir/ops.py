@@ -12,6 +12,7 @@ from dataclasses import dataclass
 POINTWISE, REDUCTION, VIEW, CREATION, INDEXING, MATMUL, EXTERN = (
     "pointwise", "reduction", "view", "creation", "indexing", "matmul", "extern",
 )
+SCAN = "scan"  # an inclusive scan along one dim (docs/IR.md, "Scans")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ def _table():
     t["rand"] = OpDef(POINTWISE, 2, ("distribution", "offset"))
     for name in ("sum", "prod", "max", "min", "argmax", "argmin", "any"):
         t[name] = OpDef(REDUCTION, 1, ("dims", "keepdim"))
+    t["scan"] = OpDef(SCAN, 1, ("dim", "combine"))  # combine: "add" | "mul" | "logaddexp"
     t["reshape"] = OpDef(VIEW, 1)  # to the node's shape (row-major order)
     t["permute"] = OpDef(VIEW, 1, ("dims",))
     t["expand"] = OpDef(VIEW, 1)  # broadcast to the node's shape (same rank)
@@ -50,6 +52,8 @@ def _table():
     t["select"] = OpDef(VIEW, 1, ("dim", "index"))
     # take(src, index): src's row-major flattening read at a computed position (docs/IR.md)
     t["take"] = OpDef(INDEXING, 2)
+    # scatter(self, index, src): self with src written/accumulated at flat positions index (docs/IR.md)
+    t["scatter"] = OpDef(INDEXING, 3, ("reduce",))
     t["full"] = OpDef(CREATION, 0, ("value",))
     t["iota"] = OpDef(CREATION, 0, ("dim", "start", "step"))  # start + step * index[dim]
     t["mm"] = OpDef(MATMUL, 2)

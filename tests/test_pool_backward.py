@@ -1,0 +1,137 @@
+"""Pooling backward as generated code: avg_pool2d_backward and max_pool2d_with_indices_backward
+lower to a gather over the output windows that can cover each input point (lower_pool.py).
+
+The op-level tests compile the backward op's ATen graph through every pipec stage (Triton's
+interpreter on CPU) and compare with eager, over geometries that exercise each mask: padding,
+stride != kernel (overlapping windows and gaps), ceil_mode's overhanging last window, dilation,
+count_include_pad and divisor_override. The training test checks that a tiny CNN with
+MaxPool2d and AvgPool2d gets eager's gradients with both backward ops generated.
+"""
+
+import copy
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn import functional as F
+
+import pipec
+
+aten = torch.ops.aten
+
+# (kernel, stride, padding, ceil_mode)
+GEOMETRIES = {
+    "k2s2": ((2, 2), (2, 2), (0, 0), False),
+    "k3s2p1-overlap": ((3, 3), (2, 2), (1, 1), False),
+    "k3x2s1x2p1x0-ceil": ((3, 2), (1, 2), (1, 0), True),
+    "k2x3s3x2p0x1-gaps-ceil": ((2, 3), (3, 2), (0, 1), True),
+    "k3s2p1-ceil": ((3, 3), (2, 2), (1, 1), True),
+}
+
+
+def _compile_and_run(fn, inputs):
+    """fn's ATen graph through every pipec stage: (outputs, graph stats)."""
+    session = pipec.Session()
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    run = pipec.compile_graph(gm, inputs, session=session, name="pool_backward")
+    return run(list(inputs)), session.graphs[0]
+
+
+def _check(fn, inputs):
+    (got,), stats = _compile_and_run(fn, inputs)
+    assert stats.extern_ops == [], stats.extern_ops  # generated code, no fallback to torch
+    assert stats.kernel_count > 0
+    torch.testing.assert_close(got, fn(*inputs))
+
+
+@pytest.mark.parametrize("count_include_pad,divisor_override", [(True, None), (False, None), (True, 5)],
+                         ids=["include_pad", "exclude_pad", "divisor5"])
+@pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
+def test_avg_pool2d_backward_matches_eager(geometry, count_include_pad, divisor_override):
+    kernel, stride, padding, ceil_mode = GEOMETRIES[geometry]
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 7, 6)
+    grad = torch.randn_like(aten.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad,
+                                            divisor_override))
+
+    def backward(g, x):
+        return aten.avg_pool2d_backward(g, x, kernel, stride, padding, ceil_mode, count_include_pad,
+                                        divisor_override)
+
+    _check(backward, (grad, x))
+
+
+@pytest.mark.parametrize("dilation", [(1, 1), (2, 1)], ids=["dense", "dilated"])
+@pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
+def test_max_pool2d_with_indices_backward_matches_eager(geometry, dilation):
+    kernel, stride, padding, ceil_mode = GEOMETRIES[geometry]
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 7, 6)
+    x[0, 0, :3, :3] = 1.0  # ties: a window's first maximum wins, as in eager's forward
+    out, indices = aten.max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode)
+    grad = torch.randn_like(out)
+
+    def backward(g, x, indices):
+        return aten.max_pool2d_with_indices_backward(g, x, kernel, stride, padding, dilation, ceil_mode, indices)
+
+    _check(backward, (grad, x, indices))
+
+
+def test_max_pool_backward_sums_the_windows_that_share_a_maximum():
+    """Overlapping windows (stride 1) that all pick one large input send it every gradient."""
+    x = torch.zeros(1, 1, 4, 4)
+    x[0, 0, 1, 1] = 5.0
+    out, indices = aten.max_pool2d_with_indices(x, [3, 3], [1, 1], [1, 1], [1, 1], False)
+    grad = torch.arange(1.0, 1.0 + out.numel()).reshape(out.shape)
+
+    def backward(g, x, indices):
+        return aten.max_pool2d_with_indices_backward(g, x, [3, 3], [1, 1], [1, 1], [1, 1], False, indices)
+
+    (got,), _ = _compile_and_run(backward, (grad, x, indices))
+    torch.testing.assert_close(got, backward(grad, x, indices))
+    assert got[0, 0, 1, 1] == grad[0, 0, :3, :3].sum()  # the 9 windows around (1, 1) all picked it
+
+
+def test_unbatched_input_and_3d_pooling_backward():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 5)  # (C, H, W): no batch dim
+    grad = torch.randn_like(aten.avg_pool2d(x, [2, 2], [1, 1], [1, 1], True, False))
+    _check(lambda g, x: aten.avg_pool2d_backward(g, x, [2, 2], [1, 1], [1, 1], True, False, None), (grad, x))
+    v = torch.randn(1, 2, 4, 5, 3)
+    out, indices = aten.max_pool3d_with_indices(v, [2, 2, 2], [2, 1, 2], [1, 0, 1], [1, 1, 1], True)
+    grad = torch.randn_like(out)
+    _check(lambda g, v, i: aten.max_pool3d_with_indices_backward(g, v, [2, 2, 2], [2, 1, 2], [1, 0, 1], [1, 1, 1],
+                                                                  True, i), (grad, v, indices))
+
+
+class PoolCNN(torch.nn.Module):
+    """conv -> ReLU -> MaxPool2d (overlapping, padded, ceil_mode) -> conv -> AvgPool2d -> linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.pool1 = torch.nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.pool2 = torch.nn.AvgPool2d(2, stride=2, padding=1, count_include_pad=False)
+        self.fc = torch.nn.Linear(4 * 3 * 3, 5)
+
+    def forward(self, x):
+        x = self.pool1(F.relu(self.conv1(x)))
+        x = self.pool2(F.relu(self.conv2(x)))
+        return self.fc(x.flatten(1))
+
+
+def test_cnn_with_max_and_avg_pooling_gets_eager_gradients():
+    torch.manual_seed(0)
+    eager = PoolCNN()
+    model = copy.deepcopy(eager)
+    compiled = pipec.compile(model)
+    images, labels = torch.randn(2, 3, 9, 9), torch.tensor([1, 3])
+    for m in (eager, compiled):
+        F.cross_entropy(m(images), labels).backward()
+    torch.testing.assert_close({n: p.grad for n, p in model.named_parameters()},
+                               {n: p.grad for n, p in eager.named_parameters()})
+    graphs = {g.kind: g for g in compiled.pipec_session.graphs}
+    assert set(graphs) == {"forward", "backward"}
+    pool_externs = [op for op, _ in graphs["backward"].extern_ops if "pool" in op]
+    assert pool_externs == [], pool_externs  # both pooling backwards are generated code
