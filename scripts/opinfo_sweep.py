@@ -94,11 +94,14 @@ def main(argv=None) -> int:
 
 def _run_shards(args, argv: list[str], h):
     """Run `--jobs` child processes of this script (one shard each), then read their results back."""
-    children = [a for a in argv if not a.startswith("--jobs") and not a.startswith("--out") and not a.startswith("--check")]
-    for flag in ("--jobs", "--out"):  # drop "--jobs N" / "--out F" given as two arguments
-        while flag in children:
-            k = children.index(flag)
-            del children[k:k + 2]
+    children, skip = [], False
+    for a in argv:  # the parent's own options stay with the parent
+        if skip:
+            skip = False
+        elif a in ("--jobs", "--out"):
+            skip = True  # and its value
+        elif not a.startswith(("--jobs=", "--out=", "--check")):
+            children.append(a)
     with tempfile.TemporaryDirectory(prefix="opinfo-shards-") as tmp:
         outs = [Path(tmp) / f"shard{i}.json" for i in range(args.jobs)]
         procs = [subprocess.Popen([sys.executable, __file__, *children, "--shard", f"{i}/{args.jobs}", "--out", str(out)],
