@@ -16,12 +16,9 @@ sets the variable before importing triton when it can, and otherwise swaps those
 functions for interpreted twins (`_interpreted_language`).
 
 Policy: with no CUDA device the runtime turns the interpreter on for the whole process
-(`enable_interpreter`), once, with one log message. On a CUDA machine a program fed CPU
-tensors runs in the interpreter inside `interpreter_scope`, exactly as on a CPU-only
-machine (CPU externs, CPU random generator, aliasing and mutation of the caller's tensors).
-triton < 3.7's interpreter patches triton.language in place when it runs a kernel and never
-undoes it, which would break every GPU compile after it in the process: the scope
-snapshots triton.language's modules and classes and puts back what the interpreter changed.
+(`enable_interpreter`), once, with one log message. On a CUDA machine a program fed
+CPU tensors runs on the GPU and hands back CPU tensors (`launch`): triton < 3.7's
+interpreter leaves triton.language patched, which breaks later GPU compiles.
 """
 
 from __future__ import annotations
@@ -120,36 +117,6 @@ def enable_interpreter() -> None:
             log.warning(INTERPRETER_MESSAGE)
 
 
-def _language_owners() -> list:
-    """triton.language's modules and the classes they define: what the interpreter may patch."""
-    modules = [m for name, m in list(sys.modules.items())
-               if m is not None and (name == "triton.language" or name.startswith("triton.language."))]
-    classes = {id(v): v for m in modules for v in vars(m).values()
-               if isinstance(v, type) and getattr(v, "__module__", "").startswith("triton.language")}
-    return modules + list(classes.values())
-
-
-def language_snapshot() -> list[tuple[object, dict]]:
-    return [(owner, dict(vars(owner))) for owner in _language_owners()]
-
-
-def restore_language(snapshot) -> None:
-    """Put every snapshotted attribute back and drop the ones added since."""
-    for owner, saved in snapshot:
-        current = vars(owner)
-        for name in [n for n in current if n not in saved]:
-            try:
-                delattr(owner, name)
-            except (AttributeError, TypeError):
-                pass
-        for name, value in saved.items():
-            if current.get(name, _MISSING) is not value:
-                try:
-                    setattr(owner, name, value)
-                except (AttributeError, TypeError):  # read-only slots of builtin-like types
-                    pass
-
-
 @contextlib.contextmanager
 def interpreter_scope(on: bool = True):
     """Temporarily switch the interpreter on (decorating and running kernels for CPU
@@ -161,14 +128,12 @@ def interpreter_scope(on: bool = True):
         saved_env = os.environ.get(ENV)
         runtime = _knobs_runtime()
         saved_knob = runtime.__dict__.get("interpret", _MISSING) if runtime is not None else _MISSING
-        snapshot = language_snapshot() if on else []
         _set(on)
         undo = _swap(_language_patches()) if on else []
         try:
             yield
         finally:
             _swap(reversed(undo))
-            restore_language(snapshot)
             if saved_env is None:
                 os.environ.pop(ENV, None)
             else:

@@ -522,6 +522,8 @@ class ProgramRunner:
 
     def run(self, inputs: list, symvals: tuple, device: torch.device) -> list:
         """Run the steps on prepared inputs; the program's outputs."""
+        if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
+            return self._run_cpu_on_cuda(inputs, symvals)
         steps = self.steps_for(device)
         schedule = self._allocation_schedule(steps)
         vals = [None] * self.nvals
@@ -570,6 +572,25 @@ class ProgramRunner:
             storage = torch.empty(round_up(max(nbytes(*symvals))), dtype=torch.uint8, device=device)
             for i, dtype, shape, size in views:
                 vals[i] = storage[:size(*symvals)[0]].view(dtype).view(shape(*symvals))
+
+    def _run_cpu_on_cuda(self, inputs: list, symvals: tuple) -> list:
+        """CPU tensors on a machine with CUDA: compute on the GPU, hand back CPU tensors.
+
+        Why not the interpreter here: before triton 3.7 the interpreter patches
+        triton.language for good when it first runs a kernel, so every kernel compiled
+        for the GPU afterwards in the same process fails to build. The copies cost far
+        less than interpreting would, and the results are the GPU kernels' results.
+        """
+        cuda = torch.device("cuda", torch.cuda.current_device())
+        moved = [t.to(cuda) for t in inputs]
+        outs = self.run(moved, symvals, cuda)
+        # an input passed through comes back as itself, a repeated output stays one tensor
+        # (views of inputs come back as copies)
+        back = {id(m): t for m, t in zip(moved, inputs)}
+        for t in outs:
+            if t is not None and id(t) not in back:
+                back[id(t)] = t.cpu()
+        return [None if t is None else back[id(t)] for t in outs]
 
     @classmethod
     def _run_steps(cls, steps, schedule, vals, symvals, device) -> None:
