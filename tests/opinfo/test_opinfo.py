@@ -53,3 +53,15 @@ def test_opinfo_half_gpu(dtype, record_property):
         if problem:
             failures.append(f"{problem} | {result.detail[:200]}")
     assert not failures, "\n".join(failures)
+
+
+def test_half_outputs_outside_tolerance_pass_only_when_no_further_from_float64_than_eager():
+    exact = torch.tensor([0.3125, 7.0], dtype=torch.float64)
+    eager = torch.tensor([0.2500, 7.0], dtype=torch.bfloat16)  # cancellation cost eager 0.0625
+    closer = torch.tensor([0.3125, 7.0], dtype=torch.bfloat16)
+    farther = torch.tensor([0.4375, 7.0], dtype=torch.bfloat16)
+    assert h.compare([closer], [eager], torch.bfloat16) is not None  # outside bf16 tolerance of eager
+    assert h.compare([closer], [eager], torch.bfloat16, reference=lambda: [exact]) is None
+    assert "further from float64" in h.compare([farther], [eager], torch.bfloat16, reference=lambda: [exact])
+    f32 = [eager.float()]
+    assert h.compare([closer.float()], f32, torch.float32, reference=lambda: [exact]) is not None  # fp32: strict

@@ -66,7 +66,10 @@ def _minimum(node, a, b):
 
 
 def _sign(node, a):
-    return f"tl.where({a} > 0, 1, tl.where({a} < 0, -1, 0)).to({tl_compute(node.type.dtype)})"
+    # two comparisons cast and subtracted (0 for 0 and NaN, as eager): on the H200 with triton 3.6
+    # the nested tl.where over integer literals gave wrong signs for bfloat16 inputs
+    t = tl_compute(node.type.dtype)
+    return f"(({a} > 0).to({t}) - ({a} < 0).to({t}))"
 
 
 def _rand(node, seed, position):
