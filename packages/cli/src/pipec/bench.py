@@ -318,6 +318,10 @@ def _check(label: str, outputs, expected, options: BenchOptions) -> float | None
 
 
 def _time(result: BackendResult, compiled, inputs, device: str, options: BenchOptions) -> None:
+    """Time one call; `result.count` is kept for counting its launches after every backend is timed:
+    torch.profiler may leave Triton launch hooks set for the rest of the process, and a launch
+    with hooks takes Triton's full path (pipec's direct launchers step aside for the hooks),
+    so a profile before a timing would slow whatever is timed after it."""
     import torch
 
     def call():
@@ -325,7 +329,10 @@ def _time(result: BackendResult, compiled, inputs, device: str, options: BenchOp
             return compiled(*inputs)
 
     result.ms = measure_ms(call, device, options.warmup_ms, options.rep_ms)
-    result.launches = count_launches(call, device)
+    _PENDING_COUNTS.append((result, call))
+
+
+_PENDING_COUNTS: list = []  # (result, call) of each timed backend, counted last (see _time)
 
 
 def bench_eager(model, inputs, device: str, options: BenchOptions) -> BackendResult:
@@ -429,6 +436,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                        "capture": options.pipec.capture, "codegen": options.pipec.codegen},
         versions=_versions())
     caches = contextlib.nullcontext() if options.keep_caches else private_caches()
+    _PENDING_COUNTS.clear()
     with caches:
         progress("warming up the process (a tiny compile per backend)")
         warm_up_process(device, options.pipec, inductor)
@@ -444,6 +452,11 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
             progress(f"inductor ({mode}): compiling (cold, then warm) and timing")
             result.backends.append(bench_inductor(model, fresh[mode], inputs, expected, device, options, mode))
             on_update(result)
+        progress("counting each backend's launches (torch.profiler, after all timings)")
+        while _PENDING_COUNTS:
+            backend, call = _PENDING_COUNTS.pop(0)
+            backend.launches = count_launches(call, device)
+        on_update(result)
         torch._dynamo.reset()
     return result
 
