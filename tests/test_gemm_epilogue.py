@@ -104,6 +104,24 @@ def test_activation_epilogue_through_the_reshape_of_a_3d_linear():
         torch.testing.assert_close(forced(args)[0], want)
 
 
+def test_specialized_run_drops_views_only_unpicked_alternatives_read():
+    """The Linear's permuted weight feeds cuBLAS; the template reads the weight itself, so the
+    specialized run of the template leaves the permute out, and that of "library" keeps it."""
+    model = LinearAct("relu").eval()
+    program, args = _program(model, _inputs())
+    with torch.no_grad():
+        want = model(*_inputs())
+    sources = {}
+    for choice in ("template", "library"):
+        runner = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        for _ in range(2):  # the first call takes the general path and builds the specialized run
+            torch.testing.assert_close(runner(args)[0], want)
+        [(_, run)] = runner.specialized.values()
+        sources[choice] = run.source
+        torch.testing.assert_close(run(args, None)[0], want)
+    assert "permute" not in sources["template"] and "permute" in sources["library"]
+
+
 def test_program_has_one_choice_group_per_linear():
     model = nn.Sequential(nn.Linear(32, 40), nn.GELU(), nn.Linear(40, 24)).eval()
     x, _ = _inputs()

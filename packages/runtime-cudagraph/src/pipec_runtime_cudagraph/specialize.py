@@ -70,6 +70,7 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device):
     flat = _flatten(plan, symvals, device)
     if flat is None:
         return None
+    flat = drop_dead_views(flat, runner)
     src = _Source()
     var = [f"v{i}" for i in range(runner.nvals)]
     dev = src.const("DEV", device)
@@ -106,6 +107,42 @@ def _flatten(plan, symvals, device) -> list | None:
             return None
         flat.append((list(alternatives[chosen]), release))
     return flat
+
+
+# ATen views and reshapes: no side effects, so a call whose result nothing reads can go
+VIEW_TARGETS = frozenset({"reshape", "view", "_unsafe_view", "permute", "expand", "slice", "select", "t",
+                          "transpose", "as_strided", "squeeze", "unsqueeze", "alias"})
+
+
+def _is_view(target: str) -> bool:
+    parts = target.split(".")
+    return len(parts) >= 2 and parts[0] == "aten" and parts[1] in VIEW_TARGETS
+
+
+def drop_dead_views(flat: list, runner) -> list:
+    """`flat` without the view steps whose results no later step reads and the program does not
+    return. The step list serves every alternative of its choice groups; once one is picked,
+    views only the others read are dead: a Linear's permuted weight feeds cuBLAS, while the
+    Triton template reads the weight itself (one ATen call, a few microseconds, per Linear per call)."""
+    from .launch import _Extern, _Launch  # noqa: PLC0415 - launch imports this module lazily
+
+    needed = {i for i in runner.out_index if i is not None}
+    opaque = False  # a step whose reads are not known: keep everything before it
+    kept_rev = []
+    for objs, release in reversed(flat):
+        kept = []
+        for obj in reversed(objs):
+            if isinstance(obj, _Extern):
+                if not opaque and _is_view(obj.name) and not needed.intersection(obj.outs):
+                    continue
+                needed.update(runner.index[name] for name in obj.ir.inputs)
+            elif isinstance(obj, _Launch):
+                needed.update(obj.ptrs)
+            else:
+                opaque = True
+            kept.append(obj)
+        kept_rev.append((kept[::-1], release))
+    return kept_rev[::-1]
 
 
 def _chosen_alternative(step, symvals, device) -> str | None:
