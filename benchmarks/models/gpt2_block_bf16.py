@@ -9,26 +9,11 @@
 The issue's target: no slower than the best Inductor mode measured in the same run.
 """
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
-from bench_inputs import randn
-
-
-def _example_block_class():
-    """`Block` from examples/gpt2_block.py (one definition of the block in the repository)."""
-    path = Path(__file__).resolve().parents[2] / "examples" / "gpt2_block.py"
-    spec = importlib.util.spec_from_file_location("pipec_examples_gpt2_block", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # Dynamo and pickling look classes up by module name
-    spec.loader.exec_module(module)
-    return module.Block
-
+from bench_inputs import class_from, randn
 
 torch.manual_seed(0)
-model = _example_block_class()(d=768, n_head=12).to(torch.bfloat16).eval()
+model = class_from("examples/gpt2_block.py", "pipec_examples_gpt2_block", "Block")(d=768, n_head=12).to(torch.bfloat16).eval()
 
 # The residual stream is O(1..4) in bf16, where one ulp is up to 1.6e-2; compiled code that
 # keeps an intermediate in fp32 (or rounds it at another point than eager) moves outputs

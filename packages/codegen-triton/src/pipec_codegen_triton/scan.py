@@ -23,7 +23,7 @@ from pipec_ir.ops import VIEW, kind_of
 
 from .configs import PERSISTENT_ROW_BYTES
 from .dtypes import FLOAT_COMPUTE, tl_compute
-from .writer import CodegenError, KernelWriter, Scope
+from .writer import CodegenError, KernelWriter
 
 SCAN_HELPERS = '''
 @triton.jit
@@ -80,14 +80,7 @@ class ScanWriter(KernelWriter):
         return var, True
 
     def _write_body(self) -> list[str]:
-        self.outer = Scope([], inner=False, indent="    ")
-        self.inner = None
-        lines = self.outer.lines
-        lines += ["    xoffset = tl.program_id(0) * XBLOCK",
-                  "    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
-                  "    xmask = xindex < xnumel",
-                  "    rbase = tl.arange(0, RBLOCK)[None, :]"]
-        self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
+        lines = self._open_rows()
         for o in self.kernel.outputs:
             if not self._row_level(o):
                 raise CodegenError(f"{self.kernel.name}: output {o} does not have the scan's shape")

@@ -451,7 +451,9 @@ class KernelWriter:
             return tuple(sympy.Integer(0) if d in self.reduced else self.domain_index[d] for d in range(len(shape)))
         return tuple(self.domain_index[d] for d in self.kept)
 
-    def _write_reduction(self) -> list[str]:
+    def _open_rows(self) -> list[str]:
+        """The outer scope of a row kernel (reductions, scans): XBLOCK rows per program, the row
+        coordinates defined, `rbase` ready for the row's blocks; returns its lines."""
         self.outer = Scope([], inner=False, indent="    ")
         self.inner = None
         lines = self.outer.lines
@@ -460,6 +462,10 @@ class KernelWriter:
                   "    xmask = xindex < xnumel",
                   "    rbase = tl.arange(0, RBLOCK)[None, :]"]
         self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
+        return lines
+
+    def _write_reduction(self) -> list[str]:
+        lines = self._open_rows()
         reductions = [n for n in self.kernel.nodes if kind_of(self.nodes[n].op) == REDUCTION]
         row_outputs = [o for o in self.kernel.outputs if self._row_level(o)]
         outer_outputs = [o for o in self.kernel.outputs if o not in row_outputs]
