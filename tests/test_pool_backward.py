@@ -4,8 +4,10 @@ lower to a gather over the output windows that can cover each input point (lower
 The op-level tests compile the backward op's ATen graph through every pipec stage (Triton's
 interpreter on CPU) and compare with eager, over geometries that exercise each mask: padding,
 stride != kernel (overlapping windows and gaps), ceil_mode's overhanging last window, dilation,
-count_include_pad and divisor_override. The training test checks that a tiny CNN with
-MaxPool2d and AvgPool2d gets eager's gradients with both backward ops generated.
+count_include_pad and divisor_override. _adaptive_avg_pool2d_backward (and its 3-D form)
+is checked over input/output size pairs of each window layout. The training tests check that
+tiny CNNs with MaxPool2d and AvgPool2d, or AdaptiveAvgPool2d, get eager's gradients with the
+pooling backward ops generated.
 """
 
 import copy
@@ -135,3 +137,73 @@ def test_cnn_with_max_and_avg_pooling_gets_eager_gradients():
     assert set(graphs) == {"forward", "backward"}
     pool_externs = [op for op, _ in graphs["backward"].extern_ops if "pool" in op]
     assert pool_externs == [], pool_externs  # both pooling backwards are generated code
+
+
+# ------------------------------------------------------------ adaptive average pooling backward
+
+# (input size, output size) per spatial dim: one of each kind of window layout
+ADAPTIVE_SIZES = {
+    "uneven": ((7, 6), (3, 4)),          # O does not divide I: windows of unequal length that overlap
+    "identity": ((5, 5), (5, 5)),        # O == I: every window is one point
+    "upsample": ((3, 4), (7, 9)),        # O > I: an input point is covered by up to ceil(O/I) + 1 cells
+    "global": ((6, 5), (1, 1)),          # O == 1: one window over the whole plane
+    "divisible-mixed": ((8, 5), (4, 7)),  # back-to-back equal windows along H, O > I along W
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTIVE_SIZES))
+def test_adaptive_avg_pool2d_backward_matches_eager(name):
+    size, out = ADAPTIVE_SIZES[name]
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, *size)
+    grad = torch.randn(2, 3, *out)
+    _check(lambda g, x: aten._adaptive_avg_pool2d_backward(g, x), (grad, x))
+
+
+def test_adaptive_avg_pool_unbatched_and_3d():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 7)  # (C, H, W): no batch dim
+    _check(lambda g, x: aten._adaptive_avg_pool2d_backward(g, x), (torch.randn(3, 2, 10), x))
+    v = torch.randn(1, 2, 4, 5, 3)
+    _check(lambda v: aten._adaptive_avg_pool3d(v, [3, 7, 2]), (v,))  # the forward, uneven in every dim
+    _check(lambda g, v: aten._adaptive_avg_pool3d_backward(g, v), (torch.randn(1, 2, 3, 7, 1), v))
+
+
+def test_adaptive_avg_pool_backward_spreads_each_cell_over_its_window():
+    """A one-hot grad_output: grad_input is 1/|window| on exactly that cell's window (sizes 5 -> 3)."""
+    x = torch.zeros(1, 1, 5, 5)
+    grad = torch.zeros(1, 1, 3, 3)
+    grad[0, 0, 1, 2] = 1.0  # cell (1, 2) covers rows [1, 4) and columns [3, 5)
+    (got,), _ = _compile_and_run(lambda g, x: aten._adaptive_avg_pool2d_backward(g, x), (grad, x))
+    expected = torch.zeros(1, 1, 5, 5)
+    expected[0, 0, 1:4, 3:5] = 1.0 / 6
+    torch.testing.assert_close(got, expected)
+
+
+class AdaptiveCNN(torch.nn.Module):
+    """conv -> ReLU -> AdaptiveAvgPool2d (uneven windows, 7x7 -> 3x2) -> linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = torch.nn.AdaptiveAvgPool2d((3, 2))
+        self.fc = torch.nn.Linear(4 * 3 * 2, 5)
+
+    def forward(self, x):
+        return self.fc(self.pool(F.relu(self.conv(x))).flatten(1))
+
+
+def test_cnn_with_adaptive_avg_pooling_gets_eager_gradients():
+    torch.manual_seed(0)
+    eager = AdaptiveCNN()
+    model = copy.deepcopy(eager)
+    compiled = pipec.compile(model)
+    images, labels = torch.randn(2, 3, 7, 7), torch.tensor([0, 4])
+    for m in (eager, compiled):
+        F.cross_entropy(m(images), labels).backward()
+    torch.testing.assert_close({n: p.grad for n, p in model.named_parameters()},
+                               {n: p.grad for n, p in eager.named_parameters()})
+    graphs = {g.kind: g for g in compiled.pipec_session.graphs}
+    assert set(graphs) == {"forward", "backward"}
+    backward_ops = [op for op, _ in graphs["backward"].extern_ops]
+    assert not [op for op in backward_ops if "pool" in op], backward_ops  # the backward is generated code

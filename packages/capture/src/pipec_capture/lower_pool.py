@@ -16,8 +16,10 @@ The backward of average and max pooling is a gather, not a scatter: each grad_in
 sums grad_output over the few output windows that can cover it (at most ceil(reach/stride)
 per spatial dim, reach being the window's span), read with `take` at clamped positions and
 masked where a candidate window is out of range, does not reach the point (average pooling)
-or did not pick it as its maximum (max pooling: its saved index is not this point's). No
-atomics and no scatter: every grad_input point is written once.
+or did not pick it as its maximum (max pooling: its saved index is not this point's). The
+backward of adaptive average pooling gathers the same way: the cells covering an input point
+are a range given by the forward's window formula with the input and output sizes swapped.
+No atomics and no scatter: every grad_input point is written once.
 """
 
 from __future__ import annotations
@@ -240,41 +242,49 @@ def _adaptive_windows(cx, shape, dim: int, size: int, out: int):
     return start, binop(cx, "sub", end, start, shape), longest
 
 
-@register("aten._adaptive_avg_pool2d.default")
-def lower_adaptive_avg_pool2d(cx, node, x, output_size):
-    t = cx.result(node)
-    if not is_float(t.dtype):
-        raise NoLowering(f"{t.dtype} adaptive average pooling (integer division)")
-    src_shape = tuple(cx.static(s) for s in cx.shape(x))
-    out = _per_dim(output_size, 2, "output_size")
-    if 0 in src_shape or 0 in out:
-        return cx.full(0.0, t.shape, t.dtype)
-    size = src_shape[-2:]
-    if all(s % o == 0 for s, o in zip(size, out)):  # equal windows, back to back: a plain average pool
-        kernel = tuple(s // o for s, o in zip(size, out))
-        return _avg_pool(2)(cx, node, x, kernel, kernel)
-    shape, rank, acc = t.shape, len(src_shape), acc_dtype(t.dtype)
-    windows = [_adaptive_windows(cx, shape, rank - 2 + k, size[k], out[k]) for k in range(2)]
-    taps = math.prod(w[2] for w in windows)
-    if taps > MAX_TAPS:
-        raise NoLowering(f"adaptive pooling window of {taps} taps (more than {MAX_TAPS})")
-    xs = cx.cast(x, acc)
-    lead = [iota(cx, shape, d) for d in range(rank - 2)]
-    total = None
-    for offset in itertools.product(*[range(w[2]) for w in windows]):
-        coords, inside = [], None
-        for j, (start, length, _), s in zip(offset, windows, size):
-            # windows shorter than the longest: clamp the read, then mask the tap out
-            coords.append(binop(cx, "minimum", binop(cx, "add", start, j, shape), s - 1, shape) if j else start)
-            if j:  # every window has tap 0
-                ok = cx.pointwise("lt", [j, length], shape, "bool", operand_dtype=I64)
-                inside = ok if inside is None else cx.emit("logical_and", [inside, ok], shape, "bool")
-        value = take(cx, xs, flat_position(cx, lead + coords, src_shape, shape), shape)
-        if inside is not None:
-            value = cx.emit("where", [inside, value, cx.full(0.0, shape, acc)], shape, acc)
-        total = value if total is None else cx.emit("add", [total, value], shape, acc)
-    count = cx.cast(binop(cx, "mul", windows[0][1], windows[1][1], shape), acc)
-    return cx.cast(cx.emit("div", [total, count], shape, acc), t.dtype)
+def _adaptive_avg_pool(n: int):
+    def lower(cx, node, x, output_size):
+        t = cx.result(node)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} adaptive average pooling (integer division)")
+        src_shape = tuple(cx.static(s) for s in cx.shape(x))
+        out = _per_dim(output_size, n, "output_size")
+        if 0 in src_shape or 0 in out:
+            return cx.full(0.0, t.shape, t.dtype)
+        size = src_shape[-n:]
+        if all(s % o == 0 for s, o in zip(size, out)):  # equal windows, back to back: a plain average pool
+            kernel = tuple(s // o for s, o in zip(size, out))
+            return _avg_pool(n)(cx, node, x, kernel, kernel)
+        shape, rank, acc = t.shape, len(src_shape), acc_dtype(t.dtype)
+        windows = [_adaptive_windows(cx, shape, rank - n + k, size[k], out[k]) for k in range(n)]
+        taps = math.prod(w[2] for w in windows)
+        if taps > MAX_TAPS:
+            raise NoLowering(f"adaptive pooling window of {taps} taps (more than {MAX_TAPS})")
+        xs = cx.cast(x, acc)
+        lead = [iota(cx, shape, d) for d in range(rank - n)]
+        total = None
+        for offset in itertools.product(*[range(w[2]) for w in windows]):
+            coords, inside = [], None
+            for j, (start, length, _), s in zip(offset, windows, size):
+                # windows shorter than the longest: clamp the read, then mask the tap out
+                coords.append(binop(cx, "minimum", binop(cx, "add", start, j, shape), s - 1, shape) if j else start)
+                if j:  # every window has tap 0
+                    ok = cx.pointwise("lt", [j, length], shape, "bool", operand_dtype=I64)
+                    inside = ok if inside is None else cx.emit("logical_and", [inside, ok], shape, "bool")
+            value = take(cx, xs, flat_position(cx, lead + coords, src_shape, shape), shape)
+            if inside is not None:
+                value = cx.emit("where", [inside, value, cx.full(0.0, shape, acc)], shape, acc)
+            total = value if total is None else cx.emit("add", [total, value], shape, acc)
+        count = windows[0][1]
+        for w in windows[1:]:
+            count = binop(cx, "mul", count, w[1], shape)
+        return cx.cast(cx.emit("div", [total, cx.cast(count, acc)], shape, acc), t.dtype)
+    lower.__name__ = f"lower_adaptive_avg_pool{n}d"
+    return lower
+
+
+register("aten._adaptive_avg_pool2d.default")(_adaptive_avg_pool(2))
+register("aten._adaptive_avg_pool3d.default")(_adaptive_avg_pool(3))
 
 
 # ------------------------------------------------------------ pooling backward (a gather over windows)
@@ -315,21 +325,30 @@ def _gather_windows(cx, win: Window, grad: Ref, shape, reach, *, check_reach: bo
     candidates = math.prod(-(-r // st) for r, st in zip(reach, win.stride))
     if candidates > MAX_TAPS:
         raise NoLowering(f"pooling backward over {candidates} candidate windows (more than {MAX_TAPS})")
+    per_dim = [list(_covering_windows(cx, win, shape, k, reach[k], check_reach)) for k in range(win.n)]
+    return _gather_candidates(cx, grad, shape, win.lead, win.out, per_dim, picked)
+
+
+def _gather_candidates(cx, grad: Ref, shape, lead_shape, out, per_dim, picked=None) -> Ref:
+    """sum over every combination of one candidate per spatial dim of grad[candidate], masked.
+
+    per_dim[k] lists (output coordinate along dim k, mask or None) as Refs of `shape`; a
+    combination counts where all its masks (and picked(position in grad), if given) hold.
+    """
     acc = cx.dtype(grad)
     # grad's flat position: the lead dims' part (computed once) + one term per spatial dim and candidate
-    plane, lead = math.prod(win.out), len(win.lead)
+    plane, lead = math.prod(out), len(lead_shape)
     base = None
     if lead:
-        base = flat_position(cx, [iota(cx, shape, d) for d in range(lead)], win.lead, shape)
+        base = flat_position(cx, [iota(cx, shape, d) for d in range(lead)], lead_shape, shape)
         base = binop(cx, "mul", base, plane, shape) if plane != 1 else base
-    per_dim = []
-    for k, stride in enumerate(contiguous_strides(win.out)):
+    terms = []
+    for candidates, stride in zip(per_dim, contiguous_strides(out)):
         stride = int(stride)
-        per_dim.append([(o if stride == 1 else binop(cx, "mul", o, stride, shape), mask)
-                        for o, mask in _covering_windows(cx, win, shape, k, reach[k], check_reach)])
+        terms.append([(o if stride == 1 else binop(cx, "mul", o, stride, shape), mask) for o, mask in candidates])
     zero = cx.full(0.0, shape, acc)
     total = None
-    for combo in itertools.product(*per_dim):
+    for combo in itertools.product(*terms):
         pos = base
         for term, _ in combo:
             pos = term if pos is None else binop(cx, "add", pos, term, shape)
@@ -394,3 +413,79 @@ register("aten.avg_pool2d_backward.default")(_avg_pool_backward(2))
 register("aten.avg_pool3d_backward.default")(_avg_pool_backward(3))
 register("aten.max_pool2d_with_indices_backward.default")(_max_pool_backward(2))
 register("aten.max_pool3d_with_indices_backward.default")(_max_pool_backward(3))
+
+
+# ------------------------------------------------------------ adaptive average pooling backward
+
+
+def _adaptive_spans(size: int, out: int) -> list[int]:
+    """The length of each adaptive window (static): ceil((i+1)*size/out) - floor(i*size/out)."""
+    return [-(-(i + 1) * size // out) - i * size // out for i in range(out)]
+
+
+def _adaptive_divisor(cx, shape, sizes, outs):
+    """Each output point's window size over the last len(sizes) dims of `shape`: a number
+    where it is the same everywhere, else an int64 Ref (one factor per uneven dim)."""
+    n, divisor, factor = len(sizes), 1, None
+    for k, (size, out) in enumerate(zip(sizes, outs)):
+        spans = set(_adaptive_spans(size, out))
+        if len(spans) == 1:
+            divisor *= spans.pop()
+            continue
+        _, length, _ = _adaptive_windows(cx, shape, len(shape) - n + k, size, out)
+        factor = length if factor is None else binop(cx, "mul", factor, length, shape)
+    if factor is None:
+        return divisor
+    return binop(cx, "mul", factor, divisor, shape) if divisor != 1 else factor
+
+
+def _adaptive_covering_cells(cx, shape, dim: int, size: int, out: int):
+    """The output cells along `dim` whose adaptive windows cover each input point of `shape`.
+
+    Cell i covers input [floor(i*size/out), ceil((i+1)*size/out)), so input p is covered by
+    exactly the cells [floor(p*out/size), ceil((p+1)*out/size)): the same formula with size
+    and out swapped (floor(i*size/out) <= p iff i*size < (p+1)*out, and
+    ceil((i+1)*size/out) > p iff (i+1)*size > p*out). That range is never empty and holds at
+    most max_p of its length cells (<= ceil(out/size) + 1, exactly 1 when out divides size).
+    Yields (cell, mask or None) per candidate; candidate 0 always covers, a later one is
+    clamped into the output and masked only if some point has fewer covering cells.
+    """
+    first, count, most = _adaptive_windows(cx, shape, dim, out, size)
+    fewest = min(_adaptive_spans(out, size))
+    for j in range(most):
+        if j < fewest:  # every point has at least j + 1 covering cells: in range, no mask
+            yield (binop(cx, "add", first, j, shape) if j else first), None
+            continue
+        cell = binop(cx, "minimum", binop(cx, "add", first, j, shape), out - 1, shape)
+        yield cell, cx.pointwise("lt", [j, count], shape, "bool", operand_dtype=I64)
+
+
+def _adaptive_avg_pool_backward(n: int):
+    def lower(cx, node, grad_output, x):
+        t = cx.result(node)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} adaptive average pooling backward (integer division)")
+        src_shape = tuple(cx.static(s) for s in cx.shape(x))
+        out_shape = tuple(cx.static(s) for s in cx.shape(grad_output))
+        if len(src_shape) not in (n + 1, n + 2) or len(out_shape) != len(src_shape):
+            raise NoLowering(f"{len(src_shape)}-D input for {n}-D adaptive pooling")
+        size, out = src_shape[-n:], out_shape[-n:]
+        if 0 in src_shape or 0 in out:
+            return cx.full(0.0, t.shape, t.dtype)
+        candidates = math.prod(max(_adaptive_spans(o, s)) for s, o in zip(size, out))
+        if candidates > MAX_TAPS:
+            raise NoLowering(f"adaptive pooling backward over {candidates} candidate cells (more than {MAX_TAPS})")
+        acc, shape, rank = acc_dtype(t.dtype), t.shape, len(src_shape)
+        # each cell's share of its gradient (grad / window size), computed once per output point
+        divisor = _adaptive_divisor(cx, cx.shape(grad_output), size, out)
+        divisor = cx.cast(divisor, acc) if isinstance(divisor, Ref) else float(divisor)
+        share = cx.pointwise("div", [cx.cast(grad_output, acc), divisor], cx.shape(grad_output), acc)
+        per_dim = [list(_adaptive_covering_cells(cx, shape, rank - n + k, size[k], out[k])) for k in range(n)]
+        total = _gather_candidates(cx, share, shape, src_shape[:-n], out, per_dim)
+        return cx.cast(total, t.dtype)
+    lower.__name__ = f"lower_adaptive_avg_pool{n}d_backward"
+    return lower
+
+
+register("aten._adaptive_avg_pool2d_backward.default")(_adaptive_avg_pool_backward(2))
+register("aten._adaptive_avg_pool3d_backward.default")(_adaptive_avg_pool_backward(3))
