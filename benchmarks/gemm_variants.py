@@ -1,0 +1,213 @@
+"""Raw Triton GEMM variants against cuBLAS on issue 6's Linear -> GELU -> Linear shapes (bf16, H200).
+
+    python benchmarks/gemm_variants.py $OUT/gemm_variants.json
+
+Not pipec's code path: a measurement of what a Triton matmul template can reach, to decide
+what pipec's template should become. For each GEMM (x[M, K] @ W[N, K]^T + bias, GELU on the
+first) it checks and times cuBLAS (`F.linear` + GELU), the pointer-based tile loop pipec's
+template uses today, the same with TMA tensor descriptors (host `TensorDescriptor`), and a
+persistent TMA kernel (one program per SM walking tiles in grouped order, with and without
+`flatten`), over a few tile configs. Measured 2026-11-29 (H200, triton 3.6): persistent TMA
+128x256x64 beat cuBLAS on the second GEMM (0.365 vs 0.3725 ms); nothing beat cuBLAS + GELU on
+the first (best 0.497 vs 0.443 ms: the exact-GELU epilogue is not overlapped with the K loop).
+"""
+
+import sys
+import json
+import torch
+import triton
+import triton.language as tl
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+try:  # triton >= 3.4: host-side TMA descriptors
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:
+    TensorDescriptor = None
+
+
+@triton.jit
+def _gelu(x, GELU: tl.constexpr):
+    if GELU:
+        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    return x
+
+
+@triton.jit
+def mm_ptr(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    GELU: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N, BN)
+    npg = GROUP_M * num_pid_n
+    gid = pid // npg
+    fm = gid * GROUP_M
+    gsm = tl.minimum(num_pid_m - fm, GROUP_M)
+    pid_m = fm + (pid % npg) % gsm
+    pid_n = (pid % npg) // gsm
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * K + rk[None, :]
+    b_ptrs = b_ptr + rn[None, :] * K + rk[:, None]
+    acc = tl.zeros((BM, BN), tl.float32)
+    for _ in range(0, tl.cdiv(K, BK)):
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
+        a_ptrs += BK
+        b_ptrs += BK
+    x = _gelu(acc + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], x.to(tl.bfloat16))
+
+
+@triton.jit
+def mm_tma(
+    a_desc,
+    b_desc,
+    c_desc,
+    bias_ptr,
+    M,
+    N,
+    K,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    GELU: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N, BN)
+    npg = GROUP_M * num_pid_n
+    gid = pid // npg
+    fm = gid * GROUP_M
+    gsm = tl.minimum(num_pid_m - fm, GROUP_M)
+    pid_m = fm + (pid % npg) % gsm
+    pid_n = (pid % npg) // gsm
+    om = pid_m * BM
+    on = pid_n * BN
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = a_desc.load([om, k * BK])
+        b = b_desc.load([on, k * BK])
+        acc = tl.dot(a, b.T, acc)
+    rn = on + tl.arange(0, BN)
+    x = _gelu(acc + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU)
+    c_desc.store([om, on], x.to(tl.bfloat16))
+
+
+@triton.jit
+def mm_tma_persistent(
+    a_desc,
+    b_desc,
+    c_desc,
+    bias_ptr,
+    M,
+    N,
+    K,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    GELU: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    FLATTEN: tl.constexpr,
+):
+    start = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N, BN)
+    k_tiles = tl.cdiv(K, BK)
+    num_tiles = num_pid_m * num_pid_n
+    npg = GROUP_M * num_pid_n
+    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=FLATTEN):
+        gid = tile // npg
+        fm = gid * GROUP_M
+        gsm = tl.minimum(num_pid_m - fm, GROUP_M)
+        pid_m = fm + (tile % gsm)
+        pid_n = (tile % npg) // gsm
+        om = pid_m * BM
+        on = pid_n * BN
+        acc = tl.zeros((BM, BN), tl.float32)
+        for ki in range(k_tiles):
+            a = a_desc.load([om, ki * BK])
+            b = b_desc.load([on, ki * BK])
+            acc = tl.dot(a, b.T, acc)
+        rn = on + tl.arange(0, BN)
+        x = _gelu(acc + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU)
+        c_desc.store([om, on], x.to(tl.bfloat16))
+
+
+POINTER_CONFIGS = [  # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages)
+    (128, 128, 64, 8, 8, 3), (128, 256, 64, 8, 8, 3), (128, 256, 64, 8, 8, 4),
+    (256, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4), (128, 256, 32, 8, 8, 5),
+]
+TMA_CONFIGS = [
+    (128, 128, 64, 8, 8, 3), (128, 256, 64, 8, 8, 3), (128, 256, 64, 8, 8, 4),
+    (256, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4), (128, 128, 128, 8, 8, 3),
+]
+
+
+def launch(kernel, grid, args, out, num_warps, num_stages):
+    """A call of `kernel` over `grid` that returns `out` (what it writes)."""
+    def call():
+        kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
+        return out
+    return call
+
+
+def run(M, K, N, gelu):
+    torch.manual_seed(0)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K**0.5
+    b = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    ref = F.linear(x, w, b)
+    ref = F.gelu(ref) if gelu else ref
+    flops = 2 * M * N * K
+    rows = {}
+
+    def record(name, fn):
+        try:
+            torch.testing.assert_close(fn().float(), ref.float(), atol=3e-2, rtol=3e-2)
+            ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+            rows[name] = ms
+            print(f"  {name:<50} {ms:.4f} ms {flops / ms / 1e9:6.0f} TFLOP/s", flush=True)
+        except Exception as e:  # noqa: BLE001 - a config that does not fit (shared memory) is reported
+            print(f"  {name:<50} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+
+    print(f"M={M} K={K} N={N} gelu={gelu}")
+    record("cublas linear(+gelu)", (lambda: F.gelu(F.linear(x, w, b))) if gelu else (lambda: F.linear(x, w, b)))
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    tiles = lambda bm, bn: triton.cdiv(M, bm) * triton.cdiv(N, bn)  # noqa: E731
+    for bm, bn, bk, g, nw, ns in POINTER_CONFIGS:
+        args = (x, w, out, b, M, N, K, bm, bn, bk, g, gelu)
+        record(f"ptr {bm}x{bn}x{bk} w{nw} s{ns}", launch(mm_ptr, (tiles(bm, bn),), args, out, nw, ns))
+    if TensorDescriptor is None:
+        return rows
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    for bm, bn, bk, g, nw, ns in TMA_CONFIGS:
+        descs = (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+                 TensorDescriptor.from_tensor(out, [bm, bn]))
+        args = (*descs, b, M, N, K, bm, bn, bk, g, gelu)
+        record(f"tma {bm}x{bn}x{bk} w{nw} s{ns}", launch(mm_tma, (tiles(bm, bn),), args, out, nw, ns))
+        for flat in (True, False):
+            grid = (min(nsm, tiles(bm, bn)),)
+            record(f"tma-persistent {bm}x{bn}x{bk} w{nw} s{ns} flat={flat}",
+                   launch(mm_tma_persistent, grid, (*args, nsm, flat), out, nw, ns))
+    return rows
+
+
+if __name__ == "__main__":
+    results = {"gemm1": run(8192, 2048, 8192, True), "gemm2": run(8192, 8192, 2048, False)}
+    with open(sys.argv[1] if len(sys.argv) > 1 else "gemm_variants.json", "w") as f:
+        json.dump(results, f, indent=1)
