@@ -5,9 +5,10 @@ The op-level tests compile the backward op's ATen graph through every pipec stag
 interpreter on CPU) and compare with eager, over geometries that exercise each mask: padding,
 stride != kernel (overlapping windows and gaps), ceil_mode's overhanging last window, dilation,
 count_include_pad and divisor_override. _adaptive_avg_pool2d_backward (and its 3-D form)
-is checked over input/output size pairs of each window layout. The training tests check that
-tiny CNNs with MaxPool2d and AvgPool2d, or AdaptiveAvgPool2d, get eager's gradients with the
-pooling backward ops generated.
+is checked over input/output size pairs of each window layout; so is adaptive_max_pool2d (its
+values and int64 indices, with ties and NaNs) and its backward. The training tests check that
+tiny CNNs with MaxPool2d and AvgPool2d, AdaptiveAvgPool2d or AdaptiveMaxPool2d, get eager's
+gradients with the pooling ops generated.
 """
 
 import copy
@@ -125,7 +126,7 @@ class PoolCNN(torch.nn.Module):
 
 def _assert_trains_like_eager_without_pool_externs(eager, images, labels):
     """One backward through pipec.compile: parameter gradients equal eager's, and no pooling op of
-    the backward graph runs as an extern."""
+    the forward or backward graph runs as an extern."""
     torch.manual_seed(0)
     model = copy.deepcopy(eager)
     compiled = pipec.compile(model)
@@ -135,7 +136,7 @@ def _assert_trains_like_eager_without_pool_externs(eager, images, labels):
                                {n: p.grad for n, p in eager.named_parameters()})
     graphs = {g.kind: g for g in compiled.pipec_session.graphs}
     assert set(graphs) == {"forward", "backward"}
-    pool_externs = [op for op, _ in graphs["backward"].extern_ops if "pool" in op]
+    pool_externs = [op for g in graphs.values() for op, _ in g.extern_ops if "pool" in op]
     assert pool_externs == [], pool_externs
 
 
@@ -186,12 +187,12 @@ def test_adaptive_avg_pool_backward_spreads_each_cell_over_its_window():
 
 
 class AdaptiveCNN(torch.nn.Module):
-    """conv -> ReLU -> AdaptiveAvgPool2d (uneven windows, 7x7 -> 3x2) -> linear."""
+    """conv -> ReLU -> an adaptive pooling (uneven windows, 7x7 -> 3x2) -> linear."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool=torch.nn.AdaptiveAvgPool2d) -> None:
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-        self.pool = torch.nn.AdaptiveAvgPool2d((3, 2))
+        self.pool = pool((3, 2))
         self.fc = torch.nn.Linear(4 * 3 * 2, 5)
 
     def forward(self, x):
@@ -201,3 +202,74 @@ class AdaptiveCNN(torch.nn.Module):
 def test_cnn_with_adaptive_avg_pooling_gets_eager_gradients():
     torch.manual_seed(0)
     _assert_trains_like_eager_without_pool_externs(AdaptiveCNN(), torch.randn(2, 3, 7, 7), torch.tensor([0, 4]))
+
+
+# ------------------------------------------------------------ adaptive max pooling (forward and backward)
+
+
+def _adaptive_max_input(size, fill):
+    """A (2, 3, *size) input: random, integer-valued (ties inside windows) or with NaNs."""
+    torch.manual_seed(0)
+    if fill == "ties":
+        return torch.randint(0, 3, (2, 3, *size)).float()
+    x = torch.randn(2, 3, *size)
+    if fill == "nan":
+        x.view(-1)[::7] = float("nan")  # several NaNs per plane, some sharing a window
+    return x
+
+
+@pytest.mark.parametrize("fill", ["random", "ties", "nan"])
+@pytest.mark.parametrize("name", sorted(ADAPTIVE_SIZES))
+def test_adaptive_max_pool2d_matches_eager_values_and_indices(name, fill):
+    size, out = ADAPTIVE_SIZES[name]
+    x = _adaptive_max_input(size, fill)
+    (values, indices), stats = _compile_and_run(lambda x: aten.adaptive_max_pool2d(x, out), (x,))
+    assert stats.extern_ops == [], stats.extern_ops
+    want_values, want_indices = aten.adaptive_max_pool2d(x, out)
+    torch.testing.assert_close(values, want_values, equal_nan=True)
+    assert indices.dtype == torch.int64
+    assert torch.equal(indices, want_indices)  # the first maximum (or eager's NaN) in window order
+
+
+@pytest.mark.parametrize("fill", ["random", "ties"])
+@pytest.mark.parametrize("name", sorted(ADAPTIVE_SIZES))
+def test_adaptive_max_pool2d_backward_matches_eager(name, fill):
+    size, out = ADAPTIVE_SIZES[name]
+    x = _adaptive_max_input(size, fill)
+    _, indices = aten.adaptive_max_pool2d(x, out)
+    grad = torch.randn(2, 3, *out)
+    _check(lambda g, x, i: aten.adaptive_max_pool2d_backward(g, x, i), (grad, x, indices))
+
+
+def test_adaptive_max_pool_backward_sums_the_cells_that_share_a_maximum():
+    """Upsampling 3 -> 5 overlaps cells: a large input picked by several cells gets all their gradients."""
+    x = torch.zeros(1, 1, 3, 3)
+    x[0, 0, 1, 1] = 5.0  # the middle point: cells 1..3 along each dim cover it
+    _, indices = aten.adaptive_max_pool2d(x, [5, 5])
+    grad = torch.arange(1.0, 26.0).reshape(1, 1, 5, 5)
+    (got,), _ = _compile_and_run(lambda g, x, i: aten.adaptive_max_pool2d_backward(g, x, i), (grad, x, indices))
+    torch.testing.assert_close(got, aten.adaptive_max_pool2d_backward(grad, x, indices))
+    assert got[0, 0, 1, 1] == grad[0, 0, 1:4, 1:4].sum()
+
+
+def test_adaptive_max_pool_unbatched_and_3d():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 7)  # (C, H, W): no batch dim
+    (values, indices), stats = _compile_and_run(lambda x: aten.adaptive_max_pool2d(x, [2, 10]), (x,))
+    assert stats.extern_ops == [], stats.extern_ops
+    want_values, want_indices = aten.adaptive_max_pool2d(x, [2, 10])
+    torch.testing.assert_close(values, want_values)
+    assert torch.equal(indices, want_indices)
+    _check(lambda g, x, i: aten.adaptive_max_pool2d_backward(g, x, i), (torch.randn(3, 2, 10), x, want_indices))
+    v = torch.randint(0, 3, (1, 2, 4, 5, 3)).float()  # ties
+    (values, indices), stats = _compile_and_run(lambda v: aten.adaptive_max_pool3d(v, [3, 7, 2]), (v,))
+    assert stats.extern_ops == [], stats.extern_ops
+    want_values, want_indices = aten.adaptive_max_pool3d(v, [3, 7, 2])
+    torch.testing.assert_close(values, want_values)
+    assert torch.equal(indices, want_indices)
+    _check(lambda g, v, i: aten.adaptive_max_pool3d_backward(g, v, i), (torch.randn(1, 2, 3, 7, 2), v, want_indices))
+
+
+def test_cnn_with_adaptive_max_pooling_gets_eager_gradients():
+    torch.manual_seed(0)
+    _assert_trains_like_eager_without_pool_externs(AdaptiveCNN(torch.nn.AdaptiveMaxPool2d), torch.randn(2, 3, 7, 7), torch.tensor([2, 1]))

@@ -55,7 +55,6 @@ EXPECTED: dict[str, tuple[str, str]] = {
     'masked_scatter': (EXTERN, 'aten.masked_scatter.default: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
     'msort': (EXTERN, 'aten.sort.default: sorting: pipec has no sort kernel'),
     'nanquantile': (EXTERN, 'aten.sort.default: sorting: pipec has no sort kernel'),
-    'nn.functional.adaptive_max_pool1d': (EXTERN, 'aten.adaptive_max_pool2d.default: window/resampling op: not lowered yet (windowed reads)'),
     'nn.functional.bilinear': (EXTERN, 'aten._trilinear.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
     'nn.functional.conv1d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
     'nn.functional.conv2d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),

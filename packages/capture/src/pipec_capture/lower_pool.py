@@ -9,8 +9,9 @@ pooling and the argmax positions of max pooling are int64 arithmetic on `iota`s 
 output's coordinates (ceil_mode needs no code of its own: the output sizes, from the
 node's meta, already count the overhanging windows). Adaptive average pooling with windows
 of unequal length reads each tap with `take` at a clamped position and masks the taps past
-a window's end. Windows of more than MAX_TAPS taps stay externs (the graph grows with
-every tap).
+a window's end; adaptive max pooling scans the same taps (masked taps never win) and returns
+each window's first maximum and its flat position within the (N, C) plane, as eager does.
+Windows of more than MAX_TAPS taps stay externs (the graph grows with every tap).
 
 The backward of average and max pooling is a gather, not a scatter: each grad_input point
 sums grad_output over the few output windows that can cover it (at most ceil(reach/stride)
@@ -19,7 +20,8 @@ masked where a candidate window is out of range, does not reach the point (avera
 or did not pick it as its maximum (max pooling: its saved index is not this point's). The
 backward of adaptive average pooling gathers the same way: the cells covering an input point
 are a range given by the forward's window formula with the input and output sizes swapped.
-No atomics and no scatter: every grad_input point is written once.
+The backward of adaptive max pooling gathers over those same cells, keeping the ones whose
+saved index is this point. No atomics and no scatter: every grad_input point is written once.
 """
 
 from __future__ import annotations
@@ -213,14 +215,21 @@ def _max_pool(n: int):
             value = win.tap(cx, src, offset)
             shift = sum(j * d * int(st) for j, d, st in zip(offset, win.dilation, tap_step))
             position = binop(cx, "add", base, shift, shape) if shift else base
-            # torch's scan: a tap wins if it is greater or NaN (so NaN propagates; ties keep the first)
-            wins = cx.emit("logical_or", [cx.pointwise("gt", [value, best], shape, "bool", operand_dtype=dtype),
-                                          cx.emit("isnan", [value], shape, "bool")], shape, "bool")
-            best = cx.emit("where", [wins, value, best], shape, dtype)
-            where = cx.emit("where", [wins, position, where], shape, I64)
+            best, where = _max_step(cx, value, position, best, where, shape, dtype)
         return best, where
     lower.__name__ = f"lower_max_pool{n}d_with_indices"
     return lower
+
+
+def _max_step(cx, value, position, best, where, shape, dtype, inside=None):
+    """One tap of a max-pool scan: (best, where) after `value` at `position` is seen. As torch's
+    scan: a tap wins if it is greater or NaN (NaN propagates; ties keep the first); `inside`
+    (optional) masks taps outside the window."""
+    wins = cx.emit("logical_or", [cx.pointwise("gt", [value, best], shape, "bool", operand_dtype=dtype),
+                                  cx.emit("isnan", [value], shape, "bool")], shape, "bool")
+    if inside is not None:
+        wins = cx.emit("logical_and", [inside, wins], shape, "bool")
+    return cx.emit("where", [wins, value, best], shape, dtype), cx.emit("where", [wins, position, where], shape, I64)
 
 
 register("aten.max_pool2d_with_indices.default")(_max_pool(2))
@@ -231,7 +240,7 @@ register("aten.max_pool3d_with_indices.default")(_max_pool(3))
 
 
 def _adaptive_windows(cx, shape, dim: int, size: int, out: int):
-    """Output point i along `dim` averages input [floor(i*size/out), ceil((i+1)*size/out)).
+    """Output point i along `dim` pools input [floor(i*size/out), ceil((i+1)*size/out)).
 
     Returns (start, length) as int64 Refs of `shape` and the longest window (static)."""
     i = iota(cx, shape, dim)
@@ -240,6 +249,22 @@ def _adaptive_windows(cx, shape, dim: int, size: int, out: int):
     end = binop(cx, "truediv_floor", binop(cx, "add", scaled, size + out - 1, shape), out, shape)
     longest = max(-(-(k + 1) * size // out) - k * size // out for k in range(out))
     return start, binop(cx, "sub", end, start, shape), longest
+
+
+def _adaptive_taps(cx, shape, windows, size):
+    """Every tap of the longest adaptive window: (per-dim input coordinates, mask or None).
+
+    Windows shorter than the longest read their extra taps at a clamped position and are
+    masked there; tap 0 of every dim is inside every window (no mask). Taps come in
+    row-major order, torch's scan order (which picks max pooling's first maximum)."""
+    for offset in itertools.product(*[range(w[2]) for w in windows]):
+        coords, inside = [], None
+        for j, (start, length, _), s in zip(offset, windows, size):
+            coords.append(binop(cx, "minimum", binop(cx, "add", start, j, shape), s - 1, shape) if j else start)
+            if j:
+                ok = cx.pointwise("lt", [j, length], shape, "bool", operand_dtype=I64)
+                inside = ok if inside is None else cx.emit("logical_and", [inside, ok], shape, "bool")
+        yield coords, inside
 
 
 def _adaptive_avg_pool(n: int):
@@ -263,14 +288,7 @@ def _adaptive_avg_pool(n: int):
         xs = cx.cast(x, acc)
         lead = [iota(cx, shape, d) for d in range(rank - n)]
         total = None
-        for offset in itertools.product(*[range(w[2]) for w in windows]):
-            coords, inside = [], None
-            for j, (start, length, _), s in zip(offset, windows, size):
-                # windows shorter than the longest: clamp the read, then mask the tap out
-                coords.append(binop(cx, "minimum", binop(cx, "add", start, j, shape), s - 1, shape) if j else start)
-                if j:  # every window has tap 0
-                    ok = cx.pointwise("lt", [j, length], shape, "bool", operand_dtype=I64)
-                    inside = ok if inside is None else cx.emit("logical_and", [inside, ok], shape, "bool")
+        for coords, inside in _adaptive_taps(cx, shape, windows, size):
             value = take(cx, xs, flat_position(cx, lead + coords, src_shape, shape), shape)
             if inside is not None:
                 value = cx.emit("where", [inside, value, cx.full(0.0, shape, acc)], shape, acc)
@@ -285,6 +303,53 @@ def _adaptive_avg_pool(n: int):
 
 register("aten._adaptive_avg_pool2d.default")(_adaptive_avg_pool(2))
 register("aten._adaptive_avg_pool3d.default")(_adaptive_avg_pool(3))
+
+
+# ------------------------------------------------------------ adaptive max pooling with indices
+
+
+def _adaptive_max_pool(n: int):
+    def lower(cx, node, x, output_size):
+        t = cx.result(node, 0)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} adaptive max pooling")
+        src_shape = tuple(cx.static(s) for s in cx.shape(x))
+        if len(src_shape) not in (n + 1, n + 2):
+            raise NoLowering(f"{len(src_shape)}-D input for {n}-D adaptive pooling")
+        out = _per_dim(output_size, n, "output_size")
+        shape, dtype = t.shape, t.dtype
+        if 0 in src_shape or 0 in out:
+            return cx.full(float("-inf"), shape, dtype), cx.full(0, shape, I64)
+        size = src_shape[-n:]
+        if all(s % o == 0 for s, o in zip(size, out)):  # equal windows, back to back: a plain max pool
+            kernel = tuple(s // o for s, o in zip(size, out))
+            return _max_pool(n)(cx, node, x, kernel, kernel)
+        rank = len(src_shape)
+        windows = [_adaptive_windows(cx, shape, rank - n + k, size[k], out[k]) for k in range(n)]
+        taps = math.prod(w[2] for w in windows)
+        if taps > MAX_TAPS:
+            raise NoLowering(f"adaptive pooling window of {taps} taps (more than {MAX_TAPS})")
+        # a tap's read position: its (N, C) plane's offset (computed once) + its index in the plane
+        plane, lead = math.prod(size), rank - n
+        base = None
+        if lead:
+            base = flat_position(cx, [iota(cx, shape, d) for d in range(lead)], src_shape[:lead], shape)
+            base = binop(cx, "mul", base, plane, shape)
+        best = where = None
+        for coords, inside in _adaptive_taps(cx, shape, windows, size):
+            here = flat_position(cx, coords, size, shape)
+            value = take(cx, x, here if base is None else binop(cx, "add", base, here, shape), shape)
+            if best is None:  # tap 0 starts the scan (eager starts from -inf at the window's start: the same)
+                best, where = value, here
+                continue
+            best, where = _max_step(cx, value, here, best, where, shape, dtype, inside)
+        return best, where
+    lower.__name__ = f"lower_adaptive_max_pool{n}d"
+    return lower
+
+
+register("aten.adaptive_max_pool2d.default")(_adaptive_max_pool(2))
+register("aten.adaptive_max_pool3d.default")(_adaptive_max_pool(3))
 
 
 # ------------------------------------------------------------ pooling backward (a gather over windows)
@@ -460,21 +525,29 @@ def _adaptive_covering_cells(cx, shape, dim: int, size: int, out: int):
         yield cell, cx.pointwise("lt", [j, count], shape, "bool", operand_dtype=I64)
 
 
+def _adaptive_backward_sizes(cx, grad_output, x, n: int):
+    """(input shape, its last n sizes, the output's last n sizes), all static, for a backward
+    over adaptive windows; too many candidate cells per input point: extern."""
+    src_shape = tuple(cx.static(s) for s in cx.shape(x))
+    out_shape = tuple(cx.static(s) for s in cx.shape(grad_output))
+    if len(src_shape) not in (n + 1, n + 2) or len(out_shape) != len(src_shape):
+        raise NoLowering(f"{len(src_shape)}-D input for {n}-D adaptive pooling")
+    size, out = src_shape[-n:], out_shape[-n:]
+    if 0 not in src_shape and 0 not in out:
+        candidates = math.prod(max(_adaptive_spans(o, s)) for s, o in zip(size, out))
+        if candidates > MAX_TAPS:
+            raise NoLowering(f"adaptive pooling backward over {candidates} candidate cells (more than {MAX_TAPS})")
+    return src_shape, size, out
+
+
 def _adaptive_avg_pool_backward(n: int):
     def lower(cx, node, grad_output, x):
         t = cx.result(node)
         if not is_float(t.dtype):
             raise NoLowering(f"{t.dtype} adaptive average pooling backward (integer division)")
-        src_shape = tuple(cx.static(s) for s in cx.shape(x))
-        out_shape = tuple(cx.static(s) for s in cx.shape(grad_output))
-        if len(src_shape) not in (n + 1, n + 2) or len(out_shape) != len(src_shape):
-            raise NoLowering(f"{len(src_shape)}-D input for {n}-D adaptive pooling")
-        size, out = src_shape[-n:], out_shape[-n:]
+        src_shape, size, out = _adaptive_backward_sizes(cx, grad_output, x, n)
         if 0 in src_shape or 0 in out:
             return cx.full(0.0, t.shape, t.dtype)
-        candidates = math.prod(max(_adaptive_spans(o, s)) for s, o in zip(size, out))
-        if candidates > MAX_TAPS:
-            raise NoLowering(f"adaptive pooling backward over {candidates} candidate cells (more than {MAX_TAPS})")
         acc, shape, rank = acc_dtype(t.dtype), t.shape, len(src_shape)
         # each cell's share of its gradient (grad / window size), computed once per output point
         divisor = _adaptive_divisor(cx, cx.shape(grad_output), size, out)
@@ -489,3 +562,30 @@ def _adaptive_avg_pool_backward(n: int):
 
 register("aten._adaptive_avg_pool2d_backward.default")(_adaptive_avg_pool_backward(2))
 register("aten._adaptive_avg_pool3d_backward.default")(_adaptive_avg_pool_backward(3))
+
+
+def _adaptive_max_pool_backward(n: int):
+    def lower(cx, node, grad_output, x, indices):
+        t = cx.result(node)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} adaptive max pooling backward")
+        src_shape, size, out = _adaptive_backward_sizes(cx, grad_output, x, n)
+        if 0 in src_shape or 0 in out:
+            return cx.full(0.0, t.shape, t.dtype)
+        acc, shape, rank = acc_dtype(t.dtype), t.shape, len(src_shape)
+        here = flat_position(cx, [iota(cx, shape, rank - n + k) for k in range(n)], size, shape)
+        index = cx.cast(indices, I64)
+
+        def picked(pos):  # the cell chose this very input point as its maximum
+            return cx.pointwise("eq", [take(cx, index, pos, shape), here], shape, "bool", operand_dtype=I64)
+
+        # a cell picks a point of its own window, so the cells covering a point are the only candidates
+        per_dim = [list(_adaptive_covering_cells(cx, shape, rank - n + k, size[k], out[k])) for k in range(n)]
+        total = _gather_candidates(cx, cx.cast(grad_output, acc), shape, src_shape[:-n], out, per_dim, picked)
+        return cx.cast(total, t.dtype)
+    lower.__name__ = f"lower_adaptive_max_pool{n}d_backward"
+    return lower
+
+
+register("aten.adaptive_max_pool2d_backward.default")(_adaptive_max_pool_backward(2))
+register("aten.adaptive_max_pool3d_backward.default")(_adaptive_max_pool_backward(3))
