@@ -34,6 +34,17 @@ def _gelu(x, GELU: tl.constexpr):
 
 
 @triton.jit
+def _grouped_tile(tile, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of output tile number `tile` in grouped order: GROUP_M row tiles
+    walk the column tiles together, so B's tiles are reused from L2."""
+    num_pid_m = tl.cdiv(M, BM)
+    in_group = GROUP_M * tl.cdiv(N, BN)
+    first_m = (tile // in_group) * GROUP_M
+    group_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % in_group) % group_m, (tile % in_group) // group_m
+
+
+@triton.jit
 def mm_ptr(
     a_ptr,
     b_ptr,
@@ -48,15 +59,7 @@ def mm_ptr(
     GROUP_M: tl.constexpr,
     GELU: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BM)
-    num_pid_n = tl.cdiv(N, BN)
-    npg = GROUP_M * num_pid_n
-    gid = pid // npg
-    fm = gid * GROUP_M
-    gsm = tl.minimum(num_pid_m - fm, GROUP_M)
-    pid_m = fm + (pid % npg) % gsm
-    pid_n = (pid % npg) // gsm
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -86,15 +89,7 @@ def mm_tma(
     GROUP_M: tl.constexpr,
     GELU: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BM)
-    num_pid_n = tl.cdiv(N, BN)
-    npg = GROUP_M * num_pid_n
-    gid = pid // npg
-    fm = gid * GROUP_M
-    gsm = tl.minimum(num_pid_m - fm, GROUP_M)
-    pid_m = fm + (pid % npg) % gsm
-    pid_n = (pid % npg) // gsm
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     om = pid_m * BM
     on = pid_n * BN
     acc = tl.zeros((BM, BN), tl.float32)
@@ -124,18 +119,10 @@ def mm_tma_persistent(
     NUM_SMS: tl.constexpr,
     FLATTEN: tl.constexpr,
 ):
-    start = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BM)
-    num_pid_n = tl.cdiv(N, BN)
     k_tiles = tl.cdiv(K, BK)
-    num_tiles = num_pid_m * num_pid_n
-    npg = GROUP_M * num_pid_n
-    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=FLATTEN):
-        gid = tile // npg
-        fm = gid * GROUP_M
-        gsm = tl.minimum(num_pid_m - fm, GROUP_M)
-        pid_m = fm + (tile % gsm)
-        pid_n = (tile % npg) // gsm
+    num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
+        pid_m, pid_n = _grouped_tile(tile, M, N, BM, BN, GROUP_M)
         om = pid_m * BM
         on = pid_n * BN
         acc = tl.zeros((BM, BN), tl.float32)
