@@ -120,6 +120,13 @@ def test_specialized_run_drops_views_only_unpicked_alternatives_read():
         sources[choice] = run.source
         torch.testing.assert_close(run(args, None)[0], want)
     assert "permute" not in sources["template"] and "permute" in sources["library"]
+    # within the picked alternative a value dies at its own last use: the permuted weight right
+    # after cuBLAS, before the epilogue's kernel (not after the whole choice group)
+    lines = sources["library"].splitlines()
+    permuted = next(ln.split("=")[0].strip() for ln in lines if "permute" in ln)
+    call = next(k for k, ln in enumerate(lines) if "addmm" in ln)
+    released = [name.strip() for name in lines[call + 1].split("=")]
+    assert released[-1] == "None" and permuted in released
 
 
 def test_program_has_one_choice_group_per_linear():

@@ -78,17 +78,20 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device):
     names = [var[runner.index[b.name]] for b in runner.program.inputs]
     header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)")
     allocs = _allocations(runner, flat, symvals, src, var, dev)
-    for k, (objs, release) in enumerate(flat):
+    after = release_points(flat, runner)
+    for k, (objs, _) in enumerate(flat):
         for line in allocs.get(k, ()):
             src.emit(line)
-        for obj in objs:
+        for j, obj in enumerate(objs):
             if isinstance(obj, _Launch):
                 fn = src.const("L", obj.launcher(symvals, device))
                 src.emit(f"{fn}(stream, {', '.join(var[i] for i in obj.ptrs)})")
             else:
                 src.emit(_extern_line(src, obj, var, symvals, runner, dev))
-        if release:
-            src.emit(" = ".join(var[i] for i in release) + " = None")
+            if after.get((k, j)):
+                src.emit(" = ".join(var[i] for i in after[(k, j)]) + " = None")
+        if after.get((k, None)):
+            src.emit(" = ".join(var[i] for i in after[(k, None)]) + " = None")
     outs = ", ".join("None" if i is None else var[i] for i in runner.out_index)
     src.emit(f"return [{outs}]")
     return compile_source(header + src.lines, src.namespace, f"<pipec {runner.name} {symvals}>")
@@ -143,6 +146,42 @@ def drop_dead_views(flat: list, runner) -> list:
             kept.append(obj)
         kept_rev.append((kept[::-1], release))
     return kept_rev[::-1]
+
+
+def _touched(obj, runner) -> set[int] | None:
+    """The values a step object reads or writes; None for an object of unknown kind."""
+    from .launch import _Extern, _Launch  # noqa: PLC0415 - launch imports this module lazily
+
+    if isinstance(obj, _Launch):
+        return set(obj.ptrs)
+    if isinstance(obj, _Extern):
+        return set(obj.outs) | {runner.index[name] for name in obj.ir.inputs}
+    return None
+
+
+def release_points(flat: list, runner) -> dict[tuple, list[int]]:
+    """Where each released value is dropped: {(position, object index): values} right after the
+    last step object that touches it, or {(position, None): values} at the end of a position.
+
+    The plan's releases come after a whole choice group, because they serve every alternative;
+    within the one picked, a value dies at its own last use (the input of a library GEMM, before
+    the pointwise kernel of its epilogue runs: one activation less at a Linear's peak)."""
+    last: dict[int, tuple[int, int]] = {}
+    for k, (objs, _) in enumerate(flat):
+        for j, obj in enumerate(objs):
+            touched = _touched(obj, runner)
+            if touched is None:  # keep the plan's own release points
+                return {(k, None): list(release) for k, (_, release) in enumerate(flat) if release}
+            for i in touched:
+                last[i] = (k, j)
+    points: dict[tuple, list[int]] = {}
+    for k, (_, release) in enumerate(flat):
+        for i in release:
+            at = last.get(i)
+            # never later than the plan says; an untouched value (an unpicked alternative's) goes there
+            key = at if at is not None and at[0] <= k else (k, None)
+            points.setdefault(key, []).append(i)
+    return points
 
 
 def _chosen_alternative(step, symvals, device) -> str | None:
