@@ -75,6 +75,18 @@ def mm_ptr(
 
 
 @triton.jit
+def _tma_tile(a_desc, b_desc, c_desc, bias_ptr, om, on, k_tiles, BM: tl.constexpr, BN: tl.constexpr,
+              BK: tl.constexpr, GELU: tl.constexpr):
+    """One [BM, BN] output tile at (om, on): the K loop on TMA loads, then bias (+ GELU) and a TMA store."""
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(k_tiles):
+        acc = tl.dot(a_desc.load([om, k * BK]), b_desc.load([on, k * BK]).T, acc)
+    rn = on + tl.arange(0, BN)
+    x = _gelu(acc + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU)
+    c_desc.store([om, on], x.to(tl.bfloat16))
+
+
+@triton.jit
 def mm_tma(
     a_desc,
     b_desc,
@@ -90,16 +102,7 @@ def mm_tma(
     GELU: tl.constexpr,
 ):
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
-    om = pid_m * BM
-    on = pid_n * BN
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        a = a_desc.load([om, k * BK])
-        b = b_desc.load([on, k * BK])
-        acc = tl.dot(a, b.T, acc)
-    rn = on + tl.arange(0, BN)
-    x = _gelu(acc + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU)
-    c_desc.store([om, on], x.to(tl.bfloat16))
+    _tma_tile(a_desc, b_desc, c_desc, bias_ptr, pid_m * BM, pid_n * BN, tl.cdiv(K, BK), BM, BN, BK, GELU)
 
 
 @triton.jit
@@ -123,16 +126,7 @@ def mm_tma_persistent(
     num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
     for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = _grouped_tile(tile, M, N, BM, BN, GROUP_M)
-        om = pid_m * BM
-        on = pid_n * BN
-        acc = tl.zeros((BM, BN), tl.float32)
-        for ki in range(k_tiles):
-            a = a_desc.load([om, ki * BK])
-            b = b_desc.load([on, ki * BK])
-            acc = tl.dot(a, b.T, acc)
-        rn = on + tl.arange(0, BN)
-        x = _gelu(acc + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU)
-        c_desc.store([om, on], x.to(tl.bfloat16))
+        _tma_tile(a_desc, b_desc, c_desc, bias_ptr, pid_m * BM, pid_n * BN, k_tiles, BM, BN, BK, GELU)
 
 
 POINTER_CONFIGS = [  # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages)

@@ -317,8 +317,8 @@ def _check(label: str, outputs, expected, options: BenchOptions) -> float | None
     return max_error
 
 
-def _time(result: BackendResult, compiled, inputs, device: str, options: BenchOptions) -> None:
-    """Time one call; `result.count` is kept for counting its launches after every backend is timed:
+def _time(result: BackendResult, compiled, inputs, device: str, options: BenchOptions, pending: list) -> None:
+    """Time one call; (result, call) goes on `pending`, to count its launches after every backend is timed:
     torch.profiler may leave Triton launch hooks set for the rest of the process, and a launch
     with hooks takes Triton's full path (pipec's direct launchers step aside for the hooks),
     so a profile before a timing would slow whatever is timed after it."""
@@ -329,20 +329,17 @@ def _time(result: BackendResult, compiled, inputs, device: str, options: BenchOp
             return compiled(*inputs)
 
     result.ms = measure_ms(call, device, options.warmup_ms, options.rep_ms)
-    _PENDING_COUNTS.append((result, call))
+    pending.append((result, call))
 
 
-_PENDING_COUNTS: list = []  # (result, call) of each timed backend, counted last (see _time)
-
-
-def bench_eager(model, inputs, device: str, options: BenchOptions) -> BackendResult:
+def bench_eager(model, inputs, device: str, options: BenchOptions, pending: list) -> BackendResult:
     result = BackendResult("eager", "eager", max_error=0.0)
-    _time(result, model, inputs, device, options)
+    _time(result, model, inputs, device, options, pending)
     return result
 
 
 def bench_pipec(model, fresh_model, inputs, expected, device: str, options: BenchOptions,
-                name: str) -> BackendResult:
+                name: str, pending: list) -> BackendResult:
     from .api import compile_with_session, report_from_session
     from .pipeline import Session
 
@@ -360,7 +357,7 @@ def bench_pipec(model, fresh_model, inputs, expected, device: str, options: Benc
     report = report_from_session(sessions[-1])
     result.kernels, result.extern_ops = report.kernel_count, len(report.extern_ops)
     result.max_error = _check(label, outputs, expected, options)
-    _time(result, compiled, inputs, device, options)
+    _time(result, compiled, inputs, device, options, pending)
     _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device)
     result.cache_hits = sessions[-1].cache_hits
     _check(f"{label} (warm compile)", outputs, expected, options)
@@ -368,7 +365,7 @@ def bench_pipec(model, fresh_model, inputs, expected, device: str, options: Benc
 
 
 def bench_inductor(model, fresh_model, inputs, expected, device: str, options: BenchOptions,
-                   mode: str) -> BackendResult:
+                   mode: str, pending: list) -> BackendResult:
     import torch
     from torch._inductor import metrics
 
@@ -383,7 +380,7 @@ def bench_inductor(model, fresh_model, inputs, expected, device: str, options: B
     compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device)
     result.kernels = metrics.generated_kernel_count
     result.max_error = _check(label, outputs, expected, options)
-    _time(result, compiled, inputs, device, options)
+    _time(result, compiled, inputs, device, options, pending)
     _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device)
     _check(f"{label} (warm compile)", outputs, expected, options)
     return result
@@ -436,25 +433,25 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                        "capture": options.pipec.capture, "codegen": options.pipec.codegen},
         versions=_versions())
     caches = contextlib.nullcontext() if options.keep_caches else private_caches()
-    _PENDING_COUNTS.clear()
+    pending: list = []  # (result, call) of each timed backend: launches are counted last (see _time)
     with caches:
         progress("warming up the process (a tiny compile per backend)")
         warm_up_process(device, options.pipec, inductor)
         progress("measuring the copy bandwidth")
         result.copy_tb_per_s = copy_tb_per_s(result.bytes, device, options.warmup_ms, options.rep_ms)
         progress("eager")
-        result.backends.append(bench_eager(model, inputs, device, options))
+        result.backends.append(bench_eager(model, inputs, device, options, pending))
         on_update(result)
         progress("pipec: compiling (cold, then warm) and timing")
-        result.backends.append(bench_pipec(model, fresh["pipec"], inputs, expected, device, options, name))
+        result.backends.append(bench_pipec(model, fresh["pipec"], inputs, expected, device, options, name, pending))
         on_update(result)
         for mode in modes:
             progress(f"inductor ({mode}): compiling (cold, then warm) and timing")
-            result.backends.append(bench_inductor(model, fresh[mode], inputs, expected, device, options, mode))
+            result.backends.append(bench_inductor(model, fresh[mode], inputs, expected, device, options, mode,
+                                                      pending))
             on_update(result)
         progress("counting each backend's launches (torch.profiler, after all timings)")
-        while _PENDING_COUNTS:
-            backend, call = _PENDING_COUNTS.pop(0)
+        for backend, call in pending:
             backend.launches = count_launches(call, device)
         on_update(result)
         torch._dynamo.reset()
