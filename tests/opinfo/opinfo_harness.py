@@ -121,8 +121,12 @@ class NotSwept(Exception):
     """The sample cannot be part of the sweep (eager rejects it, no tensor input, ...)."""
 
 
-def _call(op, sample, tensors, spec):
-    inp, args, kwargs = pytree.tree_unflatten(_fill(tensors, spec[1]), spec[0])
+def _call(op, sample, tensors, spec, widen=None):
+    """op on the sample with `tensors` in place of its tensors; with `widen` (a half dtype),
+    constant arguments naming that dtype (cumsum's `dtype=`) become float64 too, so a float64
+    reference run is not rounded back to the dtype under test."""
+    slots = [torch.float64 if widen is not None and s is widen else s for s in spec[1]]
+    inp, args, kwargs = pytree.tree_unflatten(_fill(tensors, slots), spec[0])
     return op(inp, *args, **kwargs)
 
 
@@ -291,7 +295,8 @@ def run_sample(op, sample, dtype: torch.dtype, device: str) -> SampleResult:
         got = [g.new_zeros(g.shape) for g in got]
         expected = [e.new_zeros(e.shape) for e in expected]
     def float64_outputs():
-        return _outputs(fn(*[t.double() if t.is_floating_point() else t.clone() for t in tensors]))
+        wide = [t.double() if t.is_floating_point() else t.clone() for t in tensors]
+        return _outputs(_call(op, sample, wide, spec, widen=dtype))
 
     problem = compare(got, expected, dtype, reference=float64_outputs)
     if problem is not None:

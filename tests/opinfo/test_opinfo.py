@@ -65,3 +65,14 @@ def test_half_outputs_outside_tolerance_pass_only_when_no_further_from_float64_t
     assert "further from float64" in h.compare([farther], [eager], torch.bfloat16, reference=lambda: [exact])
     f32 = [eager.float()]
     assert h.compare([closer.float()], f32, torch.float32, reference=lambda: [exact]) is not None  # fp32: strict
+
+
+def test_float64_reference_widens_a_dtype_argument_naming_the_half_type():
+    # cumsum(x, 1, dtype=bf16) run on float64 inputs would round back to bf16 (on the GPU,
+    # after every partial sum): the reference must be float64 all the way
+    x = torch.tensor([[256.0, 1.0, 1.0, -256.0]], dtype=torch.bfloat16)
+    tensors, spec = h.flatten_sample(type("Sample", (), {"input": x, "args": (1,), "kwargs": {"dtype": torch.bfloat16}}))
+    wide = h._call(torch.cumsum, None, [tensors[0].double()], spec, widen=torch.bfloat16)
+    assert wide.dtype == torch.float64 and wide[0, -1].item() == 2.0
+    narrow = h._call(torch.cumsum, None, [tensors[0].double()], spec)
+    assert narrow.dtype == torch.bfloat16
