@@ -17,6 +17,7 @@ from .backend import make_backend
 from .errors import PipecError, find_error, find_pipec_error
 from .pipeline import Session
 from .plugins import get_registry
+from .trace_settings import call_settings, settings_scope
 
 MODES = {"default": "launch", "reduce-overhead": "cudagraph"}
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
@@ -84,60 +85,19 @@ def compile_with_session(model, options: CompileOptions, session: Session | None
     return compiled, session
 
 
-def _call_settings(options: CompileOptions, budget: RecompileBudget) -> list[tuple[object, str, object]]:
-    """The torch settings a pipec-compiled model is traced under, as (config module, name,
-    value). They are read while Dynamo traces, i.e. during a call, so they are set per call
-    and restored after it.
-
-    * Dynamo's own recompile limit is raised past pipec's budget, so pipec's budget is the
-      one enforced (until it is used up; then Dynamo's applies again and runs the rest eagerly).
-    * Unless dynamic=False (or size_oblivious=False), sizes are traced size-obliviously: a
-      dynamic size does not get specialized when it is 0 or 1 (Dynamo's 0/1 specialization),
-      so one compiled graph also serves batch 1.
-    * Python floats are specialized (specialize_float=False keeps torch's default): they are
-      literals in the kernels, not 0-dim tensor inputs, which also spares Dynamo a restarted
-      analysis (a second backend call) per compile.
-    """
-    import torch
-    from torch.fx.experimental import _config as fx_config
-
-    settings = []
-    if not budget.exhausted:
-        # the first compilation, the recompiles, and the one that is refused
-        settings.append((torch._dynamo.config, "recompile_limit", budget.limit + 2))
-    if options.dynamic is not False and options.get("size_oblivious", True):
-        settings.append((fx_config, "backed_size_oblivious", True))
-    if options.get("specialize_float", True):
-        settings.append((torch._dynamo.config, "specialize_float", True))
-    return settings
-
-
-def _apply(settings) -> list[tuple[object, str, object]]:
-    """Set what differs; returns what to restore. Plain attribute swaps: `config.patch()`
-    builds a context-manager class per use and cost more than a whole kernel launch per call."""
-    undo = []
-    for module, name, value in settings:
-        old = getattr(module, name)
-        if name == "recompile_limit" and old >= value:
-            continue
-        if old != value:
-            undo.append((module, name, old))
-            setattr(module, name, value)
-    return undo
-
-
 def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget):
-    """`compiled`, each call running under `_call_settings`; a RecompileLimitError raised
+    """`compiled`, each call running under `call_settings` (trace_settings.py); a RecompileLimitError raised
     inside Dynamo reaches the caller as itself (not wrapped in BackendCompilerFailed)."""
-    live = _call_settings(options, budget)
+    live = call_settings(options, budget)
     settled = [s for s in live if s[1] != "recompile_limit"]
+    scope = settings_scope(lambda: live if not budget.exhausted else settled)
 
     def wrap(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
-            undo = _apply(live if not budget.exhausted else settled)
             try:
-                return fn(*args, **kwargs)
+                with scope:
+                    return fn(*args, **kwargs)
             except RecompileLimitError:
                 raise
             except Exception as exc:
@@ -145,9 +105,6 @@ def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget)
                 if found is not None:
                     raise found from exc
                 raise
-            finally:
-                for module, name, old in reversed(undo):
-                    setattr(module, name, old)
         return call
 
     import torch
