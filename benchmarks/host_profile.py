@@ -39,13 +39,30 @@ def host_profile(fn, inputs, calls: int, top: int) -> dict:
             fn(*inputs)
         profiler.disable()
         torch.cuda.synchronize()
+        syncs = _synchronizing_calls(fn, inputs)
     stats = pstats.Stats(profiler)
     rows = []
     for (path, line, func), (_, ncalls, own, cumulative, _) in stats.stats.items():
         rows.append({"function": f"{Path(path).name}:{line}({func})", "calls": ncalls / calls,
                      "own_us": own * 1e6 / calls, "cumulative_us": cumulative * 1e6 / calls})
     rows.sort(key=lambda r: -r["own_us"])
-    return {"wall_us": wall_us, "profiled_own_us": sum(r["own_us"] for r in rows), "functions": rows[:top]}
+    return {"wall_us": wall_us, "syncs_per_call": syncs, "profiled_own_us": sum(r["own_us"] for r in rows), "functions": rows[:top]}
+
+
+def _synchronizing_calls(fn, inputs, calls: int = 3) -> list[str]:
+    """The warnings torch's sync debug mode gives for `calls` calls: each is a host sync (a
+    `.item()`, a blocking copy, a cudaFree), which stops the host from running ahead."""
+    import warnings
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(calls):
+                fn(*inputs)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sorted({str(w.message).splitlines()[0][:160] for w in caught if "synchroniz" in str(w.message).lower()})
 
 
 def main() -> int:
@@ -69,6 +86,8 @@ def main() -> int:
         results["backends"][backend] = row
         print(f"\n== {name} / {backend}: {row['wall_us']:.1f} us/call on the host "
               f"(profiled own time {row['profiled_own_us']:.1f} us/call)", flush=True)
+        for message in row["syncs_per_call"]:
+            print(f"  host sync: {message}")
         for r in row["functions"]:
             print(f"  {r['own_us']:8.2f} own {r['cumulative_us']:8.2f} cum  x{r['calls']:<6g} {r['function'][:100]}")
     if args.out:

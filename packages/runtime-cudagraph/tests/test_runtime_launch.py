@@ -311,3 +311,23 @@ def test_cuda_calls_take_the_specialized_path(options):
     assert run._run_specialized([x]) is not None, "the next call runs it (no launch hooks set)"
     for a, b in zip(want, run([x])):
         assert torch.equal(a, b)
+
+
+def test_outputs_to_caller_keep_eager_aliasing():
+    """CPU tensors on a CUDA machine: outputs come back with the aliasing eager gives (checked here
+    with CPU "device copies"; the copy back is the same code)."""
+    import torch
+
+    from pipec_runtime_cudagraph.launch import outputs_to_caller
+
+    x = torch.arange(12.0)
+    moved = [x.clone()]
+    y = torch.arange(6.0) * 2
+    outs = [moved[0], moved[0].view(3, 4)[1], y, y.view(2, 3), torch.empty(0), None]
+    back = outputs_to_caller(outs, moved, [x])
+    assert back[0] is x and back[5] is None
+    assert back[1].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    torch.testing.assert_close(back[1], x.view(3, 4)[1])
+    back[2].add_(1)  # the two views of one result share storage, as in eager
+    torch.testing.assert_close(back[3], back[2].view(2, 3))
+    assert back[4].shape == (0,)

@@ -103,3 +103,32 @@ def test_general_path_allocates_each_slot_where_it_is_first_written(tmp_path):
     t3, t2 = run([x])
     torch.testing.assert_close(t2, (x + x).sum(1))
     torch.testing.assert_close(t3, 2 * (x + x).sum(1))
+
+
+def test_specialized_run_shares_a_slot_only_while_one_of_its_buffers_lives(tmp_path):
+    """slot_program's slot 0 holds t1, dead after the row sum, then t3: the specialized run
+    frees t1's storage and gives t3 its own (holding it across the gap keeps memory eager has
+    freed). An in-place kernel's output keeps its dying input's storage."""
+    import torch
+
+    from pipec_runtime_cudagraph import load_launch
+
+    options = CompileOptions().with_extra(kernel_dir=str(tmp_path))
+    run = load_launch(slot_program(), options)
+    x = torch.randn(8, 37)
+    for _ in range(2):  # general path, then the specialized one
+        t3, t2 = run([x])
+        torch.testing.assert_close(t3, 2 * (x + x).sum(1))
+    [(_, specialized)] = run.specialized.values()
+    storages = [ln.split("=")[0].strip() for ln in specialized.source.splitlines() if "EMPTY" in ln]
+    assert sorted(storages) == ["slot0", "slot0_1", "slot1"]
+
+    prog = _two_adds(0, 0)
+    steps = (prog.steps[0], Step("launch", "k", ("a", "x"), ("b",), make_attrs(inplace=(("b", "a"),))))
+    in_place = Program(name=prog.name, inputs=prog.inputs, outputs=("b",), buffers=prog.buffers,
+                       kernels=prog.kernels, steps=steps, slots=prog.slots)
+    run = load_launch(in_place, options)
+    for _ in range(2):
+        torch.testing.assert_close(run([torch.arange(8.0)])[0], 3 * torch.arange(8.0))
+    [(_, specialized)] = run.specialized.values()
+    assert sum("EMPTY" in ln for ln in specialized.source.splitlines()) == 1

@@ -31,7 +31,7 @@ from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_p
 from .interpreter import enable_interpreter, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
 from .tuning_cache import TuningCache, tuning_key
-from .memory import buffer_nbytes, plan_check, round_up
+from .memory import buffer_nbytes, is_view_target, plan_check, round_up
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in (
     "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")}
@@ -128,6 +128,52 @@ class _Extern:
                 vals[o] = r.contiguous() if contig else r
         elif self.outs:
             vals[self.outs[0]] = result.contiguous() if self.contiguous[0] else result
+
+
+class _OnHost:
+    """An extern call of a CPU program whose kernels run on the GPU (`_run_cpu_on_cuda`): it
+    reads its tensors on the CPU and its results go back to the GPU."""
+
+    __slots__ = ("extern", "reads", "name", "ir", "outs")
+
+    def __init__(self, extern: _Extern, index: dict[str, int]) -> None:
+        self.extern, self.name, self.ir, self.outs = extern, extern.name, extern.ir, extern.outs
+        self.reads = tuple(index[n] for n in extern.ir.inputs)
+
+    def __call__(self, vals, symvals, device):
+        local = list(vals)
+        for i in self.reads:
+            if isinstance(local[i], torch.Tensor):
+                local[i] = local[i].cpu()
+        self.extern(local, symvals, torch.device("cpu"))
+        for o in self.outs:
+            if isinstance(local[o], torch.Tensor):
+                vals[o] = local[o].to(device)
+
+
+def _runs_on_host(step) -> bool:
+    """Externs that are not views (views stay on the GPU: they alias what kernels write)."""
+    return isinstance(step, _Extern) and not is_view_target(step.name)
+
+
+def outputs_to_caller(outs: list, moved: list, inputs: list) -> list:
+    """`outs` (computed from `moved`, the device copies of the caller's `inputs`) as CPU tensors
+    with eager's aliasing: an input passed through is the caller's tensor itself, a view of an
+    input is that view of the caller's tensor, outputs sharing storage share one copy of it."""
+    same = {id(m): t for m, t in zip(moved, inputs)}
+    storages = {m.untyped_storage().data_ptr(): t.untyped_storage() for m, t in zip(moved, inputs)}
+    back = []
+    for t in outs:
+        if t is None or id(t) in same:
+            back.append(None if t is None else same[id(t)])
+        elif not t.untyped_storage().nbytes():
+            back.append(t.cpu())
+        else:
+            key = t.untyped_storage().data_ptr()
+            if key not in storages:
+                storages[key] = t.untyped_storage().cpu()
+            back.append(torch.empty(0, dtype=t.dtype).set_(storages[key], t.storage_offset(), t.shape, t.stride()))
+    return back
 
 
 # ------------------------------------------------------------------ kernel launches
@@ -574,23 +620,30 @@ class ProgramRunner:
                 vals[i] = storage[:size(*symvals)[0]].view(dtype).view(shape(*symvals))
 
     def _run_cpu_on_cuda(self, inputs: list, symvals: tuple) -> list:
-        """CPU tensors on a machine with CUDA: compute on the GPU, hand back CPU tensors.
+        """CPU tensors on a machine with CUDA: the kernels run on the GPU, everything else as
+        it would for CPU tensors, and the caller gets CPU tensors.
 
         Why not the interpreter here: before triton 3.7 the interpreter patches
         triton.language for good when it first runs a kernel, so every kernel compiled
-        for the GPU afterwards in the same process fails to build. The copies cost far
-        less than interpreting would, and the results are the GPU kernels' results.
+        for the GPU afterwards in the same process fails to build.
+
+        * Extern calls other than views run on the CPU (`_OnHost`): ops with only a CPU
+          kernel (`_scaled_dot_product_flash_attention_for_cpu`), random draws from the CPU
+          generator eager uses, and ATen's CPU numerics.
+        * Outputs keep eager's aliasing: an input passed through is the input itself, a view
+          of an input is that view of the caller's tensor, outputs sharing storage share
+          one copied-back storage.
         """
         cuda = torch.device("cuda", torch.cuda.current_device())
         moved = [t.to(cuda) for t in inputs]
-        outs = self.run(moved, symvals, cuda)
-        # an input passed through comes back as itself, a repeated output stays one tensor
-        # (views of inputs come back as copies)
-        back = {id(m): t for m, t in zip(moved, inputs)}
-        for t in outs:
-            if t is not None and id(t) not in back:
-                back[id(t)] = t.cpu()
-        return [None if t is None else back[id(t)] for t in outs]
+        steps = self._plans.get("cpu-on-cuda")
+        if steps is None:
+            steps = self._plans["cpu-on-cuda"] = [(_OnHost(s, self.index) if _runs_on_host(s) else s, r)
+                                                  for s, r in self.steps_for(cuda)]
+        vals = [None] * self.nvals
+        vals[:len(moved)] = moved
+        self._run_steps(steps, self._allocation_schedule(steps), vals, symvals, cuda)
+        return outputs_to_caller([None if i is None else vals[i] for i in self.out_index], moved, inputs)
 
     @classmethod
     def _run_steps(cls, steps, schedule, vals, symvals, device) -> None:

@@ -33,7 +33,7 @@ from pipec_ir import Device, Dtype, Ref, Size, get_attr
 
 from .exprs import compile_ints
 from .launch import TORCH_DTYPES
-from .memory import buffer_nbytes, round_up
+from .memory import buffer_nbytes, is_view_target, round_up
 
 TORCH_EMPTY = torch.empty
 ALIGNMENT = 16  # Triton specializes pointer arguments on 16-byte alignment
@@ -73,16 +73,20 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device):
     flat = drop_dead_views(flat, runner)
     src = _Source()
     var = [f"v{i}" for i in range(runner.nvals)]
-    dev = src.const("DEV", device)
+    dev = "DEV"
+    src.namespace["DEV"] = device
+    fast = _strided_allocator(device)
+    if fast is not None:  # allocates on the current device: the guards check it is this one
+        src.namespace["EMPTY_STRIDED"] = fast
     device_index = device.index if device.type == "cuda" else -1
     names = [var[runner.index[b.name]] for b in runner.program.inputs]
     header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)")
-    allocs = _allocations(runner, flat, symvals, src, var, dev)
     after = release_points(flat, runner)
+    allocs = _allocations(runner, flat, symvals, src, var, after)
     for k, (objs, _) in enumerate(flat):
-        for line in allocs.get(k, ()):
-            src.emit(line)
         for j, obj in enumerate(objs):
+            for line in allocs.get((k, j), ()):
+                src.emit(line)
             if isinstance(obj, _Launch):
                 fn = src.const("L", obj.launcher(symvals, device))
                 src.emit(f"{fn}(stream, {', '.join(var[i] for i in obj.ptrs)})")
@@ -112,16 +116,6 @@ def _flatten(plan, symvals, device) -> list | None:
     return flat
 
 
-# ATen views and reshapes: no side effects, so a call whose result nothing reads can go
-VIEW_TARGETS = frozenset({"reshape", "view", "_unsafe_view", "permute", "expand", "slice", "select", "t",
-                          "transpose", "as_strided", "squeeze", "unsqueeze", "alias"})
-
-
-def _is_view(target: str) -> bool:
-    parts = target.split(".")
-    return len(parts) >= 2 and parts[0] == "aten" and parts[1] in VIEW_TARGETS
-
-
 def drop_dead_views(flat: list, runner) -> list:
     """`flat` without the view steps whose results no later step reads and the program does not
     return. The step list serves every alternative of its choice groups; once one is picked,
@@ -136,7 +130,7 @@ def drop_dead_views(flat: list, runner) -> list:
         kept = []
         for obj in reversed(objs):
             if isinstance(obj, _Extern):
-                if not opaque and _is_view(obj.name) and not needed.intersection(obj.outs):
+                if not opaque and is_view_target(obj.name) and not needed.intersection(obj.outs):
                     continue
                 needed.update(runner.index[name] for name in obj.ir.inputs)
             elif isinstance(obj, _Launch):
@@ -194,51 +188,101 @@ def _chosen_alternative(step, symvals, device) -> str | None:
     return step.chosen.get(bucket)
 
 
-def _allocations(runner, flat, symvals, src: _Source, var, dev) -> dict[int, list[str]]:
-    """Lines allocating the runner's buffers, by plan position: a slot's storage right
-    before the position that first writes one of its buffers; dropped (so freed with its
-    last buffer) once every buffer of the slot has been bound."""
-    first_write: dict[int, int] = {}
+def _allocations(runner, flat, symvals, src: _Source, var, released: dict[tuple, list[int]]) -> dict[tuple, list[str]]:
+    """Lines allocating the runner's buffers, by (plan position, object index): each right
+    before the step object that first writes it, inside the picked alternative (a library
+    GEMM's epilogue output is not allocated while cuBLAS runs).
+
+    A slot's buffers share storage only while one of them is live when the next is first
+    written (an in-place pointwise kernel writing over its dying input). Once all of a
+    slot's buffers so far are released, the next gets fresh storage: holding the slot
+    across the gap would keep memory eager has already freed (layer_norm 1's output held
+    through attention until layer_norm 2 reuses it), and the caching allocator hands the
+    same block back anyway."""
+    first_write: dict[int, tuple[int, int]] = {}
     for k, (objs, _) in enumerate(flat):
-        for obj in objs:
+        for j, obj in enumerate(objs):
             for i in getattr(obj, "writes", ()):
                 if i in runner.allocated:
-                    first_write.setdefault(i, k)
+                    first_write.setdefault(i, (k, j))
+    dies = {i: (k, len(flat[k][0]) if j is None else j) for (k, j), values in released.items() for i in values}
     by_index = {runner.index[b.name]: b for b in runner.program.buffers}
     slot_nbytes = {s.index: s.nbytes for s in runner.program.slots}
 
     def ints(exprs):
         return tuple(compile_ints(exprs, runner.symbols)(*symvals)) if exprs else ()
 
-    lines: dict[int, list[str]] = {}
+    lines: dict[tuple, list[str]] = {}
     slots: dict[int, list[int]] = {}
-    for i, k in sorted(first_write.items(), key=lambda item: item[1]):
+    for i, at in sorted(first_write.items(), key=lambda item: item[1]):
         b = by_index[i]
         if b.slot is None:
-            shape, dt = src.const("S", ints(b.type.shape)), src.const("D", TORCH_DTYPES[b.type.dtype])
-            lines.setdefault(k, []).append(f"{var[i]} = EMPTY({shape}, dtype={dt}, device={dev})")
+            lines.setdefault(at, []).append(f"{var[i]} = {_empty(src, ints(b.type.shape), TORCH_DTYPES[b.type.dtype])}")
         else:
             slots.setdefault(b.slot, []).append(i)
     for slot, members in sorted(slots.items()):
-        bufs = [by_index[i] for i in members]
-        name = f"slot{slot}"
-        first = first_write[members[0]]
-        if all(b.type == bufs[0].type for b in bufs):  # one typed tensor serves every buffer (common)
-            shape, dt = src.const("S", ints(bufs[0].type.shape)), src.const("D", TORCH_DTYPES[bufs[0].type.dtype])
-            lines.setdefault(first, []).append(f"{name} = EMPTY({shape}, dtype={dt}, device={dev})")
-            for i in members:
-                lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}")
-        else:
-            nbytes = round_up(max(ints([slot_nbytes[slot]] + [buffer_nbytes(b) for b in bufs])))
-            u8 = src.const("D", torch.uint8)
-            lines.setdefault(first, []).append(f"{name} = EMPTY(({nbytes},), dtype={u8}, device={dev})")
-            for i, b in zip(members, bufs):
-                n = ints([buffer_nbytes(b)])[0]
-                shape, dt = src.const("S", ints(b.type.shape)), src.const("D", TORCH_DTYPES[b.type.dtype])
-                cut = "" if n == nbytes else f"[:{n}]"
-                lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}{cut}.view({dt}).view({shape})")
-        lines[first_write[members[-1]]].append(f"{name} = None")
+        for n, run in enumerate(_sharing_runs(members, first_write, dies)):
+            _slot_lines(lines, f"slot{slot}" + (f"_{n}" if n else ""), run, slot_nbytes[slot],
+                        by_index, first_write, var, src, ints)
     return lines
+
+
+def _sharing_runs(members: list[int], first_write: dict, dies: dict) -> list[list[int]]:
+    """A slot's buffers (in first-write order) cut into runs that must share storage: a buffer
+    joins the current run when one of the run's buffers is still live at its first write."""
+    runs: list[list[int]] = []
+    for i in members:
+        if runs and any(dies.get(m, (1 << 30, 0)) >= first_write[i] for m in runs[-1]):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _slot_lines(lines, name, members, slot_nbytes, by_index, first_write, var, src, ints) -> None:
+    """One storage for `members`: allocated at the first one's first write, each member bound
+    at its own, the storage's own name dropped once every member is bound (it is then freed
+    with its last member)."""
+    bufs = [by_index[i] for i in members]
+    first = first_write[members[0]]
+    if all(b.type == bufs[0].type for b in bufs):  # one typed tensor serves every buffer (common)
+        shape, dtype = ints(bufs[0].type.shape), TORCH_DTYPES[bufs[0].type.dtype]
+        lines.setdefault(first, []).append(f"{name} = {_empty(src, shape, dtype)}")
+        for i in members:
+            lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}")
+    else:
+        nbytes = round_up(max(ints([slot_nbytes] + [buffer_nbytes(b) for b in bufs])))
+        lines.setdefault(first, []).append(f"{name} = {_empty(src, (nbytes,), torch.uint8)}")
+        for i, b in zip(members, bufs):
+            n = ints([buffer_nbytes(b)])[0]
+            shape, dt = src.const("S", ints(b.type.shape)), src.const("D", TORCH_DTYPES[b.type.dtype])
+            cut = "" if n == nbytes else f"[:{n}]"
+            lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}{cut}.view({dt}).view({shape})")
+    lines[first_write[members[-1]]].append(f"{name} = None")
+
+
+def _empty(src: _Source, shape: tuple, dtype: torch.dtype) -> str:
+    """An uninitialized contiguous tensor on the run's device: through the strided allocator
+    Inductor's generated code uses where torch has it (a third of `torch.empty`'s host time)."""
+    s, d = src.const("S", tuple(shape)), src.const("D", dtype)
+    if "EMPTY_STRIDED" in src.namespace:
+        return f"EMPTY_STRIDED({s}, {src.const('T', _contiguous_strides(shape))}, {d})"
+    return f"EMPTY({s}, dtype={d}, device=DEV)"
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def _strided_allocator(device: torch.device):
+    """torch's `empty_strided` for the current device of `device`'s type (what Inductor's
+    generated code calls), or None where this torch lacks it."""
+    guards = getattr(torch._C._dynamo, "guards", None)
+    return getattr(guards, f"_empty_strided_{device.type}", None)
 
 
 def guard_lines(src: _Source, runner, symvals: tuple, device_index: int, names: list[str],
