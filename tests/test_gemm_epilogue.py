@@ -209,3 +209,45 @@ def test_linear_on_3d_input_fuses_gelu_and_residual_into_the_template():
     library = [s for s in program.steps if get_attr(s.attrs, "alternative") == "library"]
     assert [s.kind for s in library] == ["extern", "launch", "extern", "launch"]
     assert [s.target for s in library if s.kind == "extern"] == ["aten.addmm.default"] * 2
+
+
+def test_identical_choice_groups_share_one_digest():
+    """Two identical Linear+ReLU layers make choice groups with one digest (the second layer, a
+    second compile and a second process take the first one's timed pick); a different width does not."""
+    from pipec_runtime_cudagraph.choices import choice_digest
+
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 24), nn.ReLU())
+    x, _ = _inputs()
+    program, args = _program(model.eval(), (x,))
+    runner = ProgramRunner(program, pipec_ir.CompileOptions())
+    groups = [step for step, _ in runner.steps_for(torch.device("cpu")) if hasattr(step, "alternatives")]
+    assert len(groups) == 3
+    digests = [choice_digest(runner, g.alternatives) for g in groups]
+    assert digests[0] == digests[1] != digests[2]
+    with torch.no_grad():
+        torch.testing.assert_close(runner(args)[0], model(x))
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_gpu_a_second_runner_takes_the_timed_pick_without_timing(monkeypatch, tmp_path):
+    from pipec_runtime_cudagraph import choices
+
+    model = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU()).cuda().eval()
+    x = torch.randn(64, 128, device="cuda")
+    program, args = _program(model, (x,))
+    timed = []
+    real = choices._timed
+    monkeypatch.setattr(choices, "_timed", lambda runs, graphed: timed.append(len(runs)) or real(runs, graphed))
+    monkeypatch.setattr(choices, "_CHOSEN", {})
+    options = pipec_ir.CompileOptions(autotune=True).with_extra(kernel_dir=str(tmp_path))
+    first = ProgramRunner(program, options)
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(first(args)[0], want, atol=1e-3, rtol=1e-3)
+    assert len(timed) == 1  # the two identical layers: timed once
+    monkeypatch.setattr(choices, "_CHOSEN", {})  # a new process: only the tuning cache on disk remains
+    second = ProgramRunner(program, options)
+    torch.testing.assert_close(second(args)[0], want, atol=1e-3, rtol=1e-3)
+    assert len(timed) == 1
+    picks = lambda r: sorted(a for g in choices_made(r).values() for a in g["chosen"].values())  # noqa: E731
+    assert picks(first) == picks(second)

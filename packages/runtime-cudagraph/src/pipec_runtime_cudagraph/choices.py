@@ -11,15 +11,21 @@ Here each group becomes one step that runs a single alternative:
 - else, when autotuning on CUDA, the fastest one: each alternative runs once (compiling
   and tuning its own launches), is timed (`_timed`: GPU time under the CUDA Graph runtime,
   wall-clock time under `launch`), and the winner is kept per size bucket (the runner's
-  bucket policy);
+  bucket policy). A group identical to one timed before (`choice_digest`: the same kernels
+  and extern calls on the same shapes: a model's repeated layers, a second compile, a second
+  process through the tuning cache) takes the same winner without timing again, so a warm
+  compile runs exactly what the cold one ran;
 - else (Triton's CPU interpreter, or autotune off) the default alternative.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 from pipec_ir import get_attr
+
+from .tuning_cache import tuning_key
 
 
 class ChoiceStep:
@@ -48,6 +54,32 @@ class ChoiceStep:
         return chosen
 
     def _measure(self, vals, symvals, device, bucket) -> str:
+        timer = getattr(self.runner, "choice_timer", "wall")
+        digest = choice_digest(self.runner, self.alternatives)
+        shared_key = (digest, bucket, str(device), timer)
+        known = _CHOSEN.get(shared_key)  # (alternative, its group's timings)
+        cache = getattr(self.runner, "tuning_cache", None)
+        names = sorted(self.alternatives)
+        disk_key = None
+        if known is None and cache is not None:
+            from .launch import _device_name, _triton_version  # noqa: PLC0415 - launch imports this module
+
+            disk_key = tuning_key(f"choice:{timer}:{digest}", bucket, _device_name(device), _triton_version())
+            index = cache.get(disk_key, len(names))
+            if index is not None:
+                stored = cache.times(disk_key) or []
+                known = (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)})
+        if known is not None:
+            _CHOSEN[shared_key] = known
+            self.timings[bucket] = dict(known[1])
+            return known[0]
+        chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
+        _CHOSEN[shared_key] = (chosen, dict(self.timings[bucket]))
+        if disk_key is not None:
+            cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names])
+        return chosen
+
+    def _time_alternatives(self, vals, symvals, device, bucket, timer: str) -> str:
         runs, times, first_error = {}, {}, None
         for name, steps in self.alternatives.items():
             def run(steps=steps):
@@ -60,7 +92,7 @@ class ChoiceStep:
                 times[name] = math.inf
         if not runs:
             raise first_error
-        times.update(_timed(runs, graphed=getattr(self.runner, "choice_timer", "wall") == "graph"))
+        times.update(_timed(runs, graphed=timer == "graph"))
         self.timings[bucket] = times
         return min(times, key=times.__getitem__)
 
@@ -86,6 +118,47 @@ def _timed(runs: dict, graphed: bool) -> dict[str, float]:
 
             torch.cuda.synchronize()
     return {name: do_bench(run, warmup=5, rep=20) for name, run in runs.items()}
+
+
+# (choice digest, size bucket, device, timer) -> (the alternative picked, the timings it was
+# picked on), for the life of the process
+_CHOSEN: dict[tuple, tuple[str, dict[str, float]]] = {}
+
+
+def choice_digest(runner, alternatives: dict[str, list]) -> str:
+    """sha256 of what a choice group computes, independent of its graph's value names: per
+    alternative its name, its kernels' bodies (`body_digest`) and its extern calls (target and
+    arguments, each value named by its type), and the types of the values it reads and writes."""
+    from .kernels import body_digest  # noqa: PLC0415 - kernels imports triton lazily
+
+    types = {b.name: b.type for b in (*runner.program.inputs, *runner.program.buffers)}
+    name_of = {i: n for n, i in runner.index.items()}
+    parts = []
+    for name in sorted(alternatives):
+        parts.append(f"alternative {name}")
+        for obj in alternatives[name]:
+            kernel = getattr(obj, "kernel", None)
+            ir = getattr(obj, "ir", None)
+            if kernel is not None:
+                parts.append(f"launch {body_digest(kernel)} {[str(types.get(name_of.get(i))) for i in obj.ptrs]}")
+            elif ir is not None:  # its arguments, not its attrs' group names (those name graph nodes)
+                call = (get_attr(ir.attrs, "args", ()), get_attr(ir.attrs, "kwargs", ()))
+                parts.append(f"extern {ir.target} {_typed(call, types)} {[str(types.get(v)) for v in ir.inputs]} "
+                             f"{[str(types.get(v)) for v in ir.outputs]}")
+            else:
+                parts.append(repr(obj))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _typed(value, types: dict) -> str:
+    """`value` with every reference to a graph value replaced by that value's type."""
+    from pipec_ir import Ref  # noqa: PLC0415
+
+    if isinstance(value, Ref):
+        return f"<{types.get(value.name)}>"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_typed(v, types) for v in value) + ")"
+    return repr(value)
 
 
 def _run(steps, vals, symvals, device) -> None:

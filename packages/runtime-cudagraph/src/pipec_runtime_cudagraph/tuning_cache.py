@@ -42,6 +42,14 @@ class TuningCache:
             return chosen
         return None
 
+    def times(self, key: str) -> list[float | None] | None:
+        """The stored times (ms; None for a candidate that failed), or None."""
+        try:
+            times = json.loads(self._path(key).read_text())["times_ms"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return times if isinstance(times, list) else None
+
     def put(self, key: str, chosen: int, times_ms: list[float]) -> None:
         """Store a choice; a directory that cannot be written only costs the next process a re-time."""
         data = {"chosen": chosen, "times_ms": [t if t != float("inf") else None for t in times_ms]}
