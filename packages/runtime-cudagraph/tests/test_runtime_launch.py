@@ -331,3 +331,36 @@ def test_outputs_to_caller_keep_eager_aliasing():
     back[2].add_(1)  # the two views of one result share storage, as in eager
     torch.testing.assert_close(back[3], back[2].view(2, 3))
     assert back[4].shape == (0,)
+
+
+def test_specialized_run_drops_a_multi_output_externs_result_tuple(options):
+    """var_mean's (var, mean) tuple is dropped once unpacked: held, it would keep each result
+    alive past its own release (attention's output held through a whole MLP)."""
+    from runtime_helpers import add_kernel
+
+    prog = Program(
+        name="var_mean", inputs=(Buffer("x", T([4, 6])),), outputs=("out",),
+        buffers=(Buffer("v", T([4])), Buffer("m", T([4])), Buffer("out", T([4]))),
+        kernels=(add_kernel("pipec_add_vm", 4),),
+        steps=(Step("extern", "aten.var_mean.correction", ("x",), ("v", "m"),
+                    make_attrs(args=(Ref("x"), [1]), kwargs=(("correction", 1),))),
+               Step("launch", "pipec_add_vm", ("v", "m"), ("out",))))
+    run = load_launch(prog, options)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # CPU inputs on a CUDA machine are moved: no fast path
+    x = torch.randn(4, 6, device=dev)
+    for _ in range(2):
+        torch.testing.assert_close(run([x])[0], x.var(1) + x.mean(1))
+    source = next(iter(run.specialized.values()))[1].source
+    call = next(line for line in source.splitlines() if "_r = E" in line)
+    assert call.rstrip().endswith("_r = None")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_cpu_inputs_beside_gpu_inputs_move_to_the_gpu(options):
+    """As ATen does for an index tensor or a scalar on the CPU next to CUDA tensors."""
+    run = load_launch(add_program(20), options)
+    x, y = torch.randn(20, device="cuda"), torch.randn(20)
+    for a, b in ((x, y), (y, x)):
+        out = run([a, b])[0]
+        assert out.device.type == "cuda"
+        torch.testing.assert_close(out.cpu(), x.cpu() + y)

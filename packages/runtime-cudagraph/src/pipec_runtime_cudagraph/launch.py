@@ -554,11 +554,15 @@ class ProgramRunner:
             expected = shape(*symvals)
             if t.shape != expected:
                 self._fail(f"input {i} ({specs[i].name}) has shape {tuple(t.shape)}, expected {tuple(expected)}")
-        device = inputs[0].device if inputs else self.default_device
+        # the GPU the inputs are on; CPU tensors beside them (index tensors, scalars) move to it,
+        # as ATen moves them for an op that takes them (kernels cannot read host memory)
+        device = next((t.device for t in inputs if t.device.type != "cpu"), None)
+        device = device or (inputs[0].device if inputs else self.default_device)
         for i, t in enumerate(inputs):
-            if t.device != device:
-                self._fail(f"input {i} ({specs[i].name}) is on {t.device}, input 0 is on {device}")
-        return [t.contiguous() for t in inputs], symvals, device
+            if t.device != device and t.device.type != "cpu":
+                first = next(k for k, u in enumerate(inputs) if u.device == device)
+                self._fail(f"input {i} ({specs[i].name}) is on {t.device}, input {first} is on {device}")
+        return [t.to(device).contiguous() for t in inputs], symvals, device
 
     def steps_for(self, device: torch.device) -> list:
         plan = self._plans.get(device.type)

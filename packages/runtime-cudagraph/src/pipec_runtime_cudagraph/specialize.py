@@ -333,6 +333,9 @@ def _extern_line(src: _Source, step, var, symvals, runner, dev) -> str:
     for j, (o, contig) in enumerate(zip(outs, step.contiguous)):
         c = ".contiguous()" if contig else ""
         parts.append(f"{o} = _r[{j}]{c} if _s else " + (f"_r{c}" if j == 0 else "None"))
+    # the tuple would keep every result alive past its own release (attention's output held
+    # through the whole MLP: one activation above eager's peak)
+    parts.append("_r = None")
     return "; ".join(parts)
 
 
