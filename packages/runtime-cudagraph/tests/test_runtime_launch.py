@@ -364,3 +364,13 @@ def test_gpu_cpu_inputs_beside_gpu_inputs_move_to_the_gpu(options):
         out = run([a, b])[0]
         assert out.device.type == "cuda"
         torch.testing.assert_close(out.cpu(), x.cpu() + y)
+
+
+def test_kernel_dir_from_the_environment(monkeypatch, tmp_path):
+    """$PIPEC_KERNEL_DIR moves kernel sources and tuning results (pipec bench points it at an
+    empty directory, so its cold compile times really are cold)."""
+    from pipec_runtime_cudagraph.kernels import kernel_cache_dir
+
+    monkeypatch.setenv("PIPEC_KERNEL_DIR", str(tmp_path / "k"))
+    assert kernel_cache_dir() == tmp_path / "k" and (tmp_path / "k").is_dir()
+    assert kernel_cache_dir(tmp_path / "o") == tmp_path / "o"  # an explicit kernel_dir still wins

@@ -43,7 +43,8 @@ from typing import Any
 from pipec_ir import CompileOptions
 
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CACHE_ENV = ("PIPEC_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# pipec's compile cache, its kernel sources and tuning results, Inductor's and Triton's caches
+CACHE_ENV = ("PIPEC_CACHE_DIR", "PIPEC_KERNEL_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
 class BenchMismatch(Exception):

@@ -32,13 +32,16 @@ class KernelLoadError(RuntimeError):
 
 
 def kernel_cache_dir(override: str | os.PathLike | None = None) -> Path:
-    """The directory kernel sources are written to: `override`, else ~/.cache/pipec/kernels.
+    """The directory kernel sources (and tuning results) are written to: `override`, else
+    $PIPEC_KERNEL_DIR, else ~/.cache/pipec/kernels.
 
     A directory that is not ours or is writable by others is not trusted: a private
     temporary directory is used instead.
     """
     global _fallback_dir
-    path = Path(override) if override is not None else Path.home() / ".cache" / "pipec" / "kernels"
+    if override is None:
+        override = os.environ.get("PIPEC_KERNEL_DIR") or Path.home() / ".cache" / "pipec" / "kernels"
+    path = Path(override)
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = path.stat()
