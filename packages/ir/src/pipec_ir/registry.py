@@ -80,6 +80,13 @@ def _module_distributions() -> dict[str, list[str]]:
 def distribution_of(module: str) -> tuple[str, str]:
     """(distribution name, version) that ships `module`, or ("unknown", "0") for code not installed."""
     top = module.split(".")[0]
+    try:  # a distribution named like its top-level package (pipec_capture: pipec-capture) is
+        # found directly; the full map of every installed distribution takes seconds to build
+        found = importlib.metadata.distribution(top)
+        if top in (found.read_text("top_level.txt") or top).split():
+            return found.metadata["Name"], found.version
+    except importlib.metadata.PackageNotFoundError:
+        pass
     for dist in _module_distributions().get(top, []):
         try:
             return dist, importlib.metadata.version(dist)

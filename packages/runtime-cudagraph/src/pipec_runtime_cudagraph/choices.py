@@ -100,23 +100,38 @@ class ChoiceStep:
         _run(self.alternatives[self.pick(vals, symvals, device)], vals, symvals, device)
 
 
+# GPU time per call past which a group's alternatives are compared on GPU time under `launch` too
+GPU_BOUND_MS = 0.02
+
+
 def _timed(runs: dict, graphed: bool) -> dict[str, float]:
-    """Milliseconds per call of each run. `graphed` (the CUDA Graph runtime, whose replays cost
-    no host time): GPU time alone, each run captured into a CUDA Graph and replayed
-    (`do_bench_cudagraph`); with host work in the loop a small GEMM's Python launch cost would
-    decide instead of its kernels (GPT-2 at 1 x 128 tokens: cuBLASLt's addmm, 40 us of GPU time,
-    beat a 15 us mm + pointwise kernel on wall time). Otherwise (`launch`, where that host time
-    is paid every call) wall-clock `do_bench`. An alternative that cannot be captured makes the
-    whole group fall back to `do_bench`, so every time compares like with like."""
+    """Milliseconds per call of each run, GPU time where it decides:
+
+    * `graphed` (the CUDA Graph runtime, whose replays cost no host time): GPU time alone, each
+      run captured into a CUDA Graph and replayed (`do_bench_cudagraph`); with host work in the
+      loop a small GEMM's Python launch cost would decide instead of its kernels (GPT-2 at
+      1 x 128 tokens: cuBLASLt's addmm, 40 us of GPU time, beat a 15 us mm + pointwise kernel
+      on wall time).
+    * `launch`, when the fastest alternative keeps the GPU busy for GPU_BOUND_MS or more: GPU
+      time as well. The host prepares the next launches while such a GEMM runs, so its host
+      work is hidden, and a wall-clock loop of a 20-60 us GEMM measures as much host jitter as
+      kernel (the GPT-2 block at 8 x 1024 ran 0.29 ms after one process's picks, 0.52 ms after
+      another's).
+    * `launch` with small GEMMs: wall-clock `do_bench`, host work included, since that is paid
+      every call.
+    An alternative that cannot be captured makes the whole group use `do_bench`, so every time
+    compares like with like."""
     from triton.testing import do_bench, do_bench_cudagraph
 
-    if graphed:
-        try:
-            return {name: do_bench_cudagraph(run, rep=20) for name, run in runs.items()}
-        except Exception:  # noqa: BLE001 - uncapturable (a host sync): time them all on the wall clock
-            import torch
+    try:
+        gpu = {name: do_bench_cudagraph(run, rep=20) for name, run in runs.items()}
+    except Exception:  # noqa: BLE001 - uncapturable (a host sync): time them all on the wall clock
+        import torch
 
-            torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        gpu = None
+    if gpu is not None and (graphed or min(gpu.values()) >= GPU_BOUND_MS):
+        return gpu
     return {name: do_bench(run, warmup=5, rep=20) for name, run in runs.items()}
 
 
