@@ -53,6 +53,10 @@ CASES = {
     "index_put_unique": (lambda x, s, r: x.index_put((r[1:4],), s[:3]), X, SRC, ROWS),
     "index_put_second_dim": (lambda x, s, r: torch.ops.aten.index_put(x, [None, r.abs()], s[0, :5].unsqueeze(1),
                                                                       True), X, SRC, ROWS),
+    # masked_scatter: a running count of the mask picks source elements in order
+    "masked_scatter": (lambda x, s: x.masked_scatter(x.flip(0) > 0, s * 2), X, WIDE.repeat(2, 2)),
+    "masked_scatter_broadcast_mask": (lambda x, m, s: torch.masked_scatter(x, m[0] > 0, s), X, SRC, WIDE.repeat(2, 2)),
+    "masked_scatter_broadcast_self": (lambda x, m, s: torch.masked_scatter(x[0], m > 0.5, s), X, SRC, WIDE.repeat(2, 2)),
 }
 
 

@@ -52,7 +52,6 @@ EXPECTED: dict[str, tuple[str, str]] = {
     'linalg.tensorsolve': (XFAIL, 'an op with a non-tensor result (error check) cannot be compiled'),
     'logdet': (EXTERN, 'aten._linalg_slogdet.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
     'masked.median': (EXTERN, 'aten.nanmedian.dim: sorting: pipec has no sort kernel'),
-    'masked_scatter': (EXTERN, 'aten.masked_scatter.default: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
     'msort': (EXTERN, 'aten.sort.default: sorting: pipec has no sort kernel'),
     'nanquantile': (EXTERN, 'aten.sort.default: sorting: pipec has no sort kernel'),
     'nn.functional.bilinear': (EXTERN, 'aten._trilinear.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),

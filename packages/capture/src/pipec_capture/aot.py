@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from .decompositions import DECOMPOSITIONS
 from .lower import LIBRARY_OPS, LOWERINGS, base_name
 
 # Ops that pipec lowers itself (better fusion than their decompositions) or runs
@@ -44,6 +45,7 @@ def core_decompositions(*, decompose_attention: bool = False) -> dict:
 
     table = {op: fn for op, fn in items if not kept(str(op))}
     table.update(lowered_by_decomposition())
+    table.update(DECOMPOSITIONS)
     return table
 
 
