@@ -28,6 +28,54 @@ def masked_scatter(self: torch.Tensor, mask: torch.Tensor, source: torch.Tensor)
     return torch.where(mask, taken, self)
 
 
+
+
+# Rows longer than this stay one extern call: sorting by rank compares every pair of a row.
+SORT_MAX_ROW = 1024
+
+
+def sort(self: torch.Tensor, dim: int = -1, descending: bool = False):
+    """torch.sort as ranks: an element's place is the number of elements that go before it
+    (smaller, or equal and earlier: the stable order; NaN after every number, as in eager), a
+    sum over the row of a pairwise comparison that fuses into one reduction kernel; values and
+    indices are then scattered to their places (a permutation: no two writes collide).
+    O(n^2) work per row, so only rows up to SORT_MAX_ROW; longer ones stay an extern call."""
+    if self.dim() == 0:
+        return self.clone(), torch.zeros((), dtype=torch.int64, device=self.device)
+    n = self.shape[dim]
+    if not isinstance(n, int) or n > SORT_MAX_ROW or self.dtype == torch.bool or self.is_complex():
+        return NotImplemented
+    x = self.movedim(dim, -1)
+    mine, other = x.unsqueeze(-1), x.unsqueeze(-2)  # [..., i, 1] and [..., 1, j]
+    position = torch.arange(n, device=self.device)
+    earlier = position.view(1, n) < position.view(n, 1)  # j < i
+    ahead = _greater(mine, other) if not descending else _greater(other, mine)
+    before = ahead | (_same(mine, other) & earlier)
+    rank = before.sum(-1)
+    values = torch.scatter(x, -1, rank, x)
+    indices = torch.scatter(torch.zeros_like(rank), -1, rank, position.expand_as(rank))
+    return values.movedim(-1, dim).contiguous(), indices.movedim(-1, dim).contiguous()
+
+
+def _greater(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a > b in sort order: NaN is greater than every number."""
+    if not a.is_floating_point():
+        return a > b
+    return (a > b) | (a.isnan() & ~b.isnan())
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if not a.is_floating_point():
+        return a == b
+    return (a == b) | (a.isnan() & b.isnan())
+
+
+def sort_stable(self: torch.Tensor, *, stable=None, dim: int = -1, descending: bool = False):
+    return sort(self, dim, descending)  # the rank order is the stable one either way
+
+
 DECOMPOSITIONS = {
     aten.masked_scatter.default: masked_scatter,
+    aten.sort.default: sort,
+    aten.sort.stable: sort_stable,
 }
