@@ -18,13 +18,22 @@ def _record(calls, name, result=1.0, error=None):
     return bench
 
 
-def test_wall_clock_timing_under_launch(monkeypatch):
+def test_launch_times_small_gemms_on_the_wall_clock_and_long_ones_on_the_gpu(monkeypatch):
+    """Under `launch` a run's host work counts when its kernels are short (it is paid every
+    call); once the fastest alternative keeps the GPU busy for GPU_BOUND_MS, GPU time decides."""
+    from pipec_runtime_cudagraph.choices import GPU_BOUND_MS
+
     calls = []
-    monkeypatch.setattr(triton.testing, "do_bench", _record(calls, "wall"))
-    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph"))
+    monkeypatch.setattr(triton.testing, "do_bench", _record(calls, "wall", 3.0))
     ran = []
-    times = _timed({"a": lambda: ran.append("a"), "b": lambda: ran.append("b")}, graphed=False)
-    assert times == {"a": 1.0, "b": 1.0} and calls == ["wall", "wall"] and ran == ["a", "b"]
+    runs = {"a": lambda: ran.append("a"), "b": lambda: ran.append("b")}
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", GPU_BOUND_MS / 2))
+    assert _timed(runs, graphed=False) == {"a": 3.0, "b": 3.0}
+    assert calls == ["graph", "graph", "wall", "wall"] and ran == ["a", "b", "a", "b"]
+    calls.clear()
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", GPU_BOUND_MS))
+    assert _timed(runs, graphed=False) == {"a": GPU_BOUND_MS, "b": GPU_BOUND_MS}
+    assert calls == ["graph", "graph"]
 
 
 def test_gpu_time_under_cuda_graphs_and_wall_clock_for_all_when_one_cannot_be_captured(monkeypatch):
