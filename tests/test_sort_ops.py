@@ -43,3 +43,17 @@ def test_long_rows_stay_one_extern_call():
     f = lambda t: torch.sort(t)[0]  # noqa: E731
     with pytest.warns(pipec.PipecFallbackWarning, match="aten.sort"):
         torch.testing.assert_close(pipec.compile(f)(x), f(x))
+
+
+@pytest.mark.parametrize("largest,is_sorted", [(True, True), (False, True), (True, False)])
+def test_topk_matches_eager_up_to_the_order_of_ties(largest, is_sorted):
+    x = torch.tensor([[3.0, 1.0, float("nan"), 3.0, -2.0, 0.5, 3.0]]).repeat(3, 1) * torch.tensor([[1.0], [2.0], [-1.0]])
+
+    def f(t):
+        return torch.topk(t + 0, 4, dim=1, largest=largest, sorted=is_sorted)
+
+    values, indices = pipec.compile(f)(x)
+    want_values, _ = f(x)
+    torch.testing.assert_close(torch.gather(x, 1, indices), values, equal_nan=True)  # indices select the values
+    torch.testing.assert_close(values.sort(1)[0], want_values.sort(1)[0], equal_nan=True)
+    assert pipec.explain(f, x).extern_ops == {}

@@ -76,3 +76,15 @@ def test_float64_reference_widens_a_dtype_argument_naming_the_half_type():
     assert wide.dtype == torch.float64 and wide[0, -1].item() == 2.0
     narrow = h._call(torch.cumsum, None, [tensors[0].double()], spec)
     assert narrow.dtype == torch.bfloat16
+
+
+def test_topk_indices_are_checked_by_what_they_select():
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0]])
+    sample = type("Sample", (), {"args": (2, 1), "kwargs": {}})
+    eager = list(torch.topk(x, 2, 1))
+    tie = [torch.tensor([[3.0, 3.0]]), torch.tensor([[2, 1]])]  # the other order of the tie
+    assert h.topk_problem(tie, eager, x, sample, torch.float32) is None
+    wrong_index = [torch.tensor([[3.0, 3.0]]), torch.tensor([[2, 3]])]
+    assert "not the input's values" in h.topk_problem(wrong_index, eager, x, sample, torch.float32)
+    wrong_value = [torch.tensor([[3.0, 2.0]]), torch.tensor([[1, 3]])]
+    assert h.topk_problem(wrong_value, eager, x, sample, torch.float32) is not None
