@@ -356,6 +356,8 @@ class _Launch:
             sizes, grid = self.dims if self.static else self.dims(*symvals)
             if not (self.skip or 0 in grid):
                 jobs.append((grid, sizes, self.kwargs))
+        if len(jobs) < 2:
+            return
         try:
             with ThreadPoolExecutor(max_workers=min(len(jobs), COMPILE_THREADS)) as pool, async_mode(pool):
                 for grid, sizes, kwargs in jobs:
@@ -364,6 +366,7 @@ class _Launch:
             pass
 
 
+# threads compiling one kernel's candidate configs (each mostly waits on ptxas or LLVM)
 COMPILE_THREADS = max(1, min(8, (os.cpu_count() or 2) - 1))
 
 # (kernel body digest, size bucket, device) -> index of the fastest config, for
