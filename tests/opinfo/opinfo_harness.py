@@ -231,11 +231,17 @@ def _externs(graph) -> tuple[tuple[str, str], ...]:
                  if n.op == "extern" and not is_philox_seed(n))
 
 
+# what an output outside the tolerances may lose to float64 beyond 1.5x eager's own loss
+REFERENCE_SLACK = {torch.float16: 1e-3, torch.bfloat16: 1e-3, torch.float32: 1e-5}
+
+
 def compare(got, expected, dtype, reference=None) -> str | None:
-    """None when pipec's outputs match eager's at the dtype's tolerances. For half types an
-    output outside them still passes when it is at least as close as eager's to a float64
-    run of the same op (`reference()`: a cumsum whose partial sums cancel loses more than the
-    tolerance in any order of additions; the question is only whether pipec lost more)."""
+    """None when pipec's outputs match eager's at the dtype's tolerances. A floating output
+    outside them still passes when it is about as close as eager's to a float64 run of the
+    same op (`reference()`; within 1.5x eager's error plus REFERENCE_SLACK): a cumsum whose
+    partial sums cancel loses more than the tolerance in any order of additions, and eager's
+    CPU attention (a flash kernel) and pipec's (matmuls and a softmax) round differently by
+    more than float32's rtol of 1.3e-6; the question is only whether pipec lost more."""
     if len(got) != len(expected):
         return f"{len(got)} outputs, eager has {len(expected)}"
     exact = None
@@ -244,7 +250,7 @@ def compare(got, expected, dtype, reference=None) -> str | None:
             torch.testing.assert_close(g, e, equal_nan=True, **(tolerances(e.dtype) if e.is_floating_point() else {}))
         except AssertionError as exc:
             problem = f"output {k}: {' '.join(str(exc).split())[:300]}"
-            if reference is None or e.dtype not in (torch.float16, torch.bfloat16) or g.shape != e.shape:
+            if reference is None or e.dtype not in REFERENCE_SLACK or g.shape != e.shape:
                 return problem
             try:
                 exact = exact if exact is not None else reference()
@@ -252,7 +258,7 @@ def compare(got, expected, dtype, reference=None) -> str | None:
             except Exception:  # noqa: BLE001 - no float64 run of this op: the eager comparison stands
                 return problem
             ours, eagers = (g.double() - r).abs().nan_to_num(), (e.double() - r).abs().nan_to_num()
-            if ours.max() > 1.5 * eagers.max() + 1e-3:
+            if ours.max() > 1.5 * eagers.max() + REFERENCE_SLACK[e.dtype]:
                 return f"{problem} (and further from float64 than eager: {ours.max():.3g} vs {eagers.max():.3g})"
     return None
 

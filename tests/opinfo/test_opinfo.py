@@ -63,8 +63,13 @@ def test_half_outputs_outside_tolerance_pass_only_when_no_further_from_float64_t
     assert h.compare([closer], [eager], torch.bfloat16) is not None  # outside bf16 tolerance of eager
     assert h.compare([closer], [eager], torch.bfloat16, reference=lambda: [exact]) is None
     assert "further from float64" in h.compare([farther], [eager], torch.bfloat16, reference=lambda: [exact])
-    f32 = [eager.float()]
-    assert h.compare([closer.float()], f32, torch.float32, reference=lambda: [exact]) is not None  # fp32: strict
+    # float32 the same way, with a float32-sized slack
+    exact32 = torch.tensor([1.0 + 3e-5, 7.0], dtype=torch.float64)
+    eager32 = torch.tensor([1.0, 7.0])  # 3e-5 from float64: outside float32's tolerances of pipec below
+    assert h.compare([exact32.float()], [eager32], torch.float32) is not None
+    assert h.compare([exact32.float()], [eager32], torch.float32, reference=lambda: [exact32]) is None
+    farther32 = torch.tensor([1.0 + 9e-5, 7.0])
+    assert "further from float64" in h.compare([farther32], [eager32], torch.float32, reference=lambda: [exact32])
 
 
 def test_float64_reference_widens_a_dtype_argument_naming_the_half_type():
