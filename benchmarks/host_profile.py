@@ -11,7 +11,6 @@ Inductor's line by line. Writes the rows as JSON with --out.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import json
 import pstats
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-from profile_kernels import BACKENDS, build
+from profile_kernels import build, parse_and_load
 
 
 def host_profile(fn, inputs, calls: int, top: int) -> dict:
@@ -66,21 +65,8 @@ def _synchronizing_calls(fn, inputs, calls: int = 3) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model_file", type=Path)
-    parser.add_argument("--backends", default="inductor,pipec", help=f"comma list of {', '.join(BACKENDS)}")
-    parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--out", default=None, help="results JSON path")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("host_profile.py needs a CUDA GPU")
-    from pipec.cli import load_model_file
-
-    sys.path.insert(0, str(args.model_file.resolve().parent))
-    model, inputs, name = load_model_file(args.model_file)
-    model = model.to(next(t.device for t in inputs if isinstance(t, torch.Tensor)))
-    results = {"model": name, "device": torch.cuda.get_device_name(), "backends": {}}
+    args, model, inputs, results = parse_and_load(__doc__, "host_profile.py", "inductor,pipec", 200, 25)
+    name = results["model"]
     for backend in args.backends.split(","):
         row = host_profile(build(backend, model), inputs, args.calls, args.top)
         results["backends"][backend] = row

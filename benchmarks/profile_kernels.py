@@ -69,22 +69,29 @@ def profile_backend(fn, inputs, calls: int) -> dict:
             "launches": sum(k["calls"] for k in kernels), "kernels": kernels}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_and_load(doc: str, script: str, backends: str, calls: int, top: int):
+    """The command line this script and host_profile.py share -> (args, model, inputs, results
+    skeleton). The model moves to its inputs' device, as `pipec bench` does."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("model_file", type=Path)
-    parser.add_argument("--backends", default="eager,inductor,pipec", help=f"comma list of {', '.join(BACKENDS)}")
-    parser.add_argument("--calls", type=int, default=10)
-    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--backends", default=backends, help=f"comma list of {', '.join(BACKENDS)}")
+    parser.add_argument("--calls", type=int, default=calls)
+    parser.add_argument("--top", type=int, default=top)
     parser.add_argument("--out", default=None, help="results JSON path")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("profile_kernels.py needs a CUDA GPU")
+        raise SystemExit(f"{script} needs a CUDA GPU")
     from pipec.cli import load_model_file
 
     sys.path.insert(0, str(args.model_file.resolve().parent))
     model, inputs, name = load_model_file(args.model_file)
-    model = model.to(next(t.device for t in inputs if isinstance(t, torch.Tensor)))  # as `pipec bench` does
-    results = {"model": name, "device": torch.cuda.get_device_name(), "backends": {}}
+    model = model.to(next(t.device for t in inputs if isinstance(t, torch.Tensor)))
+    return args, model, inputs, {"model": name, "device": torch.cuda.get_device_name(), "backends": {}}
+
+
+def main() -> int:
+    args, model, inputs, results = parse_and_load(__doc__, "profile_kernels.py", "eager,inductor,pipec", 10, 15)
+    name = results["model"]
     for backend in args.backends.split(","):
         t0 = time.perf_counter()
         fn = build(backend, model)
