@@ -525,9 +525,13 @@ def _adaptive_covering_cells(cx, shape, dim: int, size: int, out: int):
         yield cell, cx.pointwise("lt", [j, count], shape, "bool", operand_dtype=I64)
 
 
-def _adaptive_backward_sizes(cx, grad_output, x, n: int):
-    """(input shape, its last n sizes, the output's last n sizes), all static, for a backward
-    over adaptive windows; too many candidate cells per input point: extern."""
+def _adaptive_backward_sizes(cx, node, grad_output, x, n: int, what: str):
+    """(result type, input shape, its last n sizes, the output's last n sizes), all static, for
+    a backward over adaptive windows; a non-float result or too many candidate cells per input
+    point: extern."""
+    t = cx.result(node)
+    if not is_float(t.dtype):
+        raise NoLowering(f"{t.dtype} adaptive {what} pooling backward")
     src_shape = tuple(cx.static(s) for s in cx.shape(x))
     out_shape = tuple(cx.static(s) for s in cx.shape(grad_output))
     if len(src_shape) not in (n + 1, n + 2) or len(out_shape) != len(src_shape):
@@ -537,15 +541,12 @@ def _adaptive_backward_sizes(cx, grad_output, x, n: int):
         candidates = math.prod(max(_adaptive_spans(o, s)) for s, o in zip(size, out))
         if candidates > MAX_TAPS:
             raise NoLowering(f"adaptive pooling backward over {candidates} candidate cells (more than {MAX_TAPS})")
-    return src_shape, size, out
+    return t, src_shape, size, out
 
 
 def _adaptive_avg_pool_backward(n: int):
     def lower(cx, node, grad_output, x):
-        t = cx.result(node)
-        if not is_float(t.dtype):
-            raise NoLowering(f"{t.dtype} adaptive average pooling backward (integer division)")
-        src_shape, size, out = _adaptive_backward_sizes(cx, grad_output, x, n)
+        t, src_shape, size, out = _adaptive_backward_sizes(cx, node, grad_output, x, n, "average")
         if 0 in src_shape or 0 in out:
             return cx.full(0.0, t.shape, t.dtype)
         acc, shape, rank = acc_dtype(t.dtype), t.shape, len(src_shape)
@@ -566,10 +567,7 @@ register("aten._adaptive_avg_pool3d_backward.default")(_adaptive_avg_pool_backwa
 
 def _adaptive_max_pool_backward(n: int):
     def lower(cx, node, grad_output, x, indices):
-        t = cx.result(node)
-        if not is_float(t.dtype):
-            raise NoLowering(f"{t.dtype} adaptive max pooling backward")
-        src_shape, size, out = _adaptive_backward_sizes(cx, grad_output, x, n)
+        t, src_shape, size, out = _adaptive_backward_sizes(cx, node, grad_output, x, n, "max")
         if 0 in src_shape or 0 in out:
             return cx.full(0.0, t.shape, t.dtype)
         acc, shape, rank = acc_dtype(t.dtype), t.shape, len(src_shape)
