@@ -115,8 +115,8 @@ def _timed(runs: dict, graphed: bool) -> dict[str, float]:
     * `launch`, when the fastest alternative keeps the GPU busy for GPU_BOUND_MS or more: GPU
       time as well. The host prepares the next launches while such a GEMM runs, so its host
       work is hidden, and a wall-clock loop of a 20-60 us GEMM measures as much host jitter as
-      kernel (the GPT-2 block at 8 x 1024 ran 0.29 ms after one process's picks, 0.52 ms after
-      another's).
+      kernel (with wall-clock picks the GPT-2 block at 8 x 1024 ran 0.29 ms in one process and
+      0.52 ms in another, on the H200).
     * `launch` with small GEMMs: wall-clock `do_bench`, host work included, since that is paid
       every call.
     An alternative that cannot be captured makes the whole group use `do_bench`, so every time
