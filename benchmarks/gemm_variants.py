@@ -76,14 +76,25 @@ def mm_ptr(
 
 @triton.jit
 def _tma_tile(a_desc, b_desc, c_desc, bias_ptr, om, on, k_tiles, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, GELU: tl.constexpr):
-    """One [BM, BN] output tile at (om, on): the K loop on TMA loads, then bias (+ GELU) and a TMA store."""
+              BK: tl.constexpr, GELU: tl.constexpr, SUBTILE: tl.constexpr = False):
+    """One [BM, BN] output tile at (om, on): the K loop on TMA loads, then bias (+ GELU) and a TMA
+    store; SUBTILE: the epilogue in two [BM, BN/2] halves (c_desc's block is the half), which
+    halves the registers and shared memory the store needs."""
     acc = tl.zeros((BM, BN), tl.float32)
     for k in range(k_tiles):
         acc = tl.dot(a_desc.load([om, k * BK]), b_desc.load([on, k * BK]).T, acc)
-    rn = on + tl.arange(0, BN)
-    x = _gelu(acc + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU)
-    c_desc.store([om, on], x.to(tl.bfloat16))
+    if SUBTILE:
+        halves = tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1))
+        left, right = tl.split(halves)
+        rn = on + tl.arange(0, BN // 2)
+        x = _gelu(left + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU)
+        c_desc.store([om, on], x.to(tl.bfloat16))
+        x = _gelu(right + tl.load(bias_ptr + rn + BN // 2).to(tl.float32)[None, :], GELU)
+        c_desc.store([om, on + BN // 2], x.to(tl.bfloat16))
+    else:
+        rn = on + tl.arange(0, BN)
+        x = _gelu(acc + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU)
+        c_desc.store([om, on], x.to(tl.bfloat16))
 
 
 @triton.jit
@@ -119,23 +130,36 @@ def mm_tma_persistent(
     BK: tl.constexpr,
     GROUP_M: tl.constexpr,
     GELU: tl.constexpr,
-    NUM_SMS: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
     FLATTEN: tl.constexpr,
+    SUBTILE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
 ):
     k_tiles = tl.cdiv(K, BK)
     num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
-    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = _grouped_tile(tile, M, N, BM, BN, GROUP_M)
-        _tma_tile(a_desc, b_desc, c_desc, bias_ptr, pid_m * BM, pid_n * BN, k_tiles, BM, BN, BK, GELU)
+        _tma_tile(a_desc, b_desc, c_desc, bias_ptr, pid_m * BM, pid_n * BN, k_tiles, BM, BN, BK, GELU, SUBTILE)
 
 
 POINTER_CONFIGS = [  # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages)
     (128, 128, 64, 8, 8, 3), (128, 256, 64, 8, 8, 3), (128, 256, 64, 8, 8, 4),
     (256, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4), (128, 256, 32, 8, 8, 5),
+    # 96 KB of shared memory: two programs per SM, one's epilogue beside the other's K loop
+    (128, 128, 64, 8, 4, 3), (128, 128, 64, 16, 4, 3),
 ]
 TMA_CONFIGS = [
     (128, 128, 64, 8, 8, 3), (128, 256, 64, 8, 8, 3), (128, 256, 64, 8, 8, 4),
     (256, 128, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4), (128, 128, 128, 8, 8, 3),
+    (128, 128, 64, 8, 4, 3),
+]
+# persistent variants: (config, programs per SM, subtiled epilogue, warp_specialize)
+PERSISTENT = [
+    ((128, 256, 64, 8, 8, 3), 1, False, False), ((128, 256, 64, 8, 8, 3), 1, True, False),
+    ((128, 256, 64, 8, 8, 4), 1, True, False), ((128, 128, 64, 8, 4, 3), 2, False, False),
+    ((128, 128, 64, 8, 4, 3), 2, True, False), ((128, 256, 64, 8, 8, 3), 1, True, True),
+    ((128, 128, 64, 8, 8, 4), 1, True, True),
 ]
 
 
@@ -176,15 +200,19 @@ def run(M, K, N, gelu):
     if TensorDescriptor is None:
         return rows
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def descriptors(bm, bn, bk, subtile=False):
+        return (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+                TensorDescriptor.from_tensor(out, [bm, bn // 2 if subtile else bn]))
+
     for bm, bn, bk, g, nw, ns in TMA_CONFIGS:
-        descs = (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
-                 TensorDescriptor.from_tensor(out, [bm, bn]))
-        args = (*descs, b, M, N, K, bm, bn, bk, g, gelu)
+        args = (*descriptors(bm, bn, bk), b, M, N, K, bm, bn, bk, g, gelu)
         record(f"tma {bm}x{bn}x{bk} w{nw} s{ns}", launch(mm_tma, (tiles(bm, bn),), args, out, nw, ns))
-        for flat in (True, False):
-            grid = (min(nsm, tiles(bm, bn)),)
-            record(f"tma-persistent {bm}x{bn}x{bk} w{nw} s{ns} flat={flat}",
-                   launch(mm_tma_persistent, grid, (*args, nsm, flat), out, nw, ns))
+    for (bm, bn, bk, g, nw, ns), per_sm, subtile, ws in PERSISTENT:
+        programs = min(per_sm * nsm, tiles(bm, bn))
+        args = (*descriptors(bm, bn, bk, subtile), b, M, N, K, bm, bn, bk, g, gelu, programs, True, subtile, ws)
+        record(f"tma-persistent {bm}x{bn}x{bk} w{nw} s{ns} x{per_sm}/SM subtile={subtile} ws={ws}",
+               launch(mm_tma_persistent, (programs,), args, out, nw, ns))
     return rows
 
 

@@ -78,7 +78,14 @@ def parse_and_load(doc: str, script: str, backends: str, calls: int, top: int):
     parser.add_argument("--calls", type=int, default=calls)
     parser.add_argument("--top", type=int, default=top)
     parser.add_argument("--out", default=None, help="results JSON path")
+    parser.add_argument("--log-tuning", action="store_true",
+                        help="print what pipec's autotuning picks (configs, choice groups) as it times them")
     args = parser.parse_args()
+    if args.log_tuning:
+        import logging
+
+        logging.basicConfig(format="%(name)s: %(message)s")
+        logging.getLogger("pipec.tuning").setLevel(logging.INFO)
     if not torch.cuda.is_available():
         raise SystemExit(f"{script} needs a CUDA GPU")
     from pipec.cli import load_model_file

@@ -21,11 +21,14 @@ Here each group becomes one step that runs a single alternative:
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 
 from pipec_ir import get_attr
 
 from .tuning_cache import tuning_key
+
+tuning_log = logging.getLogger("pipec.tuning")  # launch.py's: what autotuning picked
 
 
 class ChoiceStep:
@@ -94,7 +97,10 @@ class ChoiceStep:
             raise first_error
         times.update(_timed(runs, graphed=timer == "graph"))
         self.timings[bucket] = times
-        return min(times, key=times.__getitem__)
+        chosen = min(times, key=times.__getitem__)
+        tuning_log.info("choice %s%s (%s time): %s; %s", self.name, f" bucket {bucket}" if bucket else "",
+                        timer, chosen, " ".join(f"{n}={t:.4f}ms" for n, t in sorted(times.items())))
+        return chosen
 
     def __call__(self, vals, symvals, device):
         _run(self.alternatives[self.pick(vals, symvals, device)], vals, symvals, device)

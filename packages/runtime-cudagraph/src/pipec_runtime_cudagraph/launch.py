@@ -16,6 +16,7 @@ buffer), run the closures, drop intermediates after their last use.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -32,6 +33,10 @@ from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_p
 from .interpreter import enable_interpreter, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
 from .tuning_cache import TuningCache, tuning_key
+
+# What autotuning picked (INFO: one line per kernel and size bucket timed; DEBUG: reused picks too).
+# `logging.getLogger("pipec.tuning").setLevel(logging.INFO)` with a handler shows it.
+tuning_log = logging.getLogger("pipec.tuning")
 from .memory import buffer_nbytes, is_view_target, plan_check, round_up
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in (
@@ -46,6 +51,12 @@ MAX_SPECIALIZED = 64
 def _skip(stream, *ptrs) -> None:
     """A launch with an empty grid."""
 
+
+
+def describe_config(config) -> str:
+    """`XBLOCK=1 RBLOCK=4096 warps=8 stages=1`: a launch config as the tuning log prints it."""
+    blocks = " ".join(f"{k}={v}" for k, v in config.constants)
+    return f"{blocks} warps={config.num_warps} stages={config.num_stages}"
 
 class ProgramLoadError(RuntimeError):
     """The program cannot be run by this runtime (unknown extern, bad kernel arity...)."""
@@ -333,6 +344,10 @@ class _Launch:
                 raise first_error
             chosen = min(range(len(times)), key=times.__getitem__)
             _TUNED[shared_key] = chosen
+            tuning_log.info("%s%s: config %d of %d (%s), %.4f ms; all: %s", self.kernel.name,
+                            f" bucket {bucket}" if bucket else "", chosen, len(times),
+                            describe_config(self.kernel.configs[chosen]), times[chosen],
+                            " ".join(f"{t:.4f}" for t in times))
             if disk_key is not None and len(times) > 1:
                 runner.tuning_cache.put(disk_key, chosen, times)
         runner.tuned[(self.kernel.name, bucket)] = chosen
