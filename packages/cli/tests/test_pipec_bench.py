@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from pipec.bench import count_flops, cpu_median_ms, io_bytes
+from pipec import bench
+from pipec.bench import BackendResult, BenchOptions, count_flops, cpu_median_ms, io_bytes, time_rounds
 from pipec_cli_testing import HERE, one_error_line, run
 
 REPO = HERE.parents[2]
@@ -44,6 +45,21 @@ def test_count_flops_sees_matmuls_only():
 
 def test_cpu_median_ms_measures_the_call():
     assert 4.0 <= cpu_median_ms(lambda: time.sleep(0.005), warmup_ms=0, rep_ms=20) < 50
+
+
+def test_time_rounds_rotates_the_order_and_takes_each_backends_median(monkeypatch):
+    """Round r starts r places along; a backend's time is the median of its rounds, so one slow
+    round (a GPU heated by the backend before it) does not decide."""
+    order, scripted = [], {"a": [1.0, 9.0, 1.2], "b": [2.0, 2.2, 2.1], "c": [3.0, 3.3, 3.1]}
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: call())
+    pending = []
+    for name in "abc":
+        result = BackendResult(name, name)
+        pending.append((result, lambda n=name: (order.append(n), scripted[n].pop(0))[1]))
+    time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=3))
+    assert order == list("abc" "bca" "cab")
+    assert [r.ms for r, _ in pending] == [1.2, 2.1, 3.1]
+    assert pending[0][0].ms_rounds == [1.0, 9.0, 1.2]
 
 
 # ---------------------------------------------------------------- the command, real stages

@@ -4,7 +4,11 @@ Every backend's outputs are checked against eager (torch.testing.assert_close at
 dtype's tolerance, or the model file's `tolerance`) before it is timed. What is reported:
 
 * **time**: on CUDA, the median of `triton.testing.do_bench` (which flushes L2 before every
-  call). Without CUDA, the median wall time per call of a `time.perf_counter` loop; pipec's
+  call). Every backend is compiled and checked first; then the backends are timed in
+  `rounds` rounds, each in a rotated order, and a backend's time is the median of its
+  rounds. Timing each backend right after its own compile favoured whoever came after a
+  long CPU-only compile: on the H200 the same cuBLAS GEMM ran 17% slower right after
+  pipec's GPU-heavy autotuning than in eager's profile before it (bf16 8192 x 2048 x 8192). Without CUDA, the median wall time per call of a `time.perf_counter` loop; pipec's
   kernels then run in Triton's interpreter, so CPU numbers check the plumbing, not speed.
 * **TB/s** (achieved memory bandwidth): bytes of the model's tensor inputs, parameters,
   buffers and outputs, each storage counted once, divided by the time. This is the least
@@ -57,7 +61,8 @@ class BenchOptions:
     inductor: bool | None = None  # None: only with CUDA
     inductor_modes: tuple[str, ...] = ("default",)
     warmup_ms: float = 25.0
-    rep_ms: float = 100.0
+    rep_ms: float = 100.0  # per backend and round
+    rounds: int = 3  # timing rounds over all backends, each in a rotated order
     atol: float | None = None  # with rtol: the numerics check's tolerance (None: the dtype's)
     rtol: float | None = None
     keep_caches: bool = False
@@ -67,7 +72,8 @@ class BenchOptions:
 class BackendResult:
     name: str  # "eager", "pipec", "inductor", "inductor-max-autotune-no-cudagraphs"
     label: str
-    ms: float | None = None
+    ms: float | None = None  # the median of `ms_rounds`
+    ms_rounds: list[float] = field(default_factory=list)  # one median per timing round
     max_error: float | None = None
     kernels: int | None = None
     extern_ops: int | None = None
@@ -205,10 +211,12 @@ def measure_ms(fn: Callable[[], Any], device: str, warmup_ms: float, rep_ms: flo
     return cpu_median_ms(fn, warmup_ms, rep_ms)
 
 
-def timer_label(device: str, warmup_ms: float, rep_ms: float) -> str:
+def timer_label(device: str, warmup_ms: float, rep_ms: float, rounds: int = 1) -> str:
+    each = f"warmup {warmup_ms:g} ms, rep {rep_ms:g} ms"
+    rounds_text = f", median of {rounds} rounds" if rounds > 1 else ""
     if device.startswith("cuda"):
-        return f"triton.testing.do_bench median (warmup {warmup_ms:g} ms, rep {rep_ms:g} ms)"
-    return f"CPU wall time, time.perf_counter median (warmup {warmup_ms:g} ms, rep {rep_ms:g} ms)"
+        return f"triton.testing.do_bench median ({each}){rounds_text}"
+    return f"CPU wall time, time.perf_counter median ({each}){rounds_text}"
 
 
 def copy_tb_per_s(nbytes: int, device: str, warmup_ms: float, rep_ms: float) -> float | None:
@@ -319,18 +327,29 @@ def _check(label: str, outputs, expected, options: BenchOptions) -> float | None
 
 
 def _time(result: BackendResult, compiled, inputs, device: str, options: BenchOptions, pending: list) -> None:
-    """Time one call; (result, call) goes on `pending`, to count its launches after every backend is timed:
-    torch.profiler may leave Triton launch hooks set for the rest of the process, and a launch
-    with hooks takes Triton's full path (pipec's direct launchers step aside for the hooks),
-    so a profile before a timing would slow whatever is timed after it."""
+    """Queue one backend's call on `pending`: it is timed with the others once every backend
+    is compiled (`time_rounds`), then its launches are counted."""
     import torch
 
     def call():
         with torch.no_grad():
             return compiled(*inputs)
 
-    result.ms = measure_ms(call, device, options.warmup_ms, options.rep_ms)
     pending.append((result, call))
+
+
+def time_rounds(pending: list, device: str, options: BenchOptions,
+                progress: Callable[[str], None] = lambda message: None) -> None:
+    """Time every queued backend in `options.rounds` rounds, round r starting r places further
+    along the list, so no backend always runs right after the same neighbour (a GPU heated by
+    one backend's GEMMs clocks down for the next); each backend's time is its rounds' median."""
+    rounds = max(1, options.rounds)
+    for r in range(rounds):
+        progress(f"timing round {r + 1} of {rounds}")
+        for result, call in pending[r % len(pending):] + pending[:r % len(pending)]:
+            result.ms_rounds.append(measure_ms(call, device, options.warmup_ms, options.rep_ms))
+    for result, _ in pending:
+        result.ms = statistics.median(result.ms_rounds)
 
 
 def bench_eager(model, inputs, device: str, options: BenchOptions, pending: list) -> BackendResult:
@@ -410,8 +429,9 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
               on_update: Callable[[BenchResult], None] = lambda result: None) -> BenchResult:
     """Check and time eager, pipec and Inductor on `inputs` (already on their device).
 
-    Backends are measured in the order eager, pipec, Inductor modes (the slowest compiles
-    last); `on_update` sees the result after each one. Raises BenchMismatch when a backend's
+    Backends are compiled and checked in the order eager, pipec, Inductor modes (the slowest
+    compiles last), then timed together (`time_rounds`); `on_update` sees the result after each
+    step. Raises BenchMismatch when a backend's
     outputs differ from eager; compile failures propagate.
     """
     import torch
@@ -426,7 +446,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     result = BenchResult(
         model=name, device=device,
         device_name=torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
-        timer=timer_label(device, options.warmup_ms, options.rep_ms),
+        timer=timer_label(device, options.warmup_ms, options.rep_ms, options.rounds),
         interpreter=not device.startswith("cuda"), inputs=describe_inputs(inputs),
         bytes=io_bytes(model, inputs, expected), flops=count_flops(model, inputs),
         tolerance={"atol": options.atol, "rtol": options.rtol} if options.atol is not None else None,
@@ -451,6 +471,11 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
             result.backends.append(bench_inductor(model, fresh[mode], inputs, expected, device, options, mode,
                                                       pending))
             on_update(result)
+        time_rounds(pending, device, options, progress)
+        on_update(result)
+        # torch.profiler may leave Triton launch hooks set for the rest of the process, and a launch
+        # with hooks takes Triton's full path (pipec's direct launchers step aside for the hooks):
+        # a profile before the timings would slow whatever is timed after it
         progress("counting each backend's launches (torch.profiler, after all timings)")
         for backend, call in pending:
             backend.launches = count_launches(call, device)

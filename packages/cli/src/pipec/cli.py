@@ -476,6 +476,9 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
                   "e.g. max-autotune-no-cudagraphs.")] = None,
               warmup: Annotated[float, typer.Option("--warmup", help="Warm-up per measurement, ms.")] = 25.0,
               rep: Annotated[float, typer.Option("--rep", help="Measuring time per measurement, ms.")] = 100.0,
+              rounds: Annotated[int, typer.Option(
+                  "--rounds", help="Timing rounds over all backends (rotated order); a backend's time "
+                  "is its rounds' median.")] = 3,
               dtype: Annotated[BenchDtype | None, typer.Option(
                   "--dtype", help="Cast the model and its floating inputs first.")] = None,
               atol: Annotated[float | None, typer.Option("--atol", help="Numerics check tolerance (with --rtol; "
@@ -498,6 +501,8 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
         fail(f"unknown --inductor-mode {unknown[0]!r} (expected one of: {', '.join(INDUCTOR_MODES)})")
     if warmup < 0 or rep <= 0:
         fail("--warmup must be >= 0 and --rep > 0 (milliseconds)")
+    if rounds < 1:
+        fail("--rounds must be at least 1")
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime)
     model_obj, example, name, module = load_model_module(model_file, model, inputs)
     atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
@@ -513,7 +518,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     except Exception as exc:
         fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
     bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
-                                 rep_ms=rep, atol=atol, rtol=rtol, keep_caches=keep_caches)
+                                 rep_ms=rep, rounds=rounds, atol=atol, rtol=rtol, keep_caches=keep_caches)
     step = ["setting up"]
 
     def save(result) -> None:
