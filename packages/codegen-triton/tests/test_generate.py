@@ -192,3 +192,46 @@ def test_same_kernel_name_in_two_programs_gets_its_own_index_symbols(builder):
     first, second = KernelWriter(g, k), KernelWriter(g, k)
     assert not set(first.xsyms) & set(second.xsyms)
     assert first.write().source == second.write().source  # the printed kernel is the same
+
+
+def test_half_gelu_matches_eager_and_its_helper_is_accurate(builder, tmp_path):
+    """A bf16 GELU uses `_pipec_gelu_half` (erfc's polynomial, no libdevice): the kernel matches
+    eager, and the helper itself, run in fp32, stays within 3e-7 of float64's x * Phi(x)."""
+    import importlib.util
+
+    import triton
+
+    from pipec_codegen_triton.writer import HELPERS
+
+    b = builder
+    x = b.input("x", (4096,), "bfloat16")
+    b.node("g", "gelu", [x], (4096,), "bfloat16", approximate="none")
+    prog = compile_plan(b.graph(["g"]), [kernel("pipec_gelu_0", "pointwise", ["g"], ["x"], ["g"], (4096,))])
+    src = prog.kernels[0].source
+    assert "def _pipec_gelu_half(x):" in src and "tl.erf" not in src
+    xv = torch.linspace(-8, 8, 4096).to(torch.bfloat16)
+    (out,) = run_program(prog, [xv])
+    torch.testing.assert_close(out, torch.nn.functional.gelu(xv))
+
+    module = tmp_path / "gelu_helper.py"  # Triton reads a kernel's source from its file
+    module.write_text("import triton\nimport triton.language as tl\n" + HELPERS + """
+
+@triton.jit
+def apply(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, _pipec_gelu_half(tl.load(x_ptr + i, mask=i < n)), mask=i < n)
+""")
+    spec = importlib.util.spec_from_file_location("gelu_helper", module)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    apply = loaded.apply
+
+    xs = torch.cat([torch.linspace(-10, 10, 3001), torch.tensor([0.0, -0.0, 1e-30, -1e-30, 40.0, -40.0])])
+    ys = torch.empty_like(xs)
+    apply[(triton.cdiv(xs.numel(), 1024),)](xs, ys, xs.numel(), BLOCK=1024)
+    exact = torch.nn.functional.gelu(xs.double())
+    assert ((ys.double() - exact).abs() <= 3e-7 * (1 + xs.double().abs())).all()
+    special = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    out = torch.empty_like(special)
+    apply[(1,)](special, out, 3, BLOCK=4)
+    assert torch.isnan(out[0]) and out[1] == float("inf") and torch.isnan(out[2])  # as 0.5 * x * (1 + erf)

@@ -191,3 +191,13 @@ def test_bf16_template_every_config_on_gpu(act):
     for config in program.kernels[0].configs:
         (out,) = run_program(program, bf, constants=dict(config.constants))
         torch.testing.assert_close(out, want.cpu(), atol=5e-2, rtol=2e-2)
+
+
+def test_half_gelu_epilogue_defines_its_helper(builder):
+    """The template's epilogue calls `_pipec_gelu_half` for a bf16 GELU: the kernel module
+    must define it (the interpreter's bf16 tl.dot is wrong, so numerics are checked on the GPU)."""
+    graph, kernels = linear(builder, 16, 32, 24, "gelu", dtype="bfloat16")
+    program = compile_plan(graph, kernels)
+    for name in ("pipec_fused_mm_add_1", "pipec_fused_mm_add_1_epilogue"):
+        src = program.kernel_map()[name].source
+        assert "_pipec_gelu_half(" in src and "def _pipec_gelu_half(x):" in src, name

@@ -272,7 +272,7 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
     ops = [nodes[n].op for n in kernel.nodes if kind_of(nodes[n].op) != VIEW]
     shape_a = "[B, M, K] @ [B, K, N]" if batched else "[M, K] @ [K, N]"
     doc = f"{' -> '.join(ops)}: {shape_a} into an fp32 tile, epilogue on the tile; writes {', '.join(kernel.outputs)}"
-    source = "\n".join(header) + "\n\n\n@triton.jit\n"
+    source = "\n".join(header) + "\n" + KernelWriter._helpers(body) + "\n\n@triton.jit\n"
     source += f"def {kernel.name}({', '.join(params)}):\n"
     source += f'    """{doc}"""\n' + "\n".join(body) + "\n"
 
