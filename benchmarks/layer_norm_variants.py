@@ -21,7 +21,15 @@ from triton.testing import do_bench
 
 
 @triton.jit
-def _normalize(x_ptr, w, b, y_ptr, rows, cols, N: tl.constexpr, eps, EVICT: tl.constexpr):
+def copy_rows(x_ptr, y_ptr, N: tl.constexpr, ROWS: tl.constexpr):
+    """The same traffic without the arithmetic: the bound for this access pattern."""
+    offsets = (tl.program_id(0) * ROWS + tl.arange(0, ROWS))[:, None] * N + tl.arange(0, N)[None, :]
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets))
+
+
+@triton.jit
+def _normalize(x_ptr, w, b, y_ptr, rows, cols, N: tl.constexpr, eps, EVICT: tl.constexpr,
+               STREAM_STORE: tl.constexpr = False):
     offsets = rows[:, None] * N + cols[None, :]
     if EVICT:
         x = tl.load(x_ptr + offsets, eviction_policy="evict_first").to(tl.float32)
@@ -30,7 +38,11 @@ def _normalize(x_ptr, w, b, y_ptr, rows, cols, N: tl.constexpr, eps, EVICT: tl.c
     mean = tl.sum(x, 1)[:, None] / N
     centred = x - mean
     rstd = tl.rsqrt(tl.sum(centred * centred, 1)[:, None] / N + eps)
-    tl.store(y_ptr + offsets, (centred * rstd * w[None, :] + b[None, :]).to(tl.bfloat16))
+    y = (centred * rstd * w[None, :] + b[None, :]).to(tl.bfloat16)
+    if STREAM_STORE:  # st.global.cs: written once, not re-read, so do not keep it in L1/L2
+        tl.store(y_ptr + offsets, y, cache_modifier=".cs")
+    else:
+        tl.store(y_ptr + offsets, y)
 
 
 @triton.jit
@@ -46,12 +58,12 @@ def _affine(w_ptr, b_ptr, cols, EVICT: tl.constexpr):
 
 @triton.jit
 def layer_norm_rows(x_ptr, w_ptr, b_ptr, y_ptr, M, eps, N: tl.constexpr, ROWS: tl.constexpr,
-                    EVICT: tl.constexpr):
+                    EVICT: tl.constexpr, STREAM_STORE: tl.constexpr = False):
     """ROWS rows per program, one program per block of rows."""
     cols = tl.arange(0, N)
     w, b = _affine(w_ptr, b_ptr, cols, EVICT)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    _normalize(x_ptr, w, b, y_ptr, rows, cols, N, eps, EVICT)
+    _normalize(x_ptr, w, b, y_ptr, rows, cols, N, eps, EVICT, STREAM_STORE)
 
 
 @triton.jit
@@ -93,13 +105,16 @@ def main(out_path: str) -> None:
     copy_out = torch.empty_like(x)
     record("copy (x -> y), the bound", lambda: copy_out.copy_(x), check=False)
     record("eager", lambda: ln(x))
-    for rows_per, warps in ((1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 16)):
-        for evict in (False, True):
-            def grid_call(r=rows_per, nw=warps, e=evict):
-                layer_norm_rows[(triton.cdiv(M, r),)](x, w, b, y, M, 1e-5, N, r, e, num_warps=nw)
+    for rows_per, warps in ((1, 4), (1, 8), (2, 8)):
+        record(f"triton copy rows={rows_per} warps={warps}", lambda r=rows_per, nw=warps: copy_rows[(M // r,)](
+            x, copy_out, N, r, num_warps=nw), check=False)
+    for rows_per, warps in ((1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8), (4, 16)):
+        for evict, stream in ((False, False), (True, False), (True, True), (False, True)):
+            def grid_call(r=rows_per, nw=warps, e=evict, st=stream):
+                layer_norm_rows[(triton.cdiv(M, r),)](x, w, b, y, M, 1e-5, N, r, e, st, num_warps=nw)
                 return y
-            record(f"rows={rows_per} warps={warps} evict={evict}", grid_call)
-    for rows_per, warps, per_sm in ((1, 8, 4), (1, 8, 8), (1, 16, 2), (1, 16, 4), (2, 16, 2)):
+            record(f"rows={rows_per} warps={warps} evict={evict} stream_store={stream}", grid_call)
+    for rows_per, warps, per_sm in ((1, 8, 8), (2, 16, 2)):
         programs = per_sm * nsm
 
         def persistent_call(r=rows_per, nw=warps, p=programs):
