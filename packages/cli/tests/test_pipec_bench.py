@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipec import bench
-from pipec.bench import BackendResult, BenchOptions, count_flops, cpu_median_ms, io_bytes, time_rounds
+from pipec.bench import BackendResult, BenchOptions, Timed, count_flops, cpu_median_ms, io_bytes, time_rounds
 from pipec_cli_testing import HERE, one_error_line, run
 
 REPO = HERE.parents[2]
@@ -54,12 +54,37 @@ def test_time_rounds_rotates_the_order_and_takes_each_backends_median(monkeypatc
     monkeypatch.setattr(bench, "measure_ms", lambda call, *args: call())
     pending = []
     for name in "abc":
-        result = BackendResult(name, name)
-        pending.append((result, lambda n=name: (order.append(n), scripted[n].pop(0))[1]))
+        pending.append(Timed(BackendResult(name, name), lambda n=name: (order.append(n), scripted[n].pop(0))[1]))
     time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=3))
     assert order == list("abc" "bca" "cab")
-    assert [r.ms for r, _ in pending] == [1.2, 2.1, 3.1]
-    assert pending[0][0].ms_rounds == [1.0, 9.0, 1.2]
+    assert [t.result.ms for t in pending] == [1.2, 2.1, 3.1]
+    assert pending[0].result.ms_rounds == [1.0, 9.0, 1.2]
+
+
+def test_backends_are_timed_as_compiled_not_recompiled(monkeypatch):
+    """Timing comes after every cold compile, and no Dynamo reset in between: a timed call must
+    not re-trace (a reset drops the entries of every model compiled before it)."""
+    from torch._dynamo.utils import counters
+
+    from pipec.api import make_options
+    from pipec.bench import run_bench
+
+    frames_at_timing = []
+
+    def fake_measure(call, *args):
+        call()
+        frames_at_timing.append(counters["frames"]["ok"])
+        call()
+        frames_at_timing.append(counters["frames"]["ok"])
+        return 1.0
+
+    monkeypatch.setattr(bench, "measure_ms", fake_measure)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
+    options = BenchOptions(pipec=make_options(), inductor=False, rounds=2, warmup_ms=0, rep_ms=1)
+    result = run_bench(model, (torch.randn(4, 5),), "seq", options)
+    assert [b.name for b in result.backends] == ["eager", "pipec"]
+    assert len(frames_at_timing) == 8 and len(set(frames_at_timing)) == 1  # nothing traced while timing
+    assert result.backend("pipec").compile_warm_s is not None  # the warm compile ran, after the timing
 
 
 # ---------------------------------------------------------------- the command, real stages

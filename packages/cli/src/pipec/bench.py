@@ -304,11 +304,17 @@ def _fresh(model):
     return copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
 
 
-def _first_call(make: Callable[[], Callable], inputs, device: str):
-    """(compiled, outputs, seconds): compile and run once (torch.compile compiles on the first call)."""
+def _first_call(make: Callable[[], Callable], inputs, device: str, reset: bool):
+    """(compiled, outputs, seconds): compile and run once (torch.compile compiles on the first call).
+
+    `reset` empties Dynamo's caches first, which a warm compile needs (else Dynamo would reuse its
+    cache entry) but which also drops every earlier compiled model's entries: cold compiles do
+    not reset, so the models compiled before them are timed as they were compiled (Dynamo keys
+    its entries by backend and guards on the module object, so no backend reuses another's)."""
     import torch
 
-    torch._dynamo.reset()
+    if reset:
+        torch._dynamo.reset()
     start = time.perf_counter()
     compiled = make()
     with torch.no_grad():
@@ -326,40 +332,45 @@ def _check(label: str, outputs, expected, options: BenchOptions) -> float | None
     return max_error
 
 
-def _time(result: BackendResult, compiled, inputs, device: str, options: BenchOptions, pending: list) -> None:
-    """Queue one backend's call on `pending`: it is timed with the others once every backend
-    is compiled (`time_rounds`), then its launches are counted."""
+@dataclass
+class Timed:
+    """A compiled backend waiting for the timing rounds: its result row, one call of it, and
+    its warm compile (run after every timing, since it resets Dynamo)."""
+    result: BackendResult
+    call: Callable[[], Any]
+    warm: Callable[[], None] = lambda: None
+
+
+def _timed(result: BackendResult, compiled, inputs, warm: Callable[[], None] = lambda: None) -> Timed:
     import torch
 
     def call():
         with torch.no_grad():
             return compiled(*inputs)
 
-    pending.append((result, call))
+    return Timed(result, call, warm)
 
 
-def time_rounds(pending: list, device: str, options: BenchOptions,
+def time_rounds(pending: list[Timed], device: str, options: BenchOptions,
                 progress: Callable[[str], None] = lambda message: None) -> None:
-    """Time every queued backend in `options.rounds` rounds, round r starting r places further
+    """Time every compiled backend in `options.rounds` rounds, round r starting r places further
     along the list, so no backend always runs right after the same neighbour (a GPU heated by
     one backend's GEMMs clocks down for the next); each backend's time is its rounds' median."""
     rounds = max(1, options.rounds)
     for r in range(rounds):
         progress(f"timing round {r + 1} of {rounds}")
-        for result, call in pending[r % len(pending):] + pending[:r % len(pending)]:
-            result.ms_rounds.append(measure_ms(call, device, options.warmup_ms, options.rep_ms))
-    for result, _ in pending:
-        result.ms = statistics.median(result.ms_rounds)
+        for timed in pending[r % len(pending):] + pending[:r % len(pending)]:
+            timed.result.ms_rounds.append(measure_ms(timed.call, device, options.warmup_ms, options.rep_ms))
+    for timed in pending:
+        timed.result.ms = statistics.median(timed.result.ms_rounds)
 
 
-def bench_eager(model, inputs, device: str, options: BenchOptions, pending: list) -> BackendResult:
-    result = BackendResult("eager", "eager", max_error=0.0)
-    _time(result, model, inputs, device, options, pending)
-    return result
+def bench_eager(model, inputs) -> Timed:
+    return _timed(BackendResult("eager", "eager", max_error=0.0), model, inputs)
 
 
-def bench_pipec(model, fresh_model, inputs, expected, device: str, options: BenchOptions,
-                name: str, pending: list) -> BackendResult:
+def bench_pipec(model, fresh_model, inputs, expected, device: str, options: BenchOptions, name: str) -> Timed:
+    """pipec compiled cold and checked; its warm compile (of `fresh_model`) is `Timed.warm`."""
     from .api import compile_with_session, report_from_session
     from .pipeline import Session
 
@@ -373,19 +384,20 @@ def bench_pipec(model, fresh_model, inputs, expected, device: str, options: Benc
         sessions.append(session)
         return compiled
 
-    compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device)
+    compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
     report = report_from_session(sessions[-1])
     result.kernels, result.extern_ops = report.kernel_count, len(report.extern_ops)
     result.max_error = _check(label, outputs, expected, options)
-    _time(result, compiled, inputs, device, options, pending)
-    _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device)
-    result.cache_hits = sessions[-1].cache_hits
-    _check(f"{label} (warm compile)", outputs, expected, options)
-    return result
+
+    def warm():
+        _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device, reset=True)
+        result.cache_hits = sessions[-1].cache_hits
+        _check(f"{label} (warm compile)", outputs, expected, options)
+    return _timed(result, compiled, inputs, warm)
 
 
-def bench_inductor(model, fresh_model, inputs, expected, device: str, options: BenchOptions,
-                   mode: str, pending: list) -> BackendResult:
+def bench_inductor(model, fresh_model, inputs, expected, device: str, options: BenchOptions, mode: str) -> Timed:
+    """Inductor in `mode` compiled cold and checked; its warm compile is `Timed.warm`."""
     import torch
     from torch._inductor import metrics
 
@@ -397,13 +409,14 @@ def bench_inductor(model, fresh_model, inputs, expected, device: str, options: B
         return torch.compile(m, mode=None if mode == "default" else mode)
 
     metrics.reset()
-    compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device)
+    compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
     result.kernels = metrics.generated_kernel_count
     result.max_error = _check(label, outputs, expected, options)
-    _time(result, compiled, inputs, device, options, pending)
-    _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device)
-    _check(f"{label} (warm compile)", outputs, expected, options)
-    return result
+
+    def warm():
+        _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device, reset=True)
+        _check(f"{label} (warm compile)", outputs, expected, options)
+    return _timed(result, compiled, inputs, warm)
 
 
 # ---------------------------------------------------------------- the whole run
@@ -429,8 +442,9 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
               on_update: Callable[[BenchResult], None] = lambda result: None) -> BenchResult:
     """Check and time eager, pipec and Inductor on `inputs` (already on their device).
 
-    Backends are compiled and checked in the order eager, pipec, Inductor modes (the slowest
-    compiles last), then timed together (`time_rounds`); `on_update` sees the result after each
+    Backends are compiled (cold) and checked in the order eager, pipec, Inductor modes (the
+    slowest compiles last), then timed together (`time_rounds`), then their launches counted,
+    then each is compiled again from its caches (warm); `on_update` sees the result after each
     step. Raises BenchMismatch when a backend's
     outputs differ from eager; compile failures propagate.
     """
@@ -440,7 +454,9 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     device = str(tensors[0].device) if tensors else ("cuda" if torch.cuda.is_available() else "cpu")
     inductor = options.inductor if options.inductor is not None else device.startswith("cuda")
     modes = options.inductor_modes if inductor else ()
-    fresh = {backend: _fresh(model) for backend in ("pipec", *modes)}  # for the warm compiles
+    # every compiled backend gets its own copy for the cold compile and one for the warm compile
+    cold = {backend: _fresh(model) for backend in ("pipec", *modes)}
+    fresh = {backend: _fresh(model) for backend in ("pipec", *modes)}
     with torch.no_grad():
         expected = model(*inputs)
     result = BenchResult(
@@ -454,32 +470,36 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                        "capture": options.pipec.capture, "codegen": options.pipec.codegen},
         versions=_versions())
     caches = contextlib.nullcontext() if options.keep_caches else private_caches()
-    pending: list = []  # (result, call) of each timed backend: launches are counted last (see _time)
     with caches:
         progress("warming up the process (a tiny compile per backend)")
         warm_up_process(device, options.pipec, inductor)
         progress("measuring the copy bandwidth")
         result.copy_tb_per_s = copy_tb_per_s(result.bytes, device, options.warmup_ms, options.rep_ms)
         progress("eager")
-        result.backends.append(bench_eager(model, inputs, device, options, pending))
+        pending = [bench_eager(model, inputs)]
+        result.backends.append(pending[-1].result)
         on_update(result)
-        progress("pipec: compiling (cold, then warm) and timing")
-        result.backends.append(bench_pipec(model, fresh["pipec"], inputs, expected, device, options, name, pending))
+        progress("pipec: compiling (cold)")
+        pending.append(bench_pipec(cold["pipec"], fresh["pipec"], inputs, expected, device, options, name))
+        result.backends.append(pending[-1].result)
         on_update(result)
         for mode in modes:
-            progress(f"inductor ({mode}): compiling (cold, then warm) and timing")
-            result.backends.append(bench_inductor(model, fresh[mode], inputs, expected, device, options, mode,
-                                                      pending))
+            progress(f"inductor ({mode}): compiling (cold)")
+            pending.append(bench_inductor(cold[mode], fresh[mode], inputs, expected, device, options, mode))
+            result.backends.append(pending[-1].result)
             on_update(result)
         time_rounds(pending, device, options, progress)
         on_update(result)
         # torch.profiler may leave Triton launch hooks set for the rest of the process, and a launch
         # with hooks takes Triton's full path (pipec's direct launchers step aside for the hooks):
-        # a profile before the timings would slow whatever is timed after it
+        # launches are counted after every timing
         progress("counting each backend's launches (torch.profiler, after all timings)")
-        for backend, call in pending:
-            backend.launches = count_launches(call, device)
-        on_update(result)
+        for timed in pending:
+            timed.result.launches = count_launches(timed.call, device)
+        for timed in pending[1:]:
+            progress(f"{timed.result.label}: compiling again (warm)")
+            timed.warm()
+            on_update(result)
         torch._dynamo.reset()
     return result
 
