@@ -132,6 +132,26 @@ def test_specialized_run_drops_views_only_unpicked_alternatives_read():
     assert allocs and min(allocs) > call
 
 
+def test_specialized_library_act_calls_aten_directly_on_cuda():
+    """The specialized run calls cuBLASLt's bias + tanh-GELU (`aten._addmm_activation`) itself on
+    CUDA, not through the pipec.addmm_gelu_tanh dispatcher entry; on the CPU, whose kernel of that
+    op applies the exact GELU, it keeps pipec's op. Both match eager."""
+    device = "cuda" if GPU else "cpu"
+    model = LinearAct("gelu_tanh").to(device).eval()
+    program, args = _program(model, _inputs(device))
+    with torch.no_grad():
+        want = model(*_inputs(device))
+    runner = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice="library_act"))
+    for _ in range(3):  # the first call takes the general path and builds the specialized run
+        torch.testing.assert_close(runner(args)[0], want)
+    [(_, run)] = runner.specialized.values()
+    call = next(ln for ln in run.source.splitlines() if "addmm" in ln)
+    if GPU:
+        assert "_addmm_activation" in call and "use_gelu=True" in call
+    else:
+        assert "pipec_addmm_gelu_tanh" in call and "use_gelu" not in call
+
+
 def test_program_has_one_choice_group_per_linear():
     model = nn.Sequential(nn.Linear(32, 40), nn.GELU(), nn.Linear(40, 24)).eval()
     x, _ = _inputs()

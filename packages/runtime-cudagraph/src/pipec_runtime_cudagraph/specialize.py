@@ -33,6 +33,7 @@ from pipec_ir import Device, Dtype, Ref, Size, get_attr
 from pipec_ir.symbolic import contiguous_strides
 
 from .exprs import compile_ints
+from .extern_ops import direct_call
 from .launch import TORCH_DTYPES
 from .memory import buffer_nbytes, is_view_target, round_up
 
@@ -92,7 +93,7 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device):
                 fn = src.const("L", obj.launcher(symvals, device))
                 src.emit(f"{fn}(stream, {', '.join(var[i] for i in obj.ptrs)})")
             else:
-                src.emit(_extern_line(src, obj, var, symvals, runner, dev))
+                src.emit(_extern_line(src, obj, var, symvals, runner, dev, device.type))
             if after.get((k, j)):
                 src.emit(" = ".join(var[i] for i in after[(k, j)]) + " = None")
         if after.get((k, None)):
@@ -311,11 +312,16 @@ def compile_source(lines: list[str], namespace: dict, filename: str):
     return fn
 
 
-def _extern_line(src: _Source, step, var, symvals, runner, dev) -> str:
+def _extern_line(src: _Source, step, var, symvals, runner, dev, device_type: str) -> str:
     ir_step = step.ir
-    op = src.const(f"E{_safe(ir_step.target)}", getattr(step.op, "_op", step.op))
+    target, op, extra = ir_step.target, step.op, ()
+    direct = direct_call(target, device_type)
+    if direct is not None:  # a pipec.* target's ATen equivalent on this device, without the dispatcher hop
+        op, extra = direct
+        target = str(op)
+    op = src.const(f"E{_safe(target)}", getattr(op, "_op", op))
     args = [_arg(src, v, var, runner, symvals, dev) for v in (get_attr(ir_step.attrs, "args", ()) or ())]
-    for k, v in get_attr(ir_step.attrs, "kwargs", ()) or ():
+    for k, v in (*(get_attr(ir_step.attrs, "kwargs", ()) or ()), *extra):
         value = _arg(src, v, var, runner, symvals, dev)
         args.append(f"**{{{k!r}: {value}}}" if keyword.iskeyword(k) else f"{k}={value}")
     call = f"{op}({', '.join(args)})"
