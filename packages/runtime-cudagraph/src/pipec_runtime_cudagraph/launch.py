@@ -618,15 +618,16 @@ class ProgramRunner:
             plan = self._plans[device.type] = self._build(device.type)
         return plan
 
-    def run(self, inputs: list, symvals: tuple, device: torch.device) -> list:
-        """Run the steps on prepared inputs; the program's outputs."""
+    def run(self, inputs: list, symvals: tuple, device: torch.device, observe: dict | None = None) -> list:
+        """Run the steps on prepared inputs; the program's outputs. `observe` (a dict) receives
+        {value: (shape, stride, dtype)} of every tensor value the run made (views.py reads it)."""
         if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
             return self._run_cpu_on_cuda(inputs, symvals)
         steps = self.steps_for(device)
         schedule = self._allocation_schedule(steps)
         vals = [None] * self.nvals
         vals[:len(inputs)] = inputs
-        args = (steps, schedule, vals, symvals, device)
+        args = (steps, schedule, vals, symvals, device, observe)
         if device.type == "cpu" and not interpreter_active():
             with interpreter_scope(True):
                 self._run_steps(*args)
@@ -635,6 +636,8 @@ class ProgramRunner:
                 self._run_steps(*args)
         else:
             self._run_steps(*args)
+        if observe is not None:
+            _observe(observe, range(self.nvals), vals)
         return [None if i is None else vals[i] for i in self.out_index]
 
     def _allocation_schedule(self, steps: list) -> list:
@@ -698,13 +701,15 @@ class ProgramRunner:
         return outputs_to_caller([None if i is None else vals[i] for i in self.out_index], moved, inputs)
 
     @classmethod
-    def _run_steps(cls, steps, schedule, vals, symvals, device) -> None:
+    def _run_steps(cls, steps, schedule, vals, symvals, device, observe: dict | None = None) -> None:
         if not steps:
             cls._allocate(schedule[0], vals, symvals, device)
         for (step, release), actions in zip(steps, schedule):
             if actions:
                 cls._allocate(actions, vals, symvals, device)
             step(vals, symvals, device)
+            if observe is not None:
+                _observe(observe, release, vals)
             for i in release:
                 vals[i] = None
 
@@ -714,9 +719,11 @@ class ProgramRunner:
             if out is not None:
                 return out
         inputs, symvals, device = self.prepare(inputs)
-        out = self.run(inputs, symvals, device)
-        if self.specialize and symvals not in self.specialized and len(self.specialized) < MAX_SPECIALIZED:
-            self._specialize(symvals, device)
+        specialize = self.specialize and symvals not in self.specialized and len(self.specialized) < MAX_SPECIALIZED
+        observed = {} if specialize else None  # the layouts the specialized run builds on
+        out = self.run(inputs, symvals, device, observed)
+        if specialize:
+            self._specialize(symvals, device, observed)
         return out
 
     def _run_specialized(self, inputs) -> list | None:
@@ -735,7 +742,7 @@ class ProgramRunner:
             return None
         return run(inputs, self._raw_stream(device_index))
 
-    def _specialize(self, symvals: tuple, device: torch.device) -> None:
+    def _specialize(self, symvals: tuple, device: torch.device, observed: dict | None = None) -> None:
         """Build the specialized run for `symvals` on `device` (a plain CUDA device that is the
         current one, or the CPU under the interpreter); other cases keep the general path."""
         from .specialize import build_specialized
@@ -748,10 +755,17 @@ class ProgramRunner:
                 self._raw_stream = current_stream_getter()
         elif not (device.type == "cpu" and interpreter_active()):
             return
-        run = build_specialized(self, self.steps_for(device), symvals, device)
+        run = build_specialized(self, self.steps_for(device), symvals, device, observed or {})
         if run is None:
             return
         self.specialized[symvals] = (device.index if device.type == "cuda" else -1, run)
+
+
+def _observe(observed: dict, indices, vals) -> None:
+    for i in indices:
+        v = vals[i]
+        if isinstance(v, torch.Tensor) and i not in observed:
+            observed[i] = (tuple(v.shape), v.stride(), v.dtype)
 
 
 def _size_symbols(value) -> set[str]:

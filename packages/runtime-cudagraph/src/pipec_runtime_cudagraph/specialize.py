@@ -36,6 +36,7 @@ from .exprs import compile_ints
 from .extern_ops import direct_call
 from .launch import TORCH_DTYPES
 from .memory import buffer_nbytes, is_view_target, round_up
+from .views import REINTERPRET, Reinterpret, collapse_view_chains
 
 TORCH_EMPTY = torch.empty
 ALIGNMENT = 16  # Triton specializes pointer arguments on 16-byte alignment
@@ -61,9 +62,10 @@ class _Source:
         self.lines.append("    " * indent + line)
 
 
-def build_specialized(runner, plan, symvals: tuple, device: torch.device):
+def build_specialized(runner, plan, symvals: tuple, device: torch.device, observed: dict | None = None):
     """The specialized run of `runner` at `symvals` on `device`, or None (a choice group
-    has not picked an alternative for these sizes yet).
+    has not picked an alternative for these sizes yet). `observed`: the tensor layouts a
+    general run at these sizes made ({value: (shape, stride, dtype)}; views.py).
 
     `plan` is the runner's step list for the device: `_Launch`, `_Extern` and choice-group
     steps (each replaced here by the alternative it runs at these sizes)."""
@@ -72,7 +74,7 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device):
     flat = _flatten(plan, symvals, device)
     if flat is None:
         return None
-    flat = drop_dead_views(flat, runner)
+    flat = drop_dead_views(collapse_view_chains(flat, runner, symvals, observed or {}), runner)
     src = _Source()
     var = [f"v{i}" for i in range(runner.nvals)]
     dev = "DEV"
@@ -92,6 +94,8 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device):
             if isinstance(obj, _Launch):
                 fn = src.const("L", obj.launcher(symvals, device))
                 src.emit(f"{fn}(stream, {', '.join(var[i] for i in obj.ptrs)})")
+            elif isinstance(obj, Reinterpret):
+                src.emit(_reinterpret_line(src, obj, var, symvals, runner, dev, device.type))
             else:
                 src.emit(_extern_line(src, obj, var, symvals, runner, dev, device.type))
             if after.get((k, j)):
@@ -313,18 +317,7 @@ def compile_source(lines: list[str], namespace: dict, filename: str):
 
 
 def _extern_line(src: _Source, step, var, symvals, runner, dev, device_type: str) -> str:
-    ir_step = step.ir
-    target, op, extra = ir_step.target, step.op, ()
-    direct = direct_call(target, device_type)
-    if direct is not None:  # a pipec.* target's ATen equivalent on this device, without the dispatcher hop
-        op, extra = direct
-        target = str(op)
-    op = src.const(f"E{_safe(target)}", getattr(op, "_op", op))
-    args = [_arg(src, v, var, runner, symvals, dev) for v in (get_attr(ir_step.attrs, "args", ()) or ())]
-    for k, v in (*(get_attr(ir_step.attrs, "kwargs", ()) or ()), *extra):
-        value = _arg(src, v, var, runner, symvals, dev)
-        args.append(f"**{{{k!r}: {value}}}" if keyword.iskeyword(k) else f"{k}={value}")
-    call = f"{op}({', '.join(args)})"
+    call = _call(src, step, var, symvals, runner, dev, device_type)
     outs = [var[i] for i in step.outs]
     if not outs:
         return call
@@ -339,6 +332,38 @@ def _extern_line(src: _Source, step, var, symvals, runner, dev, device_type: str
     # through the whole MLP: one activation above eager's peak)
     parts.append("_r = None")
     return "; ".join(parts)
+
+
+def _reinterpret_line(src: _Source, obj: Reinterpret, var, symvals, runner, dev, device_type: str) -> str:
+    """`v = REINTERPRET(root, size, stride, offset)`; when the root's layout is not guaranteed,
+    guarded by its stride, with the view calls it replaces as the fallback."""
+    src.namespace["REINTERPRET"] = REINTERPRET
+    made = f"REINTERPRET({var[obj.root]}, {src.const('S', obj.size)}, {src.const('T', obj.stride)}, {obj.offset})"
+    if obj.root_stride is not None:
+        fallback = var[obj.root]
+        for view in obj.chain:  # view(view(root, ...), ...): the calls it replaces, innermost first
+            fallback = _call(src, view, var, symvals, runner, dev, device_type, first=fallback)
+            fallback += ".contiguous()" if view.contiguous[0] else ""
+        made = f"{made} if {var[obj.root]}.stride() == {src.const('T', obj.root_stride)} else {fallback}"
+    return f"{var[obj.outs[0]]} = {made}"
+
+
+def _call(src: _Source, step, var, symvals, runner, dev, device_type: str, first: str | None = None) -> str:
+    """`E(args...)`: the extern call of `step` (its first argument replaced by `first` if given)."""
+    ir_step = step.ir
+    target, op, extra = ir_step.target, step.op, ()
+    direct = direct_call(target, device_type)
+    if direct is not None:  # a pipec.* target's ATen equivalent on this device, without the dispatcher hop
+        op, extra = direct
+        target = str(op)
+    op = src.const(f"E{_safe(target)}", getattr(op, "_op", op))
+    args = [_arg(src, v, var, runner, symvals, dev) for v in (get_attr(ir_step.attrs, "args", ()) or ())]
+    if first is not None:
+        args[0] = first
+    for k, v in (*(get_attr(ir_step.attrs, "kwargs", ()) or ()), *extra):
+        value = _arg(src, v, var, runner, symvals, dev)
+        args.append(f"**{{{k!r}: {value}}}" if keyword.iskeyword(k) else f"{k}={value}")
+    return f"{op}({', '.join(args)})"
 
 
 def _returns_one_tensor(op) -> bool:
