@@ -374,3 +374,21 @@ def test_kernel_dir_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("PIPEC_KERNEL_DIR", str(tmp_path / "k"))
     assert kernel_cache_dir() == tmp_path / "k" and (tmp_path / "k").is_dir()
     assert kernel_cache_dir(tmp_path / "o") == tmp_path / "o"  # an explicit kernel_dir still wins
+
+
+def test_a_failed_async_compile_does_not_leave_triton_in_async_mode():
+    """triton < 3.7's AsyncCompileMode.__exit__ cleared the mode only after every compile succeeded;
+    pipec clears it itself, and only when the mode is still its own."""
+    from pipec_runtime_cudagraph.launch import _leave_async_mode
+
+    _async_compile = pytest.importorskip("triton.runtime._async_compile")
+    ours, other = object(), object()
+    token = _async_compile.active_mode.set(ours)
+    try:
+        _leave_async_mode(ours)
+        assert _async_compile.active_mode.get() is None
+        _async_compile.active_mode.set(other)
+        _leave_async_mode(ours)  # someone else's mode is left alone
+        assert _async_compile.active_mode.get() is other
+    finally:
+        _async_compile.active_mode.reset(token)

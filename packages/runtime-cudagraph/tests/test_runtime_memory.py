@@ -115,7 +115,8 @@ def test_specialized_run_shares_a_slot_only_while_one_of_its_buffers_lives(tmp_p
 
     options = CompileOptions().with_extra(kernel_dir=str(tmp_path))
     run = load_launch(slot_program(), options)
-    x = torch.randn(8, 37)
+    # on a CUDA machine CPU tensors take the unspecialized CPU-on-GPU path: use the GPU there
+    x = torch.randn(8, 37, device="cuda" if torch.cuda.is_available() else "cpu")
     for _ in range(2):  # general path, then the specialized one
         t3, t2 = run([x])
         torch.testing.assert_close(t3, 2 * (x + x).sum(1))
@@ -128,7 +129,8 @@ def test_specialized_run_shares_a_slot_only_while_one_of_its_buffers_lives(tmp_p
     in_place = Program(name=prog.name, inputs=prog.inputs, outputs=("b",), buffers=prog.buffers,
                        kernels=prog.kernels, steps=steps, slots=prog.slots)
     run = load_launch(in_place, options)
+    a = torch.arange(8.0, device=x.device)
     for _ in range(2):
-        torch.testing.assert_close(run([torch.arange(8.0)])[0], 3 * torch.arange(8.0))
+        torch.testing.assert_close(run([a])[0], 3 * a)
     [(_, specialized)] = run.specialized.values()
     assert sum("EMPTY" in ln for ln in specialized.source.splitlines()) == 1

@@ -171,20 +171,24 @@ def _runs_on_host(step) -> bool:
 def outputs_to_caller(outs: list, moved: list, inputs: list) -> list:
     """`outs` (computed from `moved`, the device copies of the caller's `inputs`) as CPU tensors
     with eager's aliasing: an input passed through is the caller's tensor itself, a view of an
-    input is that view of the caller's tensor, outputs sharing storage share one copy of it."""
+    input is that view of the caller's tensor, outputs sharing storage share one copy of it, and
+    a value returned twice is one tensor twice."""
     same = {id(m): t for m, t in zip(moved, inputs)}
     storages = {m.untyped_storage().data_ptr(): t.untyped_storage() for m, t in zip(moved, inputs)}
     back = []
     for t in outs:
         if t is None or id(t) in same:
             back.append(None if t is None else same[id(t)])
-        elif not t.untyped_storage().nbytes():
-            back.append(t.cpu())
+            continue
+        if not t.untyped_storage().nbytes():
+            copy = t.cpu()
         else:
             key = t.untyped_storage().data_ptr()
             if key not in storages:
                 storages[key] = t.untyped_storage().cpu()
-            back.append(torch.empty(0, dtype=t.dtype).set_(storages[key], t.storage_offset(), t.shape, t.stride()))
+            copy = torch.empty(0, dtype=t.dtype).set_(storages[key], t.storage_offset(), t.shape, t.stride())
+        same[id(t)] = copy
+        back.append(copy)
     return back
 
 
@@ -373,12 +377,32 @@ class _Launch:
                 jobs.append((grid, sizes, self.kwargs))
         if len(jobs) < 2:
             return
+        mode = None
         try:
-            with ThreadPoolExecutor(max_workers=min(len(jobs), COMPILE_THREADS)) as pool, async_mode(pool):
-                for grid, sizes, kwargs in jobs:
-                    self.fn.warmup(*args, *sizes, grid=grid, **kwargs)
+            with ThreadPoolExecutor(max_workers=min(len(jobs), COMPILE_THREADS)) as pool:
+                mode = async_mode(pool)
+                with mode:
+                    for grid, sizes, kwargs in jobs:
+                        self.fn.warmup(*args, *sizes, grid=grid, **kwargs)
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
+        finally:
+            _leave_async_mode(mode)
+
+
+def _leave_async_mode(mode) -> None:
+    """Make sure `mode` is no longer Triton's active compile mode. Before triton 3.7 its __exit__
+    cleared the mode only after every compile had succeeded: one candidate config that failed to
+    compile (float16 on the H200, triton 3.6) left the mode active with its thread pool shut down,
+    and every later Triton compile in the process failed with "cannot schedule new futures after
+    shutdown"."""
+    try:
+        from triton.runtime import _async_compile
+    except ImportError:
+        return
+    active = getattr(_async_compile, "active_mode", None)
+    if mode is not None and active is not None and active.get() is mode:
+        active.set(None)
 
 
 # threads compiling one kernel's candidate configs (each mostly waits on ptxas or LLVM)
