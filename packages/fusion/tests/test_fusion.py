@@ -92,7 +92,8 @@ def test_matmul_bias_gelu_is_one_matmul_kernel_with_its_epilogue():
     assert mm.nodes == ("mm_1", "reshape_2", "expand_3", "add_4", "gelu_5")
     assert mm.inputs == ("x", "permute_0", "bias") and mm.outputs == ("gelu_5",)
     assert [str(s) for s in mm.domain] == ["8", "32"]
-    assert [(f.first, f.second) for f in plan.fusions] == [(("mm_1",), ("add_4",)), (("mm_1", "add_4"), ("gelu_5",))]
+    # the pointwise chain first, then the chain into the GEMM's epilogue (epilogue merges come last)
+    assert [(f.first, f.second) for f in plan.fusions] == [(("add_4",), ("gelu_5",)), (("mm_1",), ("add_4", "gelu_5"))]
     assert all(f.kernel == mm.name for f in plan.fusions)
 
 
@@ -148,12 +149,33 @@ def test_product_needed_elsewhere_is_stored_by_the_matmul_kernel():
 
 
 def test_epilogue_ops_outside_the_default_list_wait_for_aggressive():
-    plan = fuse(_mm_then("relu", "sin"))
-    assert [k.nodes for k in plan.kernels] == [("mm_0", "relu_1"), ("sin_2",)]
-    assert rejected_reason(plan, "relu_1", "sin_2") == \
+    plan = fuse(_mm_then("relu", "sin"))  # relu and sin are one chain first: no epilogue takes sin
+    assert [k.nodes for k in plan.kernels] == [("mm_0",), ("relu_1", "sin_2")]
+    assert rejected_reason(plan, "mm_0", "relu_1") == \
         "heuristics: policy 'default' keeps sin out of matmul epilogues (policy 'aggressive' does not)"
     (k,) = fuse(_mm_then("relu", "sin"), "aggressive").kernels
     assert k.kind == "matmul" and k.nodes == ("mm_0", "relu_1", "sin_2")
+
+
+def test_residual_add_after_a_linear_joins_the_next_layer_norm_not_the_epilogue():
+    """x + Linear(x) -> LayerNorm: bias and residual adds go into the LayerNorm kernel (which reads
+    the product and writes the sum it needs anyway); the GEMM keeps no epilogue, so cuBLAS needs
+    no pointwise pass after it."""
+    g = GraphBuilder("residual_norm")
+    n, m = 8, 32
+    x = g.input("x", [n, m])
+    w = g.input("weight", [m, m], role="parameter")
+    b = g.input("bias", [m], role="parameter")
+    y = g.pw("add", g.mm(x, g.permute(w, (1, 0))), g.expand(g.reshape(b, [1, m]), [n, m]))
+    h = g.pw("add", x, y)
+    mean = g.pw("mul", g.reduce("sum", h, (1,), keepdim=True), g.full(1.0 / m, [n, 1]))
+    d = g.pw("sub", h, g.expand(mean, [n, m]))
+    plan = fuse(g.build(d, h))
+    kinds = {k.kind: k for k in plan.kernels}
+    assert [n for n in kinds["matmul"].nodes if not n.startswith(("permute", "reshape", "expand"))] == ["mm_1"]
+    reduction = kinds["reduction"]
+    assert {"add_4", "add_5"} <= set(reduction.nodes) and "add_5" in reduction.outputs
+    assert rejected_reason(plan, "mm_1", "add_4") == "a matmul epilogue holds only pointwise ops, not a reduction"
 
 
 def test_reduction_after_matmul_stays_apart():
@@ -489,7 +511,7 @@ def test_epilogue_through_a_permute_of_the_product_is_refused():
     g, out = _linear_3d(lambda g, y: g.pw("relu", g.permute(y, (1, 0))))
     plan = fuse(g.build(out))
     assert [k.kind for k in plan.kernels] == ["view", "matmul", "pointwise"]
-    assert rejected_reason(plan, "add_4", "relu_6") == \
+    assert rejected_reason(plan, "mm_1", "add_4") == \
         "epilogue domain [24, 10] is not the matmul's output [10, 24] nor a contiguous reshape of it"
 
 
@@ -498,7 +520,7 @@ def test_epilogue_over_a_scrambling_reshape_is_refused():
     g, out = _linear_3d(lambda g, y: g.pw("relu", g.reshape(y, [24, 10])))
     plan = fuse(g.build(out))
     assert [k.kind for k in plan.kernels] == ["view", "matmul", "pointwise"]
-    assert rejected_reason(plan, "add_4", "relu_6") == \
+    assert rejected_reason(plan, "mm_1", "add_4") == \
         "epilogue domain [24, 10] is not the matmul's output [10, 24] nor a contiguous reshape of it"
 
 
