@@ -104,6 +104,26 @@ def test_activation_epilogue_through_the_reshape_of_a_3d_linear():
         torch.testing.assert_close(forced(args)[0], want)
 
 
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh"])
+def test_linear_on_a_batch_of_one_keeps_its_epilogue(act):
+    """nn.Linear on [1, T, K]: the epilogue runs over [1, T, N], a reshape of the [T, N] product
+    by a size-1 dim only; it still joins the GEMM, and every alternative matches eager."""
+    model = LinearAct(act).eval()
+    torch.manual_seed(2)
+    x, r = torch.randn(1, 5, 32), torch.randn(1, 5, 24)
+    program, args = _program(model, (x, r))
+    # bias, GELU and the scaled residual: one matmul kernel (plus each cuBLAS alternative's pass)
+    assert [k.name for k in program.kernels][0] == "pipec_fused_mm_add_gelu_mul_2"
+    assert all(k.name.startswith("pipec_fused_mm_add_gelu_mul_2") for k in program.kernels)
+    alternatives = {get_attr(s.attrs, "alternative") for s in program.steps} - {None}
+    assert "template" in alternatives and "library" in alternatives
+    with torch.no_grad():
+        want = model(x, r)
+    for choice in sorted(alternatives):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want)
+
+
 def test_specialized_run_drops_views_only_unpicked_alternatives_read():
     """The Linear's permuted weight feeds cuBLAS; the template reads the weight itself, so the
     specialized run of the template leaves the permute out, and that of "library" keeps it."""

@@ -171,17 +171,21 @@ def epilogue_inputs(graph: Graph, nodes: list[str], product: str) -> tuple[str, 
 
 def epilogue_refinement(graph: Graph, nodes, product: str) -> tuple | None:
     """The common refinement of the product's shape and its epilogue's shapes of the same numel,
-    or None when every one of them is the product's shape (the plain epilogue)."""
+    or None when every one of them is the product's shape (the plain epilogue). Shapes that
+    differ from the product's only by size-1 dims ([1, T, N] of a [T, N] product: `nn.Linear`
+    on a batch of one) count as reshapes too: their index still needs the 0s put in."""
     by_name, types = graph.node_map(), graph.types()
     shape = tuple(by_name[product].type.shape)
     refined = tuple(s for s in shape if s != 1)
+    reshaped = False
     for name in nodes:
         other = tuple(types[name].shape)
         if kind_of(by_name[name].op) == VIEW or tuple(other) == shape:
             continue
         r = refine_shapes(refined, other)
         refined = r if r is not None else refined
-    return refined if len(refined) != len([s for s in shape if s != 1]) else None
+        reshaped = reshaped or r is not None
+    return refined if reshaped else None
 
 
 def value_at(w: KernelWriter, refined, name: str) -> str:

@@ -134,10 +134,13 @@ class _Levels:
         self.refined = None  # a matmul epilogue over reshapes of the product: its common refinement
         if group.kind == "matmul":
             refined = tuple(s for s in self.domain if s != 1)
+            reshaped = False  # a member over another shape than the product's ([1, T, N] of [T, N] too)
             for name in group.members:
-                r = refine_shapes(refined, an.shape(name))
+                shape = an.shape(name)
+                r = refine_shapes(refined, shape)
                 refined = r if r is not None else refined
-            if len(refined) != len([s for s in self.domain if s != 1]):
+                reshaped = reshaped or (r is not None and not same_shape(shape, self.domain))
+            if reshaped:
                 self.refined = refined
                 self.refined_vars = _bounded_vars(refined)
                 self.row = coarse_index(self.refined_vars, refined, self.domain)
