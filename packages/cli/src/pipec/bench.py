@@ -6,10 +6,11 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
 * **time**: on CUDA, the median of `triton.testing.do_bench` (which flushes L2 before every
   call). Every backend is compiled and checked first; then the backends are timed in
   `rounds` rounds, each in a rotated order, and a backend's time is the median of its
-  rounds. Timing each backend right after its own compile favoured whoever came after a
-  long CPU-only compile: on the H200 the same cuBLAS GEMM ran 17% slower right after
-  pipec's GPU-heavy autotuning than in eager's profile before it (bf16 8192 x 2048 x 8192). Without CUDA, the median wall time per call of a `time.perf_counter` loop; pipec's
-  kernels then run in Triton's interpreter, so CPU numbers check the plumbing, not speed.
+  rounds. Timing each backend right after its own compile let the GPU's state decide: on
+  the H200 the same cuBLAS GEMM (bf16 8192 x 2048 x 8192) ran 9-18% slower right after
+  pipec's GPU-heavy autotuning than in eager's profile. Without CUDA, the median wall time
+  per call of a `time.perf_counter` loop; pipec's kernels then run in Triton's interpreter,
+  so CPU numbers check the plumbing, not speed.
 * **TB/s** (achieved memory bandwidth): bytes of the model's tensor inputs, parameters,
   buffers and outputs, each storage counted once, divided by the time. This is the least
   traffic one call can cause (every input read once, every output written once;

@@ -33,11 +33,12 @@ from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_p
 from .interpreter import enable_interpreter, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
 from .tuning_cache import TuningCache, tuning_key
-
-# What autotuning picked (INFO: one line per kernel and size bucket timed; DEBUG: reused picks too).
-# `logging.getLogger("pipec.tuning").setLevel(logging.INFO)` with a handler shows it.
-tuning_log = logging.getLogger("pipec.tuning")
 from .memory import buffer_nbytes, is_view_target, plan_check, round_up
+
+# What autotuning picked, at INFO: one line per kernel and size bucket it times (choices.py adds
+# one per GEMM choice group). `logging.getLogger("pipec.tuning").setLevel(logging.INFO)` with a
+# handler shows it.
+tuning_log = logging.getLogger("pipec.tuning")
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in (
     "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")}
@@ -52,11 +53,11 @@ def _skip(stream, *ptrs) -> None:
     """A launch with an empty grid."""
 
 
-
 def describe_config(config) -> str:
     """`XBLOCK=1 RBLOCK=4096 warps=8 stages=1`: a launch config as the tuning log prints it."""
     blocks = " ".join(f"{k}={v}" for k, v in config.constants)
     return f"{blocks} warps={config.num_warps} stages={config.num_stages}"
+
 
 class ProgramLoadError(RuntimeError):
     """The program cannot be run by this runtime (unknown extern, bad kernel arity...)."""
