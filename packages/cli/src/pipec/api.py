@@ -181,13 +181,15 @@ def _compare_output(i: int, a, e, atol, rtol, exact) -> tuple[float | None, str 
     """(max abs error or None, mismatch or None) of output `i`; `exact()` its float64 judge."""
     import torch
 
+    from .reference import max_abs_difference
+
     if not isinstance(e, torch.Tensor):
         return None, (f"output {i} is {a!r}, eager gives {e!r}" if a != e else None)
     if not isinstance(a, torch.Tensor):
         return None, f"output {i} is {type(a).__name__}, eager gives a tensor"
     if a.shape != e.shape or a.dtype != e.dtype:
         return None, f"output {i} is {a.dtype} {tuple(a.shape)}, eager gives {e.dtype} {tuple(e.shape)}"
-    err = _max_abs_error(a, e)
+    err = max_abs_difference(a, e.to(a.device), math.nan)  # a NaN eager lacks shows as NaN
     try:
         torch.testing.assert_close(a, e.to(a.device), equal_nan=True, atol=atol, rtol=rtol)
         return err, None
@@ -212,19 +214,6 @@ def _judged_by_float64(problem: str, i: int, a, e, exact) -> str | None:
     if close_enough(ours, eagers, e.dtype):
         return None
     return f"{problem}; against float64 pipec is off by {ours:.3g}, eager by {eagers:.3g}"
-
-
-def _max_abs_error(a, e) -> float:
-    import torch
-
-    if not e.numel():
-        return 0.0
-    a64 = a.detach().to(torch.float64)
-    e64 = e.detach().to(a.device, torch.float64)
-    diff = (a64 - e64).abs()
-    diff = torch.where(torch.isnan(a64) & torch.isnan(e64), torch.zeros_like(diff), diff)
-    diff = torch.where(a64 == e64, torch.zeros_like(diff), diff)  # equal infinities
-    return float(diff.max())
 
 
 # ---------------------------------------------------------------- explain

@@ -104,7 +104,8 @@ def errors_against_float64(actual, expected, exact) -> tuple[float, float] | Non
     if (expected.dtype not in REFERENCE_SLACK or not isinstance(exact, torch.Tensor)
             or exact.dtype != torch.float64 or exact.shape != expected.shape):
         return None
-    return _max_distance(actual, exact), _max_distance(expected, exact)
+    # NaN where float64 has a number is as far off as it gets
+    return max_abs_difference(actual, exact, math.inf), max_abs_difference(expected, exact, math.inf)
 
 
 def close_enough(ours: float, eagers: float, dtype) -> bool:
@@ -113,12 +114,14 @@ def close_enough(ours: float, eagers: float, dtype) -> bool:
     return math.isfinite(ours) and ours <= 1.5 * eagers + REFERENCE_SLACK[dtype]
 
 
-def _max_distance(x, exact) -> float:
-    """max |x - exact|; equal values (infinities too) and NaN against NaN are 0, other NaN is inf."""
-    if not exact.numel():
+def max_abs_difference(x, y, other_nan: float) -> float:
+    """max |x - y| in float64 on y's device; equal values (infinities too) and NaN against NaN
+    count 0, any other NaN counts `other_nan`."""
+    if not y.numel():
         return 0.0
-    x = x.detach().to(exact.device, torch.float64)
-    d = (x - exact).abs()
-    same = (x == exact) | (torch.isnan(x) & torch.isnan(exact))
+    x64 = x.detach().to(y.device, torch.float64)
+    y64 = y.detach().to(torch.float64)
+    d = (x64 - y64).abs()
+    same = (x64 == y64) | (torch.isnan(x64) & torch.isnan(y64))
     d = torch.where(same, torch.zeros_like(d), d)
-    return float(torch.nan_to_num(d, nan=math.inf).max())
+    return float(torch.nan_to_num(d, nan=other_nan).max())
