@@ -28,8 +28,16 @@ except ImportError:
 
 @triton.jit
 def _gelu(x, GELU: tl.constexpr):
-    if GELU:
+    """GELU 0: none; 1: exact through libdevice's erf; 2: exact through pipec's bf16/fp16 form
+    (Abramowitz & Stegun 7.1.26 erfc: a division, an exp, five FMAs; codegen's _pipec_gelu_half)."""
+    if GELU == 1:
         x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif GELU == 2:
+        z = x * 0.7071067811865476
+        t = 1.0 / (1.0 + 0.3275911 * tl.abs(z))
+        p = 0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+        erfc = t * p * tl.exp(-z * z)
+        x = 0.5 * x * tl.where(z >= 0, 2.0 - erfc, erfc)
     return x
 
 
@@ -159,7 +167,8 @@ PERSISTENT = [
     ((128, 256, 64, 8, 8, 3), 1, False, False), ((128, 256, 64, 8, 8, 3), 1, True, False),
     ((128, 256, 64, 8, 8, 4), 1, True, False), ((128, 128, 64, 8, 4, 3), 2, False, False),
     ((128, 128, 64, 8, 4, 3), 2, True, False), ((128, 256, 64, 8, 8, 3), 1, True, True),
-    ((128, 128, 64, 8, 8, 4), 1, True, True),
+    ((128, 128, 64, 8, 8, 4), 1, True, True), ((128, 128, 64, 8, 4, 4), 2, True, False),
+    ((256, 128, 64, 8, 8, 3), 1, True, False), ((128, 128, 64, 8, 4, 4), 2, True, True),
 ]
 
 
@@ -171,7 +180,7 @@ def launch(kernel, grid, args, out, num_warps, num_stages):
     return call
 
 
-def run(M, K, N, gelu):
+def run(M, K, N, gelu: int):
     torch.manual_seed(0)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K**0.5
@@ -181,9 +190,10 @@ def run(M, K, N, gelu):
     flops = 2 * M * N * K
     rows = {}
 
-    def record(name, fn):
+    def record(name, fn, check=True):
         try:
-            torch.testing.assert_close(fn().float(), ref.float(), atol=3e-2, rtol=3e-2)
+            if check:
+                torch.testing.assert_close(fn().float(), ref.float(), atol=3e-2, rtol=3e-2)
             ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
             rows[name] = ms
             print(f"  {name:<50} {ms:.4f} ms {flops / ms / 1e9:6.0f} TFLOP/s", flush=True)
@@ -191,7 +201,9 @@ def run(M, K, N, gelu):
             print(f"  {name:<50} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
 
     print(f"M={M} K={K} N={N} gelu={gelu}")
-    record("cublas linear(+gelu)", (lambda: F.gelu(F.linear(x, w, b))) if gelu else (lambda: F.linear(x, w, b)))
+    record("cublas linear", lambda: F.linear(x, w, b), check=not gelu)
+    if gelu:
+        record("cublas linear + gelu", lambda: F.gelu(F.linear(x, w, b)))
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     tiles = lambda bm, bn: triton.cdiv(M, bm) * triton.cdiv(N, bn)  # noqa: E731
     for bm, bn, bk, g, nw, ns in POINTER_CONFIGS:
@@ -217,6 +229,7 @@ def run(M, K, N, gelu):
 
 
 if __name__ == "__main__":
-    results = {"gemm1": run(8192, 2048, 8192, True), "gemm2": run(8192, 8192, 2048, False)}
+    results = {"gemm1 gelu=half": run(8192, 2048, 8192, 2), "gemm1 gelu=erf": run(8192, 2048, 8192, 1),
+               "gemm1 no gelu": run(8192, 2048, 8192, 0), "gemm2": run(8192, 8192, 2048, 0)}
     with open(sys.argv[1] if len(sys.argv) > 1 else "gemm_variants.json", "w") as f:
         json.dump(results, f, indent=1)
