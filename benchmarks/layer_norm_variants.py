@@ -9,6 +9,11 @@ then the affine), varied over rows per program, num_warps, cache eviction hints 
 rows through L2 with `evict_first`, keep the affine parameters with `evict_last`) and a
 persistent grid (a few programs per SM walking the rows, the parameters loaded once).
 Bandwidth counts one read and one write of the rows; the 16 KiB of parameters are left out.
+
+2026-12-01 (H200): torch's copy 3.93 TB/s, a Triton copy of the same rows 3.76-3.81, the best
+layer_norm variants 3.82-3.85 (two reductions, 2 rows and 16 warps; 32 registers per thread,
+no spills), the one-reduction Welford kernel no faster (3.82), dropping the affine worth at
+most 2.5%, pipec 3.81: every row kernel here sits at the Triton copy's bound, ~97% of torch's.
 """
 
 import json

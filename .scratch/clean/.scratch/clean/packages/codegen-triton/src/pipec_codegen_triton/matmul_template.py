@@ -158,9 +158,24 @@ class EpilogueWriter(KernelWriter):
     defines `x0, x1, ...` (tile coordinates), `xindex` (flat output index) and `xmask`."""
 
     block = "[BLOCK_M, BLOCK_N]"  # the tile the epilogue runs on (a half of it under SUBTILE)
+    axes: dict[str, str] = {}  # x0, x1, ... -> the tile axis it is computed from: "m", "n" or "b"
 
     def _block_shape(self, inner: bool) -> str:
         return self.block
+
+    def _load(self, name, index):
+        """A load over only the tile axes its index uses: a bias indexed by the column is one
+        [1, BLOCK_N] row per tile (masked by `nmask`), not BLOCK_M copies of it."""
+        offset = sum((i * s for i, s in zip(index, contiguous_strides(self.types[name].shape))), sympy.Integer(0))
+        used = {self.axes.get(self.names.get(sym)) for sym in sympy.sympify(offset).free_symbols}
+        mask = {frozenset("mn"): "xmask", frozenset("n"): "nmask", frozenset("m"): "mmask"}.get(
+            frozenset(used & {"m", "n"}))
+        if mask is None or mask == "xmask":
+            return super()._load(name, index)
+        text = f"tl.load({self.in_ptr[name]} + ({self.print_index(offset)}), mask={mask}, other=0)"
+        if self.types[name].dtype in ("float16", "bfloat16"):
+            text += ".to(tl.float32)"
+        return self.emit(self._scope(False), text), False
 
 
 def epilogue_inputs(graph: Graph, nodes: list[str], product: str) -> tuple[str, ...]:
@@ -380,9 +395,14 @@ def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refi
         lines += [f"    x{d} = {c}" for d, c in enumerate(coords)]
     else:
         lines += _split_coordinates(w, coords, out_shape, refined)
+    w.axes = {}
+    for line in lines[1:]:
+        var, expr = line.strip().split(" = ", 1)
+        w.axes[var] = "m" if "rm" in expr else "n" if "rn" in expr else "b"
     strides = contiguous_strides(out_shape)
     flat = " + ".join(c if s == 1 else f"{c} * ({w.print_size(s)})" for c, s in zip(coords, strides))
-    lines += [f"    xindex = {flat}", "    xmask = (rm[:, None] < M) & (rn[None, :] < N)"]
+    lines += [f"    xindex = {flat}", "    mmask = rm[:, None] < M", "    nmask = rn[None, :] < N",
+              "    xmask = mmask & nmask"]
     w.outer = Scope(lines, inner=False, indent="    ")
     w.inner = None
     w.block = block

@@ -8,8 +8,9 @@ epilogue stays the template's own (pointer stores, any outputs), optionally on t
 the exact GELU of a bf16 Linear no longer stalls the next tile's loads.
 
 Measured on the H200 (benchmarks/gemm_variants.py, 2026-12-01, bf16 8192 x 2048 @ 2048 x 8192
-+ bias + exact GELU): 0.425 ms for 128 x 256 x 64 tiles, 4 stages, SUBTILE, against 0.478 ms
-for cuBLAS + a GELU pass and 0.557 ms for the pointer template's best tile.
++ bias + exact GELU, TMA stores): 0.425 ms for 128 x 256 x 64 tiles, 4 stages, SUBTILE (0.445
+at 3 stages), against 0.478 ms for cuBLAS + a GELU pass and 0.557 ms for the pointer
+template's best tile.
 
 A descriptor needs a 16-byte aligned base (the runtime runs configs[0], the pointer variant,
 for a call whose pointers are not: `TMA_CONSTANT`), a unit innermost stride and 16-byte
@@ -25,12 +26,13 @@ from pipec_ir import TMA_CONSTANT  # noqa: F401 - the config constant that marks
 # Programs a persistent config launches: one per SM of an H100/H200 SXM (132 SMs). Any count is
 # correct (programs stride over the tiles); fewer SMs queue the extra programs, more leave SMs idle.
 PERSISTENT_PROGRAMS = 132
-# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SUBTILE): the best of
-# gemm_variants.py's persistent TMA kernels on the H200 for both MLP GEMMs. One config: each
-# persistent kernel costs seconds of cold compile (the GPT-2 block's budget is a quarter of
-# Inductor max-autotune's).
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SUBTILE): gemm_variants.py's best
+# persistent TMA tile on the H200 for both MLP GEMMs, at 3 stages: 4 stages of A and B (192 KB)
+# plus the epilogue's store buffer (32 KB) and its layout conversions do not fit in 227 KB.
+# One config: each persistent kernel costs seconds of cold compile (the GPT-2 block's budget
+# is a quarter of Inductor max-autotune's).
 TMA_CONFIGS = (
-    (128, 256, 64, 8, 8, 4, 1),
+    (128, 256, 64, 8, 8, 3, 1),
 )
 _ITEMSIZE = {"float16": 2, "bfloat16": 2}
 

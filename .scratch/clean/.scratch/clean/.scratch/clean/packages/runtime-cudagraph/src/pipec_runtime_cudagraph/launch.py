@@ -374,6 +374,8 @@ class _Launch:
                 except Exception as e:  # noqa: BLE001 - a config that does not compile (resources) loses
                     first_error = first_error or e
                     times.append(math.inf)
+                    tuning_log.info("%s: config %s failed: %s: %s", self.kernel.name, describe_config(config),
+                                    type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
             if all(t == math.inf for t in times):
                 raise first_error
             chosen = min(range(len(times)), key=times.__getitem__)

@@ -293,3 +293,29 @@ def test_gpu_a_second_runner_takes_the_timed_pick_without_timing(monkeypatch, tm
     assert len(timed) == 1
     picks = lambda r: sorted(a for g in choices_made(r).values() for a in g["chosen"].values())  # noqa: E731
     assert picks(first) == picks(second)
+
+
+HOPPER = GPU and torch.cuda.get_device_capability()[0] >= 9
+
+
+@pytest.mark.skipif(not HOPPER, reason="the persistent TMA template needs a Hopper (or newer) GPU")
+def test_gpu_persistent_tma_template_aligned_and_misaligned_inputs():
+    """A bf16 Linear + GELU with enough tiles for the persistent TMA configs, template forced and
+    tuned: right on an aligned input (tuning may pick TMA) and then on one that starts 2 bytes into
+    its storage, which a TMA config cannot read (the runtime runs configs[0] for that call)."""
+    from pipec_runtime_cudagraph.tma import misaligned
+
+    model = nn.Sequential(nn.Linear(512, 4096), nn.GELU()).cuda().to(torch.bfloat16).eval()
+    torch.manual_seed(0)
+    x = torch.randn(8192, 512, device="cuda", dtype=torch.bfloat16)
+    program, args = _program(model, (x,))
+    kernel = next(k for k in program.kernels if "make_tensor_descriptor" in k.source)
+    assert any(dict(c.constants)["TMA"] for c in kernel.configs)
+    runner = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True).with_extra(choice="template"))
+    storage = torch.empty(x.numel() + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = storage[1:].view_as(x).copy_(x)
+    assert misaligned([shifted], [0])
+    with torch.no_grad():
+        want = model(x)
+        for call in (args, [shifted], args, [shifted]):
+            torch.testing.assert_close(runner(call)[0], want, atol=4e-2, rtol=2e-2)

@@ -243,7 +243,7 @@ def test_tma_configs_only_for_large_products():
     big = template_configs(8192, 8192, 2048, "bfloat16", tma=True)
     assert dict(big[0].constants)["TMA"] == 0  # untuned (and interpreted): the pointer kernel
     persistent = [dict(c.constants) for c in big if dict(c.constants)["TMA"]]
-    assert {c["SUBTILE"] for c in persistent} == {0, 1}
+    assert persistent and all(c["BLOCK_M"] * c["BLOCK_N"] == 128 * 256 for c in persistent)
     for c in persistent:  # at most one program per SM of an H200, and as many as fit
         programs = -(-8192 // c["GRID_M"]) * -(-8192 // c["GRID_N"])
         assert 120 <= programs <= 132

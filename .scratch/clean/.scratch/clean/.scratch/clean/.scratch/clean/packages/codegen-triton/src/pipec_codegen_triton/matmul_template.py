@@ -288,7 +288,8 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
                       even_k, big, dtype)
     body += _epilogue(w, product, kernel.outputs, out_shape, batched, refined)
     if tma is not None:  # `if TMA:` is resolved when Triton compiles a config: one branch is compiled
-        body = (["    if TMA:"] + _indent(_persistent_tma(w, tma, product, kernel.outputs, out_shape, refined))
+        stores = tma_stores(w, kernel.outputs, M, N)
+        body = (["    if TMA:"] + _indent(_persistent_tma(w, tma, product, kernel.outputs, out_shape, refined, stores))
                 + ["    else:"] + _indent(body))
 
     params = ["a_ptr", "b_ptr", *w.in_ptr.values(), *w.out_ptr.values(), *(n for n, _ in sizes)]
@@ -366,11 +367,13 @@ def _main_loop(batched, a_base, b_base, s_am, s_ak, s_bk, s_bn, even_k, big, dty
 
 
 def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refined,
-              acc: str = "acc", block: str = "[BLOCK_M, BLOCK_N]") -> list[str]:
+              acc: str = "acc", block: str = "[BLOCK_M, BLOCK_N]", stores: dict | None = None,
+              at: str = "") -> list[str]:
     """Define the tile's coordinates as the writer's x0, x1, ... and xindex, then evaluate
     and store every output on the accumulator tile `acc` (rows `rm`, columns `rn`, shape `block`).
     With `refined` (an epilogue over reshapes of the product) x0, x1, ... are the refined dims,
-    split off the tile's rows and columns."""
+    split off the tile's rows and columns. `stores`: outputs written through a TMA descriptor
+    (output -> descriptor variable), the tile's corner at `at` ("om, on")."""
     coords = (["pid_b"] if batched else []) + ["rm[:, None]", "rn[None, :]"]
     lines = ["    # epilogue on the fp32 accumulator tile"]
     if refined is None:
@@ -389,7 +392,10 @@ def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refi
     for out in outputs:
         var = acc if out == product else value_at(w, dims, out)
         dtype = w.types[out].dtype
-        lines.append(f"    tl.store({w.out_ptr[out]} + (xindex), {var}.to({tl_storage(dtype)}), xmask)")
+        if stores and out in stores:  # asynchronous, and the TMA unit drops what is out of bounds
+            lines.append(f"    {stores[out]}.store([{at}], tl.broadcast_to({var}, {block}).to({tl_storage(dtype)}))")
+        else:
+            lines.append(f"    tl.store({w.out_ptr[out]} + (xindex), {var}.to({tl_storage(dtype)}), xmask)")
     return lines
 
 
@@ -405,20 +411,39 @@ def _tma_operands(a_layout: OperandLayout, b_layout: OperandLayout, dtype: str):
 
 
 def _persistent_tma(w: EpilogueWriter, tma: tuple[TmaOperand, TmaOperand], product, outputs, out_shape,
-                    refined) -> list[str]:
+                    refined, stores: dict[str, str]) -> list[str]:
     """The persistent TMA kernel body: the tile walk and K loop (matmul_tma.persistent_loop), then
-    the epilogue per tile, on the whole accumulator or (SUBTILE) on its two column halves."""
+    the epilogue per tile, on the whole accumulator or (SUBTILE) on its two column halves; the
+    outputs in `stores` go out through descriptors (`tma_stores`)."""
     half = "[BLOCK_M, BLOCK_N // 2]"
 
-    def epilogue(acc: str, rn: str, block: str) -> list[str]:
-        return [f"        rn = {rn}"] + _indent(_epilogue(w, product, outputs, out_shape, False, refined, acc, block))
+    def epilogue(acc: str, column: str, block: str) -> list[str]:
+        width = block.split(", ")[1].rstrip("]")
+        return [f"        rn = {column} + tl.arange(0, {width})"] + _indent(
+            _epilogue(w, product, outputs, out_shape, False, refined, acc, block, stores, f"om, {column}"))
 
     lines = persistent_loop(*tma)
+    lines[2:2] = [f"    {desc} = tl.make_tensor_descriptor({w.out_ptr[out]}, shape=[M, N], strides=[N, 1], "
+                  "block_shape=[BLOCK_M, BLOCK_N // (SUBTILE + 1)])" for out, desc in stores.items()]
     lines += ["        if SUBTILE:"] + _indent(SUBTILE_SPLIT)
-    lines += _indent(epilogue("acc_left", "on + tl.arange(0, BLOCK_N // 2)", half))
-    lines += _indent(epilogue("acc_right", "on + BLOCK_N // 2 + tl.arange(0, BLOCK_N // 2)", half))
-    lines += ["        else:"] + _indent(epilogue("acc", "on + tl.arange(0, BLOCK_N)", "[BLOCK_M, BLOCK_N]"))
+    lines += _indent(epilogue("acc_left", "on", half))
+    lines += _indent(epilogue("acc_right", "on + BLOCK_N // 2", half))
+    lines += ["        else:"] + _indent(epilogue("acc", "on", "[BLOCK_M, BLOCK_N]"))
     return lines
+
+
+def tma_stores(w: EpilogueWriter, outputs, M, N) -> dict[str, str]:
+    """Outputs the persistent kernel writes through a TMA descriptor over [M, N]: every one whose
+    16-bit or fp32 row of a static N is a multiple of 16 bytes (each output is a row-major [M, N],
+    or a reshape of it, in a contiguous buffer). The others keep masked pointer stores."""
+    itemsize = {"float16": 2, "bfloat16": 2, "float32": 4}
+    n = sympy.sympify(N)
+    out = {}
+    for name in outputs:
+        size = itemsize.get(w.types[name].dtype)
+        if size and n.is_Integer and int(n) * size % 16 == 0:
+            out[name] = f"{w.out_ptr[name]}_desc"
+    return out
 
 
 def _split_coordinates(w: EpilogueWriter, coords, out_shape, refined) -> list[str]:

@@ -68,6 +68,10 @@ def run_program(program, tensors, constants=None):
                 env[o] = torch.empty([int(s) for s in types[o].shape], dtype=DT[types[o].dtype], device=DEVICE)
             cfg = dict(k.configs[0].constants)
             cfg.update({n: v for n, v in (constants or {}).items() if n in cfg})
+            if "GRID_M" in cfg and not cfg.get("TMA") and not {"GRID_M", "GRID_N"} & set(constants or ()):
+                cfg.update(GRID_M=cfg["BLOCK_M"], GRID_N=cfg["BLOCK_N"])  # one tile per program
+            if cfg.get("TMA"):  # tl.make_tensor_descriptor takes its scratch from Triton's allocator
+                triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=DEVICE))
             grid = tuple(triton.cdiv(int(e), cfg[n]) if n else int(e) for e, n in k.grid)
             fn[grid](*[env[i] for i in step.inputs], *[env[o] for o in step.outputs],
                      *[int(v) for _, v in k.sizes], **cfg)

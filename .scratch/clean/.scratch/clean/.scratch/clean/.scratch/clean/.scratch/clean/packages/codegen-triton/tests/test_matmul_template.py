@@ -170,7 +170,8 @@ def test_scrambled_operand_keeps_cublas_only(builder):
 
 def test_configs_fit_the_problem():
     (tiny,) = template_configs(16, 24, 32, "float32")
-    assert dict(tiny.constants) == {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}
+    assert dict(tiny.constants) == {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
+                                    "GRID_M": 16, "GRID_N": 32}  # one tile per program
     big = template_configs(8192, 8192, 2048, "bfloat16")
     assert dict(big[0].constants)["BLOCK_K"] == 64 and big[0].num_warps == 8
     assert {dict(c.constants)["BLOCK_N"] for c in big} >= {128, 256}
@@ -201,3 +202,64 @@ def test_half_gelu_epilogue_defines_its_helper(builder):
     for name in ("pipec_fused_mm_add_1", "pipec_fused_mm_add_1_epilogue"):
         src = program.kernel_map()[name].source
         assert "_pipec_gelu_half(" in src and "def _pipec_gelu_half(x):" in src, name
+
+
+# ---------------------------------------------------------------- the persistent TMA variant
+
+
+def tma_constants(subtile: int, grid_m: int = 32, grid_n: int = 64) -> dict:
+    """16 x 32 x 16 tiles, each program walking GRID_M / 16 x GRID_N / 32 of them."""
+    return {"TMA": 1, "SUBTILE": subtile, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2,
+            "GRID_M": grid_m, "GRID_N": grid_n}
+
+
+@pytest.mark.parametrize("subtile", [0, 1])
+@pytest.mark.parametrize("grid", [(32, 64), (16, 32), (1 << 10, 1 << 10)])
+def test_persistent_tma_matches_eager(builder, subtile, grid):
+    """fp16 40 x 48 @ 48 x 72 (+ bias, GELU, residual) through TMA descriptors: edge tiles in M, N and
+    K, programs walking several tiles (grid 32 x 64: 2 x 2 programs for 3 x 3 tiles), one tile each
+    (16 x 32) and a single program for all (1024 x 1024); the epilogue whole and in halves."""
+    graph, kernels = linear(builder, 40, 48, 72, "gelu", dtype="float16", residual=True)
+    program = only(compile_plan(graph, kernels), "template")
+    src = program.kernels[0].source
+    assert "tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[48, 1]" in src
+    assert "b_desc.load([on, k * BLOCK_K]).T" in src  # the Linear's weight [N, K], transposed in SMEM
+    torch.manual_seed(5)
+    xs = [torch.randn(40, 48), torch.randn(72, 48) / 7, torch.randn(72), torch.randn(40, 72)]
+    (out,) = run_program(program, [x.half() for x in xs], constants=tma_constants(subtile, *grid))
+    torch.testing.assert_close(out.float(), reference("gelu", *xs), atol=1e-2, rtol=1e-2)
+
+
+def test_tma_needs_unit_stride_aligned_operands(builder):
+    """A K of 36 halves (72 bytes, not a multiple of 16) has no descriptor: no TMA branch, no TMA config."""
+    graph, kernels = linear(builder, 40, 36, 72, "relu", dtype="float16")
+    kern = only(compile_plan(graph, kernels), "template").kernels[0]
+    assert "make_tensor_descriptor" not in kern.source and "TMA" not in dict(kern.configs[0].constants)
+
+
+def test_tma_configs_only_for_large_products():
+    small = template_configs(256, 256, 64, "bfloat16", tma=True)
+    assert not any(dict(c.constants)["TMA"] for c in small)
+    big = template_configs(8192, 8192, 2048, "bfloat16", tma=True)
+    assert dict(big[0].constants)["TMA"] == 0  # untuned (and interpreted): the pointer kernel
+    persistent = [dict(c.constants) for c in big if dict(c.constants)["TMA"]]
+    assert {c["SUBTILE"] for c in persistent} == {0, 1}
+    for c in persistent:  # at most one program per SM of an H200, and as many as fit
+        programs = -(-8192 // c["GRID_M"]) * -(-8192 // c["GRID_N"])
+        assert 120 <= programs <= 132
+    assert not any(dict(c.constants).get("TMA") for c in template_configs(8192, 8192, 2048, "float32", tma=True))
+
+
+@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability()[0] < 9,
+                    reason="TMA descriptors need a Hopper (or newer) GPU")
+@pytest.mark.parametrize("subtile", [0, 1])
+def test_bf16_persistent_tma_on_gpu(subtile):
+    """The real persistent tiles (128 x 256 x 64, 8 warps) in bf16, with edges in M, N and K."""
+    graph, kernels = linear(Builder(), 1000, 520, 1064, "gelu", dtype="bfloat16", residual=True)
+    program = only(compile_plan(graph, kernels), "template")
+    torch.manual_seed(6)
+    xs = [torch.randn(1000, 520), torch.randn(1064, 520) / 23, torch.randn(1064), torch.randn(1000, 1064)]
+    constants = {"TMA": 1, "SUBTILE": subtile, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+                 "GRID_M": 256, "GRID_N": 512}
+    (out,) = run_program(program, [x.to(DEVICE, torch.bfloat16) for x in xs], constants=constants)
+    torch.testing.assert_close(out.float(), reference("gelu", *xs), atol=5e-2, rtol=2e-2)

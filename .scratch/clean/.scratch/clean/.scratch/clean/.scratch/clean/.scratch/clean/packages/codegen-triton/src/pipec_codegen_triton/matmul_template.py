@@ -23,6 +23,8 @@ from pipec_ir.ops import VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
 from .dtypes import tl_storage
+from .matmul_tma import SUBTILE_SPLIT, TMA_CONFIGS, TMA_CONSTANT, TmaOperand, persistent_loop, persistent_split, \
+    tma_operand
 from .simplify import collapse
 from .writer import CodegenError, KernelWriter, Scope
 
@@ -70,9 +72,17 @@ def _hint(expr, upper: dict) -> int:
         return 1 << 20
 
 
-def template_configs(m: int, n: int, k: int, dtype: str) -> tuple[LaunchConfig, ...]:
+# A persistent TMA config is offered when the product has at least this many of its tiles per
+# program it launches: below that a one-tile-per-program grid has no tail to save.
+_TMA_MIN_TILES = 2 * 132
+
+
+def template_configs(m: int, n: int, k: int, dtype: str, tma: bool = False) -> tuple[LaunchConfig, ...]:
     """Candidate tiles, each block no larger than its (power-of-two rounded) dim: a 16 x 32 @ 32 x 24
-    product gets one 16 x 32 x 32 tile, which also keeps Triton's CPU interpreter to a single program."""
+    product gets one 16 x 32 x 32 tile, which also keeps Triton's CPU interpreter to a single program.
+    The grid is cdiv(M, GRID_M) x cdiv(N, GRID_N): one tile per program (GRID = BLOCK) for the
+    pointer kernel; with `tma` (operands a descriptor can read), large products also get the
+    persistent TMA kernel (TMA=1, matmul_tma.py), GRID_M x GRID_N tiles per program."""
     table = _FP32_CONFIGS if dtype == "float32" else _HALF_CONFIGS
     out = []
     for bm, bn, bk, group, warps, stages in table:
@@ -81,10 +91,19 @@ def template_configs(m: int, n: int, k: int, dtype: str) -> tuple[LaunchConfig, 
             warps = min(warps, 2)
         elif bm * bn <= 64 * 64:
             warps = min(warps, 4)
-        config = LaunchConfig((("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", group)),
-                              num_warps=warps, num_stages=stages)
+        constants = (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", group),
+                     ("GRID_M", bm), ("GRID_N", bn)) + (((TMA_CONSTANT, 0), ("SUBTILE", 0)) if tma else ())
+        config = LaunchConfig(constants, num_warps=warps, num_stages=stages)
         if config not in out:
             out.append(config)
+    if tma and dtype != "float32":
+        for bm, bn, bk, group, warps, stages, subtile in TMA_CONFIGS:
+            if -(-m // bm) * -(-n // bn) < _TMA_MIN_TILES:
+                continue
+            tm, tn = persistent_split(m, n, bm, bn)
+            constants = (("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", group),
+                         ("GRID_M", bm * tm), ("GRID_N", bn * tn), (TMA_CONSTANT, 1), ("SUBTILE", subtile))
+            out.append(LaunchConfig(constants, num_warps=warps, num_stages=stages))
     return tuple(out)
 
 
@@ -138,8 +157,10 @@ class EpilogueWriter(KernelWriter):
     """A `KernelWriter` evaluating pointwise nodes on a [BLOCK_M, BLOCK_N] tile: the template
     defines `x0, x1, ...` (tile coordinates), `xindex` (flat output index) and `xmask`."""
 
+    block = "[BLOCK_M, BLOCK_N]"  # the tile the epilogue runs on (a half of it under SUBTILE)
+
     def _block_shape(self, inner: bool) -> str:
-        return "[BLOCK_M, BLOCK_N]"
+        return self.block
 
 
 def epilogue_inputs(graph: Graph, nodes: list[str], product: str) -> tuple[str, ...]:
@@ -225,7 +246,10 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
     M, N = out_shape[-2], out_shape[-1]
     K = types[a].shape[-1]
     upper = {s.name: s.upper for s in graph.symbols if s.upper is not None}
-    configs = template_configs(_hint(M, upper), _hint(N, upper), _hint(K, upper), dtype)
+    big = any(_hint(numel(types[v].shape), upper) > _INT32_MAX
+              for v in (a_layout.root, b_layout.root, *kernel.outputs))
+    tma = None if batched or big else _tma_operands(a_layout, b_layout, dtype)
+    configs = template_configs(_hint(M, upper), _hint(N, upper), _hint(K, upper), dtype, tma=tma is not None)
 
     epilogue = [n for n in kernel.nodes if n != product]
     ep_inputs = epilogue_inputs(graph, epilogue, product)
@@ -259,17 +283,20 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
 
     # every candidate BLOCK_K divides a static K: no mask in the K loop
     even_k = K.is_Integer and all(int(K) % dict(c.constants)["BLOCK_K"] == 0 for c in configs)
-    big = any(_hint(numel(types[v].shape), upper) > _INT32_MAX
-              for v in (a_layout.root, b_layout.root, *kernel.outputs))
 
     body = _main_loop(batched, " + ".join(a_base), " + ".join(b_base), s_am, s_ak, s_bk, s_bn,
                       even_k, big, dtype)
     body += _epilogue(w, product, kernel.outputs, out_shape, batched, refined)
+    if tma is not None:  # `if TMA:` is resolved when Triton compiles a config: one branch is compiled
+        body = (["    if TMA:"] + _indent(_persistent_tma(w, tma, product, kernel.outputs, out_shape, refined))
+                + ["    else:"] + _indent(body))
 
     params = ["a_ptr", "b_ptr", *w.in_ptr.values(), *w.out_ptr.values(), *(n for n, _ in sizes)]
     w.append_scalar_params(params, sizes)
     params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_K: tl.constexpr",
-               "GROUP_M: tl.constexpr"]
+               "GROUP_M: tl.constexpr", "GRID_M: tl.constexpr", "GRID_N: tl.constexpr"]
+    if tma is not None:
+        params += [f"{TMA_CONSTANT}: tl.constexpr", "SUBTILE: tl.constexpr"]
     header = ["import triton", "import triton.language as tl"]
     if w.uses_libdevice:
         header.append("from triton.language.extra import libdevice")
@@ -280,7 +307,7 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
     source += f"def {kernel.name}({', '.join(params)}):\n"
     source += f'    """{doc}"""\n' + "\n".join(body) + "\n"
 
-    grid = ((M, "BLOCK_M"), (N, "BLOCK_N")) + (((out_shape[0], ""),) if batched else ())
+    grid = ((M, "GRID_M"), (N, "GRID_N")) + (((out_shape[0], ""),) if batched else ())
     triton_kernel = TritonKernel(
         name=kernel.name, source=source,
         args=("a_ptr", "b_ptr", *w.in_ptr.values(), *w.out_ptr.values()),
@@ -338,10 +365,12 @@ def _main_loop(batched, a_base, b_base, s_am, s_ak, s_bk, s_bn, even_k, big, dty
     return lines
 
 
-def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refined) -> list[str]:
+def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refined,
+              acc: str = "acc", block: str = "[BLOCK_M, BLOCK_N]") -> list[str]:
     """Define the tile's coordinates as the writer's x0, x1, ... and xindex, then evaluate
-    and store every output on the accumulator tile. With `refined` (an epilogue over reshapes
-    of the product) x0, x1, ... are the refined dims, split off the tile's rows and columns."""
+    and store every output on the accumulator tile `acc` (rows `rm`, columns `rn`, shape `block`).
+    With `refined` (an epilogue over reshapes of the product) x0, x1, ... are the refined dims,
+    split off the tile's rows and columns."""
     coords = (["pid_b"] if batched else []) + ["rm[:, None]", "rn[None, :]"]
     lines = ["    # epilogue on the fp32 accumulator tile"]
     if refined is None:
@@ -353,13 +382,42 @@ def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refi
     lines += [f"    xindex = {flat}", "    xmask = (rm[:, None] < M) & (rn[None, :] < N)"]
     w.outer = Scope(lines, inner=False, indent="    ")
     w.inner = None
+    w.block = block
     dims = refined or out_shape
     own = coarse_index(w.domain_index, dims, out_shape) if refined else w.domain_index
-    w.outer.cache[(product, tuple(sympy.sympify(i) for i in own))] = "acc"
+    w.outer.cache[(product, tuple(sympy.sympify(i) for i in own))] = acc
     for out in outputs:
-        var = "acc" if out == product else value_at(w, dims, out)
+        var = acc if out == product else value_at(w, dims, out)
         dtype = w.types[out].dtype
         lines.append(f"    tl.store({w.out_ptr[out]} + (xindex), {var}.to({tl_storage(dtype)}), xmask)")
+    return lines
+
+
+def _indent(lines: list[str], by: str = "    ") -> list[str]:
+    return [by + line if line else line for line in lines]
+
+
+def _tma_operands(a_layout: OperandLayout, b_layout: OperandLayout, dtype: str):
+    """(A's, B's) TMA descriptors, or None when either operand has none (matmul_tma.tma_operand)."""
+    a = tma_operand(dict(zip("mk", a_layout.strides)), a_layout.offset, dtype, "m", "k")
+    b = tma_operand(dict(zip("kn", b_layout.strides)), b_layout.offset, dtype, "k", "n")
+    return (a, b) if a is not None and b is not None else None
+
+
+def _persistent_tma(w: EpilogueWriter, tma: tuple[TmaOperand, TmaOperand], product, outputs, out_shape,
+                    refined) -> list[str]:
+    """The persistent TMA kernel body: the tile walk and K loop (matmul_tma.persistent_loop), then
+    the epilogue per tile, on the whole accumulator or (SUBTILE) on its two column halves."""
+    half = "[BLOCK_M, BLOCK_N // 2]"
+
+    def epilogue(acc: str, rn: str, block: str) -> list[str]:
+        return [f"        rn = {rn}"] + _indent(_epilogue(w, product, outputs, out_shape, False, refined, acc, block))
+
+    lines = persistent_loop(*tma)
+    lines += ["        if SUBTILE:"] + _indent(SUBTILE_SPLIT)
+    lines += _indent(epilogue("acc_left", "on + tl.arange(0, BLOCK_N // 2)", half))
+    lines += _indent(epilogue("acc_right", "on + BLOCK_N // 2 + tl.arange(0, BLOCK_N // 2)", half))
+    lines += ["        else:"] + _indent(epilogue("acc", "on + tl.arange(0, BLOCK_N)", "[BLOCK_M, BLOCK_N]"))
     return lines
 
 

@@ -225,6 +225,12 @@ class Slot:
     nbytes: sympy.Expr
 
 
+# A LaunchConfig constant that, when nonzero, says the config reads its pointers through TMA
+# descriptors and needs every pointer 16-byte aligned: a runtime launches configs[0] instead for a
+# call whose pointers are not (docs/IR.md, "Launch configs").
+TMA_CONSTANT = "TMA"
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """One autotuning candidate: constexpr block sizes plus warps/stages."""

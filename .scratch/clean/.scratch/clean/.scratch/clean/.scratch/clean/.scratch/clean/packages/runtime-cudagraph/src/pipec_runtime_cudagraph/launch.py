@@ -34,6 +34,7 @@ from .interpreter import enable_interpreter, interpreter_active, interpreter_sco
 from .kernels import body_digest, load_kernel
 from .tuning_cache import TuningCache, tuning_key
 from .memory import buffer_nbytes, is_view_target, plan_check, round_up
+from .tma import ensure_allocator, misaligned, uses_tma
 
 # What autotuning picked, at INFO: one line per kernel and size bucket it times (choices.py adds
 # one per GEMM choice group). `logging.getLogger("pipec.tuning").setLevel(logging.INFO)` with a
@@ -201,7 +202,7 @@ class _Launch:
 
     __slots__ = ("runner", "kernel", "fn", "ptrs", "interpret", "config", "kwargs", "dims", "static",
                  "skip", "tune", "sym_index", "bucket", "prepared", "compiled", "maybe_unaligned", "writes",
-                 "n_inputs")
+                 "n_inputs", "tma")
 
     def __init__(self, runner, step, kernel, fn, interpret, tune):
         self.runner, self.kernel, self.fn, self.interpret = runner, kernel, fn, interpret
@@ -227,6 +228,11 @@ class _Launch:
         self.compiled: dict[tuple, tuple] = {}
         # pointer positions the runner does not allocate itself (inputs, library results)
         self.maybe_unaligned = tuple(j for j, i in enumerate(self.ptrs) if i not in runner.allocated)
+        # configs reading through TMA descriptors (tma.py): Triton's allocator, and configs[0] for
+        # a call with a misaligned pointer
+        self.tma = any(uses_tma(c) for c in kernel.configs)
+        if self.tma and not interpret:
+            ensure_allocator()
         self.set_config(kernel.configs[0])
 
     def set_config(self, config) -> None:
@@ -268,6 +274,17 @@ class _Launch:
             self.dims = lambda *symvals: split(evaluate(*symvals))
             self.skip = False
 
+    def run_config(self, config, ptrs, symvals) -> None:
+        """One launch with `config` instead of the chosen one (a TMA config's misaligned call)."""
+        chosen = self.config
+        self.set_config(config)
+        try:
+            sizes, grid = self.dims if self.static else self.dims(*symvals)
+            if not (self.skip or 0 in grid):
+                self.fn[grid](*ptrs, *sizes, **self.kwargs)
+        finally:
+            self.set_config(chosen)
+
     def bucket_of(self, symvals) -> tuple:
         """The size bucket of this call, over the symbols this kernel uses."""
         return self.runner.bucket_key(symvals, self.sym_index)
@@ -281,6 +298,9 @@ class _Launch:
         if self.skip or 0 in grid:
             return
         ptrs = [vals[i] for i in self.ptrs]
+        if self.tma and uses_tma(self.config) and misaligned(ptrs, self.maybe_unaligned):
+            self.run_config(self.kernel.configs[0], ptrs, symvals)
+            return
         kernel = self.fn[grid](*ptrs, *sizes, **self.kwargs)
         if not self.interpret and kernel is not None:
             aligned = tuple(j for j in self.maybe_unaligned if not ptrs[j].data_ptr() & ALIGN_MASK)
@@ -294,8 +314,12 @@ class _Launch:
         if self.skip or 0 in grid:
             return _skip
         fn, kwargs = self.fn, self.kwargs
+        tma_check = self.maybe_unaligned if self.tma and uses_tma(self.config) else ()
 
         def slow(*ptrs):
+            if tma_check and misaligned(ptrs, tma_check):
+                self.run_config(self.kernel.configs[0], ptrs, symvals)
+                return
             fn[grid](*ptrs, *sizes, **kwargs)
 
         compiled = None if self.interpret else self.compiled.get((device.index, self.config, tuple(sizes)))
@@ -334,8 +358,13 @@ class _Launch:
                 args[j] = torch.empty_like(args[j])
             # autotune_configs=N: time only the first N candidates (fast compiles; 1 = none)
             candidates = self.kernel.configs[:runner.autotune_configs]
+            if self.tma and misaligned(args, self.maybe_unaligned):  # TMA needs aligned pointers
+                candidates = [c for c in candidates if not uses_tma(c)]
             self._compile_candidates(candidates, args, symvals)
-            for config in candidates:
+            for config in self.kernel.configs[:runner.autotune_configs]:
+                if config not in candidates:
+                    times.append(math.inf)
+                    continue
                 self.set_config(config)
                 sizes, grid = self.dims if self.static else self.dims(*symvals)
                 kwargs = self.kwargs

@@ -1,0 +1,194 @@
+"""Raw Triton layer_norm variants on issue 6's shape (bf16 16384 x 4096, H200), beside eager and pipec.
+
+    python benchmarks/layer_norm_variants.py $OUT/layer_norm_variants.json
+
+Not pipec's code path: a measurement of what a one-pass row kernel can reach, to decide what
+pipec's reduction codegen and its autotuning candidates should become. The kernel is the one
+pipec writes for a persistent row (the row in registers, mean, then the centred sum of squares,
+then the affine), varied over rows per program, num_warps, cache eviction hints (stream the
+rows through L2 with `evict_first`, keep the affine parameters with `evict_last`) and a
+persistent grid (a few programs per SM walking the rows, the parameters loaded once).
+Bandwidth counts one read and one write of the rows; the 16 KiB of parameters are left out.
+"""
+
+import json
+import sys
+
+import torch
+import triton
+import triton.language as tl
+from triton.testing import do_bench
+
+
+@triton.jit
+def copy_rows(x_ptr, y_ptr, N: tl.constexpr, ROWS: tl.constexpr):
+    """The same traffic without the arithmetic: the bound for this access pattern."""
+    offsets = (tl.program_id(0) * ROWS + tl.arange(0, ROWS))[:, None] * N + tl.arange(0, N)[None, :]
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets))
+
+
+@triton.jit
+def _normalize(x_ptr, w, b, y_ptr, rows, cols, N: tl.constexpr, eps, EVICT: tl.constexpr,
+               STREAM_STORE: tl.constexpr = False):
+    offsets = rows[:, None] * N + cols[None, :]
+    if EVICT:
+        x = tl.load(x_ptr + offsets, eviction_policy="evict_first").to(tl.float32)
+    else:
+        x = tl.load(x_ptr + offsets).to(tl.float32)
+    mean = tl.sum(x, 1)[:, None] / N
+    centred = x - mean
+    rstd = tl.rsqrt(tl.sum(centred * centred, 1)[:, None] / N + eps)
+    y = (centred * rstd * w[None, :] + b[None, :]).to(tl.bfloat16)
+    if STREAM_STORE:  # st.global.cs: written once, not re-read, so do not keep it in L1/L2
+        tl.store(y_ptr + offsets, y, cache_modifier=".cs")
+    else:
+        tl.store(y_ptr + offsets, y)
+
+
+@triton.jit
+def _affine(w_ptr, b_ptr, cols, EVICT: tl.constexpr):
+    if EVICT:
+        w = tl.load(w_ptr + cols, eviction_policy="evict_last").to(tl.float32)
+        b = tl.load(b_ptr + cols, eviction_policy="evict_last").to(tl.float32)
+    else:
+        w = tl.load(w_ptr + cols).to(tl.float32)
+        b = tl.load(b_ptr + cols).to(tl.float32)
+    return w, b
+
+
+@triton.jit
+def layer_norm_rows(x_ptr, w_ptr, b_ptr, y_ptr, M, eps, N: tl.constexpr, ROWS: tl.constexpr,
+                    EVICT: tl.constexpr, STREAM_STORE: tl.constexpr = False):
+    """ROWS rows per program, one program per block of rows."""
+    cols = tl.arange(0, N)
+    w, b = _affine(w_ptr, b_ptr, cols, EVICT)
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    _normalize(x_ptr, w, b, y_ptr, rows, cols, N, eps, EVICT, STREAM_STORE)
+
+
+@triton.jit
+def layer_norm_persistent(x_ptr, w_ptr, b_ptr, y_ptr, M, eps, N: tl.constexpr, ROWS: tl.constexpr,
+                          EVICT: tl.constexpr, PROGRAMS: tl.constexpr):
+    """PROGRAMS programs walk the blocks of ROWS rows; the parameters are loaded once."""
+    cols = tl.arange(0, N)
+    w, b = _affine(w_ptr, b_ptr, cols, EVICT)
+    for block in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), PROGRAMS):
+        rows = block * ROWS + tl.arange(0, ROWS)
+        _normalize(x_ptr, w, b, y_ptr, rows, cols, N, eps, EVICT)
+
+
+@triton.jit
+def _chan_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    """Chan et al.'s pairwise merge of two (mean, sum of squared deviations, count) partials."""
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    frac = tl.where(n > 0, n_b / n, 0.0)
+    return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
+
+
+@triton.jit
+def layer_norm_welford(x_ptr, w_ptr, b_ptr, y_ptr, M, eps, N: tl.constexpr, ROWS: tl.constexpr,
+                       AFFINE: tl.constexpr):
+    """Mean and variance in one tree reduction of (mean, m2, count) triples: one pass over the
+    registers and one round of shared-memory exchange instead of two. AFFINE=False drops the
+    weight and bias (a diagnostic: what holding them in registers costs)."""
+    cols = tl.arange(0, N)
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    offsets = rows[:, None] * N + cols[None, :]
+    x = tl.load(x_ptr + offsets).to(tl.float32)
+    mean, m2, _ = tl.reduce((x, tl.zeros_like(x), tl.full(x.shape, 1.0, tl.float32)), 1, _chan_combine)
+    rstd = tl.rsqrt(m2 / N + eps)
+    y = (x - mean[:, None]) * rstd[:, None]
+    if AFFINE:
+        y = y * tl.load(w_ptr + cols).to(tl.float32)[None, :] + tl.load(b_ptr + cols).to(tl.float32)[None, :]
+    tl.store(y_ptr + offsets, y.to(tl.bfloat16))
+
+
+@triton.jit
+def layer_norm_two_pass(x_ptr, w_ptr, b_ptr, y_ptr, M, eps, N: tl.constexpr, ROWS: tl.constexpr,
+                        AFFINE: tl.constexpr):
+    """pipec's kernel shape without masks, the affine optional (the diagnostic above)."""
+    cols = tl.arange(0, N)
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    offsets = rows[:, None] * N + cols[None, :]
+    x = tl.load(x_ptr + offsets).to(tl.float32)
+    centred = x - (tl.sum(x, 1) / N)[:, None]
+    y = centred * tl.rsqrt(tl.sum(centred * centred, 1) / N + eps)[:, None]
+    if AFFINE:
+        y = y * tl.load(w_ptr + cols).to(tl.float32)[None, :] + tl.load(b_ptr + cols).to(tl.float32)[None, :]
+    tl.store(y_ptr + offsets, y.to(tl.bfloat16))
+
+
+def main(out_path: str) -> None:
+    M, N = 16384, 4096
+    torch.manual_seed(0)
+    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    ln = torch.nn.LayerNorm(N, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        ln.weight.copy_(1 + 0.1 * torch.randn(N, device="cuda"))
+        ln.bias.copy_(0.1 * torch.randn(N, device="cuda"))
+    w, b = ln.weight.detach(), ln.bias.detach()
+    ref = ln(x).detach()
+    y = torch.empty_like(x)
+    nbytes = 2 * x.numel() * x.element_size()
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = {}
+
+    def record(name, fn, check=True, reference=None):
+        try:
+            if check:
+                torch.testing.assert_close(fn().float(), (ref if reference is None else reference).float(),
+                                           atol=3e-2, rtol=2e-2)
+            ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+            rows[name] = ms
+            print(f"  {name:<48} {ms:.4f} ms {nbytes / ms / 1e9:5.2f} TB/s", flush=True)
+        except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
+            print(f"  {name:<48} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+
+    copy_out = torch.empty_like(x)
+    record("copy (x -> y), the bound", lambda: copy_out.copy_(x), check=False)
+    record("eager", lambda: ln(x))
+    for rows_per, warps in ((1, 4), (1, 8), (2, 8)):
+        record(f"triton copy rows={rows_per} warps={warps}", lambda r=rows_per, nw=warps: copy_rows[(M // r,)](
+            x, copy_out, N, r, num_warps=nw), check=False)
+    for rows_per, warps in ((1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8), (4, 16)):
+        for evict, stream in ((False, False), (True, False), (True, True), (False, True)):
+            def grid_call(r=rows_per, nw=warps, e=evict, st=stream):
+                layer_norm_rows[(triton.cdiv(M, r),)](x, w, b, y, M, 1e-5, N, r, e, st, num_warps=nw)
+                return y
+            record(f"rows={rows_per} warps={warps} evict={evict} stream_store={stream}", grid_call)
+    for rows_per, warps, per_sm in ((1, 8, 8), (2, 16, 2)):
+        programs = per_sm * nsm
+
+        def persistent_call(r=rows_per, nw=warps, p=programs):
+            layer_norm_persistent[(p,)](x, w, b, y, M, 1e-5, N, r, True, p, num_warps=nw)
+            return y
+        record(f"persistent rows={rows_per} warps={warps} {per_sm}/SM evict", persistent_call)
+
+    plain = torch.nn.functional.layer_norm(x, (N,))
+    for kernel in (layer_norm_two_pass, layer_norm_welford):
+        for rows_per, warps in ((1, 4), (1, 8), (2, 8), (2, 16), (4, 16)):
+            for affine in (True, False):
+                def call(k=kernel, r=rows_per, nw=warps, a=affine):
+                    compiled = k[(triton.cdiv(M, r),)](x, w, b, y, M, 1e-5, N, r, a, num_warps=nw)
+                    call.regs = (compiled.n_regs, compiled.n_spills)
+                    return y
+                record(f"{kernel.__name__} rows={rows_per} warps={warps} affine={affine}", call,
+                       reference=None if affine else plain)
+                if hasattr(call, "regs"):
+                    print(f"    registers per thread {call.regs[0]}, spills {call.regs[1]}", flush=True)
+
+    import logging
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("pipec.tuning").setLevel(logging.INFO)  # which config pipec's tuning picked
+    import pipec
+
+    with torch.no_grad():
+        compiled = pipec.compile(ln)
+        record("pipec", lambda: compiled(x))
+    with open(out_path, "w") as f:
+        json.dump({"ms": rows, "bytes": nbytes, "device": torch.cuda.get_device_name()}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "layer_norm_variants.json")

@@ -1,0 +1,118 @@
+"""Where the GPU time goes: per-kernel times of eager, TorchInductor and pipec on one model file.
+
+    python benchmarks/profile_kernels.py benchmarks/models/gpt2_block_bf16.py --out $OUT/profile.json
+    python benchmarks/profile_kernels.py benchmarks/models/gpt2_small_fp32.py --backends pipec_cudagraph,inductor_ro
+
+The model file is what `pipec bench` takes (`model`, `example_inputs()`). Each backend is compiled,
+run a few times to warm up, then `--calls` calls are recorded with torch.profiler (CUDA activity):
+per kernel name its calls and GPU microseconds per model call, the kernels' sum, and the wall time
+per call measured around the profiled calls. The gap between wall time and kernel sum is launch
+overhead and idle GPU; kernels named like pipec's (`k<n>_...`) or Inductor's (`triton_...`) are
+generated code, the rest are library calls (cuBLAS `*gemm*`, flash attention, ATen copies).
+Prints the top `--top` kernels per backend; writes everything as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+BACKENDS = ("eager", "inductor", "inductor_ro", "pipec", "pipec_cudagraph")
+
+
+def build(backend: str, model):
+    import pipec
+
+    torch._dynamo.reset()
+    if backend == "eager":
+        return model
+    if backend == "inductor":
+        return torch.compile(model)
+    if backend == "inductor_ro":
+        return torch.compile(model, mode="reduce-overhead")
+    if backend == "pipec":
+        return pipec.compile(model)
+    if backend == "pipec_cudagraph":
+        return pipec.compile(model, mode="reduce-overhead")
+    raise SystemExit(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+
+
+def profile_backend(fn, inputs, calls: int) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        for _ in range(3):
+            fn(*inputs)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn(*inputs)
+            torch.cuda.synchronize()
+            wall_us = (time.perf_counter() - start) * 1e6 / calls
+    per_kernel: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        row = per_kernel[event.name]
+        row[0] += 1
+        row[1] += event.device_time
+    kernels = sorted(({"name": n, "calls": c / calls, "us": t / calls} for n, (c, t) in per_kernel.items()),
+                     key=lambda r: -r["us"])
+    return {"wall_us": wall_us, "kernel_us": sum(k["us"] for k in kernels),
+            "launches": sum(k["calls"] for k in kernels), "kernels": kernels}
+
+
+def parse_and_load(doc: str, script: str, backends: str, calls: int, top: int):
+    """The command line this script and host_profile.py share -> (args, model, inputs, results
+    skeleton). The model moves to its inputs' device, as `pipec bench` does."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("model_file", type=Path)
+    parser.add_argument("--backends", default=backends, help=f"comma list of {', '.join(BACKENDS)}")
+    parser.add_argument("--calls", type=int, default=calls)
+    parser.add_argument("--top", type=int, default=top)
+    parser.add_argument("--out", default=None, help="results JSON path")
+    parser.add_argument("--log-tuning", action="store_true",
+                        help="print what pipec's autotuning picks (configs, choice groups) as it times them")
+    args = parser.parse_args()
+    if args.log_tuning:
+        import logging
+
+        logging.basicConfig(format="%(name)s: %(message)s")
+        logging.getLogger("pipec.tuning").setLevel(logging.INFO)
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script} needs a CUDA GPU")
+    from pipec.cli import load_model_file
+
+    sys.path.insert(0, str(args.model_file.resolve().parent))
+    model, inputs, name = load_model_file(args.model_file)
+    model = model.to(next(t.device for t in inputs if isinstance(t, torch.Tensor)))
+    return args, model, inputs, {"model": name, "device": torch.cuda.get_device_name(), "backends": {}}
+
+
+def main() -> int:
+    args, model, inputs, results = parse_and_load(__doc__, "profile_kernels.py", "eager,inductor,pipec", 10, 15)
+    name = results["model"]
+    for backend in args.backends.split(","):
+        t0 = time.perf_counter()
+        fn = build(backend, model)
+        row = profile_backend(fn, inputs, args.calls)
+        row["setup_s"] = time.perf_counter() - t0
+        results["backends"][backend] = row
+        print(f"\n== {name} / {backend}: wall {row['wall_us']:.1f} us/call, kernels {row['kernel_us']:.1f} us, "
+              f"{row['launches']:.0f} launches (setup {row['setup_s']:.1f} s)", flush=True)
+        for k in row["kernels"][: args.top]:
+            print(f"  {k['us']:9.1f} us  x{k['calls']:<5g} {k['name'][:110]}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""AOTAutograd glue: the decomposition table and the Dynamo backend factory."""
+
+from __future__ import annotations
+
+from typing import Any
+from collections.abc import Callable
+
+import torch
+
+from .decompositions import DECOMPOSITIONS
+from .lower import LIBRARY_OPS, LOWERINGS, base_name
+
+# Ops that pipec lowers itself (better fusion than their decompositions) or runs
+# as library externs (attention): kept out of the decomposition table.
+KEEP = (
+    "aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
+    "aten.gelu.default", "aten.silu.default", "aten.addmm.default", "aten.var_mean.correction",
+    "aten.var.correction", "aten.clamp.default", "aten.clamp.Tensor", "aten.clamp_min.default",
+    "aten.clamp_max.default", "aten.hardtanh.default", "aten.sigmoid.default", "aten.tanh.default",
+    "aten.mean.dim", "aten.split.Tensor", "aten.unbind.int", "aten.rsub.Tensor", "aten.rsub.Scalar",
+    "aten.baddbmm.default", "aten.full_like.default", "aten.zeros_like.default",
+    "aten.ones_like.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
+    "aten.t.default", "aten.transpose.int", "aten.detach.default", "aten.lift_fresh_copy.default",
+    "aten.scaled_dot_product_attention.default",
+)
+
+
+def core_decompositions(*, decompose_attention: bool = False) -> dict:
+    """torch's core ATen decompositions minus the ops pipec lowers directly.
+
+    Decompositions that would produce `prims.*` ops are dropped too (pipec lowers
+    ATen, not prims). With decompose_attention=False (default) scaled dot product
+    attention stays one library extern.
+    """
+    from torch._decomp import core_aten_decompositions
+
+    table = core_aten_decompositions()
+    items = table.items() if hasattr(table, "items") else dict(table).items()
+    keep = set(KEEP) | {k for k in LOWERINGS if k not in _DECOMPOSE_ANYWAY}
+
+    def kept(op: str) -> bool:
+        if "attention" in op:
+            return not decompose_attention
+        return op in keep or base_name(op) in LIBRARY_OPS or op in _PRODUCES_PRIMS
+
+    table = {op: fn for op, fn in items if not kept(str(op))}
+    table.update(lowered_by_decomposition())
+    table.update(DECOMPOSITIONS)
+    return table
+
+
+# Core ATen ops (so not in torch's core decomposition table) that pipec lowers through
+# torch's own decomposition into ops it generates code for: the norms (forward, training
+# and backward) and the softmax backwards are reductions and pointwise math.
+DECOMPOSE_CORE = (
+    "aten.native_group_norm.default", "aten.native_group_norm_backward.default",
+    "aten.native_batch_norm.default", "aten._native_batch_norm_legit.default",
+    "aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_no_training.default",
+    "aten.native_batch_norm_backward.default", "aten.native_layer_norm_backward.default",
+    "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default",
+    # not Core ATen, but what functionalization makes of training batch norm (running stats
+    # updated out of place): without it, every BatchNorm in training mode would be an extern
+    "aten._native_batch_norm_legit_functional.default",
+)
+
+
+def lowered_by_decomposition() -> dict:
+    from torch._decomp import decomposition_table
+
+    ops = [_overload(name) for name in DECOMPOSE_CORE]
+    return {op: decomposition_table[op] for op in ops if op is not None and op in decomposition_table}
+
+
+def _overload(name: str):
+    _, packet, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, packet, None), overload, None)
+
+
+# Lowered ops whose decomposition we still prefer (none today).
+_DECOMPOSE_ANYWAY: frozenset[str] = frozenset()
+
+# Core decompositions known to emit prims.* ops.
+_PRODUCES_PRIMS = frozenset({
+    "aten._to_copy.default", "aten.var_mean.correction", "aten.var.correction",
+})
+
+
+def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],
+                        *, decompositions: dict | None = None):
+    """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
+
+    compile_aten_graph(aten_gm, example_inputs, kind) with kind "forward" / "backward" /
+    "inference" returns a callable taking ONE list of tensors (the graph's inputs) and
+    returning a list/tuple of outputs.
+    """
+    from torch._dynamo.backends.common import aot_autograd
+
+    def compiler(kind: str):
+        def compile_fn(gm: torch.fx.GraphModule, example_inputs):
+            fn = compile_aten_graph(gm, list(example_inputs), kind)
+
+            def boxed(args: list[Any]):
+                return fn(list(args))
+
+            boxed._boxed_call = True  # AOT passes one list (boxed calling convention)
+            return boxed
+        compile_fn.__name__ = f"pipec_{kind}_compiler"
+        return compile_fn
+
+    return aot_autograd(
+        fw_compiler=compiler("forward"),
+        bw_compiler=compiler("backward"),
+        inference_compiler=compiler("inference"),
+        decompositions=decompositions if decompositions is not None else core_decompositions(),
+    )

@@ -1,0 +1,95 @@
+"""pipec's own decompositions of Core ATen ops into ops it generates code for.
+
+torch has no decomposition for these (Inductor lowers them with prims of its own); each is
+written here in ATen ops that pipec lowers, so AOTAutograd traces it away before lowering.
+"""
+
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+
+def masked_scatter(self: torch.Tensor, mask: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """`self` where `mask` is false; the k-th true position (in row-major order) takes
+    `source.flatten()[k]`. k is a running count of the mask (a scan), then one gather and a
+    select: three kernels at most, all generated, no data-dependent shapes. As in eager, `self`
+    and `mask` broadcast to one shape, the result's."""
+    shape = torch.broadcast_shapes(self.shape, mask.shape)
+    self, mask = self.expand(shape), mask.expand(shape)
+    if self.numel() == 0 or source.numel() == 0:  # no true position can exist (eager checks counts)
+        return self.clone(memory_format=torch.contiguous_format)
+    order = torch.cumsum(mask.reshape(-1).to(torch.int64), 0) - 1
+    # positions before the first true one (and every false one) read an in-range element
+    # that the select below discards
+    order = order.clamp(0, source.numel() - 1)
+    taken = source.reshape(-1)[order].view(shape)
+    return torch.where(mask, taken, self)
+
+
+
+
+# Rows longer than this stay one extern call: sorting by rank compares every pair of a row.
+SORT_MAX_ROW = 1024
+
+
+def sort(self: torch.Tensor, dim: int = -1, descending: bool = False):
+    """torch.sort as ranks: an element's place is the number of elements that go before it
+    (smaller, or equal and earlier: the stable order; NaN after every number, as in eager), a
+    sum over the row of a pairwise comparison that fuses into one reduction kernel; values and
+    indices are then scattered to their places (a permutation: no two writes collide).
+    O(n^2) work per row, so only rows up to SORT_MAX_ROW; longer ones stay an extern call."""
+    if self.dim() == 0:
+        return self.clone(), torch.zeros((), dtype=torch.int64, device=self.device)
+    n = self.shape[dim]
+    if not isinstance(n, int) or n > SORT_MAX_ROW or self.dtype == torch.bool or self.is_complex():
+        return NotImplemented
+    x = self.movedim(dim, -1)
+    mine, other = x.unsqueeze(-1), x.unsqueeze(-2)  # [..., i, 1] and [..., 1, j]
+    position = torch.arange(n, device=self.device)
+    earlier = position.view(1, n) < position.view(n, 1)  # j < i
+    ahead = _greater(mine, other) if not descending else _greater(other, mine)
+    before = ahead | (_same(mine, other) & earlier)
+    rank = before.sum(-1)
+    values = torch.scatter(x, -1, rank, x)
+    indices = torch.scatter(torch.zeros_like(rank), -1, rank, position.expand_as(rank))
+    return values.movedim(-1, dim).contiguous(), indices.movedim(-1, dim).contiguous()
+
+
+def _greater(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a > b in sort order: NaN is greater than every number."""
+    if not a.is_floating_point():
+        return a > b
+    return (a > b) | (a.isnan() & ~b.isnan())
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if not a.is_floating_point():
+        return a == b
+    return (a == b) | (a.isnan() & b.isnan())
+
+
+def sort_stable(self: torch.Tensor, *, stable=None, dim: int = -1, descending: bool = False):
+    return sort(self, dim, descending)  # the rank order is the stable one either way
+
+
+def topk(self: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+    """The first k of `sort` (descending for the largest): values in order, and among equal
+    values the earliest index first, one valid answer where torch leaves the order of ties
+    unspecified (and the order of all of them when sorted=False). NaN counts as the largest."""
+    if self.dim() == 0:  # k is 0 or 1 (torch checks): the element itself, or nothing
+        return (self.clone(), torch.zeros((), dtype=torch.int64, device=self.device)) if k == 1 else NotImplemented
+    result = sort(self, dim, descending=largest)
+    if result is NotImplemented:
+        return NotImplemented
+    values, indices = result
+    return values.narrow(dim, 0, k).contiguous(), indices.narrow(dim, 0, k).contiguous()
+
+
+DECOMPOSITIONS = {
+    aten.masked_scatter.default: masked_scatter,
+    aten.sort.default: sort,
+    aten.sort.stable: sort_stable,
+    aten.topk.default: topk,
+}

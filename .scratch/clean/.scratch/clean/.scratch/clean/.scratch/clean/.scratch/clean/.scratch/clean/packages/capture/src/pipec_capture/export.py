@@ -1,0 +1,95 @@
+"""Capture through torch.export: a whole model -> (Graph, bindings of its state by name)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from pipec_ir import CompileOptions, Graph
+
+from .aot import core_decompositions
+from .errors import CaptureError
+from .lower import lower_graph
+
+
+def export_program(model, example_inputs, options: CompileOptions | None = None):
+    """torch.export.export (strict first, non-strict as a fallback) + pipec's decompositions."""
+    options = options or CompileOptions()
+    if not isinstance(model, torch.nn.Module):
+        fn = model
+
+        class _Wrapper(torch.nn.Module):
+            def forward(self, *args):
+                return fn(*args)
+        model = _Wrapper()
+    args = tuple(example_inputs)
+    name = _model_name(model, options)
+    strict = options.get("export_strict", None)
+    dynamic_shapes = options.get("export_dynamic_shapes", None)  # torch.export's dynamic_shapes argument
+    try:
+        ep = torch.export.export(model, args, strict=True if strict is None else bool(strict),
+                                 dynamic_shapes=dynamic_shapes)
+    except Exception as first:  # noqa: BLE001 - report both attempts if the fallback fails too
+        if strict is not None:
+            raise CaptureError(f"model {name}, capture export: torch.export.export failed: {first}") from first
+        warnings.warn(f"pipec: strict torch.export of {name} failed ({type(first).__name__}: "
+                      f"{str(first).splitlines()[0] if str(first) else ''}); retrying with strict=False",
+                      stacklevel=2)
+        try:
+            ep = torch.export.export(model, args, strict=False, dynamic_shapes=dynamic_shapes)
+        except Exception as second:  # noqa: BLE001
+            raise CaptureError(
+                f"model {name}, capture export: torch.export.export failed (strict: {first}; "
+                f"non-strict: {second}); use capture='dynamo', which allows graph breaks") from second
+    decomp = core_decompositions(decompose_attention=bool(options.get("decompose_attention", False)))
+    return ep.run_decompositions(decomp)
+
+
+def export_graph(model, example_inputs, options: CompileOptions | None = None) -> tuple[Graph, dict]:
+    """Export and lower `model`. Returns (Graph, {input name: tensor} for parameters/buffers/constants).
+
+    Parameters and buffers become graph inputs named by their fully qualified name
+    ("fc1.weight") with role "parameter"/"buffer"; user inputs keep their names, role "input".
+    """
+    options = options or CompileOptions()
+    ep = export_program(model, example_inputs, options)
+    name = _model_name(model, options)
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    specs: dict[str, tuple[str, str]] = {}
+    bindings: dict[str, torch.Tensor] = {}
+    state = ep.state_dict
+    constants = getattr(ep, "constants", {}) or {}
+    for spec in ep.graph_signature.input_specs:
+        arg_name = getattr(spec.arg, "name", None)
+        if arg_name is None:
+            continue
+        if spec.kind == InputKind.PARAMETER:
+            specs[arg_name] = (spec.target, "parameter")
+            bindings[spec.target] = state[spec.target]
+        elif spec.kind == InputKind.BUFFER:
+            specs[arg_name] = (spec.target, "buffer")
+            bindings[spec.target] = state[spec.target] if spec.target in state else constants[spec.target]
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            specs[arg_name] = (spec.target, "buffer")
+            bindings[spec.target] = constants[spec.target]
+        elif spec.kind != InputKind.USER_INPUT:
+            raise CaptureError(f"model {name}, capture export: unsupported input kind {spec.kind}")
+    mutations = [s for s in ep.graph_signature.output_specs if s.kind != OutputKind.USER_OUTPUT]
+    if mutations:
+        raise CaptureError(
+            f"model {name}, capture export: the model updates state in place "
+            f"({', '.join(str(s.target) for s in mutations)}); call model.eval() or use capture='dynamo'")
+    graph = lower_graph(ep.graph_module, name=_graph_name(options, name), input_specs=specs,
+                        fullgraph=options.fullgraph, model_name=name)
+    return graph, bindings
+
+
+def _model_name(model, options) -> str:
+    return options.get("model_name") or type(model).__name__
+
+
+def _graph_name(options, name) -> str:
+    g = options.get("graph_name") or name
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in g)

@@ -1,0 +1,311 @@
+"""Lowerings of indexing and layout ops through `take` (docs/IR.md, "Indexing").
+
+Every op here reads its source at a computed position: `take(src, pos)` with `pos` the
+row-major flat position in `src`, built from `iota`s (the output's coordinates) and index
+tensors with int64 pointwise ops. gather / index_select / embedding / index.Tensor replace
+one coordinate by an index tensor; cat, constant_pad_nd, flip, slice_scatter and diagonal
+compute the coordinate from the output's own. Positions are always in range: where an
+output point has no source element (padding, another cat input), the position is clamped
+and the value replaced by `where`.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from pipec_ir import Ref
+from pipec_ir.symbolic import contiguous_strides
+
+from .lower import Lowerer, NoLowering, register, wrap_dim
+
+I64 = "int64"
+
+
+def _static_shape(cx: Lowerer, shape) -> tuple[int, ...]:
+    return tuple(cx.static(s) for s in shape)
+
+
+def iota(cx: Lowerer, shape, dim: int) -> Ref:
+    """The coordinate along `dim` of every point of `shape` (int64)."""
+    return cx.emit("iota", [], shape, I64, dim=dim, start=0, step=1)
+
+
+def binop(cx: Lowerer, op: str, a, b, shape, dtype: str = I64) -> Ref:
+    return cx.pointwise(op, [a, b], shape, dtype)
+
+
+def clamp(cx: Lowerer, x: Ref, lo: int, hi: int, shape) -> Ref:
+    return binop(cx, "minimum", binop(cx, "maximum", x, lo, shape), hi, shape)
+
+
+def flat_position(cx: Lowerer, coords, src_shape, shape) -> Ref:
+    """sum(coord_k * stride_k) over src's dims: coords are Refs of `shape` or ints."""
+    pos = None
+    for c, stride in zip(coords, contiguous_strides(src_shape)):
+        term = c if stride == 1 else binop(cx, "mul", c, int(stride), shape)
+        pos = term if pos is None else binop(cx, "add", pos, term, shape)
+    return pos if pos is not None else cx.full(0, shape, I64)
+
+
+def take(cx: Lowerer, src: Ref, pos, shape) -> Ref:
+    if not isinstance(pos, Ref):
+        pos = cx.full(pos, shape, I64)
+    return cx.emit("take", [src, cx.cast(pos, I64)], shape, cx.dtype(src))
+
+
+def wrap_negative(cx: Lowerer, idx: Ref, size: int, shape) -> Ref:
+    """Python-style negative indices (index.Tensor accepts them) -> [0, size)."""
+    neg = cx.pointwise("lt", [idx, 0], shape, "bool", operand_dtype=I64)
+    return cx.emit("where", [neg, binop(cx, "add", idx, size, shape), idx], shape, I64)
+
+
+def index_operand(cx: Lowerer, idx: Ref, shape) -> Ref:
+    if cx.dtype(idx) not in ("int64", "int32"):
+        raise NoLowering(f"index tensor of dtype {cx.dtype(idx)} (a mask: data-dependent shape)")
+    return cx.broadcast(cx.cast(idx, I64), shape)
+
+
+def gather_along(cx: Lowerer, src: Ref, dim: int, idx: Ref, shape) -> Ref:
+    """out[p] = src[p with p[dim] = idx[p]]; idx already has the output's shape."""
+    src_shape = _static_shape(cx, cx.shape(src))
+    coords = [idx if d == dim else iota(cx, shape, d) for d in range(len(src_shape))]
+    return take(cx, src, flat_position(cx, coords, src_shape, shape), shape)
+
+
+@register("aten.gather.default")
+def lower_gather(cx, node, x, dim, index, *, sparse_grad=False):
+    t = cx.result(node)
+    shape = _static_shape(cx, t.shape)
+    if not shape:
+        return take(cx, x, cx.cast(index, I64), t.shape)
+    dim = wrap_dim(dim, len(shape))
+    return gather_along(cx, x, dim, index_operand(cx, index, t.shape), t.shape)
+
+
+@register("aten.index_select.default")
+def lower_index_select(cx, node, x, dim, index):
+    t = cx.result(node)
+    shape = _static_shape(cx, t.shape)
+    if not shape:
+        return take(cx, x, cx.reshape(cx.cast(index, I64), ()), t.shape)
+    dim = wrap_dim(dim, len(shape))
+    column = [1] * len(shape)
+    column[dim] = shape[dim]
+    idx = cx.reshape(cx.cast(index, I64), tuple(sympy.Integer(c) for c in column))
+    return gather_along(cx, x, dim, cx.broadcast(idx, t.shape), t.shape)
+
+
+@register("aten.embedding.default")
+def lower_embedding(cx, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    t = cx.result(node)
+    _static_shape(cx, t.shape)
+    if len(cx.shape(weight)) != 2:
+        raise NoLowering("embedding weight is not 2-D")
+    idx = cx.reshape(cx.cast(indices, I64), tuple(cx.shape(indices)) + (sympy.Integer(1),))
+    row = cx.broadcast(idx, t.shape)
+    column = iota(cx, t.shape, len(t.shape) - 1)
+    return take(cx, weight, flat_position(cx, [row, column], _static_shape(cx, cx.shape(weight)), t.shape), t.shape)
+
+
+@register("aten.index.Tensor")
+def lower_index(cx, node, x, indices):
+    """Advanced indexing: index tensors (broadcast together) replace the coordinates of their dims."""
+    t = cx.result(node)
+    _static_shape(cx, t.shape)
+    coords, shape = advanced_index_coords(cx, _static_shape(cx, cx.shape(x)), indices)
+    return take(cx, x, flat_position(cx, coords, _static_shape(cx, cx.shape(x)), shape), shape)
+
+
+def advanced_index_coords(cx, src_shape, indices) -> tuple[list, tuple]:
+    """(the source coordinate of every point of x[indices], that result's shape): the index
+    tensors (broadcast together, negative values wrapped) replace the coordinates of their
+    dims; index.Tensor reads there and index_put writes there (lower_scatter.py)."""
+    indices = list(indices) + [None] * (len(src_shape) - len(indices))
+    given = [d for d, i in enumerate(indices) if i is not None]
+    if not given:
+        raise NoLowering("no index tensor")
+    bshape = tuple(int(s) for s in _broadcast_shapes([_static_shape(cx, cx.shape(indices[d])) for d in given]))
+    adjacent = given == list(range(given[0], given[-1] + 1))
+    # where the broadcast index dims sit in the output, and where each remaining src dim goes
+    first = given[0] if adjacent else 0
+    rest = [d for d in range(len(src_shape)) if d not in given]
+    out_dim_of = {}
+    k = 0
+    for d in rest:
+        if adjacent and d > given[-1]:
+            out_dim_of[d] = d - len(given) + len(bshape)
+        elif adjacent:
+            out_dim_of[d] = d
+        else:
+            out_dim_of[d] = len(bshape) + k
+            k += 1
+    out_shape = [0] * (len(rest) + len(bshape))
+    for d in rest:
+        out_shape[out_dim_of[d]] = src_shape[d]
+    out_shape[first:first + len(bshape)] = bshape
+    tshape = tuple(sympy.Integer(s) for s in out_shape)
+    coords = []
+    for d in range(len(src_shape)):
+        if indices[d] is None:
+            coords.append(iota(cx, tshape, out_dim_of[d]))
+            continue
+        idx = index_operand(cx, indices[d], tuple(sympy.Integer(s) for s in bshape))
+        lead = [sympy.Integer(1)] * first
+        tail = [sympy.Integer(1)] * (len(out_shape) - first - len(bshape))
+        idx = cx.broadcast(cx.reshape(idx, (*lead, *cx.shape(idx), *tail)), tshape)
+        coords.append(wrap_negative(cx, idx, src_shape[d], tshape))
+    return coords, tshape
+
+
+def _broadcast_shapes(shapes):
+    import torch
+
+    return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
+
+
+@register("aten.cat.default")
+def lower_cat(cx, node, tensors, dim=0):
+    """Each output point takes the input whose range along `dim` holds it (clamped reads + where)."""
+    t = cx.result(node)
+    shape = _static_shape(cx, t.shape)
+    parts = [x for x in tensors if _static_shape(cx, cx.shape(x)) != (0,)]  # legacy empty inputs
+    if not shape:
+        raise NoLowering("0-dim cat")
+    dim = wrap_dim(dim, len(shape))
+    parts = [x for x in parts if cx.static(cx.shape(x)[dim]) > 0]
+    if len(parts) == 1:
+        return cx.emit("identity", [cx.cast(parts[0], t.dtype)], t.shape, t.dtype)
+    if not parts:
+        return cx.full(0, t.shape, t.dtype)
+    along = iota(cx, t.shape, dim)
+    result, start, pieces = None, 0, []
+    for x in parts:
+        n = cx.static(cx.shape(x)[dim])
+        local = clamp(cx, binop(cx, "sub", along, start, t.shape), 0, n - 1, t.shape)
+        pieces.append((start + n, gather_along(cx, cx.cast(x, t.dtype), dim, local, t.shape)))
+        start += n
+    result = pieces[-1][1]
+    for end, value in reversed(pieces[:-1]):
+        inside = cx.pointwise("lt", [along, end], t.shape, "bool", operand_dtype=I64)
+        result = cx.emit("where", [inside, value, result], t.shape, t.dtype)
+    return result
+
+
+def _padded_read(cx, x, t, lows, fill):
+    """out[p] = x[p - lows] where that is inside x, else `fill` (lows per dim, may be 0)."""
+    src_shape = _static_shape(cx, cx.shape(x))
+    coords, inside = [], None
+    for d, (lo, size) in enumerate(zip(lows, src_shape)):
+        c = iota(cx, t.shape, d)
+        if lo == 0 and cx.static(t.shape[d]) <= size:
+            coords.append(c)
+            continue
+        j = binop(cx, "sub", c, lo, t.shape)
+        ok = cx.emit("logical_and", [cx.pointwise("ge", [j, 0], t.shape, "bool", operand_dtype=I64),
+                                     cx.pointwise("lt", [j, size], t.shape, "bool", operand_dtype=I64)],
+                     t.shape, "bool")
+        inside = ok if inside is None else cx.emit("logical_and", [inside, ok], t.shape, "bool")
+        coords.append(clamp(cx, j, 0, max(size - 1, 0), t.shape))
+    value = take(cx, x, flat_position(cx, coords, src_shape, t.shape), t.shape)
+    if inside is None:
+        return value
+    return cx.emit("where", [inside, value, cx.operand(fill, t.shape, t.dtype)], t.shape, t.dtype)
+
+
+@register("aten.constant_pad_nd.default")
+def lower_constant_pad_nd(cx, node, x, pad, value=0):
+    t = cx.result(node)
+    rank = len(cx.shape(x))
+    pads = [cx.static(p) for p in pad]
+    if any(p < 0 for p in pads):
+        raise NoLowering("negative padding (a crop)")
+    lows = [0] * rank
+    for k in range(len(pads) // 2):
+        lows[rank - 1 - k] = pads[2 * k]
+    if 0 in _static_shape(cx, cx.shape(x)):
+        return cx.full(value, t.shape, t.dtype)
+    return _padded_read(cx, x, t, lows, value)
+
+
+@register("aten.flip.default")
+def lower_flip(cx, node, x, dims):
+    t = cx.result(node)
+    shape = _static_shape(cx, t.shape)
+    flipped = {wrap_dim(d, len(shape)) for d in dims}
+    coords = []
+    for d, size in enumerate(shape):
+        c = iota(cx, t.shape, d)
+        coords.append(binop(cx, "sub", size - 1, c, t.shape) if d in flipped else c)
+    return take(cx, x, flat_position(cx, coords, shape, t.shape), t.shape) if shape else \
+        cx.emit("identity", [x], t.shape, t.dtype)
+
+
+@register("aten.slice_scatter.default")
+def lower_slice_scatter(cx, node, x, src, dim=0, start=None, end=None, step=1):
+    t = cx.result(node)
+    shape = _static_shape(cx, t.shape)
+    dim = wrap_dim(dim, len(shape))
+    size = shape[dim]
+    start = 0 if start is None else cx.static(start)
+    start = max(start + size, 0) if start < 0 else min(start, size)
+    n = cx.static(cx.shape(src)[dim])
+    step = cx.static(step)
+    if n == 0:
+        return cx.emit("identity", [x], t.shape, t.dtype)
+    j = binop(cx, "sub", iota(cx, t.shape, dim), start, t.shape)
+    ok = cx.emit("logical_and", [cx.pointwise("ge", [j, 0], t.shape, "bool", operand_dtype=I64),
+                                 cx.pointwise("lt", [j, n * step], t.shape, "bool", operand_dtype=I64)],
+                 t.shape, "bool")
+    if step != 1:
+        on_step = cx.pointwise("eq", [binop(cx, "remainder", j, step, t.shape), 0], t.shape, "bool",
+                               operand_dtype=I64)
+        ok = cx.emit("logical_and", [ok, on_step], t.shape, "bool")
+        j = binop(cx, "truediv_floor", j, step, t.shape)
+    local = clamp(cx, j, 0, n - 1, t.shape)
+    value = gather_along(cx, cx.cast(src, t.dtype), dim, local, t.shape)
+    return cx.emit("where", [ok, value, cx.cast(x, t.dtype)], t.shape, t.dtype)
+
+
+@register("aten.select_scatter.default")
+def lower_select_scatter(cx, node, x, src, dim, index):
+    t = cx.result(node)
+    shape = _static_shape(cx, t.shape)
+    dim = wrap_dim(dim, len(shape))
+    index = cx.static(index)
+    index = index + shape[dim] if index < 0 else index
+    lifted = list(cx.shape(src))
+    lifted.insert(dim, sympy.Integer(1))
+    value = cx.broadcast(cx.reshape(cx.cast(src, t.dtype), tuple(lifted)), t.shape)
+    here = cx.pointwise("eq", [iota(cx, t.shape, dim), index], t.shape, "bool", operand_dtype=I64)
+    return cx.emit("where", [here, value, cx.cast(x, t.dtype)], t.shape, t.dtype)
+
+
+@register("aten.diagonal.default")
+def lower_diagonal(cx, node, x, offset=0, dim1=0, dim2=1):
+    t = cx.result(node)
+    src_shape = _static_shape(cx, cx.shape(x))
+    d1, d2 = wrap_dim(dim1, len(src_shape)), wrap_dim(dim2, len(src_shape))
+    rest = [d for d in range(len(src_shape)) if d not in (d1, d2)]
+    last = len(t.shape) - 1
+    diag = iota(cx, t.shape, last)
+    coords = []
+    for d in range(len(src_shape)):
+        if d == d1:
+            coords.append(binop(cx, "add", diag, max(-offset, 0), t.shape))
+        elif d == d2:
+            coords.append(binop(cx, "add", diag, max(offset, 0), t.shape))
+        else:
+            coords.append(iota(cx, t.shape, rest.index(d)))
+    return take(cx, x, flat_position(cx, coords, src_shape, t.shape), t.shape)
+
+
+@register("aten.as_strided.default")
+def lower_as_strided(cx, node, x, size, stride, storage_offset=None):
+    """A strided read of x's row-major elements (every IR value is contiguous)."""
+    t = cx.result(node)
+    strides = [cx.static(s) for s in stride]
+    pos = cx.full(cx.static(storage_offset or 0), t.shape, I64)
+    for d, st in enumerate(strides):
+        if st:
+            pos = binop(cx, "add", pos, binop(cx, "mul", iota(cx, t.shape, d), st, t.shape), t.shape)
+    return take(cx, x, pos, t.shape)

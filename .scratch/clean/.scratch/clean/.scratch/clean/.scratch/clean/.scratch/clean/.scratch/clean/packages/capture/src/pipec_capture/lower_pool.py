@@ -1,0 +1,589 @@
+"""Lowerings of average and max pooling as sums / running maxima of strided window slices.
+
+A pooling window of k_1 x ... x k_n taps is unrolled: tap (j_1, ..., j_n) of every output
+point reads `slice(padded, start=j*dilation, step=stride)` along each spatial dim, a pure
+view of the (padded) input. Padding (and, with ceil_mode, the overhang of the last windows
+past the input's end) comes from the `take`-based constant pad of lower_indexing: zeros for
+average pooling, -inf for max pooling, so padded taps never win. The divisor of average
+pooling and the argmax positions of max pooling are int64 arithmetic on `iota`s of the
+output's coordinates (ceil_mode needs no code of its own: the output sizes, from the
+node's meta, already count the overhanging windows). Adaptive average pooling with windows
+of unequal length reads each tap with `take` at a clamped position and masks the taps past
+a window's end; adaptive max pooling scans the same taps (masked taps never win) and returns
+each window's first maximum and its flat position within the (N, C) plane, as eager does.
+Windows of more than MAX_TAPS taps stay externs (the graph grows with every tap).
+
+The backward of average and max pooling is a gather, not a scatter: each grad_input point
+sums grad_output over the few output windows that can cover it (at most ceil(reach/stride)
+per spatial dim, reach being the window's span), read with `take` at clamped positions and
+masked where a candidate window is out of range, does not reach the point (average pooling)
+or did not pick it as its maximum (max pooling: its saved index is not this point's). The
+backward of adaptive average pooling gathers the same way: the cells covering an input point
+are a range given by the forward's window formula with the input and output sizes swapped.
+The backward of adaptive max pooling gathers over those same cells, keeping the ones whose
+saved index is this point. No atomics and no scatter: every grad_input point is written once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import sympy
+
+from pipec_ir import Ref, TensorType
+from pipec_ir.symbolic import contiguous_strides
+
+from .dtypes import acc_dtype, is_float
+from .lower import NoLowering, register
+from .lower_indexing import I64, _padded_read, binop, clamp, flat_position, iota, take
+
+MAX_TAPS = 64
+
+
+def _per_dim(value, n: int, what: str) -> tuple[int, ...]:
+    """An int or an int list of length 1 or n (ATen's int[n] argument) as n ints."""
+    vals = [value] if isinstance(value, (int, sympy.Integer)) else list(value)
+    if len(vals) == 1:
+        vals = vals * n
+    if len(vals) != n:
+        raise NoLowering(f"{what} of length {len(vals)} for {n} spatial dims")
+    return tuple(int(v) for v in vals)
+
+
+class Window:
+    """The geometry of one pooling call over the last n dims of x (static sizes)."""
+
+    def __init__(self, cx, x, out, n, kernel, stride, padding, dilation=1, *, unrolled=True):
+        self.n = n
+        shape = tuple(cx.static(s) for s in cx.shape(x))
+        if len(shape) not in (n + 1, n + 2):
+            raise NoLowering(f"{len(shape)}-D input for {n}-D pooling")
+        self.lead = shape[:-n]
+        self.size = shape[-n:]
+        self.out = tuple(cx.static(s) for s in out.shape[-n:])
+        self.kernel = _per_dim(kernel, n, "kernel_size")
+        self.stride = _per_dim(stride, n, "stride") if stride else self.kernel
+        self.padding = _per_dim(padding, n, "padding")
+        self.dilation = _per_dim(dilation, n, "dilation")
+        taps = math.prod(self.kernel)
+        if unrolled and taps > MAX_TAPS:
+            raise NoLowering(f"pooling window of {taps} taps (more than {MAX_TAPS}: the graph would grow too big)")
+        self.empty = 0 in shape or 0 in self.out  # nothing to read: the result is a fill
+
+    def offsets(self):
+        """Every tap of the window as per-dim offsets, in row-major order (torch's scan order)."""
+        return itertools.product(*[range(k) for k in self.kernel])
+
+    def padded(self, cx, x, fill):
+        """x padded on the left by `padding` and on the right far enough for every window."""
+        highs = [max(0, (o - 1) * s + (k - 1) * d + 1 - (size + p))
+                 for o, s, k, d, size, p in zip(self.out, self.stride, self.kernel, self.dilation,
+                                                 self.size, self.padding)]
+        if not any(self.padding) and not any(highs):
+            return x
+        shape = self.lead + tuple(size + p + h for size, p, h in zip(self.size, self.padding, highs))
+        t = TensorType(tuple(sympy.Integer(s) for s in shape), cx.dtype(x))
+        lows = [0] * len(self.lead) + list(self.padding)
+        return _padded_read(cx, x, t, lows, fill)
+
+    def tap(self, cx, src, offset):
+        """The window tap `offset` of every output point: strided slices of the padded input."""
+        y = src
+        shape = list(cx.shape(src))
+        first = len(self.lead)
+        for k, (j, s, d, o) in enumerate(zip(offset, self.stride, self.dilation, self.out)):
+            shape[first + k] = sympy.Integer(o)
+            y = cx.emit("slice", [y], tuple(shape), cx.dtype(src), dim=first + k, start=j * d, step=s)
+        return y
+
+    def coordinate(self, cx, shape, k: int) -> Ref:
+        """The input coordinate of each output point's window start along spatial dim k (may be < 0)."""
+        c = iota(cx, shape, len(shape) - self.n + k)
+        if self.stride[k] != 1:
+            c = binop(cx, "mul", c, self.stride[k], shape)
+        return binop(cx, "sub", c, self.padding[k], shape) if self.padding[k] else c
+
+
+# ------------------------------------------------------------ average pooling
+
+
+def _avg_divisor(cx, win: Window, shape, count_include_pad: bool):
+    """The per-output-point divisor (a number when it is the same everywhere, else int64 Ref).
+
+    As torch: the window clipped to the padded input counts when count_include_pad, else
+    only its part inside the input; it factors into one count per spatial dim.
+    """
+    divisor, factors = 1, []
+    for k, (o, s, kk, p, size) in enumerate(zip(win.out, win.stride, win.kernel, win.padding, win.size)):
+        counts = set()
+        for i in range(o):
+            start = i * s - p
+            end = min(start + kk, size + p)
+            counts.add(end - start if count_include_pad else min(end, size) - max(start, 0))
+        if len(counts) == 1:
+            divisor *= counts.pop()
+            continue
+        start = win.coordinate(cx, shape, k)
+        end = binop(cx, "minimum", binop(cx, "add", start, kk, shape), size + p, shape)
+        if not count_include_pad:
+            end = binop(cx, "minimum", end, size, shape)
+            start = binop(cx, "maximum", start, 0, shape)
+        factors.append(binop(cx, "sub", end, start, shape))
+    if not factors:
+        return divisor
+    count = factors[0]
+    for f in factors[1:]:
+        count = binop(cx, "mul", count, f, shape)
+    return binop(cx, "mul", count, divisor, shape) if divisor != 1 else count
+
+
+def _avg_pool(n: int):
+    def lower(cx, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+        t = cx.result(node)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} average pooling (integer division)")
+        win = Window(cx, x, t, n, kernel_size, stride, padding)
+        if win.empty:
+            return cx.full(0.0, t.shape, t.dtype)
+        acc = acc_dtype(t.dtype)
+        src = win.padded(cx, cx.cast(x, acc), 0.0)
+        total = None
+        for offset in win.offsets():
+            term = win.tap(cx, src, offset)
+            total = term if total is None else cx.emit("add", [total, term], t.shape, acc)
+        if divisor_override:
+            divisor = int(divisor_override)
+        else:
+            divisor = _avg_divisor(cx, win, t.shape, bool(count_include_pad))
+        if isinstance(divisor, Ref):
+            divisor = cx.cast(divisor, acc)
+        else:
+            divisor = float(divisor)
+        return cx.cast(cx.pointwise("div", [total, divisor], t.shape, acc), t.dtype)
+    lower.__name__ = f"lower_avg_pool{n}d"
+    return lower
+
+
+register("aten.avg_pool2d.default")(_avg_pool(2))
+register("aten.avg_pool3d.default")(_avg_pool(3))
+
+
+# ------------------------------------------------------------ max pooling with indices
+
+
+def _first_valid(cx, win: Window, shape, k: int) -> Ref:
+    """The first window coordinate inside the input along dim k: torch's initial argmax.
+
+    A window starting in the left padding skips whole dilation steps until it is inside.
+    """
+    start = win.coordinate(cx, shape, k)
+    if not win.padding[k]:
+        return start
+    d = win.dilation[k]
+    outside = binop(cx, "maximum", binop(cx, "sub", 0, start, shape), 0, shape)
+    steps = binop(cx, "truediv_floor", binop(cx, "add", outside, d - 1, shape), d, shape)
+    return binop(cx, "add", start, binop(cx, "mul", steps, d, shape), shape)
+
+
+def _plane_position(cx, win: Window, coords, shape) -> Ref:
+    """sum(coord_k * stride_k) over the spatial dims: the flat index within one input plane."""
+    pos = None
+    for c, st in zip(coords, contiguous_strides(win.size)):
+        term = c if st == 1 else binop(cx, "mul", c, int(st), shape)
+        pos = term if pos is None else binop(cx, "add", pos, term, shape)
+    return pos
+
+
+def _max_pool(n: int):
+    def lower(cx, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+        t = cx.result(node, 0)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} max pooling (no -inf to pad with)")
+        win = Window(cx, x, t, n, kernel_size, stride, padding, dilation)
+        shape, dtype = t.shape, t.dtype
+        if win.empty:
+            return cx.full(float("-inf"), shape, dtype), cx.full(0, shape, I64)
+        src = win.padded(cx, x, float("-inf"))
+        starts = [win.coordinate(cx, shape, k) for k in range(n)]
+        base = _plane_position(cx, win, starts, shape)  # plane index of tap (0, ..., 0)
+        tap_step = contiguous_strides(win.size)
+        best = cx.full(float("-inf"), shape, dtype)
+        where = _plane_position(cx, win, [_first_valid(cx, win, shape, k) for k in range(n)], shape)
+        for offset in win.offsets():
+            value = win.tap(cx, src, offset)
+            shift = sum(j * d * int(st) for j, d, st in zip(offset, win.dilation, tap_step))
+            position = binop(cx, "add", base, shift, shape) if shift else base
+            best, where = _max_step(cx, value, position, best, where, shape, dtype)
+        return best, where
+    lower.__name__ = f"lower_max_pool{n}d_with_indices"
+    return lower
+
+
+def _max_step(cx, value, position, best, where, shape, dtype, inside=None):
+    """One tap of a max-pool scan: (best, where) after `value` at `position` is seen. As torch's
+    scan: a tap wins if it is greater or NaN (NaN propagates; ties keep the first); `inside`
+    (optional) masks taps outside the window."""
+    wins = cx.emit("logical_or", [cx.pointwise("gt", [value, best], shape, "bool", operand_dtype=dtype),
+                                  cx.emit("isnan", [value], shape, "bool")], shape, "bool")
+    if inside is not None:
+        wins = cx.emit("logical_and", [inside, wins], shape, "bool")
+    return cx.emit("where", [wins, value, best], shape, dtype), cx.emit("where", [wins, position, where], shape, I64)
+
+
+register("aten.max_pool2d_with_indices.default")(_max_pool(2))
+register("aten.max_pool3d_with_indices.default")(_max_pool(3))
+
+
+# ------------------------------------------------------------ adaptive average pooling
+
+
+def _adaptive_windows(cx, shape, dim: int, size: int, out: int):
+    """Output point i along `dim` pools input [floor(i*size/out), ceil((i+1)*size/out)).
+
+    Returns (start, length) as int64 Refs of `shape` and the longest window (static)."""
+    i = iota(cx, shape, dim)
+    scaled = binop(cx, "mul", i, size, shape)
+    start = binop(cx, "truediv_floor", scaled, out, shape)
+    end = binop(cx, "truediv_floor", binop(cx, "add", scaled, size + out - 1, shape), out, shape)
+    longest = max(-(-(k + 1) * size // out) - k * size // out for k in range(out))
+    return start, binop(cx, "sub", end, start, shape), longest
+
+
+def _adaptive_taps(cx, shape, windows, size):
+    """Every tap of the longest adaptive window: (per-dim input coordinates, mask or None).
+
+    Windows shorter than the longest read their extra taps at a clamped position and are
+    masked there; tap 0 of every dim is inside every window (no mask). Taps come in
+    row-major order, torch's scan order (which picks max pooling's first maximum)."""
+    for offset in itertools.product(*[range(w[2]) for w in windows]):
+        coords, inside = [], None
+        for j, (start, length, _), s in zip(offset, windows, size):
+            coords.append(binop(cx, "minimum", binop(cx, "add", start, j, shape), s - 1, shape) if j else start)
+            if j:
+                ok = cx.pointwise("lt", [j, length], shape, "bool", operand_dtype=I64)
+                inside = ok if inside is None else cx.emit("logical_and", [inside, ok], shape, "bool")
+        yield coords, inside
+
+
+def _adaptive_avg_pool(n: int):
+    def lower(cx, node, x, output_size):
+        t = cx.result(node)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} adaptive average pooling (integer division)")
+        src_shape = tuple(cx.static(s) for s in cx.shape(x))
+        out = _per_dim(output_size, n, "output_size")
+        if 0 in src_shape or 0 in out:
+            return cx.full(0.0, t.shape, t.dtype)
+        size = src_shape[-n:]
+        if all(s % o == 0 for s, o in zip(size, out)):  # equal windows, back to back: a plain average pool
+            kernel = tuple(s // o for s, o in zip(size, out))
+            return _avg_pool(n)(cx, node, x, kernel, kernel)
+        shape, rank, acc = t.shape, len(src_shape), acc_dtype(t.dtype)
+        windows = [_adaptive_windows(cx, shape, rank - n + k, size[k], out[k]) for k in range(n)]
+        taps = math.prod(w[2] for w in windows)
+        if taps > MAX_TAPS:
+            raise NoLowering(f"adaptive pooling window of {taps} taps (more than {MAX_TAPS})")
+        xs = cx.cast(x, acc)
+        lead = [iota(cx, shape, d) for d in range(rank - n)]
+        total = None
+        for coords, inside in _adaptive_taps(cx, shape, windows, size):
+            value = take(cx, xs, flat_position(cx, lead + coords, src_shape, shape), shape)
+            if inside is not None:
+                value = cx.emit("where", [inside, value, cx.full(0.0, shape, acc)], shape, acc)
+            total = value if total is None else cx.emit("add", [total, value], shape, acc)
+        count = windows[0][1]
+        for w in windows[1:]:
+            count = binop(cx, "mul", count, w[1], shape)
+        return cx.cast(cx.emit("div", [total, cx.cast(count, acc)], shape, acc), t.dtype)
+    lower.__name__ = f"lower_adaptive_avg_pool{n}d"
+    return lower
+
+
+register("aten._adaptive_avg_pool2d.default")(_adaptive_avg_pool(2))
+register("aten._adaptive_avg_pool3d.default")(_adaptive_avg_pool(3))
+
+
+# ------------------------------------------------------------ adaptive max pooling with indices
+
+
+def _adaptive_max_pool(n: int):
+    def lower(cx, node, x, output_size):
+        t = cx.result(node, 0)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} adaptive max pooling")
+        src_shape = tuple(cx.static(s) for s in cx.shape(x))
+        if len(src_shape) not in (n + 1, n + 2):
+            raise NoLowering(f"{len(src_shape)}-D input for {n}-D adaptive pooling")
+        out = _per_dim(output_size, n, "output_size")
+        shape, dtype = t.shape, t.dtype
+        if 0 in src_shape or 0 in out:
+            return cx.full(float("-inf"), shape, dtype), cx.full(0, shape, I64)
+        size = src_shape[-n:]
+        if all(s % o == 0 for s, o in zip(size, out)):  # equal windows, back to back: a plain max pool
+            kernel = tuple(s // o for s, o in zip(size, out))
+            return _max_pool(n)(cx, node, x, kernel, kernel)
+        rank = len(src_shape)
+        windows = [_adaptive_windows(cx, shape, rank - n + k, size[k], out[k]) for k in range(n)]
+        taps = math.prod(w[2] for w in windows)
+        if taps > MAX_TAPS:
+            raise NoLowering(f"adaptive pooling window of {taps} taps (more than {MAX_TAPS})")
+        # a tap's read position: its (N, C) plane's offset (computed once) + its index in the plane
+        plane, lead = math.prod(size), rank - n
+        base = None
+        if lead:
+            base = flat_position(cx, [iota(cx, shape, d) for d in range(lead)], src_shape[:lead], shape)
+            base = binop(cx, "mul", base, plane, shape)
+        best = where = None
+        for coords, inside in _adaptive_taps(cx, shape, windows, size):
+            here = flat_position(cx, coords, size, shape)
+            value = take(cx, x, here if base is None else binop(cx, "add", base, here, shape), shape)
+            if best is None:  # tap 0 starts the scan (eager starts from -inf at the window's start: the same)
+                best, where = value, here
+                continue
+            best, where = _max_step(cx, value, here, best, where, shape, dtype, inside)
+        return best, where
+    lower.__name__ = f"lower_adaptive_max_pool{n}d"
+    return lower
+
+
+register("aten.adaptive_max_pool2d.default")(_adaptive_max_pool(2))
+register("aten.adaptive_max_pool3d.default")(_adaptive_max_pool(3))
+
+
+# ------------------------------------------------------------ pooling backward (a gather over windows)
+
+
+def _covering_windows(cx, win: Window, shape, k: int, reach: int, check_reach: bool):
+    """The output windows along spatial dim k that can cover each input point of `shape`.
+
+    Window o starts at o*stride - padding and spans `reach` input positions, so input h is
+    covered iff o*stride - padding <= h < o*stride - padding + reach: o is at most
+    last = (h + padding) // stride, and o = last - t for t < ceil(reach / stride) are the
+    only candidates. Yields (o clamped into the output, mask or None) per candidate; a mask
+    term is emitted only where some point needs it (the ranges are static).
+    """
+    s, p, size, out = win.stride[k], win.padding[k], win.size[k], win.out[k]
+    h = iota(cx, shape, len(shape) - win.n + k)
+    shifted = binop(cx, "add", h, p, shape) if p else h
+    last = binop(cx, "truediv_floor", shifted, s, shape) if s != 1 else shifted
+    for t in range(-(-reach // s)):
+        o = binop(cx, "sub", last, t, shape) if t else last
+        tests = []
+        if p // s - t < 0:  # the first points' candidate lies before the first window
+            tests.append(cx.pointwise("ge", [o, 0], shape, "bool", operand_dtype=I64))
+        if (size - 1 + p) // s - t > out - 1:  # the last points' candidate lies past the last window
+            tests.append(cx.pointwise("lt", [o, out], shape, "bool", operand_dtype=I64))
+        if check_reach and t * s + s - 1 >= reach:  # (h + p) - o*s = (h + p) % s + t*s may be past the span
+            start = binop(cx, "mul", o, s, shape) if s != 1 else o
+            tests.append(cx.pointwise("lt", [binop(cx, "sub", shifted, start, shape), reach], shape, "bool",
+                                      operand_dtype=I64))
+        mask = None
+        for test in tests:
+            mask = test if mask is None else cx.emit("logical_and", [mask, test], shape, "bool")
+        yield (clamp(cx, o, 0, out - 1, shape) if tests else o), mask
+
+
+def _gather_windows(cx, win: Window, grad: Ref, shape, reach, *, check_reach: bool, picked=None) -> Ref:
+    """sum over candidate windows w of grad[w] where w covers the point (and picked(pos) if given)."""
+    candidates = math.prod(-(-r // st) for r, st in zip(reach, win.stride))
+    if candidates > MAX_TAPS:
+        raise NoLowering(f"pooling backward over {candidates} candidate windows (more than {MAX_TAPS})")
+    per_dim = [list(_covering_windows(cx, win, shape, k, reach[k], check_reach)) for k in range(win.n)]
+    return _gather_candidates(cx, grad, shape, win.lead, win.out, per_dim, picked)
+
+
+def _gather_candidates(cx, grad: Ref, shape, lead_shape, out, per_dim, picked=None) -> Ref:
+    """sum over every combination of one candidate per spatial dim of grad[candidate], masked.
+
+    per_dim[k] lists (output coordinate along dim k, mask or None) as Refs of `shape`; a
+    combination counts where all its masks (and picked(position in grad), if given) hold.
+    """
+    acc = cx.dtype(grad)
+    # grad's flat position: the lead dims' part (computed once) + one term per spatial dim and candidate
+    plane, lead = math.prod(out), len(lead_shape)
+    base = None
+    if lead:
+        base = flat_position(cx, [iota(cx, shape, d) for d in range(lead)], lead_shape, shape)
+        base = binop(cx, "mul", base, plane, shape) if plane != 1 else base
+    terms = []
+    for candidates, stride in zip(per_dim, contiguous_strides(out)):
+        stride = int(stride)
+        terms.append([(o if stride == 1 else binop(cx, "mul", o, stride, shape), mask) for o, mask in candidates])
+    zero = cx.full(0.0, shape, acc)
+    total = None
+    for combo in itertools.product(*terms):
+        pos = base
+        for term, _ in combo:
+            pos = term if pos is None else binop(cx, "add", pos, term, shape)
+        mask = None
+        for test in [m for _, m in combo if m is not None] + ([picked(pos)] if picked else []):
+            mask = test if mask is None else cx.emit("logical_and", [mask, test], shape, "bool")
+        value = take(cx, grad, pos, shape)
+        if mask is not None:  # where, not a product: a NaN gradient of a window that misses stays out
+            value = cx.emit("where", [mask, value, zero], shape, acc)
+        total = value if total is None else cx.emit("add", [total, value], shape, acc)
+    return total
+
+
+def _avg_pool_backward(n: int):
+    def lower(cx, node, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override=None):
+        t = cx.result(node)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} average pooling backward (integer division)")
+        win = Window(cx, x, cx.type(grad_output), n, kernel_size, stride, padding, unrolled=False)
+        if win.empty:
+            return cx.full(0.0, t.shape, t.dtype)
+        acc = acc_dtype(t.dtype)
+        out_shape = cx.shape(grad_output)
+        # each window's share of its gradient (grad / divisor), computed once per output point
+        if divisor_override:
+            divisor = float(divisor_override)
+        else:
+            divisor = _avg_divisor(cx, win, out_shape, bool(count_include_pad))
+            divisor = cx.cast(divisor, acc) if isinstance(divisor, Ref) else float(divisor)
+        share = cx.pointwise("div", [cx.cast(grad_output, acc), divisor], out_shape, acc)
+        total = _gather_windows(cx, win, share, t.shape, win.kernel, check_reach=True)
+        return cx.cast(total, t.dtype)
+    lower.__name__ = f"lower_avg_pool{n}d_backward"
+    return lower
+
+
+def _max_pool_backward(n: int):
+    def lower(cx, node, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+        t = cx.result(node)
+        if not is_float(t.dtype):
+            raise NoLowering(f"{t.dtype} max pooling backward")
+        win = Window(cx, x, cx.type(grad_output), n, kernel_size, stride, padding, dilation, unrolled=False)
+        if win.empty:
+            return cx.full(0.0, t.shape, t.dtype)
+        shape, acc = t.shape, acc_dtype(t.dtype)
+        here = _plane_position(cx, win, [iota(cx, shape, len(shape) - n + k) for k in range(n)], shape)
+        index = cx.cast(indices, I64)
+
+        def picked(pos):  # the window chose this very input point as its maximum
+            return cx.pointwise("eq", [take(cx, index, pos, shape), here], shape, "bool", operand_dtype=I64)
+
+        reach = [(k - 1) * d + 1 for k, d in zip(win.kernel, win.dilation)]
+        # a saved index names a point of its own window: no span test needed
+        total = _gather_windows(cx, win, cx.cast(grad_output, acc), shape, reach, check_reach=False, picked=picked)
+        return cx.cast(total, t.dtype)
+    lower.__name__ = f"lower_max_pool{n}d_with_indices_backward"
+    return lower
+
+
+register("aten.avg_pool2d_backward.default")(_avg_pool_backward(2))
+register("aten.avg_pool3d_backward.default")(_avg_pool_backward(3))
+register("aten.max_pool2d_with_indices_backward.default")(_max_pool_backward(2))
+register("aten.max_pool3d_with_indices_backward.default")(_max_pool_backward(3))
+
+
+# ------------------------------------------------------------ adaptive average pooling backward
+
+
+def _adaptive_spans(size: int, out: int) -> list[int]:
+    """The length of each adaptive window (static): ceil((i+1)*size/out) - floor(i*size/out)."""
+    return [-(-(i + 1) * size // out) - i * size // out for i in range(out)]
+
+
+def _adaptive_divisor(cx, shape, sizes, outs):
+    """Each output point's window size over the last len(sizes) dims of `shape`: a number
+    where it is the same everywhere, else an int64 Ref (one factor per uneven dim)."""
+    n, divisor, factor = len(sizes), 1, None
+    for k, (size, out) in enumerate(zip(sizes, outs)):
+        spans = set(_adaptive_spans(size, out))
+        if len(spans) == 1:
+            divisor *= spans.pop()
+            continue
+        _, length, _ = _adaptive_windows(cx, shape, len(shape) - n + k, size, out)
+        factor = length if factor is None else binop(cx, "mul", factor, length, shape)
+    if factor is None:
+        return divisor
+    return binop(cx, "mul", factor, divisor, shape) if divisor != 1 else factor
+
+
+def _adaptive_covering_cells(cx, shape, dim: int, size: int, out: int):
+    """The output cells along `dim` whose adaptive windows cover each input point of `shape`.
+
+    Cell i covers input [floor(i*size/out), ceil((i+1)*size/out)), so input p is covered by
+    exactly the cells [floor(p*out/size), ceil((p+1)*out/size)): the same formula with size
+    and out swapped (floor(i*size/out) <= p iff i*size < (p+1)*out, and
+    ceil((i+1)*size/out) > p iff (i+1)*size > p*out). That range is never empty and holds at
+    most max_p of its length cells (<= ceil(out/size) + 1, exactly 1 when out divides size).
+    Yields (cell, mask or None) per candidate; candidate 0 always covers, a later one is
+    clamped into the output and masked only if some point has fewer covering cells.
+    """
+    first, count, most = _adaptive_windows(cx, shape, dim, out, size)
+    fewest = min(_adaptive_spans(out, size))
+    for j in range(most):
+        if j < fewest:  # every point has at least j + 1 covering cells: in range, no mask
+            yield (binop(cx, "add", first, j, shape) if j else first), None
+            continue
+        cell = binop(cx, "minimum", binop(cx, "add", first, j, shape), out - 1, shape)
+        yield cell, cx.pointwise("lt", [j, count], shape, "bool", operand_dtype=I64)
+
+
+def _adaptive_backward_sizes(cx, node, grad_output, x, n: int, what: str):
+    """(result type, input shape, its last n sizes, the output's last n sizes), all static, for
+    a backward over adaptive windows; a non-float result or too many candidate cells per input
+    point: extern."""
+    t = cx.result(node)
+    if not is_float(t.dtype):
+        raise NoLowering(f"{t.dtype} adaptive {what} pooling backward")
+    src_shape = tuple(cx.static(s) for s in cx.shape(x))
+    out_shape = tuple(cx.static(s) for s in cx.shape(grad_output))
+    if len(src_shape) not in (n + 1, n + 2) or len(out_shape) != len(src_shape):
+        raise NoLowering(f"{len(src_shape)}-D input for {n}-D adaptive pooling")
+    size, out = src_shape[-n:], out_shape[-n:]
+    if 0 not in src_shape and 0 not in out:
+        candidates = math.prod(max(_adaptive_spans(o, s)) for s, o in zip(size, out))
+        if candidates > MAX_TAPS:
+            raise NoLowering(f"adaptive pooling backward over {candidates} candidate cells (more than {MAX_TAPS})")
+    return t, src_shape, size, out
+
+
+def _adaptive_avg_pool_backward(n: int):
+    def lower(cx, node, grad_output, x):
+        t, src_shape, size, out = _adaptive_backward_sizes(cx, node, grad_output, x, n, "average")
+        if 0 in src_shape or 0 in out:
+            return cx.full(0.0, t.shape, t.dtype)
+        acc, shape, rank = acc_dtype(t.dtype), t.shape, len(src_shape)
+        # each cell's share of its gradient (grad / window size), computed once per output point
+        divisor = _adaptive_divisor(cx, cx.shape(grad_output), size, out)
+        divisor = cx.cast(divisor, acc) if isinstance(divisor, Ref) else float(divisor)
+        share = cx.pointwise("div", [cx.cast(grad_output, acc), divisor], cx.shape(grad_output), acc)
+        per_dim = [list(_adaptive_covering_cells(cx, shape, rank - n + k, size[k], out[k])) for k in range(n)]
+        total = _gather_candidates(cx, share, shape, src_shape[:-n], out, per_dim)
+        return cx.cast(total, t.dtype)
+    lower.__name__ = f"lower_adaptive_avg_pool{n}d_backward"
+    return lower
+
+
+register("aten._adaptive_avg_pool2d_backward.default")(_adaptive_avg_pool_backward(2))
+register("aten._adaptive_avg_pool3d_backward.default")(_adaptive_avg_pool_backward(3))
+
+
+def _adaptive_max_pool_backward(n: int):
+    def lower(cx, node, grad_output, x, indices):
+        t, src_shape, size, out = _adaptive_backward_sizes(cx, node, grad_output, x, n, "max")
+        if 0 in src_shape or 0 in out:
+            return cx.full(0.0, t.shape, t.dtype)
+        acc, shape, rank = acc_dtype(t.dtype), t.shape, len(src_shape)
+        here = flat_position(cx, [iota(cx, shape, rank - n + k) for k in range(n)], size, shape)
+        index = cx.cast(indices, I64)
+
+        def picked(pos):  # the cell chose this very input point as its maximum
+            return cx.pointwise("eq", [take(cx, index, pos, shape), here], shape, "bool", operand_dtype=I64)
+
+        # a cell picks a point of its own window, so the cells covering a point are the only candidates
+        per_dim = [list(_adaptive_covering_cells(cx, shape, rank - n + k, size[k], out[k])) for k in range(n)]
+        total = _gather_candidates(cx, cx.cast(grad_output, acc), shape, src_shape[:-n], out, per_dim, picked)
+        return cx.cast(total, t.dtype)
+    lower.__name__ = f"lower_adaptive_max_pool{n}d_backward"
+    return lower
+
+
+register("aten.adaptive_max_pool2d_backward.default")(_adaptive_max_pool_backward(2))
+register("aten.adaptive_max_pool3d_backward.default")(_adaptive_max_pool_backward(3))

@@ -1,0 +1,192 @@
+"""Lowerings of the scatter family through `scatter` (docs/IR.md, "Indexing").
+
+`scatter(self, pos, src; reduce)` is `self` with `src[p]` written (reduce "none") or
+accumulated ("sum", "amax", "amin") at the row-major flat position `pos[p]` of self.
+Positions are int64 arithmetic on `iota`s and index tensors, as for `take`:
+scatter / scatter_add / scatter_reduce replace the `dim` coordinate of the index's own
+point by the index value; index_put writes where index.Tensor would read;
+embedding_dense_backward adds each gradient row into the row its token selects.
+
+Accumulation runs as atomics, which exist for 32- and 64-bit types only: float16 and
+bfloat16 accumulate in float32 (one rounding at the end, where eager on CUDA rounds at
+every add: within the dtype's tolerance), 8- and 16-bit integers in int32 (a cast back
+wraps as eager's arithmetic does). max/min are exact in any precision.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch
+
+from pipec_ir import Ref
+
+from .dtypes import torch_dtype
+from .lower import Lowerer, NoLowering, register, wrap_dim
+from .lower_indexing import I64, advanced_index_coords, flat_position, iota, take
+
+# eager's reduce names -> the IR's
+_REDUCE = {"sum": "sum", "add": "sum", "amax": "amax", "amin": "amin"}
+# the dtype atomics accumulate in
+_ACCUMULATE_IN = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64",
+                  "int8": "int32", "uint8": "int32", "int16": "int32", "int32": "int32", "int64": "int64"}
+
+
+def _static_shape(cx: Lowerer, shape) -> tuple[int, ...]:
+    return tuple(cx.static(s) for s in shape)
+
+
+def scatter(cx: Lowerer, base: Ref, pos: Ref, src: Ref, reduce: str) -> Ref:
+    """`base` with `src` (of pos's shape) written or accumulated at `pos`, in base's dtype.
+
+    An accumulating scatter on a dtype without atomics runs in its accumulation dtype and
+    is cast back."""
+    dtype = cx.dtype(base)
+    work = dtype if reduce == "none" else _ACCUMULATE_IN.get(dtype)
+    if work is None:
+        raise NoLowering(f"scatter with reduce={reduce} on {dtype}: no atomic for that dtype")
+    out = cx.emit("scatter", [cx.cast(base, work), cx.cast(pos, I64), cx.cast(src, work)], cx.shape(base), work,
+                  reduce=reduce)
+    return cx.cast(out, dtype)
+
+
+def _identity(reduce: str, dtype: str):
+    """The value a position starts from when scatter_reduce leaves self out (include_self=False)."""
+    if reduce == "sum":
+        return 0
+    t = torch_dtype(dtype)
+    if t.is_floating_point:
+        return float("-inf") if reduce == "amax" else float("inf")
+    return torch.iinfo(t).min if reduce == "amax" else torch.iinfo(t).max
+
+
+def dim_positions(cx: Lowerer, self_shape, dim: int, index: Ref) -> Ref:
+    """Flat positions in self of scatter along `dim`: the index's own point with its `dim`
+    coordinate replaced by the index value."""
+    shape = cx.shape(index)
+    idx = cx.cast(index, I64)
+    coords = [idx if d == dim else iota(cx, shape, d) for d in range(len(self_shape))]
+    return flat_position(cx, coords, self_shape, shape)
+
+
+def _src_at_index_points(cx: Lowerer, src, index: Ref, dtype: str) -> Ref:
+    """src read at the index's points (src may be larger than the index in any dim), or a scalar."""
+    shape = cx.shape(index)
+    if not isinstance(src, Ref):
+        return cx.full(src, shape, dtype)
+    src = cx.cast(src, dtype)
+    src_shape = _static_shape(cx, cx.shape(src))
+    if src_shape == _static_shape(cx, shape):
+        return src
+    coords = [iota(cx, shape, d) for d in range(len(src_shape))]
+    return take(cx, src, flat_position(cx, coords, src_shape, shape), shape)
+
+
+def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: bool = True) -> Ref:
+    """scatter / scatter_add / scatter_reduce of src into x along dim, in x's dtype."""
+    shape, dtype = cx.shape(x), cx.dtype(x)
+    self_shape = _static_shape(cx, shape)
+    if 0 in _static_shape(cx, cx.shape(index)):
+        return cx.emit("identity", [x], shape, dtype)
+    if len(cx.shape(index)) != len(self_shape):
+        raise NoLowering("index rank differs from self's")
+    dim = wrap_dim(dim, len(self_shape)) if self_shape else 0
+    pos = dim_positions(cx, self_shape, dim, index)
+    values = _src_at_index_points(cx, src, index, dtype)
+    base = x
+    if not include_self:  # the written positions start from the reduction's identity
+        base = scatter(cx, base, pos, cx.full(_identity(reduce, dtype), cx.shape(pos), dtype), "none")
+    return scatter(cx, base, pos, values, reduce)
+
+
+def _self(cx, node, x) -> Ref:
+    return cx.cast(x, cx.result(node).dtype)
+
+
+@register("aten.scatter.src", "aten.scatter.value")
+def lower_scatter(cx, node, x, dim, index, src):
+    return _scatter_along(cx, _self(cx, node, x), dim, index, src, "none")
+
+
+@register("aten.scatter.reduce", "aten.scatter.value_reduce")
+def lower_scatter_reduce_legacy(cx, node, x, dim, index, src, *, reduce):
+    if reduce != "add":
+        raise NoLowering(f"scatter reduce={reduce!r}: Triton has no atomic multiply")
+    return _scatter_along(cx, _self(cx, node, x), dim, index, src, "sum")
+
+
+@register("aten.scatter_add.default")
+def lower_scatter_add(cx, node, x, dim, index, src):
+    return _scatter_along(cx, _self(cx, node, x), dim, index, src, "sum")
+
+
+@register("aten.scatter_reduce.two")
+def lower_scatter_reduce(cx, node, x, dim, index, src, reduce, *, include_self=True):
+    if reduce == "mean":
+        return _scatter_mean(cx, node, x, dim, index, src, include_self)
+    if reduce not in _REDUCE:
+        raise NoLowering(f"scatter_reduce {reduce!r}: Triton has no atomic multiply")
+    if cx.dtype(x) == "bool":
+        raise NoLowering(f"scatter_reduce {reduce!r} on bool")
+    return _scatter_along(cx, _self(cx, node, x), dim, index, src, _REDUCE[reduce], include_self)
+
+
+def _scatter_mean(cx, node, x, dim, index, src, include_self: bool) -> Ref:
+    """sum / count where anything was scattered (count includes self when include_self), else self."""
+    t = cx.result(node)
+    if t.dtype not in ("float16", "bfloat16", "float32", "float64"):
+        raise NoLowering(f"scatter_reduce mean on {t.dtype} (integer division rounding)")
+    if 0 in _static_shape(cx, cx.shape(index)):
+        return cx.emit("identity", [x], t.shape, t.dtype)
+    work = _ACCUMULATE_IN[t.dtype]
+    total = _scatter_along(cx, cx.cast(x, work), dim, index, src, "sum", include_self)
+    count = _scatter_along(cx, cx.full(1 if include_self else 0, t.shape, work), dim, index, 1, "sum")
+    mean = cx.pointwise("div", [total, cx.pointwise("maximum", [count, 1], t.shape, work)], t.shape, work)
+    if not include_self:
+        hit = cx.pointwise("gt", [count, 0], t.shape, "bool", operand_dtype=work)
+        mean = cx.emit("where", [hit, mean, cx.cast(x, work)], t.shape, work)
+    return cx.cast(mean, t.dtype)
+
+
+@register("aten.index_put.default")
+def lower_index_put(cx, node, x, indices, values, accumulate=False):
+    """x with `values` (broadcast to x[indices]'s shape) written, or added, where x[indices] reads."""
+    t = cx.result(node)
+    src_shape = _static_shape(cx, t.shape)
+    if any(i is not None and cx.dtype(i) == "bool" for i in indices):
+        raise NoLowering("boolean mask index (data-dependent shape)")
+    coords, shape = advanced_index_coords(cx, src_shape, indices)
+    if 0 in _static_shape(cx, shape):
+        return cx.emit("identity", [x], t.shape, t.dtype)
+    pos = flat_position(cx, coords, src_shape, shape)
+    return scatter(cx, cx.cast(x, t.dtype), pos, cx.operand(values, shape, t.dtype), "sum" if accumulate else "none")
+
+
+@register("aten.embedding_dense_backward.default")
+def lower_embedding_dense_backward(cx, node, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """A zero [num_weights, D] gradient with every grad row added into its token's row; the
+    padding row gets nothing; scale_grad_by_freq divides each row by its token's count."""
+    t = cx.result(node)
+    weight_shape = _static_shape(cx, t.shape)
+    dim = weight_shape[1]
+    tokens = _static_shape(cx, cx.shape(indices))
+    n = 1
+    for s in tokens:
+        n *= s
+    if n == 0:
+        return cx.full(0, t.shape, t.dtype)
+    work = _ACCUMULATE_IN.get(t.dtype)
+    if work is None:
+        raise NoLowering(f"embedding backward on {t.dtype}")
+    rows = (sympy.Integer(n), sympy.Integer(dim))
+    grad_rows = cx.reshape(cx.cast(grad, work), rows)
+    token = cx.broadcast(cx.reshape(cx.cast(indices, I64), (sympy.Integer(n), sympy.Integer(1))), rows)
+    if scale_grad_by_freq:  # each row divided by how often its token occurs
+        flat = cx.reshape(cx.cast(indices, I64), (sympy.Integer(n),))
+        count = scatter(cx, cx.full(0, (sympy.Integer(weight_shape[0]),), work), flat,
+                        cx.full(1, (sympy.Integer(n),), work), "sum")
+        grad_rows = cx.pointwise("div", [grad_rows, take(cx, count, token, rows)], rows, work)
+    if padding_idx is not None and padding_idx >= 0:
+        keep = cx.pointwise("ne", [token, int(padding_idx)], rows, "bool", operand_dtype=I64)
+        grad_rows = cx.emit("where", [keep, grad_rows, cx.full(0, rows, work)], rows, work)
+    pos = flat_position(cx, [token, iota(cx, rows, 1)], weight_shape, rows)
+    return cx.cast(scatter(cx, cx.full(0, t.shape, work), pos, grad_rows, "sum"), t.dtype)

@@ -1,0 +1,44 @@
+"""pipec's built-in capture stages, registered through the `pipec` entry point group."""
+
+from __future__ import annotations
+
+import torch
+
+import pipec_ir
+from pipec_ir import CompileOptions, Graph
+
+from .aot import core_decompositions, make_dynamo_backend
+from .export import export_graph
+from .lower import lower_graph
+
+
+class DynamoCapture:
+    """capture "dynamo": lowers the ATen graphs that Dynamo + AOTAutograd hand to a backend."""
+
+    def capture(self, gm: torch.fx.GraphModule, example_inputs: list, options: CompileOptions) -> Graph:
+        name = options.get("graph_name") or "graph"
+        return lower_graph(gm, example_inputs, name=name, fullgraph=options.fullgraph,
+                           model_name=options.get("model_name"))
+
+    def dynamo_backend(self, compile_aten_graph, options: CompileOptions | None = None):
+        """A torch.compile backend calling compile_aten_graph(aten_gm, example_inputs, kind)."""
+        decompose = bool(options.get("decompose_attention", False)) if options is not None else False
+        return make_dynamo_backend(compile_aten_graph,
+                                   decompositions=core_decompositions(decompose_attention=decompose))
+
+
+class ExportCapture:
+    """capture "export": torch.export.export of a whole model, then lowering."""
+
+    def capture(self, model, example_inputs: list, options: CompileOptions) -> Graph:
+        return export_graph(model, example_inputs, options)[0]
+
+    def export_with_bindings(self, model, example_inputs: list, options: CompileOptions):
+        """(Graph, {name: tensor}) - the values of the parameter/buffer inputs."""
+        return export_graph(model, example_inputs, options)
+
+
+@pipec_ir.hookimpl
+def pipec_register(registry) -> None:
+    registry.add_capture("dynamo", DynamoCapture())
+    registry.add_capture("export", ExportCapture())

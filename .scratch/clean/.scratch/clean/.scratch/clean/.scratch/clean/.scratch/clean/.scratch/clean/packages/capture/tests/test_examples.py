@@ -1,0 +1,153 @@
+"""The examples/ models through Dynamo + AOTAutograd and through torch.export."""
+
+import pytest
+import torch
+
+import pipec_ir
+from pipec_capture import lower_graph
+from pipec_capture.export import export_graph
+from pipec_capture.plugin import DynamoCapture, pipec_register
+from pipec_capture.reference import run_graph
+
+from conftest import dynamo_capture, load_example
+
+EXAMPLES = ["mlp_gelu", "norm_softmax", "gpt2_block"]
+
+
+def op_set(graph):
+    return {n.op for n in graph.nodes}
+
+
+def check_graph(graph):
+    pipec_ir.verify(graph)
+    assert pipec_ir.loads(pipec_ir.dumps(graph)) == graph
+    assert pipec_ir.digest(pipec_ir.loads(pipec_ir.dumps(graph))) == pipec_ir.digest(graph)
+    for n in graph.nodes:
+        if n.op == "extern":
+            assert not n.attr("target").startswith("prims.")
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_dynamo_inference(name):
+    ex = load_example(name)
+    out, records = dynamo_capture(ex.model, ex.example_inputs())
+    torch.testing.assert_close(out, ex.model(*ex.example_inputs()))
+    assert [k for _, _, k in records] == ["inference"]
+    graph, gm, _ = records[0]
+    check_graph(graph)
+    assert not any(str(n.target).startswith("prims.") for n in gm.graph.nodes)
+    ops = op_set(graph)
+    if name == "mlp_gelu":
+        gelus = [n for n in graph.nodes if n.op == "gelu"]
+        assert sorted(n.attr("approximate") for n in gelus) == ["none", "tanh"]
+        assert "mm" in ops and "extern" not in ops
+    if name == "norm_softmax":
+        assert {"max", "sub", "exp", "sum", "div", "rsqrt"} <= ops and "extern" not in ops
+    if name == "gpt2_block":
+        attn = [n for n in graph.nodes if n.op == "extern"]
+        assert attn and all(n.attr("reason") == "library" for n in attn)
+        assert "attention" in attn[0].attr("target")
+        assert {"gelu", "mm", "rsqrt"} <= ops
+
+
+def test_gpt2_attention_decomposed():
+    ex = load_example("gpt2_block")
+    out, records = dynamo_capture(ex.model, ex.example_inputs(), decompose_attention=True)
+    torch.testing.assert_close(out, ex.model(*ex.example_inputs()))
+    graph = records[0][0]
+    assert "extern" not in op_set(graph) and "bmm" in op_set(graph)
+
+
+def test_dynamo_training_forward_backward():
+    ex = load_example("mlp_gelu")
+    x = ex.example_inputs()[0].requires_grad_(True)
+    out, records = dynamo_capture(ex.model, (x,), grad=True)
+    out.sum().backward()
+    kinds = [k for _, _, k in records]
+    assert kinds == ["forward", "backward"]
+    for graph, _, _ in records:
+        check_graph(graph)
+    assert x.grad is not None
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_export_with_bindings(name):
+    ex = load_example(name)
+    graph, bindings = export_graph(ex.model, ex.example_inputs())
+    check_graph(graph)
+    params = {n for n, _ in ex.model.named_parameters()}
+    assert {i.name for i in graph.inputs if i.role == "parameter"} == params
+    assert set(bindings) == params
+    user = iter(ex.example_inputs())
+    args = [bindings[i.name] if i.role != "input" else next(user) for i in graph.inputs]
+    got = run_graph(graph, args)
+    torch.testing.assert_close(got[0], ex.model(*ex.example_inputs()))
+
+
+def test_plugin_registers_both_captures():
+    reg = pipec_ir.Registry()
+    pipec_register(reg)
+    assert set(reg.names("capture")) == {"dynamo", "export"}
+    assert isinstance(reg.get("capture", "dynamo"), DynamoCapture)
+    ex = load_example("norm_softmax")
+    graph = reg.get("capture", "export").capture(ex.model, ex.example_inputs(), pipec_ir.CompileOptions())
+    check_graph(graph)
+    g2, bindings = reg.get("capture", "export").export_with_bindings(
+        ex.model, ex.example_inputs(), pipec_ir.CompileOptions())
+    assert g2 == graph and set(bindings) == {"norm.weight", "norm.bias"}
+
+
+def test_dynamo_capture_object_and_backend():
+    cap = DynamoCapture()
+    seen = []
+
+    def compile_aten_graph(gm, example_inputs, kind):
+        graph = cap.capture(gm, example_inputs, pipec_ir.CompileOptions())
+        seen.append(graph)
+        return lambda args: run_graph(graph, args)
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: torch.nn.functional.silu(x) * 2, backend=cap.dynamo_backend(compile_aten_graph))
+    x = torch.randn(16)
+    torch.testing.assert_close(fn(x), torch.nn.functional.silu(x) * 2)
+    assert "silu" in op_set(seen[0])
+
+
+def test_fullgraph_error_through_dynamo():
+    options = pipec_ir.CompileOptions(fullgraph=True)
+    cap = DynamoCapture()
+
+    def compile_aten_graph(gm, example_inputs, kind):
+        cap.capture(gm, example_inputs, options)
+        return lambda args: gm(*args)
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: torch.histc(x, 4), backend=cap.dynamo_backend(compile_aten_graph))
+    with pytest.raises(Exception, match="histc.default has no pipec lowering"):
+        fn(torch.randn(8))
+
+
+def test_dynamo_dynamic_shapes():
+    records = []
+
+    def compile_aten_graph(gm, example_inputs, kind):
+        graph = lower_graph(gm, example_inputs, name=kind)
+        records.append(graph)
+
+        def run(args):
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]  # SymInt args are not graph inputs
+            return run_graph(graph, tensors)
+        return run
+
+    from pipec_capture import make_dynamo_backend
+    torch._dynamo.reset()
+    fn = lambda x, w: torch.softmax(x @ w, -1) + x.sum(0)  # noqa: E731
+    f = torch.compile(fn, backend=make_dynamo_backend(compile_aten_graph), dynamic=True)
+    w = torch.randn(8, 8)
+    with torch.no_grad():
+        for n in (4, 6, 9):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(f(x, w), fn(x, w))
+    graph = records[-1]
+    assert graph.symbols and all(s.name.startswith("s") for s in graph.symbols)
+    assert pipec_ir.loads(pipec_ir.dumps(graph)) == graph

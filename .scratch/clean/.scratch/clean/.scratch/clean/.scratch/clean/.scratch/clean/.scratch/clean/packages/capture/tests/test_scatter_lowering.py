@@ -1,0 +1,55 @@
+"""The scatter family lowered to `scatter` (docs/IR.md): IR evaluated by the reference interpreter."""
+
+import pytest
+import torch
+
+from test_ops import check, ops
+
+g = torch.Generator().manual_seed(4)
+X = torch.randn(5, 6, generator=g)
+SRC = torch.randn(4, 6, generator=g)
+DUP = torch.randint(0, 5, (4, 6), generator=g)
+UNIQUE = torch.stack([torch.randperm(5, generator=g)[:4] for _ in range(6)], 1)
+ROWS = torch.tensor([0, 3, 0, -1, 3])
+COLS = torch.tensor([5, -6, 2])
+GRAD = torch.randn(2, 3, 5, generator=g)
+TOKENS = torch.tensor([[1, 2, 1], [6, 1, 0]])
+aten = torch.ops.aten
+
+CASES = {
+    "scatter_src": (lambda x, s, i: torch.scatter(x, 0, i, s), X, SRC, UNIQUE),
+    "scatter_value": (lambda x, i: torch.scatter(x, -2, i, 2.5), X, UNIQUE),
+    "scatter_add": (lambda x, s, i: torch.scatter_add(x, 0, i, s), X, SRC, DUP),
+    "scatter_add_last_dim": (lambda x, s, i: torch.scatter_add(x, -1, i.clamp(max=3) + 1, s), X, SRC, DUP),
+    "scatter_add_int": (lambda x, i: torch.scatter_add(x.to(torch.int16), 0, i, i.to(torch.int16)), X, DUP),
+    "scatter_add_half": (lambda x, s, i: torch.scatter_add(x.half(), 0, i, s.half()), X, SRC, DUP),
+    "legacy_reduce_add": (lambda x, s, i: torch.scatter(x, 0, i, s, reduce="add"), X, SRC, DUP),
+    "reduce_amax": (lambda x, s, i: x.scatter_reduce(0, i, s, "amax"), X, SRC, DUP),
+    "reduce_amin_exclude_self": (lambda x, s, i: x.scatter_reduce(0, i, s, "amin", include_self=False), X, SRC, DUP),
+    "reduce_sum_exclude_self": (lambda x, s, i: x.scatter_reduce(0, i, s, "sum", include_self=False), X, SRC, DUP),
+    "reduce_mean": (lambda x, s, i: x.scatter_reduce(0, i, s, "mean"), X, SRC, DUP),
+    "reduce_mean_exclude_self": (lambda x, s, i: x.scatter_reduce(0, i, s, "mean", include_self=False), X, SRC, DUP),
+    "index_put_accumulate": (lambda x, s, r: aten.index_put(x, [r], s[0], True), X, SRC, ROWS),
+    "index_put_two_indices": (lambda x, s, r, c: aten.index_put(x, [r[:3], c], s[0, 0], True), X, SRC, ROWS, COLS),
+    "index_put_apart": (lambda x, s, c: aten.index_put(x.reshape(5, 2, 3), [None, None, c[1:].clamp(-3, 2)], s[0, :2]), X, SRC, COLS),
+    "index_put_unique": (lambda x, s, r: aten.index_put(x, [r[1:4]], s[:3]), X, SRC, ROWS),
+    "embedding_backward_padding": (lambda g_, t: aten.embedding_dense_backward(g_, t, 7, 2, False), GRAD, TOKENS),
+    "embedding_backward_by_freq": (lambda g_, t: aten.embedding_dense_backward(g_, t, 7, -1, True), GRAD, TOKENS),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_scatter_lowering(name):
+    fn, *inputs = CASES[name]
+    graph = check(fn, *inputs)
+    assert "scatter" in ops(graph)
+    assert "extern" not in ops(graph)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, s, i: x.scatter_reduce(0, i, s, "prod"),  # no atomic multiply
+    lambda x, s, i: aten.index_put(x, [x[:, 0] > 0], s[0, 0]),  # a mask: data-dependent positions
+], ids=["prod", "bool_mask"])
+def test_what_stays_extern(fn):
+    graph = check(fn, X, SRC, DUP)
+    assert "extern" in ops(graph) and "scatter" not in ops(graph)

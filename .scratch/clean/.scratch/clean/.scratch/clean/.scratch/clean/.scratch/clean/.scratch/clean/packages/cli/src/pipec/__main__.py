@@ -1,0 +1,5 @@
+"""`python -m pipec ...` is the `pipec` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,173 @@
+"""pipec as a torch.compile backend.
+
+`torch.compile(model, backend="pipec")` finds `pipec_backend` through the
+`torch_dynamo_backends` entry point; `pipec.compile` binds options with
+`make_backend`. Dynamo hands each captured graph to the capture stage's
+`dynamo_backend`, which lowers it to ATen (AOTAutograd) and calls back
+`compile_aten_graph` for the pipeline proper.
+"""
+
+from __future__ import annotations
+
+from pipec_ir import CompileOptions
+
+from .errors import PipecError
+from .pipeline import Session, compile_graph
+from .plugins import get_registry
+
+
+def make_backend(options: CompileOptions, session: Session | None = None, prefix: str = "graph"):
+    """A torch.compile backend that runs the pipeline with `options`, recording into `session`.
+
+    A Dynamo *recompile* (a later compilation of a frame already compiled, e.g. after a
+    size changed) is charged to the `recompile_budget` option when there is one (pipec.compile
+    makes one per model); once it is used up, the recompiled graph runs eagerly (or, with
+    fullgraph=True, `RecompileLimitError` is raised).
+    """
+    session = session if session is not None else Session()
+    budget = options.get("recompile_budget")
+    charged: set[tuple] = set()
+
+    def backend(gm, example_inputs, **_ignored):
+        compile_id = _compile_id()
+        if budget is not None and compile_id is not None and compile_id[1]:
+            if compile_id not in charged:  # one charge per recompile, however many graphs it breaks into
+                charged.add(compile_id)
+                what = (f"recompile {compile_id[1]} of frame {compile_id[0]} "
+                        f"(inputs {_describe(example_inputs)})")
+                if not budget.charge(what):
+                    charged.add(("eager",) + compile_id)
+            if ("eager",) + compile_id in charged:
+                session.eager_graphs += 1
+                return gm.forward
+        index = session.dynamo_graphs
+        session.dynamo_graphs += 1
+        capture = get_registry().get("capture", options.capture)
+        dynamo_backend = getattr(capture, "dynamo_backend", None)
+        if dynamo_backend is None:
+            raise PipecError(f"capture ({options.capture}) cannot run under torch.compile: it has no "
+                             f"dynamo_backend; use capture 'dynamo'", stage="capture", impl=options.capture)
+
+        def compile_aten_graph(aten_gm, aten_inputs, kind="inference"):
+            name = f"{prefix}_{index}" if kind in ("inference", "forward", None) else f"{prefix}_{index}_{kind}"
+            first_new = len(session.graphs)
+            fn = compile_graph(aten_gm, aten_inputs, options, session=session, name=name)
+            for stats in session.graphs[first_new:]:
+                stats.kind = kind or "inference"
+            return with_size_outputs(tensors_only(fn, aten_inputs), aten_gm, aten_inputs, name)
+
+        return dynamo_backend(compile_aten_graph)(gm, example_inputs)
+
+    backend.pipec_options = options
+    backend.pipec_session = session
+    return backend
+
+
+def tensors_only(fn, example_inputs):
+    """A graph with dynamic shapes also takes its size symbols as (int) arguments; the
+    Program's inputs are the tensors only (the runtime binds sizes from their shapes)."""
+    import torch
+
+    keep = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+    if len(keep) == len(example_inputs):
+        return fn
+
+    def call(args):
+        return fn([args[i] for i in keep])
+
+    call.pipec_runtime = fn
+    return call
+
+
+def with_size_outputs(fn, gm, example_inputs, name: str = "graph"):
+    """With dynamic shapes, AOTAutograd's forward graph also returns sizes (SymInts it saves
+    for the backward graph). A Program returns None for a non-tensor output, so each size
+    output is computed here from the sizes of this call's inputs."""
+    import torch
+
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else (out_node.args[0],)
+    vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in outs]
+    sizes = {i: v for i, v in enumerate(vals) if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool)}
+    if not sizes:
+        return fn
+    sources = _symbol_sources(example_inputs)
+    size_fns = {}
+    for i, v in sizes.items():
+        expr = v.node.expr if isinstance(v, torch.SymInt) else v
+        missing = [str(s) for s in getattr(expr, "free_symbols", ()) if s not in sources]
+        if missing:
+            raise PipecError(f"graph {name} returns the size {expr}, but no input has size {', '.join(missing)}",
+                             stage="runtime", graph=name)
+        size_fns[i] = _size_function(expr, sources)
+
+    def call(args):
+        out = list(fn(args))
+        for i, size_of in size_fns.items():
+            out[i] = size_of(args)
+        return out
+
+    call.pipec_runtime = getattr(fn, "pipec_runtime", fn)
+    return call
+
+
+def _symbol_sources(example_inputs) -> dict:
+    """Size symbol -> (input index, dim) where an input tensor has it as a size, or (input index, None)
+    where an int input is that symbol."""
+    import torch
+
+    sources: dict = {}
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol:
+            sources.setdefault(x.node.expr, (i, None))
+        elif isinstance(x, torch.Tensor):
+            for d, size in enumerate(x.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    sources.setdefault(size.node.expr, (i, d))
+    return sources
+
+
+def _size_function(expr, sources: dict):
+    if not getattr(expr, "free_symbols", None):
+        value = int(expr)
+        return lambda args: value
+    used = {s: sources[s] for s in expr.free_symbols}
+
+    def size_of(args):
+        values = {s: (args[i] if d is None else args[i].shape[d]) for s, (i, d) in used.items()}
+        return int(expr.xreplace({s: int(v) for s, v in values.items()}))
+
+    return size_of
+
+
+def _compile_id() -> tuple[int, int] | None:
+    """(frame id, how many times this frame was compiled before) of the Dynamo compilation running now."""
+    try:
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+    except Exception:  # noqa: BLE001 - an older/newer torch without it: no recompile accounting
+        return None
+    if cid is None or cid.frame_id is None or cid.frame_compile_id is None:
+        return None
+    return (int(cid.frame_id), int(cid.frame_compile_id))
+
+
+def _describe(example_inputs) -> str:
+    import torch
+
+    parts = []
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            parts.append("[" + ", ".join(str(s) for s in x.shape) + "]")
+    return ", ".join(parts[:4]) + (", ..." if len(parts) > 4 else "")
+
+
+def pipec_backend(gm, example_inputs, mode=None, options=None, **kwargs):
+    """The `backend="pipec"` entry point: torch.compile(model, backend="pipec", options={...})."""
+    from .api import make_options
+
+    merged = dict(options or {})
+    merged.update(kwargs)
+    opts = make_options(mode=mode or "default", **merged)
+    return make_backend(opts)(gm, example_inputs)

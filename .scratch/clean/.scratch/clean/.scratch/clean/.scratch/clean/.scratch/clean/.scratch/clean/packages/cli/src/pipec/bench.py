@@ -1,0 +1,568 @@
+"""`pipec bench`: eager PyTorch, TorchInductor and pipec on one model, side by side, in one process.
+
+Every backend's outputs are checked against eager (torch.testing.assert_close at the
+dtype's tolerance, or the model file's `tolerance`) before it is timed. What is reported:
+
+* **time**: on CUDA, the median of `triton.testing.do_bench` (which flushes L2 before every
+  call). Every backend is compiled and checked first; then the backends are timed in
+  `rounds` rounds, each in a rotated order, and a backend's time is the median of its
+  rounds. Timing each backend right after its own compile let the GPU's state decide: on
+  the H200 the same cuBLAS GEMM (bf16 8192 x 2048 x 8192) ran 9-18% slower right after
+  pipec's GPU-heavy autotuning than in eager's profile. Without CUDA, the median wall time
+  per call of a `time.perf_counter` loop; pipec's kernels then run in Triton's interpreter,
+  so CPU numbers check the plumbing, not speed.
+* **TB/s** (achieved memory bandwidth): bytes of the model's tensor inputs, parameters,
+  buffers and outputs, each storage counted once, divided by the time. This is the least
+  traffic one call can cause (every input read once, every output written once;
+  intermediates, re-reads and spills are not counted), the same byte count for every
+  backend, so it is exact for a perfectly fused program and an upper bound on the useful
+  rate otherwise. On CUDA it is also given as a fraction of a device-to-device copy of the
+  same number of bytes measured in the same run (`copy_tb_per_s`).
+* **TFLOP/s**: FLOPs counted by `torch.utils.flop_counter.FlopCounterMode` on one eager call
+  (matmuls, convolutions, attention; pointwise ops and reductions count 0); only when > 0.
+* **kernels**: Triton kernels generated (pipec: its session, i.e. `pipec.explain`'s
+  `kernel_count`, plus extern library calls; Inductor: `torch._inductor.metrics`).
+  **launches**: GPU kernels one call launches, counted by `torch.profiler` (CUDA only;
+  library kernels such as cuBLAS included, memcpy/memset not).
+* **compile cold / warm** (seconds): wall time of the first call of a freshly compiled
+  model (Dynamo, the backend, kernel compilation, autotuning and that first run), with
+  empty caches; warm is the same for a fresh copy of the model after `torch._dynamo.reset()`,
+  served from pipec's compile cache (Inductor: its FX graph cache). Unless `keep_caches`,
+  the run uses private, empty cache directories (pipec, Inductor, Triton) so that *cold*
+  really is cold. A tiny function is compiled by every backend first, so one-time costs of
+  the process (imports, first Dynamo trace) land on no backend's compile time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from pipec_ir import CompileOptions
+
+INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# pipec's compile cache, its kernel sources and tuning results, Inductor's and Triton's caches
+CACHE_ENV = ("PIPEC_CACHE_DIR", "PIPEC_KERNEL_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+class BenchMismatch(Exception):
+    """A backend's outputs differ from eager beyond the tolerance (one line)."""
+
+
+@dataclass
+class BenchOptions:
+    pipec: CompileOptions
+    inductor: bool | None = None  # None: only with CUDA
+    inductor_modes: tuple[str, ...] = ("default",)
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0  # per backend and round
+    rounds: int = 3  # timing rounds over all backends, each in a rotated order
+    atol: float | None = None  # with rtol: the numerics check's tolerance (None: the dtype's)
+    rtol: float | None = None
+    keep_caches: bool = False
+
+
+@dataclass
+class BackendResult:
+    name: str  # "eager", "pipec", "inductor", "inductor-max-autotune-no-cudagraphs"
+    label: str
+    ms: float | None = None  # the median of `ms_rounds`
+    ms_rounds: list[float] = field(default_factory=list)  # one median per timing round
+    max_error: float | None = None
+    kernels: int | None = None
+    extern_ops: int | None = None
+    launches: int | None = None
+    compile_cold_s: float | None = None
+    compile_warm_s: float | None = None
+    cache_hits: dict[str, int] | None = None  # pipec's warm compile
+
+    @property
+    def is_inductor(self) -> bool:
+        return self.name.startswith("inductor")
+
+
+@dataclass
+class BenchResult:
+    model: str
+    device: str
+    device_name: str
+    timer: str
+    interpreter: bool  # pipec's kernels ran in Triton's interpreter
+    inputs: list[str]
+    bytes: int
+    flops: int
+    tolerance: dict[str, float] | None
+    pipec_options: dict[str, Any]
+    versions: dict[str, str]
+    copy_tb_per_s: float | None = None
+    backends: list[BackendResult] = field(default_factory=list)
+
+    def backend(self, name: str) -> BackendResult | None:
+        return next((b for b in self.backends if b.name == name), None)
+
+    def best_inductor(self) -> BackendResult | None:
+        timed = [b for b in self.backends if b.is_inductor and b.ms]
+        return min(timed, key=lambda b: b.ms) if timed else None
+
+    def derived(self, b: BackendResult) -> dict[str, float | None]:
+        """Speedups (> 1: faster than the reference), TB/s, fraction of copy bandwidth, TFLOP/s."""
+        eager, best = self.backend("eager"), self.best_inductor()
+        if not b.ms:
+            return {"speedup_vs_eager": None, "speedup_vs_inductor": None, "tb_per_s": None,
+                    "fraction_of_copy": None, "tflop_per_s": None}
+        tbps = self.bytes / (b.ms * 1e-3) / 1e12
+        return {
+            "speedup_vs_eager": eager.ms / b.ms if eager and eager.ms else None,
+            "speedup_vs_inductor": best.ms / b.ms if best else None,
+            "tb_per_s": tbps,
+            "fraction_of_copy": tbps / self.copy_tb_per_s if self.copy_tb_per_s else None,
+            "tflop_per_s": self.flops / (b.ms * 1e-3) / 1e12 if self.flops else None,
+        }
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["backends"] = [{**asdict(b), **self.derived(b)} for b in self.backends]
+        best = self.best_inductor()
+        out["best_inductor"] = best.name if best else None
+        return out
+
+
+# ---------------------------------------------------------------- what one call moves and computes
+
+
+def _tensors(value) -> list:
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+
+
+def io_bytes(model, inputs, outputs) -> int:
+    """Bytes of inputs, parameters, buffers and outputs, each storage once (see the module docstring)."""
+    import torch
+
+    tensors = _tensors(inputs) + _tensors(outputs)
+    if isinstance(model, torch.nn.Module):
+        tensors += list(model.parameters()) + list(model.buffers())
+    seen: dict[tuple[str, int], int] = {}
+    for t in tensors:
+        key = (str(t.device), t.untyped_storage().data_ptr())
+        seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
+    return sum(seen.values())
+
+
+def count_flops(model, inputs) -> int:
+    """FLOPs of one eager call (matmuls, convolutions, attention), by FlopCounterMode."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(*inputs)
+    return int(counter.get_total_flops())
+
+
+def describe_inputs(inputs) -> list[str]:
+    short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
+    out = []
+    for t in _tensors(inputs):
+        dtype = str(t.dtype).removeprefix("torch.")
+        out.append(f"{short.get(dtype, dtype)}[{', '.join(str(s) for s in t.shape)}]")
+    return out
+
+
+# ---------------------------------------------------------------- timing
+
+
+def _synchronize(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def cpu_median_ms(fn: Callable[[], Any], warmup_ms: float, rep_ms: float, min_calls: int = 3) -> float:
+    """Median wall time per call (ms): calls for `warmup_ms`, then at least `min_calls` for `rep_ms`."""
+    fn()
+    end = time.perf_counter() + warmup_ms / 1e3
+    while time.perf_counter() < end:
+        fn()
+    times: list[float] = []
+    end = time.perf_counter() + rep_ms / 1e3
+    while len(times) < min_calls or time.perf_counter() < end:
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def measure_ms(fn: Callable[[], Any], device: str, warmup_ms: float, rep_ms: float) -> float:
+    """Median time of one call (ms): triton.testing.do_bench on CUDA, a perf_counter loop on the CPU."""
+    if device.startswith("cuda"):
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    return cpu_median_ms(fn, warmup_ms, rep_ms)
+
+
+def timer_label(device: str, warmup_ms: float, rep_ms: float, rounds: int = 1) -> str:
+    each = f"warmup {warmup_ms:g} ms, rep {rep_ms:g} ms"
+    rounds_text = f", median of {rounds} rounds" if rounds > 1 else ""
+    if device.startswith("cuda"):
+        return f"triton.testing.do_bench median ({each}){rounds_text}"
+    return f"CPU wall time, time.perf_counter median ({each}){rounds_text}"
+
+
+def copy_tb_per_s(nbytes: int, device: str, warmup_ms: float, rep_ms: float) -> float | None:
+    """TB/s of a device-to-device copy moving `nbytes` (half read, half written); CUDA only."""
+    import torch
+
+    if not device.startswith("cuda") or nbytes < 2:
+        return None
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = measure_ms(lambda: dst.copy_(src), device, warmup_ms, rep_ms)
+    return 2 * src.numel() / (ms * 1e-3) / 1e12
+
+
+def count_launches(fn: Callable[[], Any], device: str) -> int | None:
+    """GPU kernels launched by one call (torch.profiler; memcpy/memset not counted); None off CUDA."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not e.name.startswith(("Memcpy", "Memset")))
+    except Exception:  # a profiler that cannot start (CUPTI unavailable) costs the count, not the run
+        return None
+
+
+# ---------------------------------------------------------------- caches and the process
+
+
+@contextlib.contextmanager
+def private_caches() -> Iterator[str]:
+    """pipec's, Inductor's and Triton's caches in a new empty directory, for the duration."""
+    saved = {k: os.environ.get(k) for k in CACHE_ENV}
+    with tempfile.TemporaryDirectory(prefix="pipec-bench-") as root:
+        for k in CACHE_ENV:
+            os.environ[k] = os.path.join(root, k.lower())
+        try:
+            yield root
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def warm_up_process(device: str, pipec_options: CompileOptions, inductor: bool) -> None:
+    """Compile a tiny function with every backend, so one-time process costs hit no measurement.
+
+    Best effort: a backend that cannot compile it fails, with its real error, on the model itself.
+    """
+    import torch
+
+    from .api import compile_with_session
+
+    def tiny(x):
+        return torch.sigmoid(x) * x
+
+    x = torch.randn(64, device=device)
+    warm_ups = [lambda: compile_with_session(tiny, replace(pipec_options, cache="none"))[0](x)]
+    if inductor:
+        warm_ups.append(lambda: torch.compile(tiny)(x))
+    for warm_up in warm_ups:
+        torch._dynamo.reset()
+        with torch.no_grad(), contextlib.suppress(Exception):
+            warm_up()
+    torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------- one backend
+
+
+def _fresh(model):
+    """A new model object with the same weights (a function is its own fresh copy). Copies are
+    made before anything is compiled: compiling may leave attributes on a module that cannot
+    be copied (torch.compile's wrapper forwards setattr to the module it wraps)."""
+    import torch
+
+    return copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
+
+
+def _first_call(make: Callable[[], Callable], inputs, device: str, reset: bool):
+    """(compiled, outputs, seconds): compile and run once (torch.compile compiles on the first call).
+
+    `reset` empties Dynamo's caches first, which a warm compile needs (else Dynamo would reuse its
+    cache entry) but which also drops every earlier compiled model's entries: cold compiles do
+    not reset, so the models compiled before them are timed as they were compiled (Dynamo keys
+    its entries by backend and guards on the module object, so no backend reuses another's)."""
+    import torch
+
+    if reset:
+        torch._dynamo.reset()
+    start = time.perf_counter()
+    compiled = make()
+    with torch.no_grad():
+        outputs = compiled(*inputs)
+    _synchronize(device)
+    return compiled, outputs, time.perf_counter() - start
+
+
+def _check(label: str, outputs, expected, options: BenchOptions) -> float | None:
+    from .api import compare_outputs
+
+    max_error, mismatch = compare_outputs(outputs, expected, atol=options.atol, rtol=options.rtol)
+    if mismatch:
+        raise BenchMismatch(f"{label} differs from eager: {mismatch}")
+    return max_error
+
+
+@dataclass
+class Timed:
+    """A compiled backend waiting for the timing rounds: its result row, one call of it, and
+    its warm compile (run after every timing, since it resets Dynamo)."""
+    result: BackendResult
+    call: Callable[[], Any]
+    warm: Callable[[], None] = lambda: None
+
+
+def _timed(result: BackendResult, compiled, inputs, warm: Callable[[], None] = lambda: None) -> Timed:
+    import torch
+
+    def call():
+        with torch.no_grad():
+            return compiled(*inputs)
+
+    return Timed(result, call, warm)
+
+
+def time_rounds(pending: list[Timed], device: str, options: BenchOptions,
+                progress: Callable[[str], None] = lambda message: None) -> None:
+    """Time every compiled backend in `options.rounds` rounds, round r starting r places further
+    along the list, so no backend always runs right after the same neighbour (a GPU heated by
+    one backend's GEMMs clocks down for the next); each backend's time is its rounds' median."""
+    rounds = max(1, options.rounds)
+    for r in range(rounds):
+        progress(f"timing round {r + 1} of {rounds}")
+        for timed in pending[r % len(pending):] + pending[:r % len(pending)]:
+            timed.result.ms_rounds.append(measure_ms(timed.call, device, options.warmup_ms, options.rep_ms))
+    for timed in pending:
+        timed.result.ms = statistics.median(timed.result.ms_rounds)
+
+
+def bench_eager(model, inputs) -> Timed:
+    return _timed(BackendResult("eager", "eager", max_error=0.0), model, inputs)
+
+
+def bench_pipec(model, fresh_model, inputs, expected, device: str, options: BenchOptions, name: str) -> Timed:
+    """pipec compiled cold and checked; its warm compile (of `fresh_model`) is `Timed.warm`."""
+    from .api import compile_with_session, report_from_session
+    from .pipeline import Session
+
+    opts = options.pipec  # its compile cache (default: local) serves the warm compile
+    label = f"pipec ({opts.fusion}, {opts.runtime})"
+    result = BackendResult("pipec", label)
+    sessions: list[Session] = []
+
+    def make(m):
+        compiled, session = compile_with_session(m, opts, Session(), name=name)
+        sessions.append(session)
+        return compiled
+
+    compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
+    report = report_from_session(sessions[-1])
+    result.kernels, result.extern_ops = report.kernel_count, len(report.extern_ops)
+    result.max_error = _check(label, outputs, expected, options)
+
+    def warm():
+        _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device, reset=True)
+        result.cache_hits = sessions[-1].cache_hits
+        _check(f"{label} (warm compile)", outputs, expected, options)
+    return _timed(result, compiled, inputs, warm)
+
+
+def bench_inductor(model, fresh_model, inputs, expected, device: str, options: BenchOptions, mode: str) -> Timed:
+    """Inductor in `mode` compiled cold and checked; its warm compile is `Timed.warm`."""
+    import torch
+    from torch._inductor import metrics
+
+    name = "inductor" if mode == "default" else f"inductor-{mode}"
+    label = f"inductor ({mode})"
+    result = BackendResult(name, label)
+
+    def make(m):
+        return torch.compile(m, mode=None if mode == "default" else mode)
+
+    metrics.reset()
+    compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
+    result.kernels = metrics.generated_kernel_count
+    result.max_error = _check(label, outputs, expected, options)
+
+    def warm():
+        _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device, reset=True)
+        _check(f"{label} (warm compile)", outputs, expected, options)
+    return _timed(result, compiled, inputs, warm)
+
+
+# ---------------------------------------------------------------- the whole run
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata
+    import platform
+
+    import torch
+    import triton
+
+    try:
+        pipec_version = importlib.metadata.version("pipec")
+    except importlib.metadata.PackageNotFoundError:
+        pipec_version = "unknown"
+    return {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
+            "pipec": pipec_version}
+
+
+def run_bench(model, inputs, name: str, options: BenchOptions, *,
+              progress: Callable[[str], None] = lambda message: None,
+              on_update: Callable[[BenchResult], None] = lambda result: None) -> BenchResult:
+    """Check and time eager, pipec and Inductor on `inputs` (already on their device).
+
+    Backends are compiled (cold) and checked in the order eager, pipec, Inductor modes (the
+    slowest compiles last), then timed together (`time_rounds`), then their launches counted,
+    then each is compiled again from its caches (warm); `on_update` sees the result after each
+    step. Raises BenchMismatch when a backend's
+    outputs differ from eager; compile failures propagate.
+    """
+    import torch
+
+    tensors = _tensors(inputs)
+    device = str(tensors[0].device) if tensors else ("cuda" if torch.cuda.is_available() else "cpu")
+    inductor = options.inductor if options.inductor is not None else device.startswith("cuda")
+    modes = options.inductor_modes if inductor else ()
+    # every compiled backend gets its own copy for the cold compile and one for the warm compile
+    cold = {backend: _fresh(model) for backend in ("pipec", *modes)}
+    fresh = {backend: _fresh(model) for backend in ("pipec", *modes)}
+    with torch.no_grad():
+        expected = model(*inputs)
+    result = BenchResult(
+        model=name, device=device,
+        device_name=torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
+        timer=timer_label(device, options.warmup_ms, options.rep_ms, options.rounds),
+        interpreter=not device.startswith("cuda"), inputs=describe_inputs(inputs),
+        bytes=io_bytes(model, inputs, expected), flops=count_flops(model, inputs),
+        tolerance={"atol": options.atol, "rtol": options.rtol} if options.atol is not None else None,
+        pipec_options={"fusion": options.pipec.fusion, "runtime": options.pipec.runtime,
+                       "capture": options.pipec.capture, "codegen": options.pipec.codegen},
+        versions=_versions())
+    caches = contextlib.nullcontext() if options.keep_caches else private_caches()
+    with caches:
+        progress("warming up the process (a tiny compile per backend)")
+        warm_up_process(device, options.pipec, inductor)
+        progress("measuring the copy bandwidth")
+        result.copy_tb_per_s = copy_tb_per_s(result.bytes, device, options.warmup_ms, options.rep_ms)
+        progress("eager")
+        pending = [bench_eager(model, inputs)]
+        result.backends.append(pending[-1].result)
+        on_update(result)
+        progress("pipec: compiling (cold)")
+        pending.append(bench_pipec(cold["pipec"], fresh["pipec"], inputs, expected, device, options, name))
+        result.backends.append(pending[-1].result)
+        on_update(result)
+        for mode in modes:
+            progress(f"inductor ({mode}): compiling (cold)")
+            pending.append(bench_inductor(cold[mode], fresh[mode], inputs, expected, device, options, mode))
+            result.backends.append(pending[-1].result)
+            on_update(result)
+        time_rounds(pending, device, options, progress)
+        on_update(result)
+        # torch.profiler may leave Triton launch hooks set for the rest of the process, and a launch
+        # with hooks takes Triton's full path (pipec's direct launchers step aside for the hooks):
+        # launches are counted after every timing
+        progress("counting each backend's launches (torch.profiler, after all timings)")
+        for timed in pending:
+            timed.result.launches = count_launches(timed.call, device)
+        for timed in pending[1:]:
+            progress(f"{timed.result.label}: compiling again (warm)")
+            timed.warm()
+            on_update(result)
+        torch._dynamo.reset()
+    return result
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _fmt(value: float | int | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def bench_table(result: BenchResult):
+    """A rich Table: one row per backend."""
+    from rich.table import Table
+
+    where = result.device_name + (" (pipec kernels in Triton's interpreter)" if result.interpreter else "")
+    table = Table(title=f"pipec bench · {result.model} · {where}\n{result.timer} · inputs "
+                        f"{', '.join(result.inputs) or 'none'}", title_justify="left")
+    table.add_column("backend", no_wrap=True)
+    table.add_column("ms", justify="right")
+    table.add_column("×eager", justify="right")
+    table.add_column("×Inductor", justify="right")
+    table.add_column("TB/s" + (" (% copy)" if result.copy_tb_per_s else ""), justify="right", no_wrap=True)
+    if result.flops:
+        table.add_column("TFLOP/s", justify="right")
+    table.add_column("kernels", justify="right", no_wrap=True)
+    table.add_column("launches", justify="right")
+    table.add_column("compile cold s", justify="right")
+    table.add_column("warm s", justify="right")
+    table.add_column("max err", justify="right")
+    for b in result.backends:
+        d = result.derived(b)
+        tbps = _fmt(d["tb_per_s"], ".3g") + (f" ({d['fraction_of_copy']:.0%})" if d["fraction_of_copy"] else "")
+        kernels = _fmt(b.kernels, "d") + (f" +{b.extern_ops} extern" if b.extern_ops else "")
+        row = [b.label, _fmt(b.ms, ".4g"), _fmt(d["speedup_vs_eager"], ".3g", "×"),
+               _fmt(d["speedup_vs_inductor"], ".3g", "×"), tbps]
+        if result.flops:
+            row.append(_fmt(d["tflop_per_s"], ".3g"))
+        row += [kernels, _fmt(b.launches, "d"), _fmt(b.compile_cold_s, ".2f"), _fmt(b.compile_warm_s, ".2f"),
+                _fmt(b.max_error, ".3g")]
+        table.add_row(*row)
+    notes = [f"{result.bytes / 1e6:.4g} MB moved per call (inputs, weights, outputs once each)"]
+    if result.copy_tb_per_s:
+        notes.append(f"copy of the same bytes: {result.copy_tb_per_s:.3f} TB/s")
+    if result.flops:
+        notes.append(f"{result.flops / 1e9:.2f} GFLOP per call")
+    best = result.best_inductor()
+    if best is not None:
+        notes.append(f"vs Inductor = vs its best mode here, {best.label}")
+    table.caption = " · ".join(notes)
+    table.caption_justify = "left"
+    return table
+
+
+def write_json(result: BenchResult, path: str) -> None:
+    """Write the result as JSON, atomically (a reader never sees half a file)."""
+    import json
+
+    from pipec_runtime_cudagraph.files import atomic_write
+
+    atomic_write(path, json.dumps(result.to_dict(), indent=2).encode())
+
+
+__all__ = ["BenchMismatch", "BenchOptions", "BenchResult", "BackendResult", "run_bench", "bench_table",
+           "io_bytes", "count_flops", "measure_ms", "write_json"]

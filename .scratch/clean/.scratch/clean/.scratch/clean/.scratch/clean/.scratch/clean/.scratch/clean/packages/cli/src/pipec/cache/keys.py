@@ -1,0 +1,277 @@
+"""Cache keys: sha256 of everything that can change a stage's output.
+
+A stage's key is built from the stage, the implementation's registry name, the
+distribution that registered it and its version (for an editable install also a
+hash of its sources), the pipec-ir version, `CompileOptions.key()` and the digest
+of the stage's input: an IR document's canonical JSON, or for the capture stage
+`graph_module_digest` of the ATen fx GraphModule it lowers.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pipec_ir
+from pipec_ir import CompileOptions
+from pipec_ir.registry import distribution_of
+
+KEY_FORMAT = 1  # bump when what goes into a key changes meaning
+
+# ---------------------------------------------------------------- stage keys
+
+
+def stage_key(stage: str, entry: pipec_ir.Entry, options: CompileOptions, input_digest: str) -> str:
+    """The cache key of running `entry` (a Registry entry of `stage`) on an input with `input_digest`."""
+    parts = {
+        "format": KEY_FORMAT,
+        "stage": stage,
+        "impl": entry.name,
+        "distribution": entry.distribution,
+        "version": entry.version,
+        "code": implementation_fingerprint(entry, torch=stage == "capture"),
+        "options": options.key(),
+        "input": input_digest,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def text_digest(text: str | bytes) -> str:
+    """Digest of an IR document's canonical JSON (equals pipec_ir.digest(doc) for its text)."""
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def implementation_fingerprint(entry: pipec_ir.Entry, *, torch: bool = False) -> tuple:
+    """Versions of the code that produce a stage's output: the registering distribution, the one
+    that ships the implementation's class, pipec-ir (and torch for capture); an editable
+    install adds a hash of its source files, so editing a stage invalidates its entries."""
+    return _fingerprint(entry.distribution, type(entry.impl).__module__, torch)
+
+
+@functools.cache
+def _fingerprint(distribution: str, module: str, torch: bool) -> tuple:
+    shipped_by = distribution_of(module)[0]
+    dists = {distribution, shipped_by, "pipec-ir"} | ({"torch"} if torch else set())
+    out = tuple((d, distribution_fingerprint(d)) for d in sorted(dists) if d != "unknown")
+    if shipped_by == "unknown":  # code outside any distribution (a test, a script)
+        out += ((module, module_fingerprint(module)),)
+    return out
+
+
+@functools.cache
+def distribution_fingerprint(dist: str) -> str:
+    """`version`, or `version+src.<hash>` for an editable install (hash of its source files)."""
+    try:
+        d = importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+    version = d.version or "0"
+    source = _editable_source(d)
+    if source is not None:
+        version += "+src." + tree_hash(source)
+    return version
+
+
+def _editable_source(d: importlib.metadata.Distribution) -> Path | None:
+    try:
+        info = json.loads(d.read_text("direct_url.json") or "null")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not (info.get("dir_info") or {}).get("editable"):
+        return None
+    url = urlparse(info.get("url", ""))
+    if url.scheme != "file":
+        return None
+    root = Path(unquote(url.path))
+    return root / "src" if (root / "src").is_dir() else root
+
+
+_SKIP_DIRS = {"tests", "__pycache__", "build", "dist", "node_modules"}
+_SOURCE_SUFFIXES = {".py", ".json", ".toml", ".txt", ".j2", ".jinja"}
+
+
+def tree_hash(root: Path) -> str:
+    """sha256 over (relative path, content) of the source files under `root`."""
+    h = hashlib.sha256()
+    files = []
+    for path in root.rglob("*"):
+        rel = path.relative_to(root)
+        if any(p in _SKIP_DIRS or p.startswith(".") or p.endswith(".egg-info") for p in rel.parts[:-1]):
+            continue
+        if path.suffix in _SOURCE_SUFFIXES and path.is_file():
+            files.append(rel)
+    for rel in sorted(files):
+        h.update(rel.as_posix().encode() + b"\0")
+        try:
+            h.update((root / rel).read_bytes())
+        except OSError:
+            h.update(b"<unreadable>")
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def module_fingerprint(module: str) -> str:
+    mod = sys.modules.get(module)
+    path = getattr(mod, "__file__", None)
+    if not path:
+        return "0"
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return "0"
+
+
+# ---------------------------------------------------------------- the capture stage's input
+
+
+def source_digest(source, example_inputs) -> str | None:
+    """Digest of what the capture stage takes, or None when it cannot be keyed (a model, not a graph)."""
+    if isinstance(source, tuple(pipec_ir.types.DOCUMENT_KINDS.values())):
+        return pipec_ir.digest(source)
+    return graph_module_digest(source, example_inputs)
+
+
+def graph_module_digest(gm, example_inputs) -> str | None:
+    """A stable digest of an ATen fx GraphModule as the capture stage sees it.
+
+    Every node of the graph as its code shows it (op, name, target, arguments),
+    every example input's shape, stride, dtype, device (and for sizes, the
+    symbolic expression), the placeholders' recorded values, the tensor constants
+    (one-element constants are inlined into the IR, so their values count) and the
+    symbolic-shape environment (ranges, example values, replacements, guards).
+    None for anything else, or for a graph or input it cannot describe (a call
+    of a submodule, a lambda, an unknown argument type): such a graph is not cached.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(gm, torch.fx.GraphModule):
+        return None
+    h = hashlib.sha256()
+
+    def add(*parts) -> None:
+        h.update(repr(parts).encode())
+        h.update(b"\0")
+
+    try:
+        for node in gm.graph.nodes:
+            if node.op == "call_module":  # what runs is the submodule's code, not in this graph
+                return None
+            add(node.op, node.name, describe_target(node.target), describe_arg(node.args),
+                describe_arg(node.kwargs))
+            if node.op == "placeholder":
+                add("value", describe_value(node.meta.get("val")))
+            elif node.op == "get_attr":
+                d = describe_constant(gm, node.target)
+                if d is None:
+                    return None
+                add("constant", d)
+        for x in example_inputs:
+            d = describe_value(x)
+            if d is None:
+                return None
+            add("input", d)
+        add("shape_env", describe_shape_env(find_shape_env(gm, example_inputs)))
+    except Exception:  # noqa: BLE001 - a graph we cannot describe is simply not cached
+        return None
+    return h.hexdigest()
+
+
+class _NotKeyable(Exception):
+    pass
+
+
+def describe_target(target) -> str:
+    if isinstance(target, str):
+        return target
+    module = getattr(target, "__module__", None)
+    qualname = getattr(target, "__qualname__", None)
+    if type(target).__name__ in ("OpOverload", "OpOverloadPacket", "HigherOrderOperator"):
+        return f"{type(target).__name__}:{target}"
+    if not qualname or "<" in qualname:  # a lambda or a local function: not identified by its name
+        raise _NotKeyable(repr(target))
+    return f"{module}.{qualname}"
+
+
+def describe_arg(a):
+    """A node argument as nested tuples of strings (what the graph's code prints)."""
+    torch = sys.modules["torch"]
+    if isinstance(a, torch.fx.Node):
+        return ("%", a.name)
+    if isinstance(a, tuple | list):
+        return (type(a).__name__, tuple(describe_arg(x) for x in a))
+    if isinstance(a, dict):
+        return ("dict", tuple((str(k), describe_arg(v)) for k, v in a.items()))
+    if isinstance(a, slice):
+        return ("slice", describe_arg(a.start), describe_arg(a.stop), describe_arg(a.step))
+    if a is None or isinstance(a, bool | int | float | complex | str):
+        return (type(a).__name__, repr(a))
+    if isinstance(a, torch.dtype | torch.device | torch.layout | torch.memory_format):
+        return (type(a).__name__, str(a))
+    if isinstance(a, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return ("sym", str(a.node.expr))
+    if type(a).__name__ in ("OpOverload", "OpOverloadPacket"):
+        return ("op", str(a))
+    raise _NotKeyable(type(a).__name__)
+
+
+def describe_value(x):
+    """A tuple of plain strings describing an example input, or None if it cannot be described."""
+    torch = sys.modules["torch"]
+    if x is None or isinstance(x, bool | int | float | str):
+        return ("value", type(x).__name__, repr(x))
+    if isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return ("sym", type(x).__name__, str(x.node.expr))
+    if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided:
+            return None
+        return ("tensor", tuple(str(s) for s in x.shape), tuple(str(s) for s in x.stride()),
+                str(x.storage_offset()), str(x.dtype), x.device.type, bool(x.requires_grad))
+    return None
+
+
+_CONSTANT_DATA_LIMIT = 1 << 16  # elements; larger constants are bound at run time, never in the IR
+
+
+def describe_constant(gm, target: str):
+    torch = sys.modules["torch"]
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, torch.Tensor):
+        return None
+    meta = describe_value(obj)
+    if meta is None:
+        return None
+    if isinstance(obj, torch._subclasses.FakeTensor) or obj.numel() > _CONSTANT_DATA_LIMIT:
+        return meta
+    data = obj.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+    return meta + (hashlib.sha256(data.numpy().tobytes()).hexdigest(),)
+
+
+def find_shape_env(gm, example_inputs):
+    torch = sys.modules["torch"]
+    values = list(example_inputs) + [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    for x in values:
+        if isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
+            return getattr(x.node, "shape_env", None)
+        env = getattr(getattr(x, "fake_mode", None), "shape_env", None)
+        if env is not None:
+            return env
+    return None
+
+
+def describe_shape_env(env) -> tuple:
+    if env is None:
+        return ()
+    ranges = sorted((str(s), str(r.lower), str(r.upper)) for s, r in getattr(env, "var_to_range", {}).items())
+    vals = getattr(env, "backed_var_to_val", None)
+    if vals is None:
+        vals = getattr(env, "var_to_val", {})
+    hints = sorted((str(s), str(v)) for s, v in vals.items())
+    replacements = sorted((str(k), str(v)) for k, v in getattr(env, "replacements", {}).items())
+    guards = tuple(str(getattr(g, "expr", g)) for g in getattr(env, "guards", []))
+    return (tuple(ranges), tuple(hints), tuple(replacements), guards)

@@ -1,0 +1,112 @@
+"""What the pipeline sees of a cache: documents in, documents out, every entry checked."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import pipec_ir
+
+from .entry import BadEntry, pack_entry, unpack_entry
+from .errors import CacheError, PipecCacheWarning
+
+DEFAULT_BACKEND = "local"
+DISABLED = "none"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass
+class CompileCache:
+    """A registered cache backend (`get`/`put` of bytes) holding IR documents.
+
+    `load` returns a stored document only if its entry passes the sha256 check
+    and the document parses and verifies; a bad entry is deleted (when the backend
+    can), named in one warning, and reported as a miss, so the stage recompiles
+    and stores a good entry. A backend that fails to read or write (other than a
+    CacheError: unusable cache) costs a warning, never the compilation.
+    """
+
+    name: str
+    backend: object
+
+    @property
+    def location(self) -> str:
+        return str(getattr(self.backend, "location", self.name))
+
+    def load(self, key: str, kind: str):
+        """(document, canonical JSON text) stored under `key`, or None."""
+        try:
+            data = self.backend.get(key)
+        except CacheError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken backend never breaks a compilation
+            self._warn(f"pipec: cache {self.name} failed to read entry {key[:16]}: {_one_line(exc)}")
+            return None
+        if data is None:
+            return None
+        try:
+            text = unpack_entry(key, data).decode("utf-8")
+            doc = pipec_ir.verify(pipec_ir.loads(text, kind=kind))
+        except (BadEntry, UnicodeDecodeError, pipec_ir.IRError) as exc:
+            why = str(exc) if isinstance(exc, BadEntry) else f"bad {kind} document: {_one_line(exc)}"
+            self._delete(key)
+            self._warn(f"pipec: cache entry {key[:16]} in {self.name} ({self.location}) failed its check "
+                       f"({why}); deleted it and recompiling")
+            return None
+        return doc, text
+
+    def store(self, key: str, text: str) -> None:
+        try:
+            self.backend.put(key, pack_entry(key, text.encode("utf-8")))
+        except CacheError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self._warn(f"pipec: cache {self.name} failed to store entry {key[:16]}: {_one_line(exc)}")
+
+    def _delete(self, key: str) -> None:
+        delete = getattr(self.backend, "delete", None)
+        if delete is None:
+            return  # the fresh entry stored after recompiling replaces it
+        try:
+            delete(key)
+        except Exception:  # noqa: BLE001
+            pass
+
+    @staticmethod
+    def _warn(message: str) -> None:
+        warnings.warn(message, PipecCacheWarning, stacklevel=4)
+
+
+def resolve_cache_name(name: str | None, registry: pipec_ir.Registry) -> str | None:
+    """The backend `CompileOptions.cache` selects: None -> "local" when registered; "none" -> off."""
+    if name == DISABLED:
+        return None
+    if name is None:
+        return DEFAULT_BACKEND if DEFAULT_BACKEND in registry.names("cache") else None
+    return name
+
+
+def open_cache(name: str | None, registry: pipec_ir.Registry) -> CompileCache | None:
+    """The CompileCache for `CompileOptions.cache`, or None when caching is off.
+
+    An unknown name raises pipec_ir.UnknownStageError (listing the registered ones).
+    """
+    resolved = resolve_cache_name(name, registry)
+    if resolved is None:
+        return None
+    return CompileCache(resolved, registry.get("cache", resolved))
+
+
+def check_cache(name: str | None, registry: pipec_ir.Registry) -> str | None:
+    """Make sure the selected cache is usable now (CacheError if not); returns its location."""
+    cache = open_cache(name, registry)
+    if cache is None:
+        return None
+    check = getattr(cache.backend, "check", None)
+    if check is not None:
+        check()
+    return cache.location

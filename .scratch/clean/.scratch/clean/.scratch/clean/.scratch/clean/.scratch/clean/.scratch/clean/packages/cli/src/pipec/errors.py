@@ -1,0 +1,40 @@
+"""pipec's user-facing errors."""
+
+from __future__ import annotations
+
+
+class PipecError(RuntimeError):
+    """A compilation failed: the message names the stage, its implementation and the graph."""
+
+    def __init__(self, message: str, *, stage: str | None = None, impl: str | None = None,
+                 graph: str | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.impl = impl
+        self.graph = graph
+
+
+class PipecPluginWarning(UserWarning):
+    """A plugin could not be loaded or registered and was skipped."""
+
+
+class PipecFallbackWarning(UserWarning):
+    """An op has no pipec lowering and runs through torch as an extern call."""
+
+
+def find_error(exc: BaseException | None, kind: type) -> BaseException | None:
+    """The `kind` error inside `exc`, following Dynamo's wrapping (BackendCompilerFailed's
+    inner_exception) and exception chaining."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, kind):
+            return exc
+        inner = getattr(exc, "inner_exception", None)
+        exc = inner if isinstance(inner, BaseException) else (exc.__cause__ or exc.__context__)
+    return None
+
+
+def find_pipec_error(exc: BaseException | None) -> PipecError | None:
+    """The PipecError inside `exc` (Dynamo wraps backend errors in BackendCompilerFailed)."""
+    return find_error(exc, PipecError)

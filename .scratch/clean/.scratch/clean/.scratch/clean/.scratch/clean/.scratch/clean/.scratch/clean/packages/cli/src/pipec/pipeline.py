@@ -1,0 +1,374 @@
+"""The pipeline manager: capture -> fusion -> codegen -> runtime, one flat list.
+
+Read `PIPELINE` top to bottom: each stage takes the previous stage's document
+and returns the next. Between stages every document is serialized and parsed
+again (`cross_boundary`): a stage sees only what the IR carries, and an invalid
+document is caught at the boundary where it was produced.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from collections.abc import Callable
+
+import pipec_ir
+from pipec_ir import CompileOptions
+
+from .cache import open_cache, source_digest, stage_key, text_digest
+from .errors import PipecError, PipecFallbackWarning
+from .plugins import get_plugin_manager, get_registry
+
+
+# ---------------------------------------------------------------- the stages
+
+
+def capture_graph(impl, source, options, *, example_inputs=()):
+    """ATen fx GraphModule ("dynamo") or model ("export") -> Graph."""
+    return impl.capture(source, list(example_inputs), options)
+
+
+def fuse_graph(impl, graph, options, **_):
+    return impl.fuse(graph, options)
+
+
+def generate_program(impl, plan, options, **_):
+    return impl.generate(plan, options)
+
+
+def load_program(impl, program, options, **_):
+    return impl.load(program, options)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # also the registry stage and the --dump-ir suffix
+    run: Callable
+    kind: str | None  # IR document kind it produces ("graph", ...), None for the runtime callable
+
+    def impl_name(self, options: CompileOptions) -> str:
+        return getattr(options, self.name)
+
+
+PIPELINE: tuple[Stage, ...] = (
+    Stage("capture", capture_graph, "graph"),
+    Stage("fusion", fuse_graph, "kernel_plan"),
+    Stage("codegen", generate_program, "program"),
+    Stage("runtime", load_program, None),
+)
+STAGE_NAMES = tuple(s.name for s in PIPELINE)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+COMPUTE_KINDS = ("pointwise", "reduction", "scan", "matmul", "indexing", "extern")
+
+
+def is_compute(node: pipec_ir.Node) -> bool:
+    """An op that does work (views are index arithmetic, `full` is a literal, getitem picks a result)."""
+    return node.op != "getitem" and pipec_ir.OPS.get(node.op) is not None and \
+        pipec_ir.kind_of(node.op) in COMPUTE_KINDS
+
+
+@dataclass
+class GraphStats:
+    name: str
+    kind: str = "inference"  # AOTAutograd's graph kind: "inference", "forward" or "backward"
+    op_count: int = 0
+    kernel_count: int = 0  # generated Triton kernels
+    fusion_count: int = 0  # kernels holding more than one compute op
+    extern_ops: list[tuple[str, str]] = field(default_factory=list)  # (ATen overload, reason)
+    not_fused: list[tuple[str, str, str]] = field(default_factory=list)  # (first, second, reason)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    kernels: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, Triton source)
+    cache: dict[str, str] = field(default_factory=dict)  # stage -> "hit" | "miss" (stages looked up)
+
+    def add_graph(self, graph: pipec_ir.Graph) -> None:
+        self.op_count = sum(1 for n in graph.nodes if is_compute(n))
+        self.extern_ops = [(str(n.attr("target")), str(n.attr("reason", ""))) for n in graph.nodes
+                           if n.op == "extern"]
+
+    def add_plan(self, plan: pipec_ir.KernelPlan) -> None:
+        nodes = plan.graph.node_map()
+        self.fusion_count = sum(
+            1 for k in plan.kernels if sum(1 for n in k.nodes if n in nodes and is_compute(nodes[n])) > 1
+        )
+        self.not_fused = [(r.first, r.second, r.reason) for r in plan.rejected]
+
+    def add_program(self, program: pipec_ir.Program) -> None:
+        # not counted: kernels only a non-default alternative of a choice group launches (docs/IR.md)
+        other = {s.target for s in program.steps if pipec_ir.get_attr(s.attrs, "choice") is not None
+                 and not pipec_ir.get_attr(s.attrs, "default")}
+        self.kernel_count = len([k for k in program.kernels if k.name not in other])
+        self.kernels = [(k.name, k.source) for k in program.kernels]
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "kind": self.kind, "op_count": self.op_count, "kernel_count": self.kernel_count,
+            "fusion_count": self.fusion_count,
+            "extern_ops": [{"target": t, "reason": r} for t, r in self.extern_ops],
+            "not_fused": [{"first": a, "second": b, "reason": r} for a, b, r in self.not_fused],
+            "stage_seconds": dict(self.stage_seconds), "cache": dict(self.cache),
+        }
+
+
+@dataclass
+class Session:
+    """What one pipec.compile (or one CLI run) saw: every graph compiled, stage by stage.
+
+    `on_stage(stage, impl_name, graph_name, event)` is called with event
+    "start" and "end" (the CLI draws its progress from it), and "hit" just
+    before the "end" of a stage served from the compile cache.
+    """
+    graphs: list[GraphStats] = field(default_factory=list)
+    dynamo_graphs: int = 0  # calls of the torch.compile backend (one per Dynamo graph)
+    eager_graphs: int = 0  # Dynamo graphs run eagerly because the recompile budget was used up
+    on_stage: Callable[[str, str, str, str], None] | None = None
+    cache: str | None = None  # the compile cache backend used (None: no cache)
+    _dump_names: set[str] = field(default_factory=set)
+
+    def unique_name(self, name: str) -> str:
+        base, i = name, 1
+        while name in self._dump_names:
+            name = f"{base}_{i}"
+            i += 1
+        self._dump_names.add(name)
+        return name
+
+    # totals, for reports
+    @property
+    def op_count(self) -> int:
+        return sum(g.op_count for g in self.graphs)
+
+    @property
+    def kernel_count(self) -> int:
+        return sum(g.kernel_count for g in self.graphs)
+
+    @property
+    def fusion_count(self) -> int:
+        return sum(g.fusion_count for g in self.graphs)
+
+    @property
+    def extern_ops(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for g in self.graphs:
+            for target, reason in g.extern_ops:
+                out.setdefault(target, reason)
+        return dict(sorted(out.items()))
+
+    @property
+    def not_fused(self) -> list[tuple[str, str, str]]:
+        return [item for g in self.graphs for item in g.not_fused]
+
+    @property
+    def stage_seconds(self) -> dict[str, float]:
+        out = {s: 0.0 for s in STAGE_NAMES}
+        for g in self.graphs:
+            for s, t in g.stage_seconds.items():
+                out[s] = out.get(s, 0.0) + t
+        return out
+
+    @property
+    def kernels(self) -> list[tuple[str, str]]:
+        return [k for g in self.graphs for k in g.kernels]
+
+    def _cache_count(self, outcome: str) -> dict[str, int]:
+        looked_up = [s for s in STAGE_NAMES if any(s in g.cache for g in self.graphs)]
+        return {s: sum(1 for g in self.graphs if g.cache.get(s) == outcome) for s in looked_up}
+
+    @property
+    def cache_hits(self) -> dict[str, int]:
+        """Stage -> graphs whose output came from the compile cache (stages looked up)."""
+        return self._cache_count("hit")
+
+    @property
+    def cache_misses(self) -> dict[str, int]:
+        return self._cache_count("miss")
+
+
+# ---------------------------------------------------------------- boundaries
+
+
+def cross_boundary(doc, kind: str):
+    """Serialize and parse again: the next stage sees exactly what the IR carries."""
+    return serialize_boundary(doc, kind)[0]
+
+
+def serialize_boundary(doc, kind: str):
+    """cross_boundary, also returning the document's canonical JSON (what the cache stores)."""
+    if not isinstance(doc, tuple(pipec_ir.types.DOCUMENT_KINDS.values())):
+        raise TypeError(f"returned {type(doc).__name__}, not a pipec_ir document ({kind})")
+    text = pipec_ir.dumps(doc)
+    return pipec_ir.verify(pipec_ir.loads(text, kind=kind)), text
+
+
+def dump_document(dump_dir: str, name: str, stage: str, doc) -> None:
+    directory = Path(dump_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.{stage}.json").write_text(pipec_ir.dumps(doc))
+    (directory / f"{name}.{stage}.txt").write_text(pipec_ir.format_document(doc) + "\n")
+
+
+def warn_fallbacks(graph: pipec_ir.Graph, name: str) -> None:
+    """One warning per ATen op that runs through torch for lack of a lowering (not library calls)."""
+    seen = set()
+    for n in graph.nodes:
+        target, reason = n.attr("target"), n.attr("reason", "")
+        if n.op != "extern" or reason == "library" or target in seen:
+            continue
+        seen.add(target)
+        warnings.warn(f"pipec: {target} runs through torch as an extern call in graph {name} ({reason})",
+                      PipecFallbackWarning, stacklevel=2)
+
+
+def _notify_observers(stage: str, name: str, document: object, seconds: float) -> None:
+    try:
+        get_plugin_manager().hook.pipec_stage_finished(stage=stage, name=name, document=document,
+                                                       seconds=seconds)
+    except Exception as exc:  # an observer never breaks a compilation
+        warnings.warn(f"pipec: a pipec_stage_finished observer failed after {stage} on {name}: {exc}",
+                      stacklevel=2)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _default_name(source) -> str:
+    if isinstance(source, pipec_ir.Graph):
+        return source.name
+    if isinstance(source, pipec_ir.KernelPlan):
+        return source.graph.name
+    if isinstance(source, pipec_ir.Program):
+        return source.name
+    return "graph"
+
+
+def _add_stats(stats: GraphStats, doc) -> None:
+    if isinstance(doc, pipec_ir.Graph):
+        stats.add_graph(doc)
+    elif isinstance(doc, pipec_ir.KernelPlan):
+        stats.add_graph(doc.graph)
+        stats.add_plan(doc)
+    elif isinstance(doc, pipec_ir.Program):
+        stats.add_program(doc)
+
+
+# ---------------------------------------------------------------- one stage, through the compile cache
+
+
+def run_stage(stage: Stage, impl, doc, options: CompileOptions, example_inputs):
+    """Run one stage: (its document, the document's canonical JSON; None for the runtime's callable)."""
+    out = stage.run(impl, doc, options, example_inputs=example_inputs)
+    if stage.kind is None:
+        return out, None
+    return serialize_boundary(out, stage.kind)
+
+
+def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: str | None,
+                     options: CompileOptions, example_inputs):
+    """run_stage through the compile cache: (document, JSON, "hit" | "miss" | None if not cached).
+
+    The key is `stage_key` of the stage, its implementation and version, the options and
+    `digest` (the input's). A capture that changed its input while it ran (e.g. added
+    symbolic-shape guards) is not stored: replaying it would lose that change.
+    """
+    key = stage_key(stage.name, entry, options, digest) if cache and stage.kind and digest else None
+    if key is None:
+        return (*run_stage(stage, entry.impl, doc, options, example_inputs), None)
+    found = cache.load(key, stage.kind)
+    if found is not None:
+        return (*found, "hit")
+    out, text = run_stage(stage, entry.impl, doc, options, example_inputs)
+    if stage.name != "capture" or source_digest(doc, example_inputs) == digest:
+        cache.store(key, text)
+    return out, text, "miss"
+
+
+def _open_cache(options: CompileOptions, registry: pipec_ir.Registry):
+    try:
+        return open_cache(options.cache, registry)
+    except pipec_ir.UnknownStageError as exc:
+        raise PipecError(f"cache ({options.cache}): {exc}", stage="cache", impl=options.cache) from exc
+
+
+# an IR document given to compile_graph starts the pipeline after the stage that makes it
+FIRST_STAGE_FOR = {pipec_ir.Graph: "fusion", pipec_ir.KernelPlan: "codegen", pipec_ir.Program: "runtime"}
+
+
+# ---------------------------------------------------------------- the pipeline
+
+
+def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None = None, *,
+                  session: Session | None = None, name: str | None = None,
+                  registry: pipec_ir.Registry | None = None, stop_after: str | None = None):
+    """Run the pipeline on one graph.
+
+    `source` is what the capture stage takes (an ATen fx GraphModule for "dynamo",
+    a model for "export"), or an IR document: a Graph starts at fusion, a
+    KernelPlan at codegen, a Program at the runtime. Returns the runtime's
+    callable (list of tensors -> list of outputs), or the document of
+    `stop_after` ("capture", "fusion", "codegen").
+    """
+    options = options or CompileOptions()
+    session = session if session is not None else Session()
+    registry = registry or get_registry()
+    cache = _open_cache(options, registry)
+    session.cache = cache.name if cache is not None else session.cache
+    stats = GraphStats(name or _default_name(source))
+    session.graphs.append(stats)
+    doc = source
+    digest = None  # of the current stage's input, for cache keys
+    stages = PIPELINE
+    if type(source) in FIRST_STAGE_FOR:
+        first = FIRST_STAGE_FOR[type(source)]
+        stages = PIPELINE[STAGE_NAMES.index(first):]
+        doc = pipec_ir.verify(source)
+        stats.name = session.unique_name(name or _default_name(source))
+        _add_stats(stats, doc)
+    for stage in stages:
+        impl_name = stage.impl_name(options)
+        label = stats.name
+        try:
+            entry = registry.entry(stage.name, impl_name)
+        except pipec_ir.UnknownStageError as exc:
+            raise PipecError(f"{stage.name} ({impl_name}) failed on graph {label}: {exc}",
+                             stage=stage.name, impl=impl_name, graph=label) from exc
+        if session.on_stage:
+            session.on_stage(stage.name, impl_name, label, "start")
+        start = time.perf_counter()
+        try:
+            if cache is not None and digest is None and stage.kind is not None:
+                digest = source_digest(doc, example_inputs)  # the first stage's input
+            doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, options, example_inputs)
+            digest = text_digest(text) if text is not None else None
+        except PipecError:
+            raise
+        except Exception as exc:
+            what = f"produced an invalid {stage.kind} document: " if isinstance(exc, pipec_ir.IRError) else ""
+            raise PipecError(f"{stage.name} ({impl_name}) failed on graph {label}: {what}"
+                             f"{type(exc).__name__}: {_one_line(exc)}",
+                             stage=stage.name, impl=impl_name, graph=label) from exc
+        seconds = time.perf_counter() - start
+        stats.stage_seconds[stage.name] = seconds
+        if cached is not None:
+            stats.cache[stage.name] = cached
+        if stage.name == "capture":
+            stats.name = session.unique_name(name or doc.name)
+            warn_fallbacks(doc, stats.name)
+        _add_stats(stats, doc)
+        if stage.kind is not None and options.dump_dir:
+            dump_document(options.dump_dir, stats.name, stage.name, doc)
+        _notify_observers(stage.name, stats.name, doc, seconds)
+        if session.on_stage:
+            if cached == "hit":
+                session.on_stage(stage.name, impl_name, stats.name, "hit")
+            session.on_stage(stage.name, impl_name, stats.name, "end")
+        if stop_after == stage.name:
+            return doc
+    return doc

@@ -1,0 +1,101 @@
+import json
+
+import pytest
+import torch
+
+import pipec
+from pipec.api import compare_outputs, make_options
+
+
+def f(a, b):
+    return torch.relu(a) * b + a
+
+
+def test_compile_matches_eager(fake_stages):
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    compiled = pipec.compile(f)
+    torch.testing.assert_close(compiled(a, b), f(a, b))
+    assert compiled.pipec_session.kernel_count == 1
+
+
+def test_compile_as_decorator(fake_stages):
+    @pipec.compile(fusion="none")
+    def g(a):
+        return torch.sigmoid(a) + a
+
+    a = torch.randn(7)
+    torch.testing.assert_close(g(a), torch.sigmoid(a) + a)
+
+
+def test_unknown_names_raise_value_error_at_compile_time(fake_stages):
+    with pytest.raises(ValueError, match=r"unknown fusion 'bogus' \(registered: crash, default, invalid, none\)"):
+        pipec.compile(f, fusion="bogus")
+    with pytest.raises(ValueError, match=r"unknown runtime 'nope' \(registered: cudagraph, launch, wrong\)"):
+        pipec.compile(f, runtime="nope")
+    with pytest.raises(ValueError, match="unknown mode"):
+        pipec.compile(f, mode="fastest")
+
+
+def test_mode_reduce_overhead_selects_cudagraph(fake_stages):
+    assert make_options().runtime == "launch"
+    assert make_options(mode="reduce-overhead").runtime == "cudagraph"
+    assert make_options(mode="reduce-overhead", runtime="launch").runtime == "launch"
+    opts = make_options(dump_dir="/tmp/x", autotune=False, my_plugin_knob=3)
+    assert (opts.dump_dir, opts.autotune, opts.get("my_plugin_knob")) == ("/tmp/x", False, 3)
+
+
+def test_torch_compile_backend_entry(fake_stages):
+    from pipec.backend import pipec_backend
+
+    a, b = torch.randn(3), torch.randn(3)
+    compiled = torch.compile(f, backend=pipec_backend)
+    torch.testing.assert_close(compiled(a, b), f(a, b))
+
+
+def test_explain_reports_graph_breaks_and_stats(fake_stages):
+    def broken(a, b):
+        x = torch.relu(a) * b
+        torch._dynamo.graph_break()
+        return x + a
+
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    torch._dynamo.reset()
+    report = pipec.explain(broken, a, b)
+    assert report.graph_count == 2
+    assert report.graph_break_count == 1
+    assert len(report.break_reasons) == 1
+    assert report.op_count == 3
+    assert report.kernel_count == 2
+    assert report.fusion_count == 1  # the relu*mul kernel
+    assert report.extern_ops == {}
+    assert [(a, r) for a, _, r in report.not_fused] == [("relu", "fake: just because")]
+    assert set(report.stage_seconds) == {"capture", "fusion", "codegen", "runtime"}
+    assert report.max_error == 0.0 and report.mismatch is None
+    data = json.loads(report.to_json())
+    for key in ("graph_count", "graph_break_count", "break_reasons", "op_count", "kernel_count",
+                "fusion_count", "extern_ops", "not_fused", "stage_seconds", "max_error"):
+        assert key in data
+
+
+def test_explain_reports_mismatch(fake_stages):
+    torch._dynamo.reset()
+    report = pipec.explain(f, torch.randn(3), torch.randn(3), runtime="wrong")
+    assert report.max_error == pytest.approx(1.0)
+    assert report.mismatch.startswith("output 0 differs from eager: max abs error 1")
+
+
+def test_explain_raises_pipec_error_on_stage_failure(fake_stages):
+    torch._dynamo.reset()
+    with pytest.raises(pipec.PipecError, match=r"fusion \(crash\) failed on graph"):
+        pipec.explain(f, torch.randn(3), torch.randn(3), fusion="crash")
+
+
+def test_compare_outputs():
+    x = torch.randn(5)
+    assert compare_outputs((x, 3), (x.clone(), 3)) == (0.0, None)
+    err, problem = compare_outputs(x + 1e-3, x)
+    assert err == pytest.approx(1e-3, rel=1e-3) and "differs from eager" in problem
+    assert compare_outputs(x.half(), x)[1].startswith("output 0 is torch.float16")
+    assert compare_outputs((x,), (x, x))[1] == "compiled model returned 1 outputs, eager 2"
+    nan = torch.tensor([float("nan"), 1.0])
+    assert compare_outputs(nan, nan.clone()) == (0.0, None)

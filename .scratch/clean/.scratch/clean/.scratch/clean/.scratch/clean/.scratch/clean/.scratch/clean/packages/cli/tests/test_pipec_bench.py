@@ -1,0 +1,203 @@
+"""`pipec bench` and benchmarks/suite.py on the CPU: tiny models, short timing loops."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from pipec import bench
+from pipec.bench import BackendResult, BenchOptions, Timed, count_flops, cpu_median_ms, io_bytes, time_rounds
+from pipec_cli_testing import HERE, one_error_line, run
+
+REPO = HERE.parents[2]
+QUICK = ["--warmup", "1", "--rep", "3", "--device", "cpu"]
+
+
+def _load_suite():
+    spec = importlib.util.spec_from_file_location("pipec_bench_suite", REPO / "benchmarks" / "suite.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- what one call moves and computes
+
+
+def test_io_bytes_counts_inputs_weights_outputs_once():
+    lin = torch.nn.Linear(4, 3)  # 12 + 3 floats
+    x = torch.randn(2, 4)
+    out = lin(x)
+    assert io_bytes(lin, (x, x), out) == 4 * (8 + 15 + 6)  # x twice is one read
+    view = x.view(8)  # a view of an input is the input's storage
+    assert io_bytes(lambda a, b: a, (x, view), x) == 4 * 8
+
+
+def test_count_flops_sees_matmuls_only():
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    assert count_flops(torch.mm, (a, b)) == 2 * 8 * 16 * 4
+    assert count_flops(lambda t: torch.relu(t) + 1, (a,)) == 0
+
+
+def test_cpu_median_ms_measures_the_call():
+    assert 4.0 <= cpu_median_ms(lambda: time.sleep(0.005), warmup_ms=0, rep_ms=20) < 50
+
+
+def test_time_rounds_rotates_the_order_and_takes_each_backends_median(monkeypatch):
+    """Round r starts r places along; a backend's time is the median of its rounds, so one slow
+    round (a GPU heated by the backend before it) does not decide."""
+    order, scripted = [], {"a": [1.0, 9.0, 1.2], "b": [2.0, 2.2, 2.1], "c": [3.0, 3.3, 3.1]}
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: call())
+    pending = []
+    for name in "abc":
+        pending.append(Timed(BackendResult(name, name), lambda n=name: (order.append(n), scripted[n].pop(0))[1]))
+    time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=3))
+    assert order == list("abc" "bca" "cab")
+    assert [t.result.ms for t in pending] == [1.2, 2.1, 3.1]
+    assert pending[0].result.ms_rounds == [1.0, 9.0, 1.2]
+
+
+def test_backends_are_timed_as_compiled_not_recompiled(monkeypatch):
+    """Timing comes after every cold compile, and no Dynamo reset in between: a timed call must
+    not re-trace (a reset drops the entries of every model compiled before it)."""
+    from torch._dynamo.utils import counters
+
+    from pipec.api import make_options
+    from pipec.bench import run_bench
+
+    frames_at_timing = []
+
+    def fake_measure(call, *args):
+        call()
+        frames_at_timing.append(counters["frames"]["ok"])
+        call()
+        frames_at_timing.append(counters["frames"]["ok"])
+        return 1.0
+
+    monkeypatch.setattr(bench, "measure_ms", fake_measure)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
+    options = BenchOptions(pipec=make_options(), inductor=False, rounds=2, warmup_ms=0, rep_ms=1)
+    result = run_bench(model, (torch.randn(4, 5),), "seq", options)
+    assert [b.name for b in result.backends] == ["eager", "pipec"]
+    assert len(frames_at_timing) == 8 and len(set(frames_at_timing)) == 1  # nothing traced while timing
+    assert result.backend("pipec").compile_warm_s is not None  # the warm compile ran, after the timing
+
+
+# ---------------------------------------------------------------- the command, real stages
+
+
+def test_bench_table_on_cpu(capsys, model_file):
+    code, out, err = run(["bench", model_file, *QUICK], capsys)
+    assert code == 0, err
+    assert "pipec bench · tiny" in out and "perf_counter" in out
+    rows = [ln for ln in out.splitlines() if ln.startswith("│")]
+    assert [r.split("│")[1].strip() for r in rows] == ["eager", "pipec (default, launch)"]  # no Inductor on CPU
+    assert "Triton's interpreter" in err
+
+
+def test_bench_json(capsys, model_file, tmp_path):
+    saved = tmp_path / "bench.json"
+    code, out, err = run(["bench", model_file, *QUICK, "--json", "-o", saved], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data == json.loads(saved.read_text())
+    assert data["bytes"] == 3 * 4 * 5 * 4 and data["flops"] == 0  # a, b, output: 4x5 float32 each
+    assert data["inputs"] == ["f32[4, 5]", "f32[4, 5]"] and data["interpreter"] is True
+    eager, pipec = data["backends"]
+    assert (eager["name"], pipec["name"]) == ("eager", "pipec")
+    assert pipec["kernels"] == 1 and pipec["extern_ops"] == 0  # relu, mul, add: one fused kernel
+    assert pipec["speedup_vs_eager"] == pytest.approx(eager["ms"] / pipec["ms"])
+    assert pipec["tb_per_s"] == pytest.approx(data["bytes"] / (pipec["ms"] * 1e-3) / 1e12)
+    assert pipec["tflop_per_s"] is None and pipec["speedup_vs_inductor"] is None
+    assert pipec["compile_cold_s"] > 0 and pipec["compile_warm_s"] > 0
+    assert {s: pipec["cache_hits"].get(s) for s in ("capture", "fusion", "codegen")} == \
+        {"capture": 1, "fusion": 1, "codegen": 1}  # the warm compile came from the compile cache
+    assert pipec["max_error"] < 1e-6
+
+
+# ---------------------------------------------------------------- numerics and usage errors (fake stages)
+
+
+def test_bench_mismatch_is_exit_1(fake_stages, capsys, model_file):
+    code, out, err = run(["bench", model_file, *QUICK, "--runtime", "wrong"], capsys)
+    assert code == 1
+    line = one_error_line(err)
+    assert line.startswith("error: tiny: pipec (default, wrong) differs from eager: output 0 differs")
+    assert out == ""
+
+
+def test_bench_tolerance_from_the_model_file(fake_stages, capsys, tmp_path):
+    path = tmp_path / "tol.py"
+    path.write_text("import torch\nmodel = torch.relu\nexample_inputs = (torch.randn(3, 4),)\n"
+                    "tolerance = dict(atol=1.5, rtol=0.0)\n")  # the "wrong" runtime is off by one
+    code, _, err = run(["bench", path, *QUICK, "--runtime", "wrong", "--json"], capsys)
+    assert code == 0, err
+    code, _, err = run(["bench", path, *QUICK, "--runtime", "wrong", "--atol", "0.5", "--rtol", "0"], capsys)
+    assert code == 1 and "differs from eager" in one_error_line(err)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--inductor-mode", "fastest"], "unknown --inductor-mode 'fastest'"),
+    (["--atol", "1e-3"], "give --atol and --rtol together"),
+    (["--rep", "0"], "--rep > 0"),
+])
+def test_bench_usage_errors(fake_stages, capsys, model_file, argv, message):
+    code, _, err = run(["bench", model_file, *argv], capsys)
+    assert code == 2
+    assert message in one_error_line(err)
+
+
+def test_bench_bad_tolerance_in_file(fake_stages, capsys, tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text("import torch\nmodel = torch.relu\nexample_inputs = (torch.ones(2),)\ntolerance = 1e-3\n")
+    code, _, err = run(["bench", path, *QUICK], capsys)
+    assert code == 2
+    assert one_error_line(err) == "error: `tolerance` in bad.py must be dict(atol=FLOAT, rtol=FLOAT)"
+
+
+# ---------------------------------------------------------------- the suite
+
+
+def test_suite_targets_judge_met_and_missed():
+    suite = _load_suite()
+    bench = {"best_inductor": "inductor", "backends": [
+        {"name": "pipec", "label": "pipec", "ms": 0.5, "tb_per_s": 3.0, "fraction_of_copy": 0.75,
+         "compile_cold_s": 10.0},
+        {"name": "inductor", "label": "inductor (default)", "ms": 0.4, "compile_cold_s": 20.0},
+    ]}
+    faster = suite.Target("≥ 3.4 TB/s", 3.4, True, suite.pipec_tbps).judge(bench)
+    assert faster["met"] is False and faster["verdict"] == "missed by 11.8%"
+    assert faster["measured"] == "3.00 TB/s, 75% of copy"
+    vs = suite.Target("≤ best Inductor", 1.0, True, suite.pipec_vs_best_inductor).judge(bench)
+    assert vs["value"] == pytest.approx(0.8) and vs["verdict"] == "missed by 20.0%"
+    ms = suite.Target("≤ 0.80 ms", 0.80, False, suite.pipec_ms).judge(bench)
+    assert ms["met"] is True and ms["verdict"] == "met (37.5% margin)"
+    compile_time = suite.Target("c", 0.25, False, suite.compile_vs_max_autotune(48.0)).judge(bench)
+    assert compile_time["value"] == pytest.approx(10 / 48) and "issue's figure" in compile_time["measured"]
+    assert suite.Target("x", 1.0, True, suite.pipec_ms).judge({"backends": []})["met"] is None
+
+
+def test_suite_cases_are_model_files():
+    suite = _load_suite()
+    for case in suite.CASES:
+        source = (suite.MODELS / f"{case.name}.py").read_text()
+        assert "def example_inputs" in source and "def small_inputs" in source, case.name
+
+
+def test_suite_smoke_run(tmp_path):
+    """The whole suite path (child `pipec bench`, results file, summary) on one small case."""
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite.py"), "--smoke", "--cases",
+                           "softmax_bf16", "--out", str(out), "--warmup", "1", "--rep", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    (case,) = results["cases"]
+    assert case["status"] == "ok" and case["bench"]["model"] == "softmax_bf16"
+    assert case["bench"]["inputs"] == ["f32[4, 100]"]
+    assert case["targets"][0]["target"] == "≥ 3.4 TB/s" and case["targets"][0]["met"] is False
+    assert "issue 6 suite" in proc.stdout and "softmax_bf16" in proc.stdout

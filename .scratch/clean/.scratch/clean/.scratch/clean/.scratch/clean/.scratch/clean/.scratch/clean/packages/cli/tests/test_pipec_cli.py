@@ -1,0 +1,238 @@
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import pipec_ir
+from pipec_cli_testing import run, one_error_line
+
+
+# ---------------------------------------------------------------- usage errors -> exit 2, one line
+
+
+def test_missing_model_file(fake_stages, capsys, tmp_path):
+    code, _, err = run(["compile", tmp_path / "nope.py"], capsys)
+    assert code == 2
+    assert "not found" in one_error_line(err)
+
+
+def test_model_file_without_model(fake_stages, capsys, tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("import torch\nexample_inputs = (torch.ones(2),)\n")
+    code, _, err = run(["compile", path], capsys)
+    assert code == 2
+    assert one_error_line(err) == "error: m.py defines no `model` (use --model NAME)"
+
+
+def test_model_file_without_inputs_and_other_names(fake_stages, capsys, tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("import torch\nnet = torch.relu\ninp = lambda: (torch.ones(2),)\n")
+    code, _, err = run(["compile", path, "--model", "net"], capsys)
+    assert code == 2
+    assert one_error_line(err) == "error: m.py defines no `example_inputs` (use --inputs NAME)"
+    code, out, err = run(["compile", path, "--model", "net", "--inputs", "inp", "--device", "cpu"], capsys)
+    assert code == 0, err
+
+
+def test_model_file_that_fails_to_import(fake_stages, capsys, tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("raise ValueError('bad model file')\n")
+    code, _, err = run(["compile", path], capsys)
+    assert code == 2
+    assert one_error_line(err) == "error: importing m.py failed: ValueError: bad model file"
+
+
+def test_bad_example_inputs(fake_stages, capsys, tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("import torch\nmodel = torch.relu\nexample_inputs = 3\n")
+    code, _, err = run(["compile", path], capsys)
+    assert code == 2
+    assert "must be a tuple of tensors" in one_error_line(err)
+
+
+def test_unknown_flag_and_bad_mode(fake_stages, capsys, model_file):
+    code, _, err = run(["compile", model_file, "--bogus"], capsys)
+    assert code == 2
+    assert "--bogus" in one_error_line(err)
+    code, _, err = run(["compile", model_file, "--mode", "fastest"], capsys)
+    assert code == 2
+    assert "fastest" in one_error_line(err)
+
+
+@pytest.mark.parametrize("flag", ["--fusion", "--runtime", "--codegen", "--capture"])
+def test_unknown_plugin_name(fake_stages, capsys, model_file, flag):
+    code, _, err = run(["compile", model_file, flag, "zzz"], capsys)
+    assert code == 2
+    assert "unknown" in one_error_line(err) and "'zzz' (registered:" in err
+
+
+# ---------------------------------------------------------------- IR files
+
+
+@pytest.fixture
+def graph_file(fake_stages, capsys, model_file, tmp_path):
+    path = tmp_path / "graph.json"
+    code, _, err = run(["capture", model_file, "-o", path], capsys)
+    assert code == 0, err
+    return path
+
+
+def test_stage_by_stage(graph_file, capsys, tmp_path):
+    graph = pipec_ir.loads(graph_file.read_text(), kind="graph")
+    assert [n.op for n in graph.nodes] == ["relu", "mul", "add"]
+    code, _, err = run(["fuse", graph_file, "-o", tmp_path / "plan.json", "--fusion", "none"], capsys)
+    assert code == 0, err
+    assert pipec_ir.loads((tmp_path / "plan.json").read_text(), kind="kernel_plan").policy == "fake"
+    code, out, err = run(["codegen", tmp_path / "plan.json", "-o", tmp_path / "prog.json", "--text"], capsys)
+    assert code == 0, err
+    assert pipec_ir.loads((tmp_path / "prog.json").read_text(), kind="program").kernels
+    assert "fake_kernel_0" in out
+
+
+def test_capture_with_dynamo_exporter(fake_stages, capsys, model_file, tmp_path):
+    code, _, err = run(["capture", model_file, "-o", tmp_path / "g.json", "--exporter", "dynamo"], capsys)
+    assert code == 0, err
+    assert len(pipec_ir.loads((tmp_path / "g.json").read_text(), kind="graph").nodes) == 3
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "version", "kind", "field"])
+def test_broken_ir_file_exits_2_with_one_line(graph_file, capsys, tmp_path, damage):
+    text = graph_file.read_text()
+    bad = tmp_path / "bad.json"
+    if damage == "truncate":
+        bad.write_text(text[: len(text) // 2])
+    elif damage == "garbage":
+        bad.write_bytes(b"\xff\xfe not json")
+    elif damage == "version":
+        bad.write_text(re.sub(r'"version":\[1,\d+\]', '"version":[9,0]', text))
+    elif damage == "kind":
+        bad = graph_file  # a graph where a plan is expected
+    elif damage == "field":
+        data = json.loads(text)
+        del data["document"]["nodes"][0]["op"]
+        bad.write_text(json.dumps(data))
+    cmd = ["codegen", bad, "-o", tmp_path / "x.json"] if damage == "kind" else ["fuse", bad, "-o", tmp_path / "x.json"]
+    code, _, err = run(cmd, capsys)
+    assert code == 2
+    line = one_error_line(err)
+    assert str(bad) in line
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_missing_ir_file(fake_stages, capsys, tmp_path):
+    code, _, err = run(["fuse", tmp_path / "none.json", "-o", tmp_path / "x.json"], capsys)
+    assert code == 2
+    assert "not found" in one_error_line(err)
+
+
+def test_stage_failure_in_fuse_exits_1(graph_file, capsys, tmp_path):
+    code, _, err = run(["fuse", graph_file, "-o", tmp_path / "p.json", "--fusion", "crash"], capsys)
+    assert code == 1
+    assert one_error_line(err).startswith("error: fusion (crash) failed on graph")
+
+
+# ---------------------------------------------------------------- compile / explain
+
+
+def test_compile_prints_results_table(fake_stages, capsys, model_file):
+    code, out, err = run(["compile", model_file, "--device", "cpu"], capsys)
+    assert code == 0, err
+    for row in ("graphs", "ops", "kernels", "fusions", "extern ops", "max error vs eager", "time fusion"):
+        assert row in out
+    assert "Triton's interpreter" in err
+    assert "fusion" in err  # progress lines
+
+
+def test_compile_json(fake_stages, capsys, model_file):
+    code, out, err = run(["compile", model_file, "--json", "--device", "cpu"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["ok"] is True and data["interpreter"] is True
+    assert (data["graph_count"], data["op_count"], data["kernel_count"], data["fusion_count"]) == (1, 3, 1, 1)
+    assert data["max_error"] == 0.0
+    assert data["options"]["runtime"] == "launch"
+
+
+def test_compile_reduce_overhead_uses_cudagraph_runtime(fake_stages, capsys, model_file):
+    code, out, err = run(["compile", model_file, "--json", "--mode", "reduce-overhead"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["options"]["runtime"] == "cudagraph"
+
+
+def test_output_code(fake_stages, capsys, model_file):
+    code, out, err = run(["compile", model_file, "--output-code"], capsys)
+    assert code == 0, err
+    assert "# ---- fake_kernel_0" in out and "@triton.jit" in out
+
+
+def test_dump_ir(fake_stages, capsys, model_file, tmp_path):
+    code, _, err = run(["compile", model_file, "--dump-ir", tmp_path / "ir"], capsys)
+    assert code == 0, err
+    names = sorted(p.name for p in (tmp_path / "ir").iterdir())
+    assert names == sorted(f"tiny_0.{s}.{e}" for s in ("capture", "fusion", "codegen") for e in ("json", "txt"))
+
+
+def test_numerical_mismatch_exits_1(fake_stages, capsys, model_file):
+    code, out, err = run(["compile", model_file, "--runtime", "wrong"], capsys)
+    assert code == 1
+    assert one_error_line(err).startswith("error: tiny: output 0 differs from eager: max abs error 1")
+    assert "MISMATCH" in out
+
+
+def test_compile_failure_exits_1_naming_the_stage(fake_stages, capsys, model_file):
+    code, _, err = run(["compile", model_file, "--fusion", "crash"], capsys)
+    assert code == 1
+    assert one_error_line(err) == ("error: fusion (crash) failed on graph tiny_0: "
+                                   "RuntimeError: fake fusion crashed")
+
+
+def test_explain(fake_stages, capsys, tmp_path):
+    path = tmp_path / "brk.py"
+    path.write_text("import torch\n"
+                    "def model(a):\n"
+                    "    x = torch.relu(a) + a\n"
+                    "    torch._dynamo.graph_break()\n"
+                    "    return torch.sigmoid(x)\n"
+                    "example_inputs = lambda: (torch.randn(3, 4),)\n")
+    code, out, err = run(["explain", path, "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["graph_count"] == 2 and data["graph_break_count"] == 1 and len(data["break_reasons"]) == 1
+    code, out, err = run(["explain", path], capsys)
+    assert code == 0, err
+    assert "graph breaks" in out
+
+
+# ---------------------------------------------------------------- plugins
+
+
+def test_plugins_table(fake_stages, capsys):
+    code, out, err = run(["plugins"], capsys)
+    assert code == 0, err
+    for word in ("stage", "name", "distribution", "version", "capture", "dynamo", "fusion", "crash",
+                 "codegen", "triton", "runtime", "cudagraph"):
+        assert word in out
+
+
+def test_plugins_json_lists_skipped(use_entry_points, example_plugin_path, capsys):
+    from pipec_cli_testing import entry_point
+    use_entry_points([entry_point("fake", "fake_stages"), entry_point("broken", "pipec_example_plugin.broken")])
+    code, out, err = run(["plugins", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert {"stage": "codegen", "name": "triton", "distribution": "unknown", "version": "0"} in data["stages"]
+    assert data["skipped"][0]["plugin"] == "broken" and data["skipped"][0]["status"] == "failed"
+    warning_lines = [ln for ln in err.splitlines() if "broken" in ln]
+    assert len(warning_lines) == 1 and warning_lines[0].startswith("warning: pipec: plugin 'broken'")
+
+
+# ---------------------------------------------------------------- the installed command
+
+
+@pytest.mark.skipif(shutil.which("pipec") is None, reason="pipec console script not installed")
+def test_console_script_usage_error():
+    proc = subprocess.run(["pipec", "compile", "definitely_missing.py"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == "error: model file 'definitely_missing.py' not found"

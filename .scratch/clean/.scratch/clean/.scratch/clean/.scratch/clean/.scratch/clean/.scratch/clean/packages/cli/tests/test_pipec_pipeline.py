@@ -1,0 +1,112 @@
+
+import pytest
+import torch
+
+import pipec_ir
+from pipec import PipecError, Session, compile_graph
+from pipec.pipeline import PIPELINE, STAGE_NAMES
+
+
+def tiny(a, b):
+    return torch.relu(a) * b + a
+
+
+def traced():
+    return torch.fx.symbolic_trace(tiny), [torch.randn(4, 5), torch.randn(4, 5)]
+
+
+def test_pipeline_is_a_flat_named_list():
+    assert STAGE_NAMES == ("capture", "fusion", "codegen", "runtime")
+    assert [s.kind for s in PIPELINE] == ["graph", "kernel_plan", "program", None]
+
+
+def test_compile_graph_runs_every_stage(fake_stages):
+    gm, inputs = traced()
+    session = Session()
+    fn = compile_graph(gm, inputs, pipec_ir.CompileOptions(), session=session, name="tiny")
+    out = fn(inputs)
+    torch.testing.assert_close(out[0], tiny(*inputs))
+    [stats] = session.graphs
+    assert stats.name == "tiny"
+    assert stats.op_count == 3
+    assert stats.kernel_count == 1
+    assert stats.fusion_count == 1  # one kernel holding relu, mul, add
+    assert stats.not_fused == [("relu", "add", "fake: just because")]
+    assert set(stats.stage_seconds) == set(STAGE_NAMES)
+
+
+def test_stages_only_see_serialized_documents(fake_stages, monkeypatch):
+    import fake_stages as fs
+
+    seen = {}
+    orig_capture, orig_fuse = fs.FakeCapture.capture, fs.FakeFusion.fuse
+
+    def capture(self, gm, example_inputs, options):
+        seen["captured"] = orig_capture(self, gm, example_inputs, options)
+        return seen["captured"]
+
+    def fuse(self, graph, options):
+        seen["fused_input"] = graph
+        return orig_fuse(self, graph, options)
+
+    monkeypatch.setattr(fs.FakeCapture, "capture", capture)
+    monkeypatch.setattr(fs.FakeFusion, "fuse", fuse)
+    gm, inputs = traced()
+    compile_graph(gm, inputs, pipec_ir.CompileOptions())
+    assert seen["fused_input"] == seen["captured"]
+    assert seen["fused_input"] is not seen["captured"]
+
+
+def test_dump_ir_writes_json_and_text_per_stage(fake_stages, tmp_path):
+    gm, inputs = traced()
+    opts = pipec_ir.CompileOptions(dump_dir=str(tmp_path / "ir"))
+    compile_graph(gm, inputs, opts, name="tiny")
+    names = sorted(p.name for p in (tmp_path / "ir").iterdir())
+    assert names == ["tiny.capture.json", "tiny.capture.txt", "tiny.codegen.json", "tiny.codegen.txt",
+                     "tiny.fusion.json", "tiny.fusion.txt"]
+    graph = pipec_ir.loads((tmp_path / "ir" / "tiny.capture.json").read_text(), kind="graph")
+    assert [n.op for n in graph.nodes] == ["relu", "mul", "add"]
+    assert "relu(" in (tmp_path / "ir" / "tiny.capture.txt").read_text()
+
+
+def test_graph_names_are_unique_within_a_session(fake_stages, tmp_path):
+    session = Session()
+    opts = pipec_ir.CompileOptions(dump_dir=str(tmp_path))
+    for _ in range(2):
+        gm, inputs = traced()
+        compile_graph(gm, inputs, opts, session=session, name="g")
+    assert [g.name for g in session.graphs] == ["g", "g_1"]
+    assert (tmp_path / "g_1.fusion.json").exists()
+
+
+def test_stage_errors_name_stage_impl_and_graph(fake_stages):
+    gm, inputs = traced()
+    with pytest.raises(PipecError) as info:
+        compile_graph(gm, inputs, pipec_ir.CompileOptions(fusion="crash"), name="tiny")
+    assert str(info.value) == "fusion (crash) failed on graph tiny: RuntimeError: fake fusion crashed"
+    assert (info.value.stage, info.value.impl, info.value.graph) == ("fusion", "crash", "tiny")
+
+
+def test_invalid_document_is_caught_at_its_boundary(fake_stages):
+    gm, inputs = traced()
+    with pytest.raises(PipecError, match=r"^fusion \(invalid\) failed on graph tiny: produced an invalid "
+                                         r"kernel_plan document: VerifyError"):
+        compile_graph(gm, inputs, pipec_ir.CompileOptions(fusion="invalid"), name="tiny")
+
+
+def test_unknown_stage_name_is_a_pipec_error(fake_stages):
+    gm, inputs = traced()
+    with pytest.raises(PipecError, match=r"codegen \(cuda\).*registered: triton"):
+        compile_graph(gm, inputs, pipec_ir.CompileOptions(codegen="cuda"))
+
+
+def test_ir_documents_start_at_the_next_stage(fake_stages):
+    gm, inputs = traced()
+    graph = compile_graph(gm, inputs, pipec_ir.CompileOptions(), stop_after="capture")
+    assert isinstance(graph, pipec_ir.Graph)
+    plan = compile_graph(graph, (), pipec_ir.CompileOptions(), stop_after="fusion")
+    assert isinstance(plan, pipec_ir.KernelPlan)
+    program = compile_graph(plan, (), pipec_ir.CompileOptions(), stop_after="codegen")
+    assert isinstance(program, pipec_ir.Program)
+    fn = compile_graph(program, ())
+    torch.testing.assert_close(fn(inputs)[0], tiny(*inputs))

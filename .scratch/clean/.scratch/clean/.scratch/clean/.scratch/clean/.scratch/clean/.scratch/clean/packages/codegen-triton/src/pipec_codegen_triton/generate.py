@@ -1,0 +1,146 @@
+"""KernelPlan -> Program: Triton source per kernel, library calls, memory plan."""
+
+from __future__ import annotations
+
+import sympy
+from pipec_ir import (
+    CompileOptions, KernelPlan, Program, Ref, Step, TritonKernel, attr_expr, make_attrs, size_attr, verify,
+)
+from pipec_ir.symbolic import parse_expr
+from pipec_ir.types import Buffer, TensorType, get_attr
+
+from .configs import PERSISTENT_ROW_BYTES, pointwise_configs, reduction_configs, upper_bound
+from .matmul_choice import matmul_with_epilogue
+from .view_steps import reshape_args
+from .memory_plan import plan_program_memory
+from .padding import pad_symbols
+from .scan import ScanWriter
+from .scatter import scatter_launches
+from .writer import CodegenError, KernelWriter
+
+# View ops materialized as torch views (never copies) when a library call or the
+# caller needs them as tensors.
+_VIEW_TARGETS = {
+    "reshape": "aten.reshape.default",
+    "permute": "aten.permute.default",
+    "expand": "aten.expand.default",
+    "slice": "aten.slice.Tensor",
+    "select": "aten.select.int",
+}
+_MATMUL_TARGETS = {"mm": "aten.mm.default", "bmm": "aten.bmm.default"}
+
+
+def _view_args(node, source_type) -> tuple:
+    """The ATen arguments of a view step. Symbolic sizes are `Size` leaves the runtime
+    evaluates with the bound symbol values; a reshape with one symbolic dim uses -1 there
+    and an expand keeps (-1) the dims it does not broadcast (docs/IR.md, "Symbolic sizes")."""
+    ref = Ref(node.inputs[0])
+    shape = tuple(sympy.sympify(s) for s in node.type.shape)
+    if node.op == "reshape":
+        return reshape_args(ref, shape)
+    if node.op == "expand":
+        src = tuple(sympy.sympify(s) for s in source_type.shape)
+        offset = len(shape) - len(src)
+        return (ref, tuple(-1 if d >= offset and not s.is_Integer and sympy.expand(src[d - offset] - s) == 0
+                           else size_attr(s) for d, s in enumerate(shape)))
+    if node.op == "permute":
+        return (ref, tuple(node.attr("dims")))
+    if node.op == "slice":
+        dim, start, step = node.attr("dim"), attr_expr(node.attr("start")), node.attr("step")
+        return (ref, dim, size_attr(start), size_attr(start + step * shape[dim]), step)
+    if node.op == "select":
+        return (ref, node.attr("dim"), node.attr("index"))
+    raise CodegenError(f"no view target for {node.op}")
+
+
+def _library_step(kernel, nodes, types) -> Step:
+    node = nodes[kernel.nodes[0]]
+    if kernel.kind == "view":
+        return Step("extern", _VIEW_TARGETS[node.op], (node.inputs[0],), (node.name,),
+                    make_attrs(args=_view_args(node, types[node.inputs[0]]), kwargs=()))
+    if kernel.kind == "matmul":
+        return Step("extern", _MATMUL_TARGETS[node.op], tuple(node.inputs), (node.name,),
+                    make_attrs(args=tuple(Ref(i) for i in node.inputs), kwargs=()))
+    # extern: its results are the node itself, or one per getitem
+    results = get_attr(node.attrs, "results")
+    if results is None:
+        outputs = (node.name,)
+    else:
+        by_index = {nodes[n].attr("index"): n for n in kernel.nodes[1:]}
+        outputs = tuple(by_index.get(i, f"{node.name}__unused{i}") for i in range(len(results)))
+    return Step("extern", node.attr("target"), tuple(node.inputs), outputs,
+                make_attrs(args=node.attr("args"), kwargs=node.attr("kwargs")))
+
+
+def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
+    graph = plan.graph
+    nodes = graph.node_map()
+    types = graph.types()
+    limit = options.get("persistent_reduction_limit")  # rows up to this many elements; default: by bytes
+    row_bytes = int(options.get("persistent_reduction_bytes", PERSISTENT_ROW_BYTES))
+    kernels, steps = [], []
+    for kernel in plan.kernels:
+        if kernel.kind in ("pointwise", "reduction", "scan"):
+            writer = ScanWriter if kernel.kind == "scan" else KernelWriter
+            src = writer(graph, kernel, persistent_limit=None if limit is None else int(limit),
+                         persistent_bytes=row_bytes).write()
+            sizes = dict(src.sizes)
+            if kernel.kind == "pointwise":
+                configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))
+                grid = ((sizes["xnumel"], "XBLOCK"),)
+            else:
+                configs = reduction_configs(sizes["xnumel"], sizes["rnumel"], src.persistent,
+                                            upper_bound(sizes["xnumel"], graph.symbols), outer=src.outer_reduction)
+                grid = ((sizes["xnumel"], "XBLOCK"),)
+            kernels.append(TritonKernel(
+                name=kernel.name, source=src.source,
+                args=tuple(f"in_ptr{i}" for i in range(len(kernel.inputs)))
+                + tuple(f"out_ptr{i}" for i in range(len(kernel.outputs))),
+                sizes=src.sizes, grid=grid, configs=configs,
+            ))
+            steps.append(Step("launch", kernel.name, tuple(kernel.inputs), tuple(kernel.outputs)))
+        elif kernel.kind == "matmul" and len(kernel.nodes) > 1:  # with an epilogue: template or cuBLAS
+            more_kernels, more_steps, own_values = matmul_with_epilogue(graph, kernel, options)
+            types.update(own_values)  # results an alternative makes for itself
+            kernels.extend(more_kernels)
+            steps.extend(more_steps)
+        elif kernel.kind == "scatter":  # an init launch, then the scatter launch (scatter.py)
+            more_kernels, more_steps = scatter_launches(graph, kernel)
+            kernels.extend(more_kernels)
+            steps.extend(more_steps)
+        elif kernel.kind in ("view", "matmul", "extern"):
+            steps.append(_library_step(kernel, nodes, types))
+        else:
+            raise CodegenError(f"kernel {kernel.name}: unknown kind {kernel.kind!r}")
+    for step in steps:  # unused results of multi-result externs still need a declared type
+        for out in step.outputs:
+            if out not in types and "__unused" in out:
+                base, i = out.split("__unused")
+                result = get_attr(nodes[base].attrs, "results")[int(i)]
+                if result is None:  # an undefined result (e.g. convolution_backward's masked-off grads)
+                    types[out] = TensorType((sympy.Integer(0),), "float32")
+                    continue
+                shape_strs, dtype = result
+                types[out] = TensorType(tuple(parse_expr(s) for s in shape_strs), dtype)
+    graph_outputs = {o for o in graph.outputs if o is not None}
+    steps, buffers, slots, peak = plan_program_memory(tuple(steps), types, graph_outputs, plan)
+    program = Program(
+        name=graph.name,
+        inputs=tuple(Buffer(i.name, i.type) for i in graph.inputs),
+        outputs=tuple(graph.outputs),
+        buffers=buffers,
+        kernels=tuple(kernels),
+        steps=tuple(steps),
+        slots=slots,
+        symbols=graph.symbols,
+        peak_bytes=peak,
+        pad_symbols=pad_symbols(graph) if graph.symbols else (),
+    )
+    return verify(program)
+
+
+class TritonCodegen:
+    """The `triton` codegen stage."""
+
+    def generate(self, plan: KernelPlan, options: CompileOptions) -> Program:
+        return generate_program(plan, options)

@@ -1,0 +1,385 @@
+"""The Triton GEMM template: one `mm`/`bmm` with its pointwise epilogue in one kernel.
+
+The kernel follows the Triton matmul tutorial: a 2-D grid of output tiles walked in
+grouped order (GROUP_M row-tiles reuse the same B columns while they sit in L2), an
+fp32 accumulator fed by `tl.dot` over K, then the epilogue evaluated on the
+accumulator tile by the same `KernelWriter` (and pointwise expression table) the
+pointwise kernels use, rounded to the output dtype once, on store.
+
+Operands are read through their view chains (a Linear's `permute(weight)` is a
+stride swap, never a copy) when the view is affine in the matrix indices; otherwise
+there is no template for the kernel and codegen keeps cuBLAS (`write_template` -> None).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import sympy
+from pipec_ir import Graph, Kernel, LaunchConfig, TritonKernel
+from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
+from pipec_ir.ops import VIEW, kind_of
+from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
+
+from .dtypes import tl_storage
+from .simplify import collapse
+from .writer import CodegenError, KernelWriter, Scope
+
+MATMUL_OPS = frozenset({"mm", "bmm"})
+TEMPLATE_DTYPES = ("float16", "bfloat16", "float32")
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages); the first is used untuned.
+# 16-bit operands: tensor-core tiles that fit Hopper's 227 KB of shared memory per block.
+_HALF_CONFIGS = (
+    (128, 128, 64, 8, 8, 3),
+    (128, 256, 64, 8, 8, 3),
+    (256, 128, 64, 8, 8, 3),
+    (128, 128, 64, 8, 4, 4),
+    (64, 128, 64, 8, 4, 4),
+    (64, 64, 64, 8, 4, 3),
+)
+# fp32 with input_precision="ieee" (eager's full-precision fp32 matmul): FMA tiles.
+_FP32_CONFIGS = (
+    (64, 64, 32, 8, 4, 3),
+    (128, 128, 32, 8, 8, 3),
+    (128, 64, 32, 8, 4, 3),
+    (64, 128, 32, 8, 4, 3),
+    (32, 32, 32, 8, 4, 3),
+)
+_INT32_MAX = 2**31 - 1
+_IDS = itertools.count()
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _hint(expr, upper: dict) -> int:
+    """A size's value for choosing tile shapes: itself when static, else its symbols' upper
+    bound when they have one, else "large"."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return int(expr)
+    try:
+        return int(expr.xreplace({s: upper[s.name] for s in expr.free_symbols}))
+    except (KeyError, TypeError):
+        return 1 << 20
+
+
+def template_configs(m: int, n: int, k: int, dtype: str) -> tuple[LaunchConfig, ...]:
+    """Candidate tiles, each block no larger than its (power-of-two rounded) dim: a 16 x 32 @ 32 x 24
+    product gets one 16 x 32 x 32 tile, which also keeps Triton's CPU interpreter to a single program."""
+    table = _FP32_CONFIGS if dtype == "float32" else _HALF_CONFIGS
+    out = []
+    for bm, bn, bk, group, warps, stages in table:
+        bm, bn, bk = (max(16, min(b, _pow2_at_least(d))) for b, d in ((bm, m), (bn, n), (bk, k)))
+        if bm * bn <= 32 * 32:
+            warps = min(warps, 2)
+        elif bm * bn <= 64 * 64:
+            warps = min(warps, 4)
+        config = LaunchConfig((("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("GROUP_M", group)),
+                              num_warps=warps, num_stages=stages)
+        if config not in out:
+            out.append(config)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- operand layouts
+
+
+@dataclass(frozen=True)
+class OperandLayout:
+    """An operand read as `root[offset + sum(index_d * strides_d)]` (root: a tensor in memory)."""
+    root: str
+    offset: sympy.Expr
+    strides: tuple[sympy.Expr, ...]
+
+
+def operand_layout(graph: Graph, value: str, index: tuple) -> OperandLayout | None:
+    """Where element `index` of `value` lives in the memory of its view chain's root, when that
+    is affine in the index symbols (permute, expand, slice, and reshapes that merge or split
+    contiguous dims); None otherwise."""
+    nodes, types = graph.node_map(), graph.types()
+    wanted = tuple(index)
+    syms = [s for s in wanted if isinstance(s, sympy.Symbol)]
+    while value in nodes and kind_of(nodes[value].op) == VIEW:
+        node = nodes[value]
+        index = view_source_index(node, index, types[node.inputs[0]])
+        value = node.inputs[0]
+    strides = contiguous_strides(types[value].shape)
+    offset = collapse(sympy.expand(sum((i * s for i, s in zip(index, strides)), sympy.Integer(0))))
+    for term in sympy.preorder_traversal(offset):
+        if isinstance(term, (FloorDiv, ModularIndexing, sympy.Max, sympy.Min)) and term.free_symbols & set(syms):
+            return None
+    rest, coeffs = offset, []
+    for s in wanted:
+        if not isinstance(s, sympy.Symbol):
+            coeffs.append(sympy.Integer(0))
+            continue
+        c = offset.coeff(s)
+        if c.free_symbols & set(syms):
+            return None
+        coeffs.append(c)
+        rest = rest - c * s
+    rest = sympy.expand(rest)
+    if rest.free_symbols & set(syms):
+        return None
+    return OperandLayout(value, rest, tuple(coeffs))
+
+
+# ---------------------------------------------------------------- the epilogue
+
+
+class EpilogueWriter(KernelWriter):
+    """A `KernelWriter` evaluating pointwise nodes on a [BLOCK_M, BLOCK_N] tile: the template
+    defines `x0, x1, ...` (tile coordinates), `xindex` (flat output index) and `xmask`."""
+
+    def _block_shape(self, inner: bool) -> str:
+        return "[BLOCK_M, BLOCK_N]"
+
+
+def epilogue_inputs(graph: Graph, nodes: list[str], product: str) -> tuple[str, ...]:
+    """The values the epilogue `nodes` read from memory: roots of their operands' view chains,
+    except values computed among them and the product (the accumulator)."""
+    by_name = graph.node_map()
+    inside = set(nodes) | {product}
+    out: list[str] = []
+    for name in nodes:
+        node = by_name[name]
+        if kind_of(node.op) == VIEW:
+            continue
+        for value in node.inputs:
+            while value in by_name and kind_of(by_name[value].op) == VIEW:
+                value = by_name[value].inputs[0]
+            if value not in inside and value not in out:
+                out.append(value)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- epilogues over reshapes of the product
+# `nn.Linear` on [B, T, K] is `reshape -> mm -> reshape`: its epilogue (GELU, a residual add) runs
+# over [B, T, N] while the tile computes [B*T, N]. Fusion admits such an epilogue when every shape
+# in it is a row-major reshape of the product that only splits or merges adjacent dims; the
+# epilogue is then written over the shapes' common refinement, whose point at the tile's flat
+# index is the same element in every one of them (pipec_ir.indexing: refine_shapes, coarse_index,
+# which fusion's legality uses too).
+
+
+def epilogue_refinement(graph: Graph, nodes, product: str) -> tuple | None:
+    """The common refinement of the product's shape and its epilogue's shapes of the same numel,
+    or None when every one of them is the product's shape (the plain epilogue). Shapes that
+    differ from the product's only by size-1 dims ([1, T, N] of a [T, N] product: `nn.Linear`
+    on a batch of one) count as reshapes too: their index still needs the 0s put in."""
+    by_name, types = graph.node_map(), graph.types()
+    shape = tuple(by_name[product].type.shape)
+    refined = tuple(s for s in shape if s != 1)
+    reshaped = False
+    for name in nodes:
+        other = tuple(types[name].shape)
+        if kind_of(by_name[name].op) == VIEW or tuple(other) == shape:
+            continue
+        r = refine_shapes(refined, other)
+        refined = r if r is not None else refined
+        reshaped = reshaped or r is not None
+    return refined if reshaped else None
+
+
+def value_at(w: KernelWriter, refined, name: str) -> str:
+    """`name` evaluated at the point of the writer's (refined) domain index."""
+    index = coarse_index(w.domain_index, refined, w.types[name].shape)
+    if index is None:
+        raise CodegenError(f"{w.kernel.name}: {name}'s shape {list(w.types[name].shape)} is no reshape "
+                           f"of the epilogue's domain {list(refined)}")
+    return w.value(name, index)[0]
+
+
+@dataclass(frozen=True)
+class TemplateKernel:
+    kernel: TritonKernel
+    inputs: tuple[str, ...]  # the launch step's tensor inputs (a, b, then the epilogue's)
+
+
+def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
+    """The Triton GEMM template for a matmul kernel (with or without an epilogue), or None when the
+    operands' dtype or layout has no template (the kernel stays a library call)."""
+    nodes, types = graph.node_map(), graph.types()
+    product = next(n for n in kernel.nodes if nodes[n].op in MATMUL_OPS)
+    node = nodes[product]
+    a, b = node.inputs
+    dtype = types[a].dtype
+    if dtype not in TEMPLATE_DTYPES or types[b].dtype != dtype:
+        return None
+    batched = node.op == "bmm"
+    tag = next(_IDS)
+    bi, i, j, k = (index_symbol(f"{n}_mm{tag}") for n in ("b", "i", "j", "k"))
+    a_layout = operand_layout(graph, a, (bi, i, k) if batched else (i, k))
+    b_layout = operand_layout(graph, b, (bi, k, j) if batched else (k, j))
+    if a_layout is None or b_layout is None:
+        return None
+
+    out_shape = tuple(node.type.shape)
+    M, N = out_shape[-2], out_shape[-1]
+    K = types[a].shape[-1]
+    upper = {s.name: s.upper for s in graph.symbols if s.upper is not None}
+    configs = template_configs(_hint(M, upper), _hint(N, upper), _hint(K, upper), dtype)
+
+    epilogue = [n for n in kernel.nodes if n != product]
+    ep_inputs = epilogue_inputs(graph, epilogue, product)
+    refined = epilogue_refinement(graph, epilogue, product)
+    ep_kernel = Kernel(kernel.name, "pointwise", tuple(epilogue), kernel.outputs, ep_inputs,
+                       tuple(refined or out_shape))
+    w = EpilogueWriter(graph, ep_kernel)
+
+    sizes: list[tuple[str, sympy.Expr]] = [("M", M), ("N", N), ("K", K)]
+
+    def size(name: str, expr) -> str:
+        """A stride or offset: a literal when static, else an integer parameter."""
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return str(int(expr))
+        sizes.append((name, expr))
+        return name
+
+    a_strides = dict(zip(("b", "m", "k") if batched else ("m", "k"), a_layout.strides))
+    b_strides = dict(zip(("b", "k", "n") if batched else ("k", "n"), b_layout.strides))
+    s_am, s_ak = size("stride_am", a_strides["m"]), size("stride_ak", a_strides["k"])
+    s_bk, s_bn = size("stride_bk", b_strides["k"]), size("stride_bn", b_strides["n"])
+    a_base, b_base = ["a_ptr"], ["b_ptr"]
+    if batched:
+        a_base.append(f"pid_b * {size('stride_ab', a_strides['b'])}")
+        b_base.append(f"pid_b * {size('stride_bb', b_strides['b'])}")
+    if a_layout.offset != 0:
+        a_base.append(size("offset_a", a_layout.offset))
+    if b_layout.offset != 0:
+        b_base.append(size("offset_b", b_layout.offset))
+
+    # every candidate BLOCK_K divides a static K: no mask in the K loop
+    even_k = K.is_Integer and all(int(K) % dict(c.constants)["BLOCK_K"] == 0 for c in configs)
+    big = any(_hint(numel(types[v].shape), upper) > _INT32_MAX
+              for v in (a_layout.root, b_layout.root, *kernel.outputs))
+
+    body = _main_loop(batched, " + ".join(a_base), " + ".join(b_base), s_am, s_ak, s_bk, s_bn,
+                      even_k, big, dtype)
+    body += _epilogue(w, product, kernel.outputs, out_shape, batched, refined)
+
+    params = ["a_ptr", "b_ptr", *w.in_ptr.values(), *w.out_ptr.values(), *(n for n, _ in sizes)]
+    w.append_scalar_params(params, sizes)
+    params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_K: tl.constexpr",
+               "GROUP_M: tl.constexpr"]
+    header = ["import triton", "import triton.language as tl"]
+    if w.uses_libdevice:
+        header.append("from triton.language.extra import libdevice")
+    ops = [nodes[n].op for n in kernel.nodes if kind_of(nodes[n].op) != VIEW]
+    shape_a = "[B, M, K] @ [B, K, N]" if batched else "[M, K] @ [K, N]"
+    doc = f"{' -> '.join(ops)}: {shape_a} into an fp32 tile, epilogue on the tile; writes {', '.join(kernel.outputs)}"
+    source = "\n".join(header) + "\n" + KernelWriter._helpers(body) + "\n\n@triton.jit\n"
+    source += f"def {kernel.name}({', '.join(params)}):\n"
+    source += f'    """{doc}"""\n' + "\n".join(body) + "\n"
+
+    grid = ((M, "BLOCK_M"), (N, "BLOCK_N")) + (((out_shape[0], ""),) if batched else ())
+    triton_kernel = TritonKernel(
+        name=kernel.name, source=source,
+        args=("a_ptr", "b_ptr", *w.in_ptr.values(), *w.out_ptr.values()),
+        sizes=tuple(sizes), grid=grid, configs=configs,
+    )
+    return TemplateKernel(triton_kernel, (a_layout.root, b_layout.root, *ep_inputs))
+
+
+def _times(var: str, stride: str) -> str:
+    return var if stride == "1" else f"{var} * {stride}"
+
+
+def _main_loop(batched, a_base, b_base, s_am, s_ak, s_bk, s_bn, even_k, big, dtype) -> list[str]:
+    lines = []
+    if batched:
+        lines.append("    pid_b = tl.program_id(2)")
+    lines += [
+        "    # grouped tile order: GROUP_M row-tiles in a row share B's column tiles in L2",
+        "    num_pid_m = tl.cdiv(M, BLOCK_M)",
+        "    num_pid_n = tl.cdiv(N, BLOCK_N)",
+        "    pid = tl.program_id(0) + tl.program_id(1) * num_pid_m",
+        "    num_pid_in_group = GROUP_M * num_pid_n",
+        "    group_id = pid // num_pid_in_group",
+        "    first_pid_m = group_id * GROUP_M",
+        "    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+        "    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m",
+        "    pid_n = (pid % num_pid_in_group) // group_size_m",
+        "    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+    ]
+    if big:  # offsets past 2**31 elements
+        lines += ["    rm = rm.to(tl.int64)", "    rn = rn.to(tl.int64)"]
+    lines += [
+        "    rk = tl.arange(0, BLOCK_K)",
+        "    # edge tiles read wrapped-around rows and columns; the store mask drops them",
+        "    ram = rm % M",
+        "    rbn = rn % N",
+        f"    a_ptrs = {a_base} + ({_times('ram[:, None]', s_am)} + {_times('rk[None, :]', s_ak)})",
+        f"    b_ptrs = {b_base} + ({_times('rk[:, None]', s_bk)} + {_times('rbn[None, :]', s_bn)})",
+        "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        "    for k in range(0, tl.cdiv(K, BLOCK_K)):",
+    ]
+    if even_k:
+        lines += ["        a = tl.load(a_ptrs)", "        b = tl.load(b_ptrs)"]
+    else:
+        lines += ["        a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BLOCK_K, other=0.0)",
+                  "        b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BLOCK_K, other=0.0)"]
+    # eager fp32 matmuls are full fp32 (torch's allow_tf32 is off by default): no TF32 here either
+    precision = ', input_precision="ieee"' if dtype == "float32" else ""
+    lines += [
+        f"        acc = tl.dot(a, b, acc{precision})",
+        f"        a_ptrs += {_times('BLOCK_K', s_ak)}",
+        f"        b_ptrs += {_times('BLOCK_K', s_bk)}",
+    ]
+    return lines
+
+
+def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refined) -> list[str]:
+    """Define the tile's coordinates as the writer's x0, x1, ... and xindex, then evaluate
+    and store every output on the accumulator tile. With `refined` (an epilogue over reshapes
+    of the product) x0, x1, ... are the refined dims, split off the tile's rows and columns."""
+    coords = (["pid_b"] if batched else []) + ["rm[:, None]", "rn[None, :]"]
+    lines = ["    # epilogue on the fp32 accumulator tile"]
+    if refined is None:
+        lines += [f"    x{d} = {c}" for d, c in enumerate(coords)]
+    else:
+        lines += _split_coordinates(w, coords, out_shape, refined)
+    strides = contiguous_strides(out_shape)
+    flat = " + ".join(c if s == 1 else f"{c} * ({w.print_size(s)})" for c, s in zip(coords, strides))
+    lines += [f"    xindex = {flat}", "    xmask = (rm[:, None] < M) & (rn[None, :] < N)"]
+    w.outer = Scope(lines, inner=False, indent="    ")
+    w.inner = None
+    dims = refined or out_shape
+    own = coarse_index(w.domain_index, dims, out_shape) if refined else w.domain_index
+    w.outer.cache[(product, tuple(sympy.sympify(i) for i in own))] = "acc"
+    for out in outputs:
+        var = "acc" if out == product else value_at(w, dims, out)
+        dtype = w.types[out].dtype
+        lines.append(f"    tl.store({w.out_ptr[out]} + (xindex), {var}.to({tl_storage(dtype)}), xmask)")
+    return lines
+
+
+def _split_coordinates(w: EpilogueWriter, coords, out_shape, refined) -> list[str]:
+    """x0, x1, ... over `refined` from the tile's coordinates: a product dim that merges refined
+    dims (the rows of [B*T, N] as [B, T, N]) is split row-major: x0 = rm // T, x1 = rm % T."""
+    lines, k = [], 0
+    for coord, size in zip(coords, out_shape):
+        if size == 1:
+            continue
+        group, prod = [], sympy.Integer(1)
+        while sympy.expand(prod - size) != 0:
+            group.append(refined[k])
+            prod, k = prod * refined[k], k + 1
+        for g, stride in enumerate(contiguous_strides(group)):
+            e = coord if stride == 1 else f"{coord} // ({w.print_size(stride)})"
+            if g > 0:
+                e = f"({e}) % ({w.print_size(group[g])})"
+            lines.append(f"    x{k - len(group) + g} = {e}")
+    return lines
+
+
+__all__ = ["write_template", "epilogue_refinement", "value_at", "template_configs", "operand_layout", "epilogue_inputs", "MATMUL_OPS"]

@@ -1,0 +1,246 @@
+"""Memory plan: give kernel-written intermediates slots by liveness, reusing freed slots.
+
+A buffer is live from the step that writes it to the last step that reads it.
+Library calls may return views of their inputs, so an extern's inputs stay live
+as long as its outputs do. Graph outputs never share storage.
+
+Reuse, in order of preference:
+* in place: a pointwise kernel's output takes the slot of one of its inputs that dies
+  at that kernel, when the input has the output's exact type and every node of the
+  kernel reading it is pointwise (so element i is read at the index element i of the
+  output is written, by the same program instance). The step says so with an
+  `inplace` attribute (docs/IR.md, "In-place launches"): ((output, input), ...).
+* best fit: the smallest slot freed before this step that holds the buffer.
+
+The runtime allocates a slot's storage at the first step writing one of its buffers and
+frees it after the last use of its last buffer; library (extern) results are allocated
+by the library when produced and freed after their last use, as in eager. `peak_bytes`
+is the largest number of bytes live at any step under that model (symbols at their
+hints when the plan is compared, a sympy expression in the Program). A plan whose peak
+would exceed eager's (every intermediate allocated when produced, freed after its last
+use) is replaced by the eager-shaped one: one slot per buffer, so never above eager.
+"""
+
+from __future__ import annotations
+
+import sympy
+from pipec_ir import ITEMSIZE, Buffer, Slot, Step, TensorType
+from pipec_ir.ops import OPS, POINTWISE
+from pipec_ir.symbolic import numel, size_symbol
+from pipec_ir.types import get_attr, make_attrs
+
+ALIGN = 64
+POINTWISE_OPS = frozenset(op for op, d in OPS.items() if d.kind == POINTWISE)
+
+# Extern targets that return views of their first argument (no new memory).
+_VIEW_OPS = frozenset({
+    "reshape", "view", "_unsafe_view", "permute", "expand", "slice", "select", "t", "transpose", "as_strided",
+    "unsqueeze", "squeeze", "alias", "narrow", "unfold", "diagonal", "view_as", "expand_as", "unbind", "split",
+    "chunk", "split_with_sizes",
+})
+
+
+def _nbytes(t: TensorType) -> sympy.Expr:
+    raw = numel(t.shape) * ITEMSIZE[t.dtype]
+    if raw.is_Integer:
+        return sympy.Integer(-(-int(raw) // ALIGN) * ALIGN)
+    return raw
+
+
+def inplace_candidates(plan) -> dict[str, frozenset[str]]:
+    """Kernel name -> the inputs its output may overwrite in place: pointwise kernels only,
+    inputs read by pointwise nodes alone (no view, broadcast or index arithmetic on them)."""
+    nodes = plan.graph.node_map()
+    out: dict[str, frozenset[str]] = {}
+    for kernel in plan.kernels:
+        if kernel.kind != "pointwise":
+            continue
+        members = [nodes[n] for n in kernel.nodes if n in nodes]
+        # the kernel stores each output as soon as it is computed (node order): an input read
+        # after the first store could already hold an output's element, so only inputs whose
+        # readers all come at or before the first output may be overwritten
+        first_store = next((k for k, n in enumerate(members) if n.name in kernel.outputs), len(members))
+        ok = set()
+        for name in kernel.inputs:
+            readers = [k for k, n in enumerate(members) if name in n.inputs]
+            if readers and all(members[k].op in POINTWISE_OPS for k in readers) and max(readers) <= first_store:
+                ok.add(name)
+        if ok:
+            out[kernel.name] = frozenset(ok)
+    return out
+
+
+def plan_program_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: set[str], plan=None):
+    """The memory plan of a step list: (steps with `inplace` attrs, buffers with slots, slots,
+    peak bytes). `plan` (the KernelPlan) enables in-place reuse and gives the symbols' hints."""
+    inplace = inplace_candidates(plan) if plan is not None else {}
+    hints = {size_symbol(s.name): s.hint for s in plan.graph.symbols} if plan is not None else {}
+    buffers, slots, pairs = plan_memory(steps, types, outputs, inplace=inplace)
+    planned = peak_bytes(steps, types, outputs, buffers, slots)
+    eager = peak_bytes(steps, types, outputs)
+    if _at(planned, hints) > _at(eager, hints):
+        buffers, slots, pairs = plan_memory(steps, types, outputs, reuse=False)
+        planned = peak_bytes(steps, types, outputs, buffers, slots)
+    return _mark_inplace(steps, pairs), buffers, slots, planned
+
+
+def _mark_inplace(steps, pairs: dict[int, tuple]) -> tuple[Step, ...]:
+    out = []
+    for k, step in enumerate(steps):
+        if k in pairs:
+            attrs = dict(step.attrs)
+            attrs["inplace"] = tuple(pairs[k])
+            step = Step(step.kind, step.target, step.inputs, step.outputs, make_attrs(**attrs))
+        out.append(step)
+    return tuple(out)
+
+
+def _at(expr: sympy.Expr, hints: dict) -> int:
+    value = sympy.sympify(expr).xreplace(hints) if hints else sympy.sympify(expr)
+    if not value.is_number:  # a symbol without a hint: compare at 64 (a typical size)
+        value = value.xreplace({s: 64 for s in value.free_symbols})
+    return int(value)
+
+
+def last_uses(steps: tuple[Step, ...], outputs: set[str]) -> dict[str, int]:
+    """Value -> the last step its storage is needed (len(steps) for graph outputs); an
+    extern's inputs live as long as its outputs (it may return views of them)."""
+    last_use: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        for name in step.inputs:
+            last_use[name] = i
+        for name in step.outputs:
+            last_use.setdefault(name, i)
+    for name in outputs:  # returned values live past the last step
+        last_use[name] = len(steps)
+    for i in reversed(range(len(steps))):
+        step = steps[i]
+        if step.kind != "extern":
+            continue
+        end = max((last_use.get(o, i) for o in step.outputs), default=i)
+        for name in step.inputs:
+            last_use[name] = max(last_use.get(name, i), end)
+    return last_use
+
+
+def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: set[str], *,
+                inplace: dict[str, frozenset[str]] | None = None, reuse: bool = True):
+    """Returns (buffers with slots, slots, {step index: ((output, input), ...) in place})."""
+    inplace = inplace or {}
+    last_use = last_uses(steps, outputs)
+    free: list[tuple[sympy.Expr, int]] = []  # (nbytes, slot index) of freed slots
+    slots: list[Slot] = []
+    slot_of: dict[str, int] = {}
+    live_until: dict[int, int] = {}
+    buffers: list[Buffer] = []
+    pairs: dict[int, list[tuple[str, str]]] = {}
+    declared: set[str] = set()
+    for i, step in enumerate(steps):
+        # release slots whose buffers died before this step
+        for idx, end in list(live_until.items()):
+            if end < i:
+                if reuse:
+                    free.append((slots[idx].nbytes, idx))
+                del live_until[idx]
+        # inputs of this step that die here and may be overwritten by its output
+        # (never inside a choice group: the runtime re-runs an alternative to time it, and a
+        # step that overwrote its input would then compute from its own output)
+        dying = [name for name in step.inputs
+                 if reuse and name in slot_of and name in inplace.get(step.target, ())
+                 and get_attr(step.attrs, "choice") is None
+                 and last_use.get(name) == i and live_until.get(slot_of[name]) == i]
+        for out in step.outputs:
+            if out in declared:  # another alternative of a choice group wrote it first: same buffer
+                continue
+            declared.add(out)
+            t = types[out]
+            if step.kind != "launch" or out in outputs:
+                buffers.append(Buffer(out, t, None))
+                continue
+            need = _nbytes(t)
+            donor = next((name for name in dying if types[name] == t), None)
+            if donor is not None:
+                dying.remove(donor)
+                idx = slot_of[donor]
+                pairs.setdefault(i, []).append((out, donor))
+            else:
+                pick = _best_fit(free, need)
+                if pick is None:
+                    idx = len(slots)
+                    slots.append(Slot(idx, need))
+                else:
+                    free.remove(pick)
+                    idx = pick[1]
+            slot_of[out] = idx
+            live_until[idx] = last_use.get(out, i)
+            buffers.append(Buffer(out, t, idx))
+    return tuple(buffers), tuple(slots), {k: tuple(v) for k, v in pairs.items()}
+
+
+def peak_bytes(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: set[str],
+               buffers: tuple[Buffer, ...] | None = None, slots: tuple[Slot, ...] = ()) -> sympy.Expr:
+    """The most bytes live at any step: values made by the steps (inputs not counted),
+    views of other values free. Without `buffers`: eager (each value from the step making it
+    to its last use). With them: slotted buffers cost their slot, from the first write of
+    any buffer of the slot to the last use of its last buffer."""
+    last_use = last_uses(steps, outputs)
+    slot_of = {b.name: b.slot for b in buffers or () if b.slot is not None}
+    slot_bytes = {s.index: s.nbytes for s in slots}
+    span: dict[object, list] = {}  # allocation -> [first step, last step, bytes]
+    for k, step in enumerate(steps):
+        if step.kind == "extern" and _is_view(step.target):
+            continue
+        for name in step.outputs:
+            if name not in types:
+                continue
+            key = ("slot", slot_of[name]) if name in slot_of else name
+            nbytes = slot_bytes[slot_of[name]] if name in slot_of else _nbytes(types[name])
+            end = last_use.get(name, k)
+            if key in span:
+                span[key][1] = max(span[key][1], end)
+            else:
+                span[key] = [k, end, nbytes]
+    if not span:
+        return sympy.Integer(0)
+    totals = []
+    for k in range(len(steps) + 1):
+        live = [n for first, last, n in span.values() if first <= k <= last]
+        if live:
+            totals.append(sympy.Add(*live))
+    return sympy.Max(*totals) if len(totals) > 1 else totals[0]
+
+
+def _is_view(target: str) -> bool:
+    parts = target.split(".")
+    return len(parts) >= 2 and parts[0] == "aten" and parts[1] in _VIEW_OPS
+
+
+def inplace_pairs(step: Step) -> tuple[tuple[str, str], ...]:
+    """The (output, input) pairs a launch step writes in place (its `inplace` attribute)."""
+    return tuple(get_attr(step.attrs, "inplace", ()) or ())
+
+
+def _best_fit(free, need):
+    """The smallest freed slot that holds `need` bytes. With symbolic sizes a slot is taken
+    when it holds `need` for every value of the symbols (an exact match first)."""
+    best = None
+    for nbytes, idx in free:
+        if nbytes.is_Integer and need.is_Integer:
+            if int(nbytes) >= int(need) and (best is None or int(nbytes) < int(best[0])):
+                best = (nbytes, idx)
+        elif sympy.expand(nbytes - need) == 0:
+            return (nbytes, idx)
+        elif best is None and _always_at_least(nbytes, need):
+            best = (nbytes, idx)
+    return best
+
+
+def _always_at_least(have: sympy.Expr, need: sympy.Expr) -> bool:
+    """have >= need for all non-negative symbol values: their difference is a polynomial
+    with non-negative coefficients (e.g. 512*s0 + 64 >= 256*s0)."""
+    diff = sympy.expand(have - need)
+    if diff.is_Integer:
+        return int(diff) >= 0
+    if not diff.is_polynomial(*diff.free_symbols):
+        return False
+    return all(c.is_Number and c >= 0 for c in sympy.Poly(diff, *diff.free_symbols).coeffs())

@@ -1,0 +1,45 @@
+"""Index simplification: undo the flat-index decomposition where it cancels.
+
+A contiguous load at the domain index prints as `x0*64 + x1`, with `x0 = xindex // 64`
+and `x1 = xindex % 64`. Substituting and applying
+    c*(X % b) + c*b*(X // b)  ->  c*X
+gives back `xindex`. The rewritten form is kept only when it has fewer divisions.
+"""
+
+from __future__ import annotations
+
+import sympy
+from pipec_ir.symbolic import FloorDiv, ModularIndexing
+
+
+def _cost(expr) -> int:
+    return sum(1 for e in sympy.preorder_traversal(expr) if isinstance(e, FloorDiv | ModularIndexing))
+
+
+def collapse(expr: sympy.Expr) -> sympy.Expr:
+    changed = True
+    while changed:
+        changed = False
+        terms = sympy.expand(expr).as_coefficients_dict()
+        for term, coeff in terms.items():
+            if not isinstance(term, ModularIndexing):
+                continue
+            base, modulus = term.args
+            partner = FloorDiv(base, modulus)
+            if terms.get(partner) == coeff * modulus:
+                expr = sympy.expand(expr - coeff * term - coeff * modulus * partner + coeff * base)
+                changed = True
+                break
+    return expr
+
+
+def simplify_index(expr: sympy.Expr, decompositions: dict) -> sympy.Expr:
+    if not expr.free_symbols & set(decompositions):
+        return expr
+    flat = collapse(expr.xreplace(decompositions))
+    return flat if _cost(flat) < _cost(expr) + _symbol_cost(expr, decompositions) else expr
+
+
+def _symbol_cost(expr, decompositions) -> int:
+    # Each domain variable the original uses is itself a division in the prologue.
+    return sum(_cost(decompositions[s]) for s in expr.free_symbols if s in decompositions)

@@ -1,0 +1,676 @@
+"""Write the Triton source of one pointwise or reduction kernel.
+
+Every node is evaluated *at an index*: a tuple of sympy expressions over the
+kernel's domain variables (`x0, x1, ...` for kept dims, `r0, ...` for reduced
+ones). Views remap the index and compute nothing; loads turn an index into a
+pointer offset; pointwise ops combine their operands at the same index. Values
+are cached per (value, index), so a value read twice through the same view is
+computed once.
+
+Reduction kernels have an outer scope (one row per x, shape [XBLOCK, 1]) and an
+inner scope (the row, [XBLOCK, RBLOCK]). A row that fits in one block is handled
+in one pass ("persistent"); otherwise each reduction gets its own loop over the
+row, and a final loop writes row-level outputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import sympy
+from pipec_ir import ITEMSIZE, Graph, Kernel, Size, TensorType
+from pipec_ir.indexing import view_source_index
+from pipec_ir.ops import CREATION, POINTWISE, REDUCTION, VIEW, kind_of
+from pipec_ir.symbolic import (
+    FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel, pyexpr, set_upper_bound,
+)
+
+from .configs import OUTER_PERSISTENT_LIMIT, PERSISTENT_ROW_BYTES, pow2_at_least
+from .dtypes import FLOAT_COMPUTE, highest, literal, lowest, tl_compute, tl_storage
+from .indexing_ops import take_value
+from .pointwise_ops import POINTWISE as TEMPLATES
+from .row_loops import plan_row_loops
+from .simplify import simplify_index
+
+
+_WRITER_IDS = itertools.count()
+
+
+class CodegenError(Exception):
+    """The plan asks for something this code generator cannot emit."""
+
+
+@dataclass
+class Scope:
+    lines: list[str]
+    inner: bool
+    indent: str
+    cache: dict = field(default_factory=dict)
+
+
+@dataclass
+class KernelSource:
+    source: str
+    sizes: tuple[tuple[str, sympy.Expr], ...]
+    uses_libdevice: bool
+    persistent: bool
+    rnumel: sympy.Expr | None
+    outer_reduction: bool = False  # reduces non-innermost dims (x runs along the contiguous dim)
+
+
+HELPERS = '''
+@triton.jit
+def _pipec_maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def _pipec_minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def _pipec_fmax(a, b):
+    # one max.NaN instruction: NaN wins, like torch.amax
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _pipec_fmin(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _pipec_welford(mean1, m2_1, n1, mean2, m2_2, n2):
+    # Chan et al.: merge two (mean, sum of squared deviations, count) partials
+    n = n1 + n2
+    w2 = n2 / tl.maximum(n, 1.0)  # 0 when both are empty
+    delta = mean2 - mean1
+    return mean1 + delta * w2, m2_1 + m2_2 + delta * delta * n1 * w2, n
+
+
+@triton.jit
+def _pipec_product(a, b):
+    return a * b
+
+
+@triton.jit
+def _pipec_argmax(v1, i1, v2, i2):
+    take1 = (v1 > v2) | ((v1 == v2) & (i1 < i2)) | ((v1 != v1) & ((v2 == v2) | (i1 < i2)))
+    return tl.where(take1, v1, v2), tl.where(take1, i1, i2)
+
+
+@triton.jit
+def _pipec_argmin(v1, i1, v2, i2):
+    take1 = (v1 < v2) | ((v1 == v2) & (i1 < i2)) | ((v1 != v1) & ((v2 == v2) | (i1 < i2)))
+    return tl.where(take1, v1, v2), tl.where(take1, i1, i2)
+
+
+@triton.jit
+def _pipec_gelu_half(x):
+    # exact GELU, x * Phi(x), for a result rounded to bf16/fp16. libdevice's erf made the GELU
+    # pass after a bf16 8192 x 8192 GEMM compute-bound on the H200 (0.092 ms for 268 MB); here
+    # erfc(|z|) = t * P(t) * exp(-z^2), t = 1 / (1 + p |z|) (Abramowitz & Stegun 7.1.26, error
+    # < 1.5e-7, ~10^4 below a bf16/fp16 rounding step) costs a reciprocal, an exp and five FMAs.
+    # 1 + erf(z) is 2 - erfc(z) above 0 and erfc(-z) below, with no cancellation in the tail.
+    z = x * 0.7071067811865476
+    t = 1.0 / (1.0 + 0.3275911 * tl.abs(z))
+    p = 0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    erfc = t * p * tl.exp(-z * z)
+    return 0.5 * x * tl.where(z >= 0, 2.0 - erfc, erfc)
+'''
+
+
+class KernelWriter:
+    def __init__(self, graph: Graph, kernel: Kernel, persistent_limit: int | None = None,
+                 persistent_bytes: int = PERSISTENT_ROW_BYTES):
+        self.graph = graph
+        self.kernel = kernel
+        self.nodes = graph.node_map()
+        self.types: dict[str, TensorType] = graph.types()
+        self.in_ptr = {name: f"in_ptr{i}" for i, name in enumerate(kernel.inputs)}
+        self.out_ptr = {name: f"out_ptr{i}" for i, name in enumerate(kernel.outputs)}
+        self.counter = 0
+        self.uses_libdevice = False
+        self.reduction_values: dict[str, tuple[str, tuple]] = {}
+        self.persistent_limit = persistent_limit
+        self.is_reduction = kernel.kind in ("reduction", "scan")  # a kernel of rows: [XBLOCK, RBLOCK] blocks
+        domain = tuple(kernel.domain)
+        self.domain = domain
+        red = set(kernel.reduce_dims)
+        self.kept = [d for d in range(len(domain)) if d not in red]
+        self.reduced = [d for d in range(len(domain)) if d in red]
+        self.xnumel = numel([domain[d] for d in self.kept])
+        self.rnumel = numel([domain[d] for d in self.reduced]) if self.is_reduction else None
+        # Index symbols carry upper bounds (which drop provably redundant `%`), and sympy
+        # caches evaluations process-wide: symbols must never be shared between kernels,
+        # not even between two kernels of the same name in different programs.
+        tag = f"{kernel.name}_{next(_WRITER_IDS)}"
+        self.xsyms = [index_symbol(f"x{k}_{tag}") for k in range(len(self.kept))]
+        self.rsyms = [index_symbol(f"r{k}_{tag}") for k in range(len(self.reduced))]
+        self.names = {s: f"x{k}" for k, s in enumerate(self.xsyms)}
+        self.names.update({s: f"r{k}" for k, s in enumerate(self.rsyms)})
+        for s, d in zip(self.xsyms, self.kept):
+            if domain[d].is_Integer:
+                set_upper_bound(s, int(domain[d]))
+        for s, d in zip(self.rsyms, self.reduced):
+            if domain[d].is_Integer:
+                set_upper_bound(s, int(domain[d]))
+        index = [None] * len(domain)
+        for s, d in zip(self.xsyms, self.kept):
+            index[d] = s
+        for s, d in zip(self.rsyms, self.reduced):
+            index[d] = s
+        # a size-1 dim has only index 0: say so, so that equal reads compare equal
+        index = [sympy.Integer(0) if domain[d] == 1 else i for d, i in enumerate(index)]
+        self.domain_index = tuple(index)
+        self.xindex = index_symbol(f"xindex_{tag}")
+        self.rindex = index_symbol(f"rindex_{tag}")
+        self.names[self.xindex] = "xindex"
+        self.names[self.rindex] = "rindex"
+        if self.xnumel.is_Integer:
+            set_upper_bound(self.xindex, int(self.xnumel))
+        if self.rnumel is not None and self.rnumel.is_Integer:
+            set_upper_bound(self.rindex, int(self.rnumel))
+        # Reducing over non-innermost dims (a column sum): the innermost (contiguous) dim is a
+        # kept one, so blocks run wide along x and short along r, and loads stay coalesced.
+        self.outer_reduction = self.is_reduction and bool(self.kept) and self.kept[-1] == len(domain) - 1
+        self.persistent = self.is_reduction and self._fits_in_registers(persistent_limit, persistent_bytes)
+        self.size_symbols: set[sympy.Symbol] = set()
+        self.value_params: dict[sympy.Expr, str] = {}  # symbolic `full` values -> int parameters ks0, ...
+        self.hoisted: set[sympy.Symbol] = set()  # the symbols standing for those parameters
+
+    def _fits_in_registers(self, limit: int | None, budget: int) -> bool:
+        """Whether a whole row is reduced in one pass, held in registers ("persistent").
+
+        `limit` (the `persistent_reduction_limit` option) caps the row length in elements when
+        given. Otherwise an innermost row is persistent when its power-of-two block of the
+        widest row-level input fits `budget` bytes (16 KiB: 8192 bf16 or 4096 fp32 elements,
+        spread over up to 16 warps); a column (non-innermost reduction) only when short, since
+        its block spans many columns.
+        """
+        if not self.rnumel.is_Integer:
+            return False
+        rnumel = int(self.rnumel)
+        if limit is not None:
+            return rnumel <= limit
+        if self.outer_reduction:
+            return rnumel <= OUTER_PERSISTENT_LIMIT
+        itemsizes = [ITEMSIZE.get(self.types[i].dtype, 4) for i in self.kernel.inputs
+                     if tuple(self.types[i].shape) == self.domain]
+        return pow2_at_least(rnumel) * max(itemsizes, default=4) <= budget
+
+    # ------------------------------------------------------------ helpers
+
+    def fresh(self) -> str:
+        self.counter += 1
+        return f"tmp{self.counter}"
+
+    def print_index(self, expr) -> str:
+        expr = simplify_index(sympy.sympify(expr), self._decompositions())
+        expr = self._hoist(expr)
+        self.size_symbols |= {s for s in expr.free_symbols if s not in self.names and s not in self.hoisted}
+        return pyexpr(expr.xreplace({s: sympy.Symbol(n) for s, n in self.names.items()}))
+
+    def print_size(self, expr) -> str:
+        """A size expression (no index variables) as Triton source."""
+        expr = self._hoist(sympy.sympify(expr))
+        self.size_symbols |= {s for s in expr.free_symbols if s not in self.hoisted}
+        return pyexpr(expr)
+
+    def _hoist(self, expr: sympy.Expr) -> sympy.Expr:
+        """Size subexpressions Triton cannot spell (Max/Min, from clamped slices) become integer
+        kernel parameters the runtime evaluates."""
+        if not expr.has(sympy.Max, sympy.Min):
+            return expr
+        if isinstance(expr, (sympy.Max, sympy.Min)) and not (expr.free_symbols & set(self.names)):
+            return sympy.Symbol(self._value_param(expr), integer=True, positive=True)  # outermost first
+        return expr.func(*[self._hoist(a) for a in expr.args])
+
+    def _decompositions(self):
+        """x_k / r_k as functions of the flat xindex / rindex (for simplification)."""
+        out = {}
+        for syms, flat, dims in ((self.xsyms, self.xindex, self.kept), (self.rsyms, self.rindex, self.reduced)):
+            shape = [self.domain[d] for d in dims]
+            for k, (s, stride) in enumerate(zip(syms, contiguous_strides(shape))):
+                e = FloorDiv(flat, stride)
+                out[s] = e if k == 0 else ModularIndexing(e, shape[k])
+        return out
+
+    def _has_r(self, exprs) -> bool:
+        rs = set(self.rsyms)
+        return any(sympy.sympify(e).free_symbols & rs for e in exprs)
+
+    def _has_x(self, exprs) -> bool:
+        xs = set(self.xsyms)
+        return any(sympy.sympify(e).free_symbols & xs for e in exprs)
+
+    def emit(self, scope: Scope, text: str) -> str:
+        var = self.fresh()
+        scope.lines.append(f"{scope.indent}{var} = {text}")
+        return var
+
+    # ------------------------------------------------------------ evaluation
+
+    def value(self, name: str, index: tuple) -> tuple[str, bool]:
+        """(source name of `name` evaluated at `index`, whether it lives in the inner scope)."""
+        index = tuple(sympy.sympify(i) for i in index)
+        key = (name, index)
+        if self.inner is not None and key in self.inner.cache:
+            return self.inner.cache[key], True
+        if key in self.outer.cache:
+            return self.outer.cache[key], False
+        var, inner = self._compute(name, index)
+        (self.inner if inner else self.outer).cache[key] = var
+        return var, inner
+
+    def _scope(self, inner: bool) -> Scope:
+        if inner and self.inner is None:
+            raise CodegenError(f"{self.kernel.name}: row-level value needed outside a row loop")
+        return self.inner if inner else self.outer
+
+    def _compute(self, name: str, index: tuple) -> tuple[str, bool]:
+        if name in self.in_ptr:
+            return self._load(name, index)
+        node = self.nodes.get(name)
+        if node is None:
+            raise CodegenError(f"{self.kernel.name}: reads {name!r}, which is neither computed here nor an input")
+        kind = kind_of(node.op)
+        if kind == VIEW:
+            src = node.inputs[0]
+            return self.value(src, view_source_index(node, index, self.types[src]))
+        if kind == CREATION:
+            return self._creation(node, index)
+        if kind == REDUCTION:
+            if name not in self.reduction_values:
+                raise CodegenError(f"{self.kernel.name}: reduction {name} read before it is computed")
+            var, expected = self.reduction_values[name]
+            if tuple(index) != tuple(expected):
+                raise CodegenError(f"{self.kernel.name}: {name} is read at another row ({index} vs {expected})")
+            return var, False
+        if node.op == "take":  # a load at a computed position (indexing_ops.py)
+            return take_value(self, node, index)
+        if kind != POINTWISE:
+            raise CodegenError(f"{self.kernel.name}: cannot generate {node.op} ({name}) inside a kernel")
+        return self._pointwise(node, index)
+
+    def _pointwise(self, node, index):
+        if node.op == "pow":
+            special = self._pow_special(node, index)
+            if special is not None:
+                return special
+        operands = [self.value(i, index) for i in node.inputs]
+        inner = any(inn for _, inn in operands)
+        template = TEMPLATES.get(node.op)
+        if template is None:
+            raise CodegenError(f"{self.kernel.name}: no Triton template for pointwise op {node.op}")
+        text = template(node, *[v for v, _ in operands])
+        if "libdevice." in text:
+            self.uses_libdevice = True
+        return self.emit(self._scope(inner), text), inner
+
+    def _pow_special(self, node, index):
+        """x ** c for small constant c without libdevice (exact, and interpreter-friendly)."""
+        exp_node = self.nodes.get(node.inputs[1])
+        if exp_node is None or exp_node.op != "full":
+            return None
+        c = exp_node.attr("value")
+        base, inner = self.value(node.inputs[0], index)
+        forms = {2: f"{base} * {base}", 3: f"{base} * {base} * {base}", 1: base, 0.5: f"tl.sqrt({base})",
+                 -1: f"1.0 / {base}", -0.5: f"tl.rsqrt({base})", 4: f"({base} * {base}) * ({base} * {base})"}
+        if isinstance(c, bool) or c not in forms:
+            return None
+        if c == 0.5 and node.type.dtype not in FLOAT_COMPUTE:
+            return None
+        return self.emit(self._scope(inner), forms[c]), inner
+
+    def _value_param(self, expr: sympy.Expr) -> str:
+        """A size expression used as a value (a count): an integer kernel parameter the runtime
+        evaluates (a bare symbol is passed as itself)."""
+        if expr.is_Integer:
+            return str(int(expr))
+        if expr.is_Symbol:
+            self.size_symbols.add(expr)
+            return str(expr)
+        if expr not in self.value_params:
+            name = self.value_params[expr] = f"ks{len(self.value_params)}"
+            self.hoisted.add(sympy.Symbol(name, integer=True, positive=True))
+        return self.value_params[expr]
+
+    def _block_shape(self, inner: bool) -> str:
+        if not self.is_reduction:
+            return "[XBLOCK]"
+        return "[XBLOCK, RBLOCK]" if inner else "[XBLOCK, 1]"
+
+    def _creation(self, node, index):
+        ctype = tl_compute(node.type.dtype)
+        if node.op == "full":
+            value = node.attr("value")
+            lit = self._value_param(value.value) if isinstance(value, Size) else literal(value, node.type.dtype)
+            return self.emit(self.outer, f"tl.full({self._block_shape(False)}, {lit}, {ctype})"), False
+        # iota: start + step * index[dim]
+        expr = node.attr("start") + node.attr("step") * index[node.attr("dim")]
+        inner = self._has_r([expr])
+        scope = self._scope(inner)
+        text = f"(tl.full({self._block_shape(inner)}, 0, tl.int32) + ({self.print_index(expr)})).to({ctype})"
+        return self.emit(scope, text), inner
+
+    def _load(self, name, index):
+        t = self.types[name]
+        offset = sum((i * s for i, s in zip(index, contiguous_strides(t.shape))), sympy.Integer(0))
+        has_x, has_r = self._has_x([offset]), self._has_r([offset])
+        masks = [m for m, used in (("xmask", has_x), ("rmask", has_r)) if used]
+        if self.is_reduction and has_x and not has_r:
+            masks = ["xmask"]
+        scope = self._scope(has_r)
+        mask = f", mask={' & '.join(masks)}, other=0" if masks else ""
+        text = f"tl.load({self.in_ptr[name]} + ({self.print_index(offset)}){mask})"
+        if t.dtype in ("float16", "bfloat16"):
+            text += ".to(tl.float32)"
+        if not masks:  # one element for every point: broadcast it, values are always blocks
+            text = f"tl.broadcast_to({text}, {self._block_shape(False)})"
+        return self.emit(scope, text), has_r
+
+    # ------------------------------------------------------------ kernels
+
+    def write(self) -> KernelSource:
+        body = self._write_body()
+        params = [*self.in_ptr.values(), *self.out_ptr.values(), "xnumel"]
+        sizes = [("xnumel", self.xnumel)]
+        if self.is_reduction:
+            params.append("rnumel")
+            sizes.append(("rnumel", self.rnumel))
+        self.append_scalar_params(params, sizes)
+        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
+        header = ["import triton", "import triton.language as tl"]
+        if self.uses_libdevice:
+            header.append("from triton.language.extra import libdevice")
+        doc = self._docstring()
+        src = "\n".join(header) + "\n" + self._helpers(body) + "\n\n@triton.jit\n"
+        src += f"def {self.kernel.name}({', '.join(params)}):\n"
+        src += f'    """{doc}"""\n'
+        src += "\n".join(body) + "\n"
+        return KernelSource(src, tuple(sizes), self.uses_libdevice, self.persistent, self.rnumel,
+                            self.outer_reduction)
+
+    def _write_body(self) -> list[str]:
+        """The kernel's lines after its signature (scan.ScanWriter walks rows its own way)."""
+        return self._write_reduction() if self.is_reduction else self._write_pointwise()
+
+    @staticmethod
+    def _helpers(body: list[str]) -> str:
+        """The combine functions this kernel calls (and only those)."""
+        text = "\n".join(body)
+        parts = HELPERS.split("\n\n\n")
+        used = [p.strip() for p in parts if p.split("def ")[1].split("(")[0] in text]
+        return ("\n\n" + "\n\n\n".join(used) + "\n") if used else ""
+
+    def _docstring(self) -> str:
+        ops = [self.nodes[n].op for n in self.kernel.nodes if kind_of(self.nodes[n].op) != VIEW]
+        dom = ", ".join(map(str, self.domain))
+        red = f", reducing dims {list(self.kernel.reduce_dims)}" if self.is_reduction else ""
+        return f"{' -> '.join(ops)} over [{dom}]{red}; writes {', '.join(self.kernel.outputs)}"
+
+    def _define_indices(self, scope: Scope, syms, dims, flat: str):
+        shape = [self.domain[d] for d in dims]
+        for k, (s, stride) in enumerate(zip(syms, contiguous_strides(shape))):
+            e = f"{flat} // ({self.print_size(stride)})" if stride != 1 else flat
+            if k > 0:
+                e = f"({e}) % ({self.print_size(shape[k])})"
+            scope.lines.append(f"{scope.indent}{self.names[s]} = {e}")
+
+    def append_scalar_params(self, params: list, sizes: list) -> None:
+        """The integer kernel parameters after the pointers: size symbols the kernel reads,
+        then symbolic values it takes as arguments (each also a (name, expr) in `sizes`)."""
+        for s in sorted(self.size_symbols, key=str):
+            params.append(str(s))
+            sizes.append((str(s), s))
+        for expr, name in self.value_params.items():
+            params.append(name)
+            sizes.append((name, expr))
+
+    def _store(self, scope: Scope, name: str, value: str, offset: str, mask: str):
+        dtype = self.types[name].dtype
+        scope.lines.append(
+            f"{scope.indent}tl.store({self.out_ptr[name]} + ({offset}), {value}.to({tl_storage(dtype)}), {mask})"
+        )
+
+    def _write_pointwise(self) -> list[str]:
+        self.outer = Scope([], inner=False, indent="    ")
+        self.inner = None
+        lines = self.outer.lines
+        lines += ["    xoffset = tl.program_id(0) * XBLOCK",
+                  "    xindex = xoffset + tl.arange(0, XBLOCK)",
+                  "    xmask = xindex < xnumel"]
+        self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
+        for out in self.kernel.outputs:
+            self._store(self.outer, out, self._pointwise_output(out), "xindex", "xmask")
+        return lines
+
+    def _pointwise_output(self, out: str) -> str:
+        """The value a pointwise kernel stores for output `out` at the domain index."""
+        var, _ = self.value(out, self.domain_index)
+        if tuple(self.types[out].shape) != self.domain:
+            raise CodegenError(f"{self.kernel.name}: output {out} does not have the kernel's domain shape")
+        return var
+
+    def _row_level(self, name) -> bool:
+        return tuple(self.types[name].shape) == self.domain
+
+    def _outer_index(self, name) -> tuple:
+        """Index into a reduced-shape value (keepdim or not) for the current row."""
+        shape = self.types[name].shape
+        if len(shape) == len(self.domain):
+            return tuple(sympy.Integer(0) if d in self.reduced else self.domain_index[d] for d in range(len(shape)))
+        return tuple(self.domain_index[d] for d in self.kept)
+
+    def _open_rows(self) -> list[str]:
+        """The outer scope of a row kernel (reductions, scans): XBLOCK rows per program, the row
+        coordinates defined, `rbase` ready for the row's blocks; returns its lines."""
+        self.outer = Scope([], inner=False, indent="    ")
+        self.inner = None
+        lines = self.outer.lines
+        lines += ["    xoffset = tl.program_id(0) * XBLOCK",
+                  "    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
+                  "    xmask = xindex < xnumel",
+                  "    rbase = tl.arange(0, RBLOCK)[None, :]"]
+        self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
+        return lines
+
+    def _write_reduction(self) -> list[str]:
+        lines = self._open_rows()
+        reductions = [n for n in self.kernel.nodes if kind_of(self.nodes[n].op) == REDUCTION]
+        row_outputs = [o for o in self.kernel.outputs if self._row_level(o)]
+        outer_outputs = [o for o in self.kernel.outputs if o not in row_outputs]
+        if self.persistent:
+            # One pass: the row and the per-row values share one list of lines.
+            self.inner = self._open_row(None)
+            for r in reductions:
+                self._reduce_persistent(r)
+            for o in row_outputs:
+                var, _ = self.value(o, self.domain_index)
+                self._store(self.inner, o, var, self._row_offset(o), "xmask & rmask")
+        else:
+            for loop in plan_row_loops(self.nodes, self.kernel.nodes, self.rnumel):
+                self._reduce_loop(loop)
+            if row_outputs:
+                self.inner = self._open_row(lines)
+                for o in row_outputs:
+                    var, _ = self.value(o, self.domain_index)
+                    self._store(self.inner, o, var, self._row_offset(o), "xmask & rmask")
+                lines += self.inner.lines
+        self.inner = None
+        for o in outer_outputs:
+            var, _ = self.value(o, self._outer_index(o))
+            self._store(self.outer, o, var, "xindex", "xmask")
+        return lines
+
+    def _flat_offset(self, name):
+        return sum((i * s for i, s in zip(self.domain_index, contiguous_strides(self.domain))), sympy.Integer(0))
+
+    def _row_offset(self, name) -> str:
+        """Store offset of a row-level value, always a full [XBLOCK, RBLOCK] block of pointers."""
+        offset = self._flat_offset(name)
+        text = self.print_index(offset)
+        if not (self._has_x([offset]) and self._has_r([offset])):
+            text += " + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
+        return text
+
+    def _open_row(self, loop_lines):
+        """Start the row scope: one pass (persistent) or a `for roffset` loop."""
+        if loop_lines is None:
+            scope = Scope(self.outer.lines, inner=True, indent="    ")
+            scope.lines += ["    rindex = rbase", "    rmask = rindex < rnumel"]
+        else:
+            scope = Scope([], inner=True, indent="        ")
+            scope.lines += ["    for roffset in range(0, rnumel, RBLOCK):",
+                            "        rindex = roffset + rbase",
+                            "        rmask = rindex < rnumel"]
+        self._define_indices(scope, self.rsyms, self.reduced, "rindex")
+        return scope
+
+    def _reduce_setup(self, name):
+        node = self.nodes[name]
+        if tuple(node.attr("dims")) != tuple(self.kernel.reduce_dims):
+            raise CodegenError(f"{self.kernel.name}: {name} reduces dims {node.attr('dims')}, kernel reduces "
+                               f"{list(self.kernel.reduce_dims)}")
+        src = node.inputs[0]
+        if tuple(self.types[src].shape) != self.domain:
+            raise CodegenError(f"{self.kernel.name}: {name} reads shape {self.types[src].shape}, not the domain")
+        return node, src
+
+    def _identity(self, node) -> str:
+        dtype = self.types[node.inputs[0]].dtype
+        return {"sum": "0", "any": "0", "prod": "1", "max": lowest(dtype), "argmax": lowest(dtype),
+                "min": highest(dtype), "argmin": highest(dtype)}[node.op]
+
+    def _reduce_persistent(self, name):
+        node, src = self._reduce_setup(name)
+        v, _ = self.value(src, self.domain_index)
+        s = self.inner
+        init = self._identity(node)
+        masked = self.emit(s, f"tl.where(xmask & rmask, {v}, {init})")
+        result = self._finish(s, node, masked, "tl.broadcast_to(rindex, [XBLOCK, RBLOCK])")
+        self.reduction_values[name] = (result, self._outer_index(name))
+
+    def _finish(self, scope, node, acc, idx):
+        op = node.op
+        if op == "sum":
+            text = f"tl.sum({acc}, 1)[:, None]"
+        elif op == "any":
+            text = f"(tl.sum(({acc} != 0).to(tl.int32), 1) > 0)[:, None]"
+        elif op == "prod":
+            text = f"tl.reduce({acc}, 1, _pipec_product)[:, None]"
+        elif op in ("max", "min"):
+            text = f"tl.reduce({acc}, 1, {self._max_min(node)})[:, None]"
+        else:  # argmax / argmin
+            pair = self.fresh()
+            scope.lines.append(f"{scope.indent}_, {pair} = tl.reduce(({acc}, {idx}), 1, _pipec_{op})")
+            text = f"{pair}[:, None].to(tl.int64)"
+        return self.emit(scope, text)
+
+    def _max_min(self, node) -> str:
+        """The NaN-propagating max/min combine: one max.NaN instruction for floats."""
+        if self.types[node.inputs[0]].dtype in FLOAT_COMPUTE:
+            return "_pipec_fmax" if node.op == "max" else "_pipec_fmin"
+        return "_pipec_maximum" if node.op == "max" else "_pipec_minimum"
+
+    def _reduce_loop(self, items):
+        """One `for roffset` loop over the row updating the accumulators of every item
+        (row_loops.LoopItem), then each item's per-row results."""
+        starts = {"plain": self._plain_loop, "online_softmax": self._online_softmax_loop,
+                  "welford": self._welford_loop}
+        steps = [starts[item.kind](*item.reductions) for item in items]  # accumulators set up
+        self.inner = self._open_row([])
+        for update, _ in steps:
+            update(self.inner)
+        self.outer.lines.extend(self.inner.lines)
+        self.inner = None
+        for _, finish in steps:
+            finish(self.outer)
+
+    def _accumulator(self, init: str, ctype: str) -> str:
+        acc = self.fresh()
+        self.outer.lines.append(f"    {acc} = tl.full([XBLOCK, RBLOCK], {init}, {ctype})")
+        return acc
+
+    def _plain_loop(self, name):
+        node, src = self._reduce_setup(name)
+        ctype = tl_compute(self.types[src].dtype) if node.op not in ("any",) else "tl.int32"
+        init = self._identity(node)
+        acc = self._accumulator(init, ctype)
+        idx = self._accumulator("2147483647", "tl.int32") if node.op in ("argmax", "argmin") else None
+
+        def update(s):
+            v, _ = self.value(src, self.domain_index)
+            masked = self.emit(s, f"tl.where(xmask & rmask, {v}, {init})")
+            if idx is not None:
+                ridx = "tl.where(xmask & rmask, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]), 2147483647)"
+                s.lines.append(f"{s.indent}{acc}, {idx} = _pipec_{node.op}({acc}, {idx}, {masked}, {ridx})")
+                return
+            combine = {"sum": f"{acc} + {masked}", "any": f"{acc} | ({masked} != 0).to(tl.int32)",
+                       "prod": f"{acc} * {masked}", "max": f"{self._max_min(node)}({acc}, {masked})",
+                       "min": f"{self._max_min(node)}({acc}, {masked})"}
+            s.lines.append(f"{s.indent}{acc} = {combine[node.op]}")
+
+        def finish(scope):
+            result = self._finish(scope, node, acc, idx)
+            self.reduction_values[name] = (result, self._outer_index(name))
+
+        return update, finish
+
+    def _online_softmax_loop(self, peak_name, total_name):
+        """max(a) and sum(exp(a - max(a))) in one pass: per lane a running max m and a running
+        sum s of exp(a - m), rescaled by exp(m_old - m_new) whenever m grows."""
+        node, src = self._reduce_setup(peak_name)
+        self._reduce_setup(total_name)
+        ctype = tl_compute(self.types[src].dtype)
+        m_acc = self._accumulator("float('-inf')", ctype)
+        s_acc = self._accumulator("0", ctype)
+
+        def update(s):
+            v, _ = self.value(src, self.domain_index)
+            a = self.emit(s, f"tl.where(xmask & rmask, {v}, float('-inf'))")
+            m_new = self.emit(s, f"{self._max_min(node)}({m_acc}, {a})")
+            # a lane that has seen only -inf keeps s = 0 (exp(-inf - -inf) would be NaN)
+            m_safe = self.emit(s, f"tl.where({m_new} == float('-inf'), 0.0, {m_new})")
+            s.lines.append(f"{s.indent}{s_acc} = {s_acc} * tl.exp({m_acc} - {m_safe}) + tl.exp({a} - {m_safe})")
+            s.lines.append(f"{s.indent}{m_acc} = {m_new}")
+
+        def finish(scope):
+            peak = self.emit(scope, f"tl.reduce({m_acc}, 1, {self._max_min(node)})[:, None]")
+            # a row of only -inf gives NaN here, as sum(exp(a - max)) does in eager
+            total = self.emit(scope, f"tl.sum({s_acc} * tl.exp({m_acc} - {peak}), 1)[:, None]")
+            self.reduction_values[peak_name] = (peak, self._outer_index(peak_name))
+            self.reduction_values[total_name] = (total, self._outer_index(total_name))
+
+        return update, finish
+
+    def _welford_loop(self, total_name, squares_name):
+        """sum(a) and sum((a - mean)**2) in one pass: a plain running sum, plus per lane
+        Welford's running mean and M2 (sum of squared deviations) over a count."""
+        _, src = self._reduce_setup(total_name)
+        self._reduce_setup(squares_name)
+        ctype = tl_compute(self.types[src].dtype)
+        sum_acc, mean_acc, m2_acc, count = (self._accumulator("0", ctype) for _ in range(4))
+
+        def update(s):
+            v, _ = self.value(src, self.domain_index)
+            s.lines.append(f"{s.indent}{sum_acc} = {sum_acc} + tl.where(xmask & rmask, {v}, 0)")
+            s.lines.append(f"{s.indent}{count} = {count} + tl.where(xmask & rmask, 1.0, 0.0)")
+            delta = self.emit(s, f"{v} - {mean_acc}")
+            s.lines.append(f"{s.indent}{mean_acc} = {mean_acc} + "
+                           f"tl.where(xmask & rmask, {delta} / tl.maximum({count}, 1.0), 0.0)")
+            s.lines.append(f"{s.indent}{m2_acc} = {m2_acc} + tl.where(xmask & rmask, {delta} * ({v} - {mean_acc}), 0.0)")
+
+        def finish(scope):
+            total = self.emit(scope, f"tl.sum({sum_acc}, 1)[:, None]")
+            m2 = self.fresh()
+            scope.lines.append(f"{scope.indent}_, {m2}, _ = tl.reduce(({mean_acc}, {m2_acc}, {count}), 1, "
+                               "_pipec_welford)")
+            self.reduction_values[total_name] = (total, self._outer_index(total_name))
+            self.reduction_values[squares_name] = (self.emit(scope, f"{m2}[:, None]"),
+                                                   self._outer_index(squares_name))
+
+        return update, finish

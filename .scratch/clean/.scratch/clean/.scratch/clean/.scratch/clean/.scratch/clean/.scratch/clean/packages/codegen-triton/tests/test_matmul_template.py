@@ -1,0 +1,203 @@
+"""The Triton GEMM template with fused epilogues, and its cuBLAS alternative (docs/IR.md, "Choice groups").
+
+CPU runs use Triton's interpreter (fp32 only: it gets bf16 tl.dot wrong); bf16 runs on the GPU.
+Each alternative is run on its own, so the template is checked, not hidden behind cuBLAS.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from pipec_codegen_triton import generate_program
+from pipec_codegen_triton.matmul_template import operand_layout, template_configs
+from pipec_ir import CompileOptions, KernelPlan, dumps, get_attr, loads
+from pipec_ir.symbolic import index_symbol
+
+from conftest import DEVICE, Builder, kernel, run_program
+
+OPTS = CompileOptions()
+ACTIVATIONS = {
+    "gelu": (dict(op="gelu", approximate="none"), lambda y: torch.nn.functional.gelu(y)),
+    "gelu_tanh": (dict(op="gelu", approximate="tanh"), lambda y: torch.nn.functional.gelu(y, approximate="tanh")),
+    "relu": (dict(op="relu"), torch.relu),
+    "silu": (dict(op="silu"), torch.nn.functional.silu),
+}
+
+
+def only(program, alternative):
+    """The program with the steps of every other alternative dropped."""
+    steps = tuple(s for s in program.steps if get_attr(s.attrs, "alternative") in (None, alternative))
+    return dataclasses.replace(program, steps=steps)
+
+
+def compile_plan(graph, kernels, options=OPTS):
+    program = generate_program(KernelPlan(graph, "default", tuple(kernels)), options)
+    assert loads(dumps(program)) == program
+    return program
+
+
+def linear(b, m, k, n, act, dtype="float32", residual=False):
+    """x @ w.T + bias -> activation (-> * 0.5 + residual): a Linear with its epilogue as one matmul kernel."""
+    x, w, bias = b.input("x", (m, k), dtype), b.input("w", (n, k), dtype), b.input("bias", (n,), dtype)
+    b.node("wt", "permute", [w], (k, n), dtype, dims=(1, 0))
+    b.node("mm", "mm", [x, "wt"], (m, n), dtype)
+    b.node("bias_row", "reshape", [bias], (1, n), dtype)
+    b.node("bias_full", "expand", ["bias_row"], (m, n), dtype)
+    b.node("add", "add", ["mm", "bias_full"], (m, n), dtype)
+    attrs = dict(ACTIVATIONS[act][0])
+    b.node("act", attrs.pop("op"), ["add"], (m, n), dtype, **attrs)
+    nodes, inputs, out = ["mm", "bias_row", "bias_full", "add", "act"], ["x", "wt", "bias"], "act"
+    if residual:
+        r = b.input("r", (m, n), dtype)
+        b.node("half", "full", [], (m, n), dtype, value=0.5)
+        b.node("scaled", "mul", ["act", "half"], (m, n), dtype)
+        b.node("out", "add", ["scaled", r], (m, n), dtype)
+        nodes += ["half", "scaled", "out"]
+        inputs.append(r)
+        out = "out"
+    graph = b.graph([out])
+    kernels = [kernel("pipec_view_permute_0", "view", ["wt"], ["w"], ["wt"], ()),
+               kernel("pipec_fused_mm_add_1", "matmul", nodes, inputs, [out], (m, n))]
+    return graph, kernels
+
+
+def reference(act, x, w, bias, r=None):
+    y = ACTIVATIONS[act][1](x @ w.t() + bias)
+    return y if r is None else y * 0.5 + r
+
+
+@pytest.mark.parametrize("act", list(ACTIVATIONS))
+@pytest.mark.parametrize("alternative", ["template", "library"])
+def test_linear_epilogue_matches_eager(builder, act, alternative):
+    graph, kernels = linear(builder, 16, 32, 24, act, residual=act == "gelu")
+    program = compile_plan(graph, kernels)
+    torch.manual_seed(0)
+    xs = [torch.randn(16, 32), torch.randn(24, 32), torch.randn(24)] + ([torch.randn(16, 24)] if act == "gelu" else [])
+    (out,) = run_program(only(program, alternative), xs)
+    torch.testing.assert_close(out, reference(act, *xs))
+
+
+def test_odd_edges_several_tiles_grouped(builder):
+    """17 x 33 @ 33 x 23 in 16 x 16 x 16 tiles: edge tiles in M, N and K, and a short last group."""
+    graph, kernels = linear(builder, 17, 33, 23, "relu", residual=True)
+    program = only(compile_plan(graph, kernels), "template")
+    src = program.kernels[0].source
+    assert "mask=rk[None, :] < K - k * BLOCK_K" in src  # K = 33: the K loop is masked
+    torch.manual_seed(1)
+    xs = [torch.randn(17, 33), torch.randn(23, 33), torch.randn(23), torch.randn(17, 23)]
+    (out,) = run_program(program, xs, constants={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2})
+    torch.testing.assert_close(out, reference("relu", *xs))
+
+
+def test_program_holds_both_alternatives_as_one_choice_group(builder):
+    graph, kernels = linear(builder, 16, 32, 24, "gelu")
+    program = compile_plan(graph, kernels)
+    steps = {(s.target, get_attr(s.attrs, "alternative")): s for s in program.steps}
+    template = steps[("pipec_fused_mm_add_1", "template")]
+    addmm = steps[("aten.addmm.default", "library")]
+    epilogue = steps[("pipec_fused_mm_add_1_epilogue", "library")]
+    assert {get_attr(s.attrs, "choice") for s in (template, addmm, epilogue)} == {"pipec_fused_mm_add_1"}
+    assert get_attr(template.attrs, "default") is True and get_attr(addmm.attrs, "default") is None
+    assert template.inputs == ("x", "w", "bias")  # the weight is read through the permute: strides, no copy
+    assert addmm.inputs == ("bias", "x", "wt") and addmm.outputs == ("add",)  # the bias goes into cuBLAS
+    assert epilogue.inputs == ("add",) and template.outputs == epilogue.outputs == ("act",)
+    assert [b.name for b in program.buffers].count("act") == 1
+    src = program.kernel_map()["pipec_fused_mm_add_1"].source
+    assert "tl.dot(a, b, acc, input_precision=\"ieee\")" in src  # fp32 as eager computes it: no TF32
+    assert "GROUP_M" in src and "tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" in src
+    assert "tl.erf" in src  # the epilogue went through the pointwise expression table
+
+
+def test_template_can_be_turned_off(builder):
+    graph, kernels = linear(builder, 16, 32, 24, "relu")
+    program = compile_plan(graph, kernels, OPTS.with_extra(matmul_template=False))
+    assert [s.target for s in program.steps] == ["aten.permute.default", "aten.addmm.default",
+                                                 "pipec_fused_mm_add_1_epilogue"]
+    assert all(get_attr(s.attrs, "choice") is None for s in program.steps)
+
+
+def test_bmm_epilogue_and_stored_product(builder):
+    """A batched product that is also returned: the template stores the accumulator too."""
+    b = builder
+    x, y, r = b.input("x", (2, 9, 16)), b.input("y", (2, 16, 12)), b.input("r", (2, 9, 12))
+    b.node("p", "bmm", [x, y], (2, 9, 12))
+    b.node("s", "sigmoid", ["p"], (2, 9, 12))
+    b.node("o", "add", ["s", r], (2, 9, 12))
+    graph = b.graph(["o", "p"])
+    program = compile_plan(graph, [kernel("pipec_fused_bmm_sigmoid_0", "matmul", ["p", "s", "o"], [x, y, r],
+                                          ["p", "o"], (2, 9, 12))])
+    torch.manual_seed(2)
+    xs = [torch.randn(2, 9, 16), torch.randn(2, 16, 12), torch.randn(2, 9, 12)]
+    want = torch.bmm(xs[0], xs[1])
+    for alternative in ("template", "library"):
+        o, p = run_program(only(program, alternative), xs)
+        torch.testing.assert_close(p, want)
+        torch.testing.assert_close(o, torch.sigmoid(want) + xs[2])
+
+
+def test_reshaped_operand_is_read_in_place_and_scrambled_one_is_not(builder):
+    b = builder
+    x = b.input("x", (2, 8, 32))
+    p = b.input("p", (2, 3, 4))
+    b.node("x2", "reshape", [x], (16, 32))
+    b.node("pt", "permute", [p], (3, 2, 4), dims=(1, 0, 2))
+    b.node("p2", "reshape", ["pt"], (6, 4))
+    graph = b.graph(["x2", "p2"])
+    i, k = index_symbol("i_t"), index_symbol("k_t")
+    layout = operand_layout(graph, "x2", (i, k))
+    assert layout.root == "x" and layout.strides == (32, 1) and layout.offset == 0
+    assert operand_layout(graph, "p2", (i, k)) is None  # row i of p2 is not at a fixed stride in p
+
+
+def test_scrambled_operand_keeps_cublas_only(builder):
+    b = builder
+    p, w = b.input("p", (2, 3, 4)), b.input("w", (4, 5))
+    b.node("pt", "permute", [p], (3, 2, 4), dims=(1, 0, 2))
+    b.node("p2", "reshape", ["pt"], (6, 4))
+    b.node("mm", "mm", ["p2", w], (6, 5))
+    b.node("e", "relu", ["mm"], (6, 5))
+    graph = b.graph(["e"])
+    program = compile_plan(graph, [
+        kernel("pipec_view_permute_0", "view", ["pt"], ["p"], ["pt"], ()),
+        kernel("pipec_view_reshape_1", "view", ["p2"], ["pt"], ["p2"], ()),
+        kernel("pipec_fused_mm_relu_2", "matmul", ["mm", "e"], ["p2", "w"], ["e"], (6, 5))])
+    assert [s.target for s in program.steps][2:] == ["aten.mm.default", "pipec_fused_mm_relu_2_epilogue"]
+    torch.manual_seed(4)
+    xs = [torch.randn(2, 3, 4), torch.randn(4, 5)]
+    (out,) = run_program(program, xs)
+    torch.testing.assert_close(out, torch.relu(xs[0].permute(1, 0, 2).reshape(6, 4) @ xs[1]))
+
+
+def test_configs_fit_the_problem():
+    (tiny,) = template_configs(16, 24, 32, "float32")
+    assert dict(tiny.constants) == {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8}
+    big = template_configs(8192, 8192, 2048, "bfloat16")
+    assert dict(big[0].constants)["BLOCK_K"] == 64 and big[0].num_warps == 8
+    assert {dict(c.constants)["BLOCK_N"] for c in big} >= {128, 256}
+    for c in big:  # software-pipelined A and B tiles fit Hopper's shared memory (227 KB per block)
+        const = dict(c.constants)
+        assert c.num_stages * (const["BLOCK_M"] + const["BLOCK_N"]) * const["BLOCK_K"] * 2 <= 227 * 1024
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="bf16 tl.dot needs the GPU (Triton's interpreter gets it wrong)")
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
+def test_bf16_template_every_config_on_gpu(act):
+    graph, kernels = linear(Builder(), 200, 256, 136, act, dtype="bfloat16", residual=True)
+    program = only(compile_plan(graph, kernels), "template")
+    torch.manual_seed(5)
+    xs = [torch.randn(200, 256), torch.randn(136, 256) / 16, torch.randn(136), torch.randn(200, 136)]
+    want = reference(act, *[t.cuda().to(torch.bfloat16) for t in xs])
+    bf = [t.to(torch.bfloat16) for t in xs]
+    for config in program.kernels[0].configs:
+        (out,) = run_program(program, bf, constants=dict(config.constants))
+        torch.testing.assert_close(out, want.cpu(), atol=5e-2, rtol=2e-2)
+
+
+def test_half_gelu_epilogue_defines_its_helper(builder):
+    """The template's epilogue calls `_pipec_gelu_half` for a bf16 GELU: the kernel module
+    must define it (the interpreter's bf16 tl.dot is wrong, so numerics are checked on the GPU)."""
+    graph, kernels = linear(builder, 16, 32, 24, "gelu", dtype="bfloat16")
+    program = compile_plan(graph, kernels)
+    for name in ("pipec_fused_mm_add_1", "pipec_fused_mm_add_1_epilogue"):
+        src = program.kernel_map()[name].source
+        assert "_pipec_gelu_half(" in src and "def _pipec_gelu_half(x):" in src, name

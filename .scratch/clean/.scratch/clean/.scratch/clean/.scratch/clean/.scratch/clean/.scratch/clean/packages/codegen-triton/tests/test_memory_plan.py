@@ -1,0 +1,107 @@
+"""The memory plan: liveness slots, in-place reuse, peak bytes never above eager's."""
+
+import sympy
+from pipec_codegen_triton.memory_plan import inplace_candidates, peak_bytes, plan_memory, plan_program_memory
+from pipec_ir import KernelPlan, Step, TensorType, get_attr, make_attrs
+from pipec_ir.verify import verify_program
+
+from conftest import Builder, kernel
+
+
+def T(*shape, dtype="float32"):
+    return TensorType(tuple(sympy.Integer(s) for s in shape), dtype)
+
+
+def launch(name, inputs, outputs):
+    return Step("launch", name, tuple(inputs), tuple(outputs))
+
+
+def chain_plan():
+    """x -> relu -> exp -> neg (three pointwise kernels) -> n."""
+    b = Builder()
+    x = b.input("x", (4, 8))
+    b.node("r", "relu", [x], (4, 8))
+    b.node("e", "exp", ["r"], (4, 8))
+    b.node("n", "neg", ["e"], (4, 8))
+    g = b.graph(["n"])
+    return KernelPlan(g, "test", (
+        kernel("k_relu", "pointwise", ["r"], ["x"], ["r"], (4, 8)),
+        kernel("k_exp", "pointwise", ["e"], ["r"], ["e"], (4, 8)),
+        kernel("k_neg", "pointwise", ["n"], ["e"], ["n"], (4, 8)),
+    ), (), ())
+
+
+def test_buffers_with_disjoint_lifetimes_share_a_slot():
+    steps = (launch("a", ["x"], ["t1"]), launch("b", ["t1"], ["t2"]), launch("c", ["t2"], ["t3"]),
+             launch("d", ["t3"], ["out"]))
+    types = {n: T(4, 8) for n in ("x", "t1", "t2", "t3", "out")}
+    buffers, slots, pairs = plan_memory(steps, types, {"out"})
+    slot = {b.name: b.slot for b in buffers}
+    assert slot["t1"] == slot["t3"] != slot["t2"]  # t1 is free again when t3 is written
+    assert slot["out"] is None and len(slots) == 2 and pairs == {}
+
+
+def test_pointwise_output_takes_the_slot_of_an_input_dying_there():
+    plan = chain_plan()
+    steps = tuple(launch(k.name, k.inputs, k.outputs) for k in plan.kernels)
+    types = plan.graph.types()
+    assert inplace_candidates(plan) == {"k_relu": frozenset({"x"}), "k_exp": frozenset({"r"}),
+                                        "k_neg": frozenset({"e"})}  # x is a graph input: never a donor
+    new_steps, buffers, slots, peak = plan_program_memory(steps, types, {"n"}, plan)
+    slot = {b.name: b.slot for b in buffers}
+    assert slot["r"] == slot["e"] == 0 and len(slots) == 1
+    assert get_attr(new_steps[1].attrs, "inplace") == (("e", "r"),)
+    assert get_attr(new_steps[0].attrs, "inplace") is None
+    eager = peak_bytes(steps, types, {"n"})
+    assert int(peak) == int(eager) == 2 * 128  # planned: the shared slot and n; eager: e and n
+
+
+def test_no_in_place_through_a_view_or_a_broadcast():
+    b = Builder()
+    x = b.input("x", (8, 8))
+    b.node("r", "relu", [x], (8, 8))
+    b.node("rt", "permute", ["r"], (8, 8), dims=(1, 0))
+    b.node("s", "add", ["rt", "r"], (8, 8))
+    g = b.graph(["s"])
+    plan = KernelPlan(g, "test", (
+        kernel("k_relu", "pointwise", ["r"], ["x"], ["r"], (8, 8)),
+        kernel("k_add", "pointwise", ["rt", "s"], ["r"], ["s"], (8, 8)),
+    ), (), ())
+    assert "k_add" not in inplace_candidates(plan)  # r is read transposed: element i is not read at i
+
+
+def test_in_place_needs_the_same_type_and_a_dying_input():
+    steps = (launch("a", ["x"], ["t1"]), launch("b", ["t1"], ["t2"]), launch("c", ["t1", "t2"], ["out"]))
+    types = {"x": T(4, 8), "t1": T(4, 8), "t2": T(4, 8), "out": T(4, 8)}
+    _, _, pairs = plan_memory(steps, types, {"out"}, inplace={"b": frozenset({"t1"})})
+    assert pairs == {}  # t1 is still read by c
+    types["t2"] = T(4, 8, dtype="float16")
+    steps = (launch("a", ["x"], ["t1"]), launch("b", ["t1"], ["t2"]), launch("c", ["t2"], ["out"]))
+    _, _, pairs = plan_memory(steps, types, {"out"}, inplace={"b": frozenset({"t1"})})
+    assert pairs == {}  # another size class
+
+
+def test_a_plan_above_eager_falls_back_to_one_slot_per_buffer():
+    # small takes big's freed slot (best fit): a slot kept across a gap must never cost more
+    # than eager at any step, else the plan is one slot per buffer
+    steps = (launch("a", ["x"], ["big"]), launch("b", ["big"], ["small"]),
+             Step("extern", "aten.mm.default", ("small", "w"), ("mm",), make_attrs()),
+             launch("c", ["mm", "small"], ["out"]))
+    types = {"x": T(32, 32), "big": T(32, 32), "small": T(4, 4), "w": T(4, 4), "mm": T(4, 4), "out": T(4, 4)}
+    _, buffers, slots, peak = plan_program_memory(steps, types, {"out"})
+    assert int(peak) <= int(peak_bytes(steps, types, {"out"}))
+
+
+def test_generated_program_with_in_place_steps_verifies_and_runs():
+    from conftest import run_program
+    from pipec_codegen_triton import generate_program
+    from pipec_ir import CompileOptions
+    import torch
+
+    prog = generate_program(chain_plan(), CompileOptions())
+    verify_program(prog)
+    assert any(get_attr(s.attrs, "inplace") for s in prog.steps)
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    (out,) = run_program(prog, [x])
+    torch.testing.assert_close(out.cpu(), -torch.exp(torch.relu(x)))

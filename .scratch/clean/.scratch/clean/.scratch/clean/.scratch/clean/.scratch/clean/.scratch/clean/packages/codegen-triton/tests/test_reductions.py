@@ -1,0 +1,228 @@
+"""Reduction kernels: one-pass loops (online softmax, Welford), several reductions per loop,
+column (non-innermost) reductions, persistent-row choice and launch configs.
+
+Each kernel is checked against eager PyTorch; a small RBLOCK (`constants=`) makes the loop
+run several iterations over a short row, so the running rescaling / merging is exercised.
+"""
+
+import math
+
+import pytest
+import torch
+from pipec_codegen_triton import generate_program
+from pipec_codegen_triton.configs import reduction_configs
+from pipec_codegen_triton.writer import KernelWriter
+from pipec_ir import CompileOptions, KernelPlan
+import sympy
+
+from conftest import DT, kernel, run_program
+
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf - inf on purpose
+LOOPED = CompileOptions().with_extra(persistent_reduction_limit=0)  # always loop over the row
+
+
+def compile_one(graph, k, options=LOOPED):
+    return generate_program(KernelPlan(graph, "test", (k,)), options)
+
+
+def loops(program) -> int:
+    return program.kernels[0].source.count("for roffset in range")
+
+
+def softmax_kernel(b, rows, cols, dtype="float32", log=False):
+    x = b.input("x", (rows, cols), dtype)
+    b.node("amax", "max", [x], (rows, 1), dtype, dims=(1,), keepdim=True)
+    b.node("amax_e", "expand", ["amax"], (rows, cols), dtype)
+    b.node("sub", "sub", [x, "amax_e"], (rows, cols), dtype)
+    b.node("exp", "exp", ["sub"], (rows, cols), dtype)
+    b.node("sum", "sum", ["exp"], (rows, 1), dtype, dims=(1,), keepdim=True)
+    if log:
+        b.node("lse", "log", ["sum"], (rows, 1), dtype)
+        b.node("lse_e", "expand", ["lse"], (rows, cols), dtype)
+        b.node("out", "sub", ["sub", "lse_e"], (rows, cols), dtype)
+    else:
+        b.node("sum_e", "expand", ["sum"], (rows, cols), dtype)
+        b.node("out", "div", ["exp", "sum_e"], (rows, cols), dtype)
+    g = b.graph(["out", "sum"])
+    names = [n.name for n in g.nodes]
+    return g, kernel("pipec_fused_softmax_0", "reduction", names, ["x"], ["out", "sum"], (rows, cols), (1,))
+
+
+def softmax_inputs(rows, cols, dtype):
+    torch.manual_seed(0)
+    x = (torch.randn(rows, cols) * 4).to(DT[dtype])
+    if rows >= 4 and cols >= 3:
+        x[1, cols // 2] = math.inf  # eager: the whole row is NaN
+        x[2, :] = -math.inf  # eager: NaN (exp(-inf - -inf))
+        x[3, 0] = math.nan
+    return x
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype,rows,cols,rblock", [
+    ("float32", 6, 37, 8),  # odd row, five loop iterations, a ragged last one
+    ("float16", 5, 21, 4),
+    ("float32", 3, 1, 4),  # size-1 rows
+])
+def test_online_softmax_reads_the_row_twice(builder, log, dtype, rows, cols, rblock):
+    g, k = softmax_kernel(builder, rows, cols, dtype, log)
+    prog = compile_one(g, k)
+    assert loops(prog) == 2  # max+sum fused, then the normalised output
+    x = softmax_inputs(rows, cols, dtype)
+    out, total = run_program(prog, [x], constants={"RBLOCK": rblock})
+    xf = x.float()
+    ref = torch.log_softmax(xf, -1) if log else torch.softmax(xf, -1)
+    torch.testing.assert_close(out, ref.to(x.dtype), equal_nan=True)
+    ref_sum = torch.exp(xf - xf.amax(-1, keepdim=True)).sum(-1, keepdim=True)
+    torch.testing.assert_close(total, ref_sum.to(x.dtype), equal_nan=True)
+
+
+def variance_kernel(b, rows, cols, dtype="float32", square="mul"):
+    """layer_norm's statistics as capture writes them: mean = sum / n, var = sum((x - mean)^2) / n."""
+    x = b.input("x", (rows, cols), dtype)
+    b.node("s", "sum", [x], (rows, 1), dtype, dims=(1,), keepdim=True)
+    b.node("n", "full", [], (rows, 1), dtype, value=float(cols))
+    b.node("mean", "div", ["s", "n"], (rows, 1), dtype)
+    b.node("mean_e", "expand", ["mean"], (rows, cols), dtype)
+    b.node("xc", "sub", [x, "mean_e"], (rows, cols), dtype)
+    if square == "mul":
+        b.node("sq", "mul", ["xc", "xc"], (rows, cols), dtype)
+    else:
+        b.node("two", "full", [], (rows, cols), dtype, value=2)
+        b.node("sq", "pow", ["xc", "two"], (rows, cols), dtype)
+    b.node("ss", "sum", ["sq"], (rows,), dtype, dims=(1,), keepdim=False)
+    b.node("nv", "full", [], (rows,), dtype, value=float(cols))
+    b.node("var", "div", ["ss", "nv"], (rows,), dtype)
+    b.node("eps", "full", [], (rows, 1), dtype, value=1e-5)
+    b.node("ve", "add", ["mean", "eps"], (rows, 1), dtype)
+    b.node("rstd", "rsqrt", ["ve"], (rows, 1), dtype)
+    b.node("var_k", "reshape", ["var"], (rows, 1), dtype)
+    b.node("var_e", "expand", ["var_k"], (rows, cols), dtype)
+    b.node("veps", "full", [], (rows, cols), dtype, value=1e-5)
+    b.node("v2", "add", ["var_e", "veps"], (rows, cols), dtype)
+    b.node("r2", "rsqrt", ["v2"], (rows, cols), dtype)
+    b.node("y", "mul", ["xc", "r2"], (rows, cols), dtype)
+    g = b.graph(["y", "var", "mean"])
+    names = [n.name for n in g.nodes if n.name not in ("ve", "rstd", "eps")]
+    return g, kernel("pipec_fused_layer_norm_0", "reduction", names, ["x"], ["y", "var", "mean"], (rows, cols), (1,))
+
+
+@pytest.mark.parametrize("square", ["mul", "pow"])
+@pytest.mark.parametrize("dtype,rows,cols,rblock", [("float32", 5, 45, 8), ("float16", 4, 19, 4),
+                                                    ("float32", 3, 1, 2)])
+def test_welford_mean_and_variance_in_one_pass(builder, square, dtype, rows, cols, rblock):
+    g, k = variance_kernel(builder, rows, cols, dtype, square)
+    prog = compile_one(g, k)
+    assert loops(prog) == 2 and "_pipec_welford" in prog.kernels[0].source
+    torch.manual_seed(1)
+    x = (torch.randn(rows, cols) * 3 + 100).to(DT[dtype])  # a large mean: cancellation would show
+    if rows >= 3 and cols > 1:
+        x[2, 1] = math.inf
+    y, var, mean = run_program(prog, [x], constants={"RBLOCK": rblock})
+    xf = x.float()
+    ref_var = xf.var(-1, unbiased=False)
+    torch.testing.assert_close(var, ref_var.to(x.dtype), equal_nan=True)
+    torch.testing.assert_close(mean, xf.mean(-1, keepdim=True).to(x.dtype), equal_nan=True)
+    ref_y = (xf - xf.mean(-1, keepdim=True)) * torch.rsqrt(ref_var[:, None] + 1e-5)
+    torch.testing.assert_close(y, ref_y.to(x.dtype), equal_nan=True)
+
+
+def test_a_mean_over_another_count_is_not_welford(builder):
+    g, k = variance_kernel(builder, 3, 10)
+    nodes = tuple(n if n.name != "n" else n.__class__(n.name, n.op, n.inputs, n.type, (("value", 9.0),))
+                  for n in g.nodes)
+    g = g.__class__(g.name, g.inputs, nodes, g.outputs)
+    prog = compile_one(g, k)
+    assert "_pipec_welford" not in prog.kernels[0].source and loops(prog) == 3
+    x = torch.randn(3, 10)
+    _, var, _ = run_program(prog, [x], constants={"RBLOCK": 4})
+    torch.testing.assert_close(var, ((x - x.sum(-1, keepdim=True) / 9) ** 2).sum(-1) / 10)
+
+
+def test_independent_reductions_share_one_loop(builder):
+    b = builder
+    rows, cols = 4, 23
+    x = b.input("x", (rows, cols))
+    b.node("s", "sum", [x], (rows,), dims=(1,), keepdim=False)
+    b.node("m", "min", [x], (rows,), dims=(1,), keepdim=False)
+    b.node("am", "argmax", [x], (rows,), "int64", dims=(1,), keepdim=False)
+    b.node("m_e", "reshape", ["m"], (rows, 1))
+    b.node("m_x", "expand", ["m_e"], (rows, cols))
+    b.node("d", "sub", [x, "m_x"], (rows, cols))
+    b.node("sd", "sum", ["d"], (rows,), dims=(1,), keepdim=False)  # depends on m: a second loop
+    g = b.graph(["s", "m", "am", "sd"])
+    k = kernel("pipec_fused_sum_min_argmax_0", "reduction", [n.name for n in g.nodes], ["x"],
+               ["s", "m", "am", "sd"], (rows, cols), (1,))
+    prog = compile_one(g, k)
+    assert loops(prog) == 2
+    torch.manual_seed(2)
+    xv = torch.randn(rows, cols)
+    xv[1, 5] = math.nan  # min propagates NaN; argmax picks the NaN
+    s, m, am, sd = run_program(prog, [xv], constants={"RBLOCK": 8})
+    torch.testing.assert_close(s, xv.sum(-1), equal_nan=True)
+    torch.testing.assert_close(m, xv.amin(-1), equal_nan=True)
+    torch.testing.assert_close(am, xv.argmax(-1))
+    torch.testing.assert_close(sd, (xv - xv.amin(-1, keepdim=True)).sum(-1), equal_nan=True)
+
+
+@pytest.mark.parametrize("shape,dims", [((70, 24), (0,)), ((3, 67, 20), (1,)), ((40, 6), (0,))])
+def test_column_reductions_run_along_the_contiguous_dim(builder, shape, dims):
+    b = builder
+    x = b.input("x", shape)
+    out_shape = tuple(s for d, s in enumerate(shape) if d not in dims)
+    b.node("s", "sum", [x], out_shape, dims=dims, keepdim=False)
+    b.node("m", "max", [x], out_shape, dims=dims, keepdim=False)
+    g = b.graph(["s", "m"])
+    k = kernel("pipec_fused_sum_max_0", "reduction", ["s", "m"], ["x"], ["s", "m"], shape, dims)
+    prog = generate_program(KernelPlan(g, "test", (k,)), CompileOptions())
+    [kern] = prog.kernels
+    first = dict(kern.configs[0].constants)
+    assert first["XBLOCK"] >= min(16, shape[-1])  # many contiguous columns per program
+    assert (loops(prog) == 1) == (shape[dims[0]] > 64)  # long columns loop, short ones are persistent
+    torch.manual_seed(3)
+    xv = torch.randn(shape)
+    xv.view(-1)[7] = math.nan
+    s, m = run_program(prog, [xv])
+    torch.testing.assert_close(s, xv.sum(dims), equal_nan=True)
+    torch.testing.assert_close(m, xv.amax(dims), equal_nan=True)
+
+
+def test_persistent_max_propagates_nan_and_handles_int(builder):
+    b = builder
+    x = b.input("x", (4, 9))
+    i = b.input("i", (4, 9), "int32")
+    b.node("m", "max", [x], (4,), dims=(1,), keepdim=False)
+    b.node("mi", "min", [i], (4,), "int32", dims=(1,), keepdim=False)
+    g = b.graph(["m", "mi"])
+    k = kernel("pipec_fused_max_min_0", "reduction", ["m", "mi"], ["x", "i"], ["m", "mi"], (4, 9), (1,))
+    prog = generate_program(KernelPlan(g, "test", (k,)), CompileOptions())
+    src = prog.kernels[0].source
+    assert "_pipec_fmax" in src and "_pipec_minimum" in src  # float: max.NaN; int: compare
+    xv = torch.randn(4, 9)
+    xv[0, 3] = math.nan
+    iv = torch.randint(-50, 50, (4, 9), dtype=torch.int32)
+    m, mi = run_program(prog, [xv, iv])
+    torch.testing.assert_close(m, xv.amax(-1), equal_nan=True)
+    torch.testing.assert_close(mi, iv.amin(-1))
+
+
+def _row_kernel(builder, cols, dtype):
+    g, k = softmax_kernel(builder, 2, cols, dtype)
+    return KernelWriter(g, k).write()
+
+
+@pytest.mark.parametrize("cols,dtype,persistent", [(8192, "bfloat16", True), (8192, "float32", False),
+                                                    (4096, "float32", True), (16384, "float16", False)])
+def test_persistent_rows_by_bytes(builder, cols, dtype, persistent):
+    assert _row_kernel(builder, cols, dtype).persistent == persistent
+
+
+def test_row_configs_scale_warps_with_the_row():
+    n = sympy.Integer
+    [*long_rows] = reduction_configs(n(8192), n(8192), persistent=True)
+    assert long_rows[0].num_warps == 16 and dict(long_rows[0].constants) == {"XBLOCK": 1, "RBLOCK": 8192}
+    assert {c.num_warps for c in long_rows} >= {8, 16}
+    short = reduction_configs(n(8192), n(100), persistent=True)
+    assert dict(short[0].constants)["XBLOCK"] > 1  # several short rows per program
+    columns = reduction_configs(n(4096), n(100000), persistent=False, outer=True)
+    assert all(dict(c.constants)["XBLOCK"] >= 16 for c in columns)

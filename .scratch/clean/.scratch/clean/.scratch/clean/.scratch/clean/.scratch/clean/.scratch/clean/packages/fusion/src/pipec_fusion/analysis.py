@@ -1,0 +1,169 @@
+"""`GraphAnalysis`: the facts about a Graph that grouping and legality read.
+
+Views are transparent here: every value has a *root* (itself for a graph input or
+a computing node, the root of its input for a view), and a node "reads" the roots
+of its inputs. Index arithmetic through a view chain is `pipec_ir.indexing`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import sympy
+from pipec_ir import Graph, Node, kind_of
+from pipec_ir.indexing import view_source_index
+from pipec_ir.symbolic import index_symbol, size_symbol
+
+VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "select"})
+CREATION_OPS = frozenset({"full", "iota"})
+
+
+def group_kind_of(node: Node) -> str:
+    """The kind of group a (non-view) node starts in."""
+    kind = kind_of(node.op)
+    if node.op == "scatter":  # writes at data-dependent positions: a kernel kind of its own
+        return "scatter"
+    if kind in ("pointwise", "creation", "indexing"):  # indexing: `take`, a pointwise gather
+        return "pointwise"
+    if kind in ("reduction", "matmul", "extern", "scan"):
+        return kind
+    raise ValueError(f"fusion: node {node.name} has op {node.op!r} of kind {kind!r}, which fusion cannot place")
+
+
+def index_vars(shape) -> tuple[sympy.Expr, ...]:
+    """The index of a point of `shape`: (i0, i1, ...), with 0 for dims of size 1."""
+    return tuple(sympy.Integer(0) if size == 1 else index_symbol(f"i{k}") for k, size in enumerate(shape))
+
+
+def shape_str(shape) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def same_shape(a, b) -> bool:
+    if tuple(a) == tuple(b):
+        return True
+    return len(a) == len(b) and all(sympy.expand(x - y) == 0 for x, y in zip(a, b))
+
+
+def same_index(a, b) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        if sympy.expand(x - y) != 0:
+            return False
+    return True
+
+
+class GraphAnalysis:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.nodes: dict[str, Node] = graph.node_map()
+        self.types = graph.types()
+        self.input_names = {i.name for i in graph.inputs}
+        order = [i.name for i in graph.inputs] + [n.name for n in graph.nodes]
+        self.position = {name: k for k, name in enumerate(order)}
+
+        self._index_cache: dict = {}
+        self._hints = {size_symbol(s.name): s.hint for s in graph.symbols}
+        self.root: dict[str, str] = {i.name: i.name for i in graph.inputs}
+        for n in graph.nodes:
+            self.root[n.name] = self.root[n.inputs[0]] if n.op in VIEW_OPS else n.name
+
+        self.live = self._live_nodes()
+        # compute nodes: live nodes that are not views
+        self.compute = [n.name for n in graph.nodes if n.name in self.live and n.op not in VIEW_OPS]
+
+        # root -> non-view live nodes reading it (directly or through views), in graph order
+        readers: dict[str, list[str]] = defaultdict(list)
+        for name in self.compute:
+            for v in self.nodes[name].inputs:
+                r = self.root[v]
+                if name not in readers[r]:
+                    readers[r].append(name)
+        self.readers = dict(readers)
+
+        # views that must exist as tensors: read by a library call, or returned
+        need: set[str] = set()
+        for name in self.compute:
+            n = self.nodes[name]
+            if group_kind_of(n) in ("matmul", "extern") and n.op != "getitem":
+                need.update(v for v in n.inputs if self.is_view(v))
+        need.update(o for o in graph.outputs if o is not None and self.is_view(o))
+        stack = list(need)
+        while stack:
+            v = self.nodes[stack.pop()].inputs[0]
+            if self.is_view(v) and v not in need:
+                need.add(v)
+                stack.append(v)
+        self.view_kernels = sorted(need, key=self.position.__getitem__)
+
+        # roots that must be stored whatever the grouping: graph outputs and sources of view kernels
+        self.forced_store = {self.root[o] for o in graph.outputs if o is not None}
+        self.forced_store.update(self.root[v] for v in need)
+        self.forced_store -= self.input_names
+
+    # ------------------------------------------------------------ helpers
+
+    def is_view(self, value: str) -> bool:
+        n = self.nodes.get(value)
+        return n is not None and n.op in VIEW_OPS
+
+    def shape(self, value: str):
+        return tuple(self.types[value].shape)
+
+    def pos(self, value: str) -> int:
+        return self.position[value]
+
+    def view_chain(self, value: str) -> list[str]:
+        """The view nodes from `value` back to (not including) its root."""
+        chain = []
+        while self.is_view(value):
+            chain.append(value)
+            value = self.nodes[value].inputs[0]
+        return chain
+
+    def map_index(self, value: str, index: tuple) -> tuple[str, tuple]:
+        """(root, index into the root) for reading `value` at `index`."""
+        key = (value, index)
+        if key not in self._index_cache:
+            self._index_cache[key] = self._map_index(value, index)
+        return self._index_cache[key]
+
+    def _map_index(self, value, index):
+        while self.is_view(value):
+            node = self.nodes[value]
+            index = view_source_index(node, index, self.types[node.inputs[0]])
+            value = node.inputs[0]
+        return value, tuple(index)
+
+    def must_store(self, name: str, members) -> bool:
+        """Is computing node `name` stored by a kernel holding exactly `members`?"""
+        if name in self.forced_store:
+            return True
+        return any(r not in members for r in self.readers.get(name, ()))
+
+    def numel_hint(self, shape) -> int:
+        total = sympy.Mul(*shape) if shape else sympy.Integer(1)
+        total = total.subs(self._hints)
+        if total.free_symbols:
+            total = total.subs({s: 64 for s in total.free_symbols})
+        try:
+            return int(total)
+        except TypeError:
+            return 0
+
+    def _live_nodes(self) -> set[str]:
+        live: set[str] = set()
+        stack = [o for o in self.graph.outputs if o is not None and o in self.nodes]
+        for n in self.graph.nodes:  # library calls run whatever happens to their results
+            if n.op in ("extern", "getitem"):
+                stack.append(n.name)
+        while stack:
+            name = stack.pop()
+            if name in live:
+                continue
+            live.add(name)
+            stack.extend(v for v in self.nodes[name].inputs if v in self.nodes)
+        return live

@@ -1,0 +1,402 @@
+"""The fusion engine: Graph -> KernelPlan, greedy over legal, profitable merges.
+
+    fuse_graph(graph, heuristics)
+      = analyse_graph          views transparent, roots, readers, forced stores
+      -> initial_groups        one group per computing node (an extern with its getitems)
+      -> merge_greedily        best-scoring legal candidate first, until none is left
+      -> build_kernels         nodes / inputs / outputs / domain, plus view kernels
+      -> order_and_name        topological order, readable unique names
+      -> verify
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import re
+from dataclasses import dataclass
+
+import networkx as nx
+from pipec_ir import FusionDecision, Graph, Kernel, KernelPlan, RejectedFusion, verify
+from pipec_ir.verify import is_multi_result
+
+from .analysis import GraphAnalysis, group_kind_of
+from .heuristics import GroupInfo, Heuristics
+from .legality import MATMUL_OPS, Group, GroupCheck, check_group, cycle_through, merged_group
+from .scan_rules import scan_domain
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    a: int  # group ids (vertical: a produces for b)
+    b: int
+    kind: str  # "vertical" | "horizontal"
+    first: str  # the node of each group the rejection names
+    second: str
+
+
+class _State:
+    def __init__(self, an: GraphAnalysis):
+        self.an = an
+        self.groups: dict[int, Group] = {}
+        self.owner: dict[str, int] = {}
+        for name in an.compute:
+            node = an.nodes[name]
+            kind = group_kind_of(node)
+            if node.op == "getitem":
+                gid = self.owner[node.inputs[0]]
+                g = self.groups[gid]
+                self.groups[gid] = Group(g.kind, g.members | {name}, g.domain)
+                self.owner[name] = gid
+                continue
+            gid = an.pos(name)
+            if kind == "reduction":
+                group = Group(kind, frozenset({name}), an.shape(node.inputs[0]), tuple(node.attr("dims")))
+            elif kind == "scan":
+                group = Group(kind, frozenset({name}), *scan_domain(an, name))
+            elif kind == "scatter":  # one program instance per written element: the index's shape
+                group = Group(kind, frozenset({name}), an.shape(node.inputs[1]))
+            elif is_multi_result(node):
+                group = Group(kind, frozenset({name}), ())
+            else:
+                group = Group(kind, frozenset({name}), an.shape(name))
+            self.groups[gid] = group
+            self.owner[name] = gid
+        self.dag = nx.DiGraph()
+        self.dag.add_nodes_from(self.groups)
+        for name in an.compute:
+            for value in an.nodes[name].inputs:
+                root = an.root[value]
+                if root in self.owner and self.owner[root] != self.owner[name]:
+                    self._add_edge(self.owner[root], self.owner[name], (root, name))
+        self._checks: dict[Group, GroupCheck] = {}
+        self._infos: dict[Group, GroupInfo] = {}
+        self.statics: dict = {}
+        self.scores: dict = {}
+
+    def _add_edge(self, a, b, pair):
+        if self.dag.has_edge(a, b):
+            self.dag[a][b]["pairs"].append(pair)
+        else:
+            self.dag.add_edge(a, b, pairs=[pair])
+
+    def check(self, group: Group) -> GroupCheck:
+        if group not in self._checks:
+            self._checks[group] = check_group(self.an, group)
+        return self._checks[group]
+
+    def info(self, group: Group) -> GroupInfo:
+        if group not in self._infos:
+            nodes = tuple(sorted(group.members, key=self.an.pos))
+            self._infos[group] = GroupInfo(
+                kind=group.kind, nodes=nodes, ops=tuple(self.an.nodes[n].op for n in nodes),
+                domain=tuple(group.domain), reduce_dims=tuple(group.reduce_dims),
+                numel=self.an.numel_hint(group.domain))
+        return self._infos[group]
+
+    def merge(self, a: int, b: int, merged: Group) -> int:
+        keep, gone = min(a, b), max(a, b)
+        for n in merged.members:
+            self.owner[n] = keep
+        self.groups[keep] = merged
+        del self.groups[gone]
+        for p, _, data in list(self.dag.in_edges(gone, data=True)):
+            if p != keep:
+                for pair in data["pairs"]:
+                    self._add_edge(p, keep, pair)
+        for _, s, data in list(self.dag.out_edges(gone, data=True)):
+            if s != keep:
+                for pair in data["pairs"]:
+                    self._add_edge(keep, s, pair)
+        self.dag.remove_node(gone)
+        return keep
+
+
+def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None) -> KernelPlan:
+    """Partition `graph` into kernels, fusing what legality allows and `heuristics` wants."""
+    verify(graph)
+    an = GraphAnalysis(graph)
+    state = _State(an)
+    fusions, rejected = merge_greedily(state, heuristics)
+    return build_plan(state, graph, policy or heuristics.name, fusions, rejected)
+
+
+# ---------------------------------------------------------------- greedy merging
+
+
+def _candidates(state: _State, heuristics: Heuristics) -> list[_Candidate]:
+    an, out = state.an, []
+    for a, b, data in state.dag.edges(data=True):
+        first, second = min(data["pairs"], key=lambda p: (an.pos(p[1]), an.pos(p[0])))
+        out.append(_Candidate(a, b, "vertical", first, second))
+    if heuristics.horizontal:
+        reach = _reachability(state.dag)
+        buckets: dict[tuple, list[int]] = {}
+        for gid, grp in sorted(state.groups.items()):
+            if grp.kind in ("pointwise", "reduction"):
+                buckets.setdefault((grp.kind, tuple(grp.domain), tuple(grp.reduce_dims)), []).append(gid)
+        for ids in buckets.values():
+            for k, a in enumerate(ids):
+                for b in ids[k + 1:]:
+                    if (reach[a] >> b) & 1 or (reach[b] >> a) & 1:
+                        continue
+                    first = min(state.groups[a].members, key=an.pos)
+                    second = min(state.groups[b].members, key=an.pos)
+                    out.append(_Candidate(a, b, "horizontal", first, second))
+    out.sort(key=lambda c: (an.pos(c.second), an.pos(c.first), c.kind))
+    return out
+
+
+def _reachability(dag: nx.DiGraph) -> dict[int, int]:
+    """Group id -> bitset (bit g set) of the groups reachable from it."""
+    reach: dict[int, int] = {}
+    for g in reversed(list(nx.topological_sort(dag))):
+        bits = 0
+        for s in dag.successors(g):
+            bits |= reach[s] | (1 << s)
+        reach[g] = bits
+    return reach
+
+
+def _static(state: _State, ga: Group, gb: Group, kind: str):
+    """(reason, merged group, heuristics kind) for merging ga and gb, ignoring cycles (cached)."""
+    key = (ga, gb, kind)
+    if key not in state.statics:
+        state.statics[key] = _static_uncached(state, ga, gb, kind)
+    return state.statics[key]
+
+
+def _static_uncached(state: _State, ga: Group, gb: Group, cand_kind: str):
+    reason, merged = merged_group(state.an, ga, gb, cand_kind)
+    if reason:
+        return reason, None, None
+    if cand_kind == "horizontal":
+        # no value flows between the two: each stores what it stored, reads what it read
+        for g in (ga, gb):
+            if state.check(g).reason:
+                return state.check(g).reason, None, None
+        return None, merged, "horizontal"  # (a pair with a path between is refused when popped)
+    result = state.check(merged)
+    if result.reason:
+        return result.reason, None, None
+    fresh = result.recomputed - state.check(ga).recomputed - state.check(gb).recomputed
+    kind = "recompute" if cand_kind == "vertical" and fresh else cand_kind
+    return None, merged, kind
+
+
+def _score(state: _State, heuristics: Heuristics, ga: Group, gb: Group, hkind: str):
+    key = (ga, gb, hkind)
+    if key not in state.scores:
+        state.scores[key] = heuristics.score(state.info(ga), state.info(gb), hkind)
+    return state.scores[key]
+
+
+def _has_detour(dag: nx.DiGraph, reach: dict[int, int], a: int, b: int) -> bool:
+    """Is there a path a -> X -> ... -> b through another group X?"""
+    return any(s != b and (reach[s] >> b) & 1 for s in dag.successors(a))
+
+
+def merge_greedily(state: _State, heuristics: Heuristics):
+    """Repeatedly merge the best-scoring legal candidate pair until none is left.
+
+    A candidate is a pair of *group versions*; merging only ever adds paths between
+    the remaining groups, so a pair found illegal stays illegal until one of its
+    groups changes (and then it is a new candidate). Hence a heap, evaluated lazily.
+    """
+    an = state.an
+    heap: list = []
+    counter = itertools.count()
+    fusions: list[tuple] = []
+
+    def consider(a: int, b: int, kind: str) -> None:
+        ga, gb = state.groups[a], state.groups[b]
+        reason, merged, hkind = _static(state, ga, gb, kind)
+        if reason is not None:
+            return
+        score = _score(state, heuristics, ga, gb, hkind)
+        if score is None:
+            return
+        order = (min(an.pos(n) for n in gb.members), min(an.pos(n) for n in ga.members), kind)
+        heapq.heappush(heap, (-float(score), order, next(counter), a, b, ga, gb, kind, merged))
+
+    def bucket(group: Group):
+        return (group.kind, tuple(group.domain), tuple(group.reduce_dims))
+
+    for a, b in list(state.dag.edges):
+        consider(a, b, "vertical")
+    if heuristics.horizontal:
+        reach = _reachability(state.dag)
+        buckets: dict[tuple, list[int]] = {}
+        for gid, grp in sorted(state.groups.items()):
+            if grp.kind in ("pointwise", "reduction"):
+                buckets.setdefault(bucket(grp), []).append(gid)
+        for ids in buckets.values():
+            for k, a in enumerate(ids):
+                for b in ids[k + 1:]:
+                    if not ((reach[a] >> b) & 1 or (reach[b] >> a) & 1):
+                        consider(a, b, "horizontal")
+
+    reach = None
+    while heap:
+        neg_score, _, _, a, b, ga, gb, kind, merged = heapq.heappop(heap)
+        if state.groups.get(a) is not ga or state.groups.get(b) is not gb:
+            continue  # stale: one of the groups changed since
+        if reach is None:
+            reach = _reachability(state.dag)
+        if kind == "vertical" and _has_detour(state.dag, reach, a, b):
+            continue
+        if kind == "horizontal" and ((reach[a] >> b) & 1 or (reach[b] >> a) & 1):
+            continue
+        first = tuple(sorted(ga.members, key=an.pos))
+        second = tuple(sorted(gb.members, key=an.pos))
+        fusions.append((first, second, kind, -neg_score))
+        keep = state.merge(a, b, merged)
+        reach = None
+        for p in list(state.dag.predecessors(keep)):
+            consider(p, keep, "vertical")
+        for s in list(state.dag.successors(keep)):
+            consider(keep, s, "vertical")
+        grp = state.groups[keep]
+        if heuristics.horizontal and grp.kind in ("pointwise", "reduction"):
+            reach = _reachability(state.dag)
+            for other, og in sorted(state.groups.items()):
+                if (other != keep and bucket(og) == bucket(grp)
+                        and not ((reach[other] >> keep) & 1 or (reach[keep] >> other) & 1)):
+                    consider(min(other, keep), max(other, keep), "horizontal")
+
+    evaluated = []
+    for cand in _candidates(state, heuristics):
+        ga, gb = state.groups[cand.a], state.groups[cand.b]
+        reason, merged, hkind = _static(state, ga, gb, cand.kind)
+        evaluated.append((cand, reason, merged, hkind))
+    return fusions, _rejections(state, heuristics, evaluated)
+
+
+def _rejections(state: _State, heuristics: Heuristics, evaluated) -> list[tuple]:
+    """Every candidate of the final round, with why it was not merged (legality first)."""
+    out = []
+    for cand, reason, _merged, hkind in evaluated:
+        through = None
+        if reason is None and cand.kind == "vertical":
+            through = cycle_through(state.dag, cand.a, cand.b)
+        if reason is None and through is None:
+            ga, gb = state.groups[cand.a], state.groups[cand.b]
+            reason = heuristics.why_not(state.info(ga), state.info(gb), hkind)
+        out.append((cand.first, cand.second, reason, through))
+    return out
+
+
+# ---------------------------------------------------------------- building the plan
+
+
+def _dedupe(values):
+    seen, out = set(), []
+    for v in values:
+        if v not in seen:
+            seen.add(v)
+            out.append(v)
+    return tuple(out)
+
+
+def _compute_kernel(an: GraphAnalysis, group: Group) -> Kernel:
+    members = sorted(group.members, key=an.pos)
+    if group.kind == "matmul" and len(members) == 1:
+        (name,) = members
+        return Kernel("", "matmul", (name,), (name,), _dedupe(an.nodes[name].inputs), an.shape(name))
+    if group.kind == "extern":
+        ext = next(n for n in members if an.nodes[n].op == "extern")
+        node = an.nodes[ext]
+        if is_multi_result(node):
+            outputs, domain = tuple(n for n in members if n != ext), ()
+        else:
+            outputs, domain = (ext,), an.shape(ext)
+        return Kernel("", "extern", tuple(members), outputs, _dedupe(node.inputs), domain)
+    views: set[str] = set()
+    inputs = []
+    for name in members:
+        if an.nodes[name].op in MATMUL_OPS:  # a library call's operands: views stay tensors (view kernels)
+            inputs.extend(an.nodes[name].inputs)
+            continue
+        for value in an.nodes[name].inputs:
+            views.update(an.view_chain(value))
+            root = an.root[value]
+            if root not in group.members:
+                inputs.append(root)
+    nodes = tuple(sorted(group.members | views, key=an.pos))
+    outputs = tuple(n for n in members if an.must_store(n, group.members))
+    return Kernel("", group.kind, nodes, outputs, _dedupe(inputs), tuple(group.domain),
+                  tuple(group.reduce_dims) if group.kind in ("reduction", "scan") else ())
+
+
+def _view_kernel(an: GraphAnalysis, view: str) -> Kernel:
+    return Kernel("", "view", (view,), (view,), (an.nodes[view].inputs[0],), an.shape(view))
+
+
+def _kernel_name(an: GraphAnalysis, kernel: Kernel, index: int) -> str:
+    ops = [an.nodes[n].op for n in kernel.nodes]
+    if kernel.kind == "view":
+        return f"pipec_view_{ops[0]}_{index}"
+    if kernel.kind == "matmul" and len(kernel.nodes) == 1:
+        return f"pipec_{ops[0]}_{index}"
+    if kernel.kind == "extern":
+        ext = next(an.nodes[n] for n in kernel.nodes if an.nodes[n].op == "extern")
+        parts = str(ext.attr("target")).split(".")
+        short = parts[1] if len(parts) >= 2 else parts[0]
+        short = re.sub(r"\W", "_", short).strip("_") or "op"
+        return f"pipec_extern_{short}_{index}"
+    compute = [an.nodes[n].op for n in kernel.nodes if not an.is_view(n)]
+    if kernel.kind == "matmul":  # the product first: pipec_fused_mm_add_gelu_1
+        compute.sort(key=lambda op: op not in MATMUL_OPS)
+    if kernel.kind == "scatter":  # the scatter first: pipec_fused_scatter_mul_exp_2
+        compute.sort(key=lambda op: op != "scatter")
+    if len(compute) == 1:
+        return f"pipec_{compute[0]}_{index}"
+    named = _dedupe(op for op in compute if op != "full") or ("full",)
+    return f"pipec_fused_{'_'.join(named[:4])}_{index}"
+
+
+def build_plan(state: _State, graph: Graph, policy: str, fusions, rejected) -> KernelPlan:
+    an = state.an
+    kernels: list[Kernel] = []
+    group_of_kernel: dict[int, int] = {}
+    for gid, group in sorted(state.groups.items()):
+        group_of_kernel[len(kernels)] = gid
+        kernels.append(_compute_kernel(an, group))
+    kernels.extend(_view_kernel(an, v) for v in an.view_kernels)
+
+    producer = {o: k for k, kernel in enumerate(kernels) for o in kernel.outputs}
+    kdag = nx.DiGraph()
+    kdag.add_nodes_from(range(len(kernels)))
+    for k, kernel in enumerate(kernels):
+        for value in kernel.inputs:
+            if value in producer and producer[value] != k:
+                kdag.add_edge(producer[value], k)
+    first_pos = {k: min(an.pos(n) for n in kernel.nodes) for k, kernel in enumerate(kernels)}
+    order = list(nx.lexicographical_topological_sort(kdag, key=lambda k: (first_pos[k], k)))
+
+    final: list[Kernel] = []
+    kernel_of_group: dict[int, str] = {}
+    kernel_of_node: dict[str, str] = {}
+    for index, k in enumerate(order):
+        kernel = kernels[k]
+        name = _kernel_name(an, kernel, index)
+        final.append(Kernel(name, kernel.kind, kernel.nodes, kernel.outputs, kernel.inputs, kernel.domain,
+                            kernel.reduce_dims))
+        if k in group_of_kernel:
+            kernel_of_group[group_of_kernel[k]] = name
+            for n in kernel.nodes:
+                if not an.is_view(n):
+                    kernel_of_node[n] = name
+
+    decisions = tuple(FusionDecision(kernel_of_node[first[0]], first, second, kind, score)
+                      for first, second, kind, score in fusions)
+    rejections = []
+    seen = set()
+    for first, second, reason, through in rejected:
+        if through is not None:
+            reason = f"would create a cycle through {kernel_of_group[through]}"
+        if (first, second) not in seen:
+            seen.add((first, second))
+            rejections.append(RejectedFusion(first, second, reason))
+    plan = KernelPlan(graph, policy, tuple(final), decisions, tuple(rejections))
+    return verify(plan)

@@ -1,0 +1,183 @@
+"""Profitability: should two legal groups be one kernel? (Legality is `legality.py`.)
+
+A `Heuristics` sees only `GroupInfo`s — small frozen descriptions of the two
+groups — and the kind of merge:
+
+- "vertical": `first` produces values `second` reads, every node still computed once
+  per point of its own level (pointwise chains, prologue into / epilogue after a
+  reduction, reductions sharing their input shape and dims).
+- "recompute": vertical, but some producer value is evaluated at other indices than
+  its own (broadcast into a larger consumer domain, or read through a permute/slice):
+  codegen recomputes it per consumer element.
+- "horizontal": independent groups (no path between them) with the same domain.
+
+A pair where one group is a `matmul` is an *epilogue* merge (legality has checked
+that the pointwise side runs over the product's domain): the product is then never
+written and read back; codegen offers a Triton GEMM template with the epilogue on
+its accumulator tile and cuBLAS + one pointwise kernel, and the runtime times both.
+
+`score` returns a float (higher merges first) or None for "do not fuse";
+`why_not` words the rejection recorded in the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CREATION_OPS = frozenset({"full", "iota"})
+# What policy 'default' recomputes per element of a broadcast consumer: a short chain of
+# these over a much smaller domain (a layer_norm weight's cast to fp32, a bias scaled).
+# Reading the small input again is an L1/L2 hit; its own kernel would cost a launch.
+CHEAP_RECOMPUTE_OPS = frozenset({"identity", "cast", "neg", "add", "sub", "mul", "abs"})
+CHEAP_RECOMPUTE_MAX_OPS = 4
+CHEAP_RECOMPUTE_RATIO = 16  # the consumer's domain is at least this many times larger
+# A GEMM epilogue merge scores below every plain vertical merge, so pointwise chains first join
+# each other and any reduction they feed: a residual add after a Linear then goes into the next
+# LayerNorm (which reads the product and the residual, and writes the sum it needs anyway), not
+# into the GEMM, where it became a kernel of its own whenever cuBLAS beat the Triton template
+# (the GPT-2 block on the H200: a 15 us pass after the attention projection, which Inductor
+# fuses into LayerNorm). A chain no reduction takes still ends up in the epilogue.
+EPILOGUE_SCORE = 0.95
+# What policy 'default' puts in a GEMM epilogue: bias, activations, residual, scaling, casts
+# (cheap per element next to the K-long dot product; no libdevice calls, which slow the tile).
+EPILOGUE_OPS = frozenset({
+    "identity", "cast", "add", "sub", "mul", "div", "neg", "relu", "gelu", "silu", "sigmoid", "tanh",
+    "maximum", "minimum", "where", "full", "iota", "square", "abs", "exp", "erf",
+})
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    kind: str  # "pointwise" | "reduction" | "matmul" | "extern"
+    nodes: tuple[str, ...]  # computing (non-view) nodes, topological order
+    ops: tuple[str, ...]  # their ops, same order
+    domain: tuple  # sympy expressions
+    reduce_dims: tuple[int, ...]
+    numel: int  # size of the domain with symbol hints substituted
+
+
+class Heuristics:
+    """Base class: override `score` (and `why_not` for readable rejections)."""
+
+    name = "custom"
+    horizontal = False  # propose horizontal candidates at all (they are O(groups^2))
+
+    def score(self, first: GroupInfo, second: GroupInfo, kind: str) -> float | None:
+        return None
+
+    def why_not(self, first: GroupInfo, second: GroupInfo, kind: str) -> str:
+        return f"heuristics: policy {self.name!r} does not fuse this {kind} pair"
+
+
+class NoFusion(Heuristics):
+    """Every computing node is its own kernel."""
+
+    name = "none"
+
+    def score(self, first, second, kind):
+        return None
+
+    def why_not(self, first, second, kind):
+        return "heuristics: policy 'none' does not fuse"
+
+
+def epilogue_pair(first: GroupInfo, second: GroupInfo) -> tuple[GroupInfo, GroupInfo] | None:
+    """(matmul group, pointwise group) when the pair is an epilogue merge, else None."""
+    if first.kind == "matmul" and second.kind != "matmul":
+        return first, second
+    if second.kind == "matmul" and first.kind != "matmul":
+        return second, first
+    return None
+
+
+def cheap_broadcast(first: GroupInfo, second: GroupInfo) -> bool:
+    """`first` is a short chain of cheap pointwise ops over a domain much smaller than
+    `second`'s (a per-channel parameter broadcast over rows)."""
+    return (first.kind == "pointwise" and len(first.ops) <= CHEAP_RECOMPUTE_MAX_OPS
+            and all(op in CHEAP_RECOMPUTE_OPS or op in CREATION_OPS for op in first.ops)
+            and first.numel * CHEAP_RECOMPUTE_RATIO <= second.numel)
+
+
+class DefaultHeuristics(Heuristics):
+    """Vertical producer -> consumer fusion; no recomputation except of literals and of
+    cheap casts/arithmetic on small broadcast inputs (`cheap_broadcast`); GEMM epilogues
+    of up to `max_epilogue_ops` ops from EPILOGUE_OPS."""
+
+    name = "default"
+    max_ops = 64
+    max_epilogue_ops = 16
+    epilogue_ops: frozenset | None = EPILOGUE_OPS  # None: any pointwise op
+
+    def _too_big(self, first, second) -> bool:
+        return len(first.nodes) + len(second.nodes) > self.max_ops
+
+    def _epilogue_problem(self, first, second) -> str | None:
+        mm, other = epilogue_pair(first, second)
+        ops = [op for op in mm.ops + other.ops if op not in ("mm", "bmm")]
+        if len(ops) > self.max_epilogue_ops:
+            return f"matmul epilogue would hold more than {self.max_epilogue_ops} ops"
+        if self.epilogue_ops is not None:
+            odd = sorted(set(ops) - self.epilogue_ops)
+            if odd:
+                return (f"policy {self.name!r} keeps {', '.join(odd)} out of matmul epilogues "
+                        "(policy 'aggressive' does not)")
+        return None
+
+    def score(self, first, second, kind):
+        if self._too_big(first, second):
+            return None
+        epilogue = epilogue_pair(first, second)
+        if epilogue and self._epilogue_problem(first, second):
+            return None
+        if kind == "vertical":  # the intermediate is neither written nor read back
+            return EPILOGUE_SCORE if epilogue else 1.0 + float(first.numel)
+        if kind == "recompute" and all(op in CREATION_OPS for op in first.ops):
+            return 1.0  # a literal or iota costs nothing to recompute
+        if kind == "recompute" and cheap_broadcast(first, second):
+            return 0.9
+        return None
+
+    def why_not(self, first, second, kind):
+        if self._too_big(first, second):
+            return f"heuristics: kernel would hold more than {self.max_ops} ops"
+        problem = epilogue_pair(first, second) and self._epilogue_problem(first, second)
+        if problem:
+            return f"heuristics: {problem}"
+        if kind == "recompute":
+            return (f"heuristics: policy {self.name!r} does not recompute {first.nodes[-1]} per element of "
+                    f"{second.nodes[0]}'s domain (policy 'aggressive' does)")
+        if kind == "horizontal":
+            return f"heuristics: policy {self.name!r} does not fuse independent kernels"
+        return super().why_not(first, second, kind)
+
+
+class AggressiveHeuristics(DefaultHeuristics):
+    """Default, plus recomputation by broadcast, horizontal fusion of same-domain groups,
+    and GEMM epilogues of any pointwise ops (up to 64)."""
+
+    name = "aggressive"
+    horizontal = True
+    max_ops = 128
+    max_epilogue_ops = 64
+    epilogue_ops = None
+
+    def score(self, first, second, kind):
+        if self._too_big(first, second):
+            return None
+        epilogue = epilogue_pair(first, second)
+        if epilogue and self._epilogue_problem(first, second):
+            return None
+        if kind == "vertical":
+            return EPILOGUE_SCORE if epilogue else 1.0 + float(first.numel)
+        if kind == "recompute":
+            return 0.75  # after every plain vertical fusion
+        if kind == "horizontal":
+            return 0.5  # last: one launch instead of two
+        return None
+
+
+PRESETS: dict[str, type[Heuristics]] = {
+    "none": NoFusion,
+    "default": DefaultHeuristics,
+    "aggressive": AggressiveHeuristics,
+}

@@ -1,0 +1,14 @@
+"""Entry point `fusion = "pipec_fusion.plugin"`: registers the built-in fusion presets."""
+
+from __future__ import annotations
+
+import pipec_ir
+
+from . import preset
+from .heuristics import PRESETS
+
+
+@pipec_ir.hookimpl
+def pipec_register(registry) -> None:
+    for name in PRESETS:
+        registry.add_fusion(name, preset(name))

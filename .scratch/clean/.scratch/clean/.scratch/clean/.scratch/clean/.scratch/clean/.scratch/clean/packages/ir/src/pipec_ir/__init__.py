@@ -1,0 +1,42 @@
+"""pipec_ir: the contract between pipec's stages.
+
+Three immutable documents (`Graph`, `KernelPlan`, `Program`), their canonical JSON
+(`dumps` / `loads` / `digest`), a readable text form, `verify`, the plugin
+hookspecs, the `Registry`, the stage Protocols and `CompileOptions`.
+No torch, no triton.
+"""
+
+from .budget import (
+    BUCKET_POLICIES, DEFAULT_RECOMPILE_LIMIT, RecompileBudget, RecompileLimitError, RecompileLimitWarning,
+    bucket_of,
+)
+from .errors import IRError, MalformedIRError, UnsupportedVersionError, VerifyError, WrongKindError
+from .hookspecs import hookimpl, hookspec
+from .ops import OPS, OpDef, kind_of
+from .options import CompileOptions
+from .protocols import Cache, Capture, Codegen, Fusion, Runtime
+from .registry import Entry, Registry, UnknownStageError
+from .serialize import FORMAT, VERSION, digest, dumps, loads
+from .text import format_document
+from .types import (
+    DTYPES, FLOAT_DTYPES, ITEMSIZE, Buffer, Device, Dtype, FusionDecision, Graph, GraphInput, Kernel,
+    KernelPlan, LaunchConfig, Node, Program, Ref, RejectedFusion, Size, Slot, Step, SymbolRange, TensorType,
+    TritonKernel, attr_expr, get_attr, make_attrs, size_attr,
+)
+from .verify import is_multi_result, verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BUCKET_POLICIES", "DEFAULT_RECOMPILE_LIMIT", "RecompileBudget", "RecompileLimitError",
+    "RecompileLimitWarning", "bucket_of",
+    "IRError", "MalformedIRError", "UnsupportedVersionError", "VerifyError", "WrongKindError",
+    "hookimpl", "hookspec", "OPS", "OpDef", "kind_of", "CompileOptions",
+    "Cache", "Capture", "Codegen", "Fusion", "Runtime", "Entry", "Registry", "UnknownStageError",
+    "FORMAT", "VERSION", "digest", "dumps", "loads", "format_document",
+    "DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "Buffer", "Device", "Dtype", "FusionDecision", "Graph",
+    "GraphInput", "Kernel", "KernelPlan", "LaunchConfig", "Node", "Program", "Ref", "RejectedFusion",
+    "Size", "Slot", "Step", "SymbolRange", "TensorType", "TritonKernel", "attr_expr", "get_attr", "make_attrs",
+    "size_attr",
+    "is_multi_result", "verify",
+]

@@ -1,0 +1,21 @@
+"""Typed errors for IR documents: callers catch `IRError`, never a KeyError from inside."""
+
+
+class IRError(Exception):
+    """Base class for every problem with an IR document."""
+
+
+class MalformedIRError(IRError):
+    """The bytes are not JSON, or a field is missing or has the wrong type."""
+
+
+class WrongKindError(IRError):
+    """The document is valid IR but not the kind the caller asked for."""
+
+
+class UnsupportedVersionError(IRError):
+    """The document's major version is not one this pipec_ir reads."""
+
+
+class VerifyError(IRError):
+    """The document parsed, but breaks an invariant (dangling name, bad arity, cycle...)."""

@@ -1,0 +1,195 @@
+"""Sympy helpers: symbols for sizes and index variables, integer division, printing.
+
+Sizes in the IR are sympy expressions of named symbols (`s0`, `s1`, ...). Index
+arithmetic uses `FloorDiv` and `ModularIndexing` instead of sympy's floor/Mod so
+that simplification stays predictable and printing maps 1:1 onto `//` and `%`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import sympy
+
+Expr = sympy.Expr
+
+
+@functools.cache
+def size_symbol(name: str) -> sympy.Symbol:
+    """A tensor size symbol: a positive integer."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+@functools.cache
+def index_symbol(name: str) -> sympy.Symbol:
+    """An index variable: a non-negative integer."""
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+class FloorDiv(sympy.Function):
+    """Integer division of non-negative integers, printed as `a // b`."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, base, divisor):
+        if divisor == 1:
+            return base
+        if base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and divisor.is_Integer:
+            return sympy.Integer(int(base) // int(divisor))
+        if isinstance(base, FloorDiv):
+            return FloorDiv(base.args[0], base.args[1] * divisor)
+        # (a*d + b) // d  ->  a + b // d   when every term of a is a multiple of d
+        if divisor.is_Integer and base.is_Add:
+            multiples, rest = [], []
+            for term in base.args:
+                coeff, _ = term.as_coeff_Mul()
+                (multiples if coeff.is_Integer and int(coeff) % int(divisor) == 0 else rest).append(term)
+            if multiples:
+                return sympy.Add(*[t / divisor for t in multiples]) + FloorDiv(sympy.Add(*rest), divisor)
+        if base.is_Mul and divisor.is_Integer:
+            coeff, rest = base.as_coeff_Mul()
+            if coeff.is_Integer and int(coeff) % int(divisor) == 0:
+                return (coeff / divisor) * rest
+        bound = upper_bound(base)
+        if bound is not None and divisor.is_Integer and bound < int(divisor):
+            return sympy.Integer(0)
+        return None
+
+
+class ModularIndexing(sympy.Function):
+    """`base % modulus` for a non-negative base."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, base, modulus):
+        if modulus == 1 or base == 0:
+            return sympy.Integer(0)
+        if base.is_Integer and modulus.is_Integer:
+            return sympy.Integer(int(base) % int(modulus))
+        bound = upper_bound(base)
+        if bound is not None and modulus.is_Integer and bound < int(modulus):
+            return base
+        # (a*m + b) % m  ->  b % m   when every term of a is a multiple of m
+        if modulus.is_Integer and base.is_Add:
+            rest = [t for t in base.args
+                    if not (t.as_coeff_Mul()[0].is_Integer and int(t.as_coeff_Mul()[0]) % int(modulus) == 0)]
+            if len(rest) < len(base.args):
+                return ModularIndexing(sympy.Add(*rest), modulus)
+        return None
+
+
+# Upper bounds of index symbols, registered by whoever creates them (codegen's
+# domain variables). Used only to drop provably redundant `%`.
+_BOUNDS: dict[sympy.Symbol, int] = {}
+
+
+def set_upper_bound(symbol: sympy.Symbol, bound: int) -> None:
+    """Declare that `symbol` < bound (exclusive)."""
+    _BOUNDS[symbol] = bound - 1
+
+
+def upper_bound(expr: sympy.Expr) -> int | None:
+    """An inclusive upper bound for a non-negative integer expression, if one is known."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return _BOUNDS.get(expr)
+    if expr.is_Add:
+        parts = [upper_bound(a) for a in expr.args]
+        return None if None in parts else sum(parts)
+    if expr.is_Mul:
+        parts = [upper_bound(a) for a in expr.args]
+        if None in parts or any(p < 0 for p in parts):
+            return None
+        return math.prod(parts)
+    if isinstance(expr, FloorDiv) and expr.args[1].is_Integer:
+        b = upper_bound(expr.args[0])
+        return None if b is None else b // int(expr.args[1])
+    if isinstance(expr, ModularIndexing) and expr.args[1].is_Integer:
+        return int(expr.args[1]) - 1
+    return None
+
+
+@functools.lru_cache(maxsize=65536)  # expressions are immutable; documents repeat them a lot
+def parse_expr(text: str) -> sympy.Expr:
+    """Parse an expression stored in the IR ("s0*4", "128")."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return sympy.Integer(int(text))
+    functions = {"FloorDiv": FloorDiv, "ModularIndexing": ModularIndexing, "Max": sympy.Max, "Min": sympy.Min}
+    names = {}
+    for token in _identifiers(text):
+        if token in functions:
+            continue
+        names[token] = size_symbol(token)
+    names.update(functions)
+    return sympy.sympify(text, locals=names)
+
+
+def _identifiers(text: str) -> set[str]:
+    out, cur = set(), ""
+    for ch in text + " ":
+        if ch.isalnum() or ch == "_":
+            cur += ch
+        else:
+            if cur and not cur[0].isdigit():
+                out.add(cur)
+            cur = ""
+    return out
+
+
+def as_expr(value) -> sympy.Expr:
+    if isinstance(value, sympy.Expr):
+        return value
+    if isinstance(value, int):
+        return sympy.Integer(value)
+    if isinstance(value, str):
+        return parse_expr(value)
+    raise TypeError(f"not a size expression: {value!r}")
+
+
+def expr_str(expr: sympy.Expr) -> str:
+    """The canonical string form used in JSON."""
+    return str(expr)
+
+
+def numel(shape) -> sympy.Expr:
+    return sympy.Mul(*shape) if shape else sympy.Integer(1)
+
+
+def contiguous_strides(shape) -> tuple[sympy.Expr, ...]:
+    strides, acc = [], sympy.Integer(1)
+    for size in reversed(shape):
+        strides.append(acc)
+        acc = acc * size
+    return tuple(reversed(strides))
+
+
+class _Printer(sympy.printing.str.StrPrinter):
+    def _operand(self, expr) -> str:
+        text = self._print(expr)
+        return text if expr.is_Atom or isinstance(expr, FloorDiv | ModularIndexing) else f"({text})"
+
+    def _print_FloorDiv(self, expr):
+        return f"({self._operand(expr.args[0])} // {self._operand(expr.args[1])})"
+
+    def _print_ModularIndexing(self, expr):
+        return f"({self._operand(expr.args[0])} % {self._operand(expr.args[1])})"
+
+    def _print_Pow(self, expr, rational=False):
+        base, exp = expr.args
+        if exp.is_Integer and int(exp) > 0:
+            return "*".join([f"({self._print(base)})"] * int(exp))
+        return super()._print_Pow(expr, rational)
+
+
+def pyexpr(expr) -> str:
+    """Print an integer expression as Python/Triton source (`//` and `%`)."""
+    return _Printer().doprint(as_expr(expr))

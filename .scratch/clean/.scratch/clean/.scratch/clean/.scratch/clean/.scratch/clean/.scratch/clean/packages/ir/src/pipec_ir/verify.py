@@ -1,0 +1,105 @@
+"""`verify`: structural invariants of IR documents, checked at every stage boundary."""
+
+from __future__ import annotations
+
+from . import types as ir
+from .errors import VerifyError
+from .ops import OPS
+
+
+def verify_graph(graph: ir.Graph) -> ir.Graph:
+    defined: set[str] = set()
+    for i in graph.inputs:
+        _check_type(i.type, f"input {i.name}")
+        if i.name in defined:
+            raise VerifyError(f"graph {graph.name}: input {i.name!r} defined twice")
+        if i.role not in ("input", "parameter", "buffer"):
+            raise VerifyError(f"graph {graph.name}: input {i.name!r} has unknown role {i.role!r}")
+        defined.add(i.name)
+    for n in graph.nodes:
+        where = f"graph {graph.name}, node {n.name}"
+        if n.name in defined:
+            raise VerifyError(f"{where}: name defined twice")
+        opdef = OPS.get(n.op)
+        if opdef is None:
+            raise VerifyError(f"{where}: unknown op {n.op!r}")
+        if opdef.arity is not None and len(n.inputs) != opdef.arity:
+            raise VerifyError(f"{where}: {n.op} takes {opdef.arity} inputs, got {len(n.inputs)}")
+        for key in opdef.attrs:
+            if not any(k == key for k, _ in n.attrs):
+                raise VerifyError(f"{where}: {n.op} needs attribute {key!r}")
+        for i in n.inputs:
+            if i not in defined:
+                raise VerifyError(f"{where}: reads {i!r}, which is not defined before it")
+        if not is_multi_result(n):
+            _check_type(n.type, where)
+        defined.add(n.name)
+    for o in graph.outputs:
+        if o is not None and o not in defined:
+            raise VerifyError(f"graph {graph.name}: output {o!r} is not defined")
+    return graph
+
+
+def is_multi_result(node: ir.Node) -> bool:
+    """An extern returning several tensors: its own type is a placeholder, `getitem` picks results."""
+    return node.op == "extern" and node.type.dtype == "tuple"
+
+
+def _check_type(t: ir.TensorType, where: str) -> None:
+    if t.dtype not in ir.DTYPES:
+        raise VerifyError(f"{where}: unknown dtype {t.dtype!r}")
+
+
+def verify_plan(plan: ir.KernelPlan) -> ir.KernelPlan:
+    verify_graph(plan.graph)
+    nodes = plan.graph.node_map()
+    owner: dict[str, str] = {}
+    available = {i.name for i in plan.graph.inputs}
+    for k in plan.kernels:
+        for n in k.nodes:
+            if n not in nodes:
+                raise VerifyError(f"kernel {k.name}: unknown node {n!r}")
+            if nodes[n].op not in ("reshape", "permute", "expand", "slice", "select") and n in owner:
+                raise VerifyError(f"node {n} is computed by both {owner[n]} and {k.name}")
+            owner.setdefault(n, k.name)
+        for i in k.inputs:
+            if i not in available:
+                raise VerifyError(f"kernel {k.name} reads {i!r} before any kernel writes it")
+        available.update(k.outputs)
+    for o in plan.graph.outputs:
+        if o is not None and o not in available:
+            raise VerifyError(f"graph output {o!r} is never written by a kernel")
+    return plan
+
+
+def verify_program(prog: ir.Program) -> ir.Program:
+    kernels = prog.kernel_map()
+    available = {b.name for b in prog.inputs}
+    known = available | {b.name for b in prog.buffers}
+    for s in prog.steps:
+        if s.kind == "launch" and s.target not in kernels:
+            raise VerifyError(f"step launches unknown kernel {s.target!r}")
+        if s.kind not in ("launch", "extern"):
+            raise VerifyError(f"unknown step kind {s.kind!r}")
+        for i in s.inputs:
+            if i not in available:
+                raise VerifyError(f"step {s.target} reads {i!r} before it is written")
+        for o in s.outputs:
+            if o not in known:
+                raise VerifyError(f"step {s.target} writes undeclared buffer {o!r}")
+        available.update(s.outputs)
+    for o in prog.outputs:
+        if o is not None and o not in available:
+            raise VerifyError(f"program output {o!r} is never written")
+    return prog
+
+
+def verify(doc):
+    """Check a document's invariants; returns it unchanged or raises VerifyError."""
+    if isinstance(doc, ir.Graph):
+        return verify_graph(doc)
+    if isinstance(doc, ir.KernelPlan):
+        return verify_plan(doc)
+    if isinstance(doc, ir.Program):
+        return verify_program(doc)
+    raise TypeError(f"not an IR document: {type(doc).__name__}")

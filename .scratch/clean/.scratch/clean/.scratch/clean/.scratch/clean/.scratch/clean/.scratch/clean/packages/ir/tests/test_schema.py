@@ -1,0 +1,65 @@
+"""The committed JSON Schemas must match the IR types; changing them needs a version bump."""
+
+import hashlib
+import json
+
+import pytest
+from pipec_ir import VERSION, dumps
+from pipec_ir.schema import committed_path, schema_text
+
+from test_serialize import sample_graph
+
+# sha256 of each committed schema, per released version. A change to the IR types
+# changes these: bump pipec_ir.serialize.VERSION, run `python -m pipec_ir.schema --write`,
+# and add the new version's digests here (old versions' files stay as they were).
+RELEASED = {
+    (1, 0): {
+        "graph": "d4f6aa8e7b7778c9ab168134bf86e6e22699f80e8ebdeab8e1bda021df254c1d",
+        "kernel_plan": "bc872c13f6a5c1d42b2b5971de1f100e41ceeffc82d96c14c56a17104bf9b8a2",
+        "program": "3da9b2de0b034a1f922f7832ad1d00fd68e43e4aa8d1470a47961a8f465ac1b9",
+    },
+    # 1.1: `Size` attribute leaves ({"$size": expr}) and Program.pad_symbols (dynamic shapes)
+    (1, 1): {
+        "graph": "c0e14a929ce21279dba3c1d5c12ea00cf177fa673834e9dcfd7c6ad30c797cb4",
+        "kernel_plan": "b2e76fdbc491db8d845d83ec4cc11f9bd1940b64e082fec9be1d932611196dab",
+        "program": "a6dd0433ca0dbd99411613cdba36256ebb7e540a7a014150c80402fd019e4f30",
+    },
+    # 1.2: the `take` indexing op and the `rand` op; matmul kernels with epilogues; choice groups and
+    # `inplace` in Step.attrs (docs/IR.md). Same structure, new meanings.
+    (1, 2): {
+        "graph": "8961162cf3d81707bf06c63c7cdb400424fc484ededfd287d5961ccdc8eb5a16",
+        "kernel_plan": "1247c7bd934d1949333140ed7d134cf8ea662b26cd366cfbd018cb0c1a997f3d",
+        "program": "ba9f3c94d39e70587497fa6cffedd1092c4937ee5b85957704485f0c04cceeb6",
+    },
+    # 1.3: the `scan` op and kernel kind, the `scatter` op and kernel kind (a buffer written by two
+    # launches), the `library_mm` / `library_act` matmul alternatives (docs/IR.md). Same structure.
+    (1, 3): {
+        "graph": "03ce02409e7992dc3a5b48286009a8db706c5265aef814949ffe948505338320",
+        "kernel_plan": "ed526cdae47888974924a187101f5fac5922d51d321528cf0ade69fd26465c31",
+        "program": "f06a2f8474de4e0822a02fd4dee2591e23d7efe8e205800b899476e036f3382e",
+    },
+}
+
+
+@pytest.mark.parametrize("kind", ["graph", "kernel_plan", "program"])
+def test_committed_schema_matches_types(kind):
+    path = committed_path(kind)
+    assert path.exists(), f"missing {path}: run python -m pipec_ir.schema --write"
+    assert path.read_text() == schema_text(kind), (
+        f"the {kind} schema changed without a version bump: bump pipec_ir VERSION, "
+        "then python -m pipec_ir.schema --write"
+    )
+
+
+@pytest.mark.parametrize("kind", ["graph", "kernel_plan", "program"])
+def test_released_schema_is_frozen(kind):
+    assert tuple(VERSION) in RELEASED, f"version {VERSION} has no recorded schema digests"
+    expected = RELEASED[tuple(VERSION)][kind]
+    actual = hashlib.sha256(committed_path(kind).read_bytes()).hexdigest()
+    assert actual == expected, f"{kind} schema of released version {VERSION} changed (digest {actual})"
+
+
+def test_documents_validate_against_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(committed_path("graph").read_text())
+    jsonschema.validate(json.loads(dumps(sample_graph())), schema)

@@ -1,0 +1,248 @@
+"""Choice groups: steps that are alternatives of one computation (docs/IR.md, "Choice groups").
+
+Codegen tags each step of an alternative with `choice` (the group's name) and
+`alternative` (the alternative's name); one alternative's steps also carry
+`default=True`. The steps of a group are consecutive and every alternative writes the
+group's outputs, so running all of them in order is correct, only slower.
+
+Here each group becomes one step that runs a single alternative:
+- forced by the runtime option `choice` (an alternative name, e.g. "library"), where the
+  group has one of that name;
+- else, when autotuning on CUDA, the fastest one: each alternative runs once (compiling
+  and tuning its own launches), is timed (`_timed`: GPU time under the CUDA Graph runtime,
+  wall-clock time under `launch`), and the winner is kept per size bucket (the runner's
+  bucket policy). A group identical to one timed before (`choice_digest`: the same kernels
+  and extern calls on the same shapes: a model's repeated layers, a second compile, a second
+  process through the tuning cache) takes the same winner without timing again, so a warm
+  compile runs exactly what the cold one ran;
+- else (Triton's CPU interpreter, or autotune off) the default alternative.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+
+from pipec_ir import get_attr
+
+from .tuning_cache import tuning_key
+
+tuning_log = logging.getLogger("pipec.tuning")  # launch.py's: what autotuning picked
+
+
+class ChoiceStep:
+    """One choice group as one step of the runner's plan (specialize.py reads `alternatives`,
+    `forced`, `tune`, `default`, `runner` and `chosen` to inline the picked alternative)."""
+
+    __slots__ = ("runner", "name", "alternatives", "default", "tune", "forced", "chosen", "timings")
+
+    def __init__(self, runner, name: str, alternatives: dict[str, list], default: str, tune: bool,
+                 forced: str | None):
+        self.runner, self.name, self.alternatives = runner, name, alternatives
+        self.default, self.tune = default, tune
+        self.forced = forced if forced in alternatives else None
+        self.chosen: dict[tuple, str] = {}  # size bucket -> alternative
+        self.timings: dict[tuple, dict[str, float]] = {}  # size bucket -> alternative -> ms
+
+    def pick(self, vals, symvals, device) -> str:
+        if self.forced is not None:
+            return self.forced
+        if not self.tune or device.type != "cuda":
+            return self.default
+        bucket = self.runner.bucket_key(symvals) if self.runner.symbols else ()
+        chosen = self.chosen.get(bucket)
+        if chosen is None:
+            chosen = self.chosen[bucket] = self._measure(vals, symvals, device, bucket)
+        return chosen
+
+    def _measure(self, vals, symvals, device, bucket) -> str:
+        timer = getattr(self.runner, "choice_timer", "wall")
+        digest = choice_digest(self.runner, self.alternatives)
+        shared_key = (digest, bucket, str(device), timer)
+        known = _CHOSEN.get(shared_key)  # (alternative, its group's timings)
+        cache = getattr(self.runner, "tuning_cache", None)
+        names = sorted(self.alternatives)
+        disk_key = None
+        if known is None and cache is not None:
+            from .launch import _device_name, _triton_version  # noqa: PLC0415 - launch imports this module
+
+            disk_key = tuning_key(f"choice:{timer}:{digest}", bucket, _device_name(device), _triton_version())
+            index = cache.get(disk_key, len(names))
+            if index is not None:
+                stored = cache.times(disk_key) or []
+                known = (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)})
+        if known is not None:
+            _CHOSEN[shared_key] = known
+            self.timings[bucket] = dict(known[1])
+            return known[0]
+        chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
+        _CHOSEN[shared_key] = (chosen, dict(self.timings[bucket]))
+        if disk_key is not None:
+            cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names])
+        return chosen
+
+    def _time_alternatives(self, vals, symvals, device, bucket, timer: str) -> str:
+        runs, times, first_error = {}, {}, None
+        for name, steps in self.alternatives.items():
+            def run(steps=steps):
+                _run(steps, vals, symvals, device)
+            try:
+                run()  # compiles, and tunes the configs of its own launches, before it is timed
+                runs[name] = run
+            except Exception as e:  # noqa: BLE001 - an alternative that fails to build (resources) loses
+                first_error = first_error or e
+                times[name] = math.inf
+        if not runs:
+            raise first_error
+        times.update(_timed(runs, graphed=timer == "graph"))
+        self.timings[bucket] = times
+        chosen = min(times, key=times.__getitem__)
+        tuning_log.info("choice %s%s (%s time): %s; %s", self.name, f" bucket {bucket}" if bucket else "",
+                        timer, chosen, " ".join(f"{n}={t:.4f}ms" for n, t in sorted(times.items())))
+        return chosen
+
+    def __call__(self, vals, symvals, device):
+        _run(self.alternatives[self.pick(vals, symvals, device)], vals, symvals, device)
+
+
+# GPU time per call past which a group's alternatives are compared on GPU time under `launch` too
+GPU_BOUND_MS = 0.02
+
+
+def _timed(runs: dict, graphed: bool) -> dict[str, float]:
+    """Milliseconds per call of each run, GPU time where it decides:
+
+    * `graphed` (the CUDA Graph runtime, whose replays cost no host time): GPU time alone, each
+      run captured into a CUDA Graph and replayed (`do_bench_cudagraph`); with host work in the
+      loop a small GEMM's Python launch cost would decide instead of its kernels (GPT-2 at
+      1 x 128 tokens: cuBLASLt's addmm, 40 us of GPU time, beat a 15 us mm + pointwise kernel
+      on wall time).
+    * `launch`, when the fastest alternative keeps the GPU busy for GPU_BOUND_MS or more: GPU
+      time as well. The host prepares the next launches while such a GEMM runs, so its host
+      work is hidden, and a wall-clock loop of a 20-60 us GEMM measures as much host jitter as
+      kernel (with wall-clock picks the GPT-2 block at 8 x 1024 ran 0.29 ms in one process and
+      0.52 ms in another, on the H200).
+    * `launch` with small GEMMs: wall-clock `do_bench`, host work included, since that is paid
+      every call.
+    An alternative that cannot be captured makes the whole group use `do_bench`, so every time
+    compares like with like."""
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    try:
+        gpu = {name: do_bench_cudagraph(run, rep=20) for name, run in runs.items()}
+    except Exception:  # noqa: BLE001 - uncapturable (a host sync): time them all on the wall clock
+        import torch
+
+        torch.cuda.synchronize()
+        gpu = None
+    if gpu is not None and (graphed or min(gpu.values()) >= GPU_BOUND_MS):
+        return gpu
+    return {name: do_bench(run, warmup=5, rep=20) for name, run in runs.items()}
+
+
+# (choice digest, size bucket, device, timer) -> (the alternative picked, the timings it was
+# picked on), for the life of the process
+_CHOSEN: dict[tuple, tuple[str, dict[str, float]]] = {}
+
+
+def choice_digest(runner, alternatives: dict[str, list]) -> str:
+    """sha256 of what a choice group computes, independent of its graph's value names: per
+    alternative its name, its kernels' bodies (`body_digest`) and its extern calls (target and
+    arguments, each value named by its type), and the types of the values it reads and writes."""
+    from .kernels import body_digest  # noqa: PLC0415 - kernels imports triton lazily
+
+    types = {b.name: b.type for b in (*runner.program.inputs, *runner.program.buffers)}
+    name_of = {i: n for n, i in runner.index.items()}
+    parts = []
+    for name in sorted(alternatives):
+        parts.append(f"alternative {name}")
+        for obj in alternatives[name]:
+            kernel = getattr(obj, "kernel", None)
+            ir = getattr(obj, "ir", None)
+            if kernel is not None:
+                parts.append(f"launch {body_digest(kernel)} {[str(types.get(name_of.get(i))) for i in obj.ptrs]}")
+            elif ir is not None:  # its arguments, not its attrs' group names (those name graph nodes)
+                call = (get_attr(ir.attrs, "args", ()), get_attr(ir.attrs, "kwargs", ()))
+                parts.append(f"extern {ir.target} {_typed(call, types)} {[str(types.get(v)) for v in ir.inputs]} "
+                             f"{[str(types.get(v)) for v in ir.outputs]}")
+            else:
+                parts.append(repr(obj))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _typed(value, types: dict) -> str:
+    """`value` with every reference to a graph value replaced by that value's type."""
+    from pipec_ir import Ref  # noqa: PLC0415
+
+    if isinstance(value, Ref):
+        return f"<{types.get(value.name)}>"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_typed(v, types) for v in value) + ")"
+    return repr(value)
+
+
+def _run(steps, vals, symvals, device) -> None:
+    for step in steps:
+        step(vals, symvals, device)
+
+
+def group_choices(runner, steps: list, tune: bool, forced: str | None = None) -> list:
+    """The runner's plan (`[(step, release), ...]`, one per Program step) with each choice group's
+    steps replaced by one `ChoiceStep`, which releases what any of them released, after it runs."""
+    from .launch import ProgramLoadError
+
+    program_steps = runner.program.steps
+    members: dict[str, list[int]] = {}
+    for k, s in enumerate(program_steps):
+        group = get_attr(s.attrs, "choice")
+        if group is not None:
+            members.setdefault(group, []).append(k)
+    if not members:
+        return steps
+    out, done = [], set()
+    for k, (step, release) in enumerate(steps):
+        group = get_attr(program_steps[k].attrs, "choice")
+        if group is None:
+            out.append((step, release))
+            continue
+        if group in done:
+            continue
+        done.add(group)
+        idx = members[group]
+        if idx != list(range(idx[0], idx[0] + len(idx))):
+            raise ProgramLoadError(f"program {runner.name}: the steps of choice group {group!r} are not consecutive")
+        alternatives: dict[str, list] = {}
+        default = None
+        for i in idx:
+            attrs = program_steps[i].attrs
+            alt = get_attr(attrs, "alternative")
+            if alt is None:
+                raise ProgramLoadError(f"program {runner.name}: step {i} of choice group {group!r} names no "
+                                       "alternative")
+            alternatives.setdefault(alt, []).append(steps[i][0])
+            if get_attr(attrs, "default", False) and default is None:
+                default = alt
+        released = tuple(dict.fromkeys(r for i in idx for r in steps[i][1]))
+        out.append((ChoiceStep(runner, group, alternatives, default or next(iter(alternatives)), tune, forced),
+                    released))
+    return out
+
+
+def choices_made(runner) -> dict[str, dict]:
+    """What each choice group of a loaded runner picked so far: {group: {"default", "chosen":
+    {bucket: alternative}, "timings_ms": {bucket: {alternative: ms}}}} (for reports and benchmarks)."""
+    report = {}
+    for plan in runner._plans.values():
+        for step, _ in plan:
+            if isinstance(step, ChoiceStep):
+                c = step
+                report[c.name] = {
+                    "default": c.default, "forced": c.forced,
+                    "chosen": {str(b): a for b, a in c.chosen.items()},
+                    "timings_ms": {str(b): t for b, t in c.timings.items()},
+                }
+    return report
+
+
+__all__ = ["ChoiceStep", "group_choices", "choices_made"]

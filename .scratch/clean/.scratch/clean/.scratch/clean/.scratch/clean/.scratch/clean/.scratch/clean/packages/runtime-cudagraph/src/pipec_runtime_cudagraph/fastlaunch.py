@@ -1,0 +1,124 @@
+"""Launching a compiled Triton kernel without `JITFunction.run`'s per-call work.
+
+`fn[grid](*args, **kwargs)` binds the arguments, computes the specialization key,
+looks the compiled kernel up and checks the kernel's globals on every call (tens of
+microseconds). It returns the `CompiledKernel`; with Triton >= 3.4 (the `knobs`
+module; checked on 3.6 and 3.9) the call it ends in is
+
+    kernel.run(grid0, grid1, grid2, stream, kernel.function, kernel.packed_metadata,
+               launch_metadata, launch_enter_hook, launch_exit_hook, *all_arguments)
+
+with every argument, constexprs included, in the kernel's signature order. Once a
+kernel is compiled for a device, config and integer sizes, `bind_launcher` makes
+that call with the grid, sizes and constexprs bound (as Inductor's CachingAutotuner
+does). A pointer argument that may be misaligned (it comes from the caller or from a
+library call, not from the runner's own allocations) is checked: when the kernel
+was specialized for a 16-byte-aligned pointer and this one is not, that call goes
+through `fn[grid]` (which compiles the right variant). With launch hooks set
+(profilers) or an older Triton, there is no fast path.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+ALIGN_MASK = 15
+
+
+_MISSING = object()
+_runtime = _MISSING
+
+
+def _knobs_runtime():
+    """`triton.knobs.runtime` (looked up once), or None before Triton 3.4."""
+    global _runtime
+    if _runtime is _MISSING:
+        try:
+            from triton import knobs
+        except ImportError:
+            _runtime = None
+        else:
+            _runtime = getattr(knobs, "runtime", None)
+    return _runtime
+
+
+def _hook_set(hook) -> bool:
+    # newer Triton keeps a `HookChain` there at all times: set means it holds calls
+    calls = getattr(hook, "calls", None)
+    return hook is not None and (calls is None or bool(calls))
+
+
+def hooks_active() -> bool:
+    """Whether Triton launch hooks are set (profilers): then every launch takes `fn[grid]`."""
+    runtime = _knobs_runtime()
+    if runtime is None:
+        return True
+    return _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)
+
+
+def fast_path_available() -> bool:
+    return _knobs_runtime() is not None
+
+
+def signature_values(fn, positional: tuple, constants: dict) -> tuple | None:
+    """Every argument of `fn` in signature order (positional first, then by name, then
+    defaults); None when one is missing."""
+    names = list(getattr(fn, "arg_names", ()))
+    if not names:
+        return None
+    values = dict(zip(names, positional))
+    values.update(constants)
+    params = fn.signature.parameters
+    out = []
+    for name in names:
+        if name in values:
+            out.append(values[name])
+        elif params[name].default is not inspect.Parameter.empty:
+            out.append(params[name].default)
+        else:
+            return None
+    return tuple(out)
+
+
+def bind_launcher(kernel, fn, grid: tuple, sizes: tuple, constants: dict, nptrs: int,
+                  check: tuple[int, ...], slow):
+    """`f(stream, *pointers)` launching `kernel` (what `fn[grid]` returned) directly, or None.
+
+    `check`: positions of pointers that must be 16-byte aligned for this kernel and may
+    not be; a call where one is not goes to `slow(*pointers)`."""
+    try:
+        run = kernel.run
+        function, metadata = kernel.function, kernel.packed_metadata
+    except AttributeError:
+        return None
+    if function is None:
+        return None
+    placeholders = tuple(f"p{i}" for i in range(nptrs))
+    tail = signature_values(fn, placeholders + tuple(sizes), constants)
+    if tail is None or tail[:nptrs] != placeholders:
+        return None
+    g = tuple(grid) + (1,) * (3 - len(grid))
+    namespace = {"RUN": run, "FUNC": function, "META": metadata, "SLOW": slow, "TAIL": tail[nptrs:]}
+    params = ", ".join(placeholders)
+    lines = [f"def launch(stream, {params}):"]
+    if check:
+        test = " | ".join(f"p{i}.data_ptr()" for i in check)
+        lines.append(f"    if ({test}) & {ALIGN_MASK}:")
+        lines.append(f"        return SLOW({params})")
+    lines.append(f"    RUN({g[0]}, {g[1]}, {g[2]}, stream, FUNC, META, None, None, None, {params}, *TAIL)")
+    exec(compile("\n".join(lines) + "\n", f"<pipec launch {getattr(fn, '__name__', 'kernel')}>", "exec"),
+         namespace)  # noqa: S102 - generated above
+    return namespace["launch"]
+
+
+def current_stream_getter():
+    """`f(device_index) -> raw CUDA stream` (torch's private fast accessor when present)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
+__all__ = ["bind_launcher", "current_stream_getter", "fast_path_available", "hooks_active"]

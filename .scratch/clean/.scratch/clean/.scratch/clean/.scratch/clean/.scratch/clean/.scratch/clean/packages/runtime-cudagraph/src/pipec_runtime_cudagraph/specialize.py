@@ -1,0 +1,395 @@
+"""A Program specialized to one set of sizes: one generated Python function per shape.
+
+After the first (general) run at some symbol values, `ProgramRunner` asks this module
+for a *specialized run*: Python source generated from the step list with everything
+that depends only on the sizes bound as constants — grids, integer kernel arguments,
+constexprs, allocation shapes, extern arguments — and every value held in a local
+variable. What is left per call is what Inductor's generated `call` does:
+
+    def run(inputs, stream):
+        x, w = inputs                                  # guards: dtype, shape, device, layout
+        if x.dtype is not D0 or x.shape != S0 ...: return None
+        buf0 = EMPTY(S2, dtype=D2, device=DEV)         # slot storage, at its first write
+        t = E1(w, C1_0)                                # extern: the ATen overload's C entry
+        L2(stream, buf0, t, ...)                       # launch: the compiled kernel's launcher
+        t = None                                       # release after the last use
+        return [buf0]
+
+A launch goes through the kernel's compiled launcher (`CompiledKernel.run`, the call
+`JITFunction.run` ends in) when the kernel was compiled for this device, config and sizes
+and Triton's launch hooks are off; otherwise it is the normal `fn[grid](...)` call (the
+interpreter, or a pointer whose alignment differs from what the kernel was specialized
+for). `run` returns None when a guard fails; the runner then takes its general path,
+which checks the inputs and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import keyword
+
+import torch
+
+from pipec_ir import Device, Dtype, Ref, Size, get_attr
+from pipec_ir.symbolic import contiguous_strides
+
+from .exprs import compile_ints
+from .extern_ops import direct_call
+from .launch import TORCH_DTYPES
+from .memory import buffer_nbytes, is_view_target, round_up
+from .views import REINTERPRET, Reinterpret, collapse_view_chains
+
+TORCH_EMPTY = torch.empty
+ALIGNMENT = 16  # Triton specializes pointer arguments on 16-byte alignment
+
+
+class SpecializeError(RuntimeError):
+    """This program cannot be specialized (an argument kind the generator does not know)."""
+
+
+class _Source:
+    """Accumulates generated lines and the namespace their names refer to."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.namespace: dict[str, object] = {"EMPTY": TORCH_EMPTY}
+
+    def const(self, prefix: str, value) -> str:
+        name = f"{prefix}_{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def emit(self, line: str, indent: int = 1) -> None:
+        self.lines.append("    " * indent + line)
+
+
+def build_specialized(runner, plan, symvals: tuple, device: torch.device, observed: dict | None = None):
+    """The specialized run of `runner` at `symvals` on `device`, or None (a choice group
+    has not picked an alternative for these sizes yet). `observed`: the tensor layouts a
+    general run at these sizes made ({value: (shape, stride, dtype)}; views.py).
+
+    `plan` is the runner's step list for the device: `_Launch`, `_Extern` and choice-group
+    steps (each replaced here by the alternative it runs at these sizes)."""
+    from .launch import _Launch  # noqa: PLC0415 - launch imports this module lazily
+
+    flat = _flatten(plan, symvals, device)
+    if flat is None:
+        return None
+    flat = drop_dead_views(collapse_view_chains(flat, runner, symvals, observed or {}), runner)
+    src = _Source()
+    var = [f"v{i}" for i in range(runner.nvals)]
+    dev = "DEV"
+    src.namespace["DEV"] = device
+    fast = _strided_allocator(device)
+    if fast is not None:  # allocates on the current device: the guards check it is this one
+        src.namespace["EMPTY_STRIDED"] = fast
+    device_index = device.index if device.type == "cuda" else -1
+    names = [var[runner.index[b.name]] for b in runner.program.inputs]
+    header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)")
+    after = release_points(flat, runner)
+    allocs = _allocations(runner, flat, symvals, src, var, after)
+    for k, (objs, _) in enumerate(flat):
+        for j, obj in enumerate(objs):
+            for line in allocs.get((k, j), ()):
+                src.emit(line)
+            if isinstance(obj, _Launch):
+                fn = src.const("L", obj.launcher(symvals, device))
+                src.emit(f"{fn}(stream, {', '.join(var[i] for i in obj.ptrs)})")
+            elif isinstance(obj, Reinterpret):
+                src.emit(_reinterpret_line(src, obj, var, symvals, runner, dev, device.type))
+            else:
+                src.emit(_extern_line(src, obj, var, symvals, runner, dev, device.type))
+            if after.get((k, j)):
+                src.emit(" = ".join(var[i] for i in after[(k, j)]) + " = None")
+        if after.get((k, None)):
+            src.emit(" = ".join(var[i] for i in after[(k, None)]) + " = None")
+    outs = ", ".join("None" if i is None else var[i] for i in runner.out_index)
+    src.emit(f"return [{outs}]")
+    return compile_source(header + src.lines, src.namespace, f"<pipec {runner.name} {symvals}>")
+
+
+def _flatten(plan, symvals, device) -> list | None:
+    """[(step objects run at this plan position, values released after them)]."""
+    flat = []
+    for step, release in plan:
+        alternatives = getattr(step, "alternatives", None)
+        if alternatives is None:
+            flat.append(([step], release))
+            continue
+        chosen = _chosen_alternative(step, symvals, device)
+        if chosen is None:
+            return None
+        flat.append((list(alternatives[chosen]), release))
+    return flat
+
+
+def drop_dead_views(flat: list, runner) -> list:
+    """`flat` without the view steps whose results no later step reads and the program does not
+    return. The step list serves every alternative of its choice groups; once one is picked,
+    views only the others read are dead: a Linear's permuted weight feeds cuBLAS, while the
+    Triton template reads the weight itself (one ATen call, a few microseconds, per Linear per call)."""
+    from .launch import _Extern, _Launch  # noqa: PLC0415 - launch imports this module lazily
+
+    needed = {i for i in runner.out_index if i is not None}
+    opaque = False  # a step whose reads are not known: keep everything before it
+    kept_rev = []
+    for objs, release in reversed(flat):
+        kept = []
+        for obj in reversed(objs):
+            if isinstance(obj, _Extern):
+                if not opaque and is_view_target(obj.name) and not needed.intersection(obj.outs):
+                    continue
+                needed.update(runner.index[name] for name in obj.ir.inputs)
+            elif isinstance(obj, _Launch):
+                needed.update(obj.ptrs)
+            else:
+                opaque = True
+            kept.append(obj)
+        kept_rev.append((kept[::-1], release))
+    return kept_rev[::-1]
+
+
+def _touched(obj, runner) -> set[int] | None:
+    """The values a step object reads or writes; None for an object of unknown kind."""
+    from .launch import _Extern, _Launch  # noqa: PLC0415 - launch imports this module lazily
+
+    if isinstance(obj, _Launch):
+        return set(obj.ptrs)
+    if isinstance(obj, _Extern):
+        return set(obj.outs) | {runner.index[name] for name in obj.ir.inputs}
+    return None
+
+
+def release_points(flat: list, runner) -> dict[tuple, list[int]]:
+    """Where each released value is dropped: {(position, object index): values} right after the
+    last step object that touches it, or {(position, None): values} at the end of a position.
+
+    The plan's releases come after a whole choice group, because they serve every alternative;
+    within the one picked, a value dies at its own last use (the input of a library GEMM, before
+    the pointwise kernel of its epilogue runs: one activation less at a Linear's peak)."""
+    last: dict[int, tuple[int, int]] = {}
+    for k, (objs, _) in enumerate(flat):
+        for j, obj in enumerate(objs):
+            touched = _touched(obj, runner)
+            if touched is None:  # keep the plan's own release points
+                return {(k, None): list(release) for k, (_, release) in enumerate(flat) if release}
+            for i in touched:
+                last[i] = (k, j)
+    points: dict[tuple, list[int]] = {}
+    for k, (_, release) in enumerate(flat):
+        for i in release:
+            at = last.get(i)
+            # never later than the plan says; an untouched value (an unpicked alternative's) goes there
+            key = at if at is not None and at[0] <= k else (k, None)
+            points.setdefault(key, []).append(i)
+    return points
+
+
+def _chosen_alternative(step, symvals, device) -> str | None:
+    """What a choice group runs at `symvals` (as `ChoiceStep.pick`, without measuring)."""
+    if step.forced is not None:
+        return step.forced
+    if not step.tune or device.type != "cuda":
+        return step.default
+    bucket = step.runner.bucket_key(symvals) if step.runner.symbols else ()
+    return step.chosen.get(bucket)
+
+
+def _allocations(runner, flat, symvals, src: _Source, var, released: dict[tuple, list[int]]) -> dict[tuple, list[str]]:
+    """Lines allocating the runner's buffers, by (plan position, object index): each right
+    before the step object that first writes it, inside the picked alternative (a library
+    GEMM's epilogue output is not allocated while cuBLAS runs).
+
+    A slot's buffers share storage only while one of them is live when the next is first
+    written (an in-place pointwise kernel writing over its dying input). Once all of a
+    slot's buffers so far are released, the next gets fresh storage: holding the slot
+    across the gap would keep memory eager has already freed (layer_norm 1's output held
+    through attention until layer_norm 2 reuses it), and the caching allocator hands the
+    same block back anyway."""
+    first_write: dict[int, tuple[int, int]] = {}
+    for k, (objs, _) in enumerate(flat):
+        for j, obj in enumerate(objs):
+            for i in getattr(obj, "writes", ()):
+                if i in runner.allocated:
+                    first_write.setdefault(i, (k, j))
+    dies = {i: (k, len(flat[k][0]) if j is None else j) for (k, j), values in released.items() for i in values}
+    by_index = {runner.index[b.name]: b for b in runner.program.buffers}
+    slot_nbytes = {s.index: s.nbytes for s in runner.program.slots}
+
+    def ints(exprs):
+        return tuple(compile_ints(exprs, runner.symbols)(*symvals)) if exprs else ()
+
+    lines: dict[tuple, list[str]] = {}
+    slots: dict[int, list[int]] = {}
+    for i, at in sorted(first_write.items(), key=lambda item: item[1]):
+        b = by_index[i]
+        if b.slot is None:
+            lines.setdefault(at, []).append(f"{var[i]} = {_empty(src, ints(b.type.shape), TORCH_DTYPES[b.type.dtype])}")
+        else:
+            slots.setdefault(b.slot, []).append(i)
+    for slot, members in sorted(slots.items()):
+        for n, run in enumerate(_sharing_runs(members, first_write, dies)):
+            _slot_lines(lines, f"slot{slot}" + (f"_{n}" if n else ""), run, slot_nbytes[slot],
+                        by_index, first_write, var, src, ints)
+    return lines
+
+
+def _sharing_runs(members: list[int], first_write: dict, dies: dict) -> list[list[int]]:
+    """A slot's buffers (in first-write order) cut into runs that must share storage: a buffer
+    joins the current run when one of the run's buffers is still live at its first write."""
+    runs: list[list[int]] = []
+    for i in members:
+        if runs and any(dies.get(m, (1 << 30, 0)) >= first_write[i] for m in runs[-1]):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _slot_lines(lines, name, members, slot_nbytes, by_index, first_write, var, src, ints) -> None:
+    """One storage for `members`: allocated at the first one's first write, each member bound
+    at its own, the storage's own name dropped once every member is bound (it is then freed
+    with its last member)."""
+    bufs = [by_index[i] for i in members]
+    first = first_write[members[0]]
+    if all(b.type == bufs[0].type for b in bufs):  # one typed tensor serves every buffer (common)
+        shape, dtype = ints(bufs[0].type.shape), TORCH_DTYPES[bufs[0].type.dtype]
+        lines.setdefault(first, []).append(f"{name} = {_empty(src, shape, dtype)}")
+        for i in members:
+            lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}")
+    else:
+        nbytes = round_up(max(ints([slot_nbytes] + [buffer_nbytes(b) for b in bufs])))
+        lines.setdefault(first, []).append(f"{name} = {_empty(src, (nbytes,), torch.uint8)}")
+        for i, b in zip(members, bufs):
+            n = ints([buffer_nbytes(b)])[0]
+            shape, dt = src.const("S", ints(b.type.shape)), src.const("D", TORCH_DTYPES[b.type.dtype])
+            cut = "" if n == nbytes else f"[:{n}]"
+            lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}{cut}.view({dt}).view({shape})")
+    lines[first_write[members[-1]]].append(f"{name} = None")
+
+
+def _empty(src: _Source, shape: tuple, dtype: torch.dtype) -> str:
+    """An uninitialized contiguous tensor on the run's device: through the strided allocator
+    Inductor's generated code uses where torch has it (on the H200 host, Inductor's four
+    `_empty_strided_cuda` calls took 8 us per model call, pipec's five `torch.empty` 40 us)."""
+    s, d = src.const("S", tuple(shape)), src.const("D", dtype)
+    if "EMPTY_STRIDED" in src.namespace:
+        # torch's row-major strides: a size-0 dim counts as 1, as in torch.empty
+        strides = tuple(int(x) for x in contiguous_strides([max(int(n), 1) for n in shape]))
+        return f"EMPTY_STRIDED({s}, {src.const('T', strides)}, {d})"
+    return f"EMPTY({s}, dtype={d}, device=DEV)"
+
+
+def _strided_allocator(device: torch.device):
+    """torch's `empty_strided` for the current device of `device`'s type (what Inductor's
+    generated code calls), or None where this torch lacks it."""
+    guards = getattr(torch._C._dynamo, "guards", None)
+    return getattr(guards, f"_empty_strided_{device.type}", None)
+
+
+def guard_lines(src: _Source, runner, symvals: tuple, device_index: int, names: list[str],
+                signature: str) -> list[str]:
+    """`def <signature>:` and the checks `prepare` makes, specialized to `symvals`: each
+    input's dtype, shape, device (`get_device()`: -1 on the CPU) and contiguity; any
+    failing check returns None (the caller then takes its general path)."""
+    lines = [f"def {signature}:", f"    if len(inputs) != {len(names)}: return None"]
+    if names:
+        lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = inputs")
+    checks = []
+    for name, dtype, shape_fn in zip(names, runner.input_dtypes, runner.input_shapes):
+        d = src.const("D", dtype)
+        s = src.const("S", torch.Size(shape_fn(*symvals)))
+        checks.append(f"{name}.dtype is not {d} or {name}.shape != {s} or {name}.get_device() != {device_index} "
+                      f"or not {name}.is_contiguous()")
+    for i in range(0, len(checks), 4):  # short lines keep the source readable in a traceback
+        lines.append(f"    if {' or '.join(checks[i:i + 4])}: return None")
+    return lines
+
+
+def compile_source(lines: list[str], namespace: dict, filename: str):
+    """Execute generated source defining one function; that function, with `.source` set."""
+    code = "\n".join(lines) + "\n"
+    before = set(namespace)
+    exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - our own generated source
+    (name,) = [k for k in namespace if k not in before and k != "__builtins__"]
+    fn = namespace[name]
+    fn.source = code
+    return fn
+
+
+def _extern_line(src: _Source, step, var, symvals, runner, dev, device_type: str) -> str:
+    call = _call(src, step, var, symvals, runner, dev, device_type)
+    outs = [var[i] for i in step.outs]
+    if not outs:
+        return call
+    if len(outs) == 1 and _returns_one_tensor(step.op):
+        return f"{outs[0]} = {call}{'.contiguous()' if step.contiguous[0] else ''}"
+    # as `_Extern.__call__`: a sequence result binds one output per element, else the first
+    parts = [f"_r = {call}", "_s = isinstance(_r, (tuple, list))"]
+    for j, (o, contig) in enumerate(zip(outs, step.contiguous)):
+        c = ".contiguous()" if contig else ""
+        parts.append(f"{o} = _r[{j}]{c} if _s else " + (f"_r{c}" if j == 0 else "None"))
+    # the tuple would keep every result alive past its own release (attention's output held
+    # through the whole MLP: one activation above eager's peak)
+    parts.append("_r = None")
+    return "; ".join(parts)
+
+
+def _reinterpret_line(src: _Source, obj: Reinterpret, var, symvals, runner, dev, device_type: str) -> str:
+    """`v = REINTERPRET(root, size, stride, offset)`; when the root's layout is not guaranteed,
+    guarded by its stride, with the view calls it replaces as the fallback."""
+    src.namespace["REINTERPRET"] = REINTERPRET
+    made = f"REINTERPRET({var[obj.root]}, {src.const('S', obj.size)}, {src.const('T', obj.stride)}, {obj.offset})"
+    if obj.root_stride is not None:
+        fallback = var[obj.root]
+        for view in obj.chain:  # view(view(root, ...), ...): the calls it replaces, innermost first
+            fallback = _call(src, view, var, symvals, runner, dev, device_type, first=fallback)
+            fallback += ".contiguous()" if view.contiguous[0] else ""
+        made = f"{made} if {var[obj.root]}.stride() == {src.const('T', obj.root_stride)} else {fallback}"
+    return f"{var[obj.outs[0]]} = {made}"
+
+
+def _call(src: _Source, step, var, symvals, runner, dev, device_type: str, first: str | None = None) -> str:
+    """`E(args...)`: the extern call of `step` (its first argument replaced by `first` if given)."""
+    ir_step = step.ir
+    target, op, extra = ir_step.target, step.op, ()
+    direct = direct_call(target, device_type)
+    if direct is not None:  # a pipec.* target's ATen equivalent on this device, without the dispatcher hop
+        op, extra = direct
+        target = str(op)
+    op = src.const(f"E{_safe(target)}", getattr(op, "_op", op))
+    args = [_arg(src, v, var, runner, symvals, dev) for v in (get_attr(ir_step.attrs, "args", ()) or ())]
+    if first is not None:
+        args[0] = first
+    for k, v in (*(get_attr(ir_step.attrs, "kwargs", ()) or ()), *extra):
+        value = _arg(src, v, var, runner, symvals, dev)
+        args.append(f"**{{{k!r}: {value}}}" if keyword.iskeyword(k) else f"{k}={value}")
+    return f"{op}({', '.join(args)})"
+
+
+def _returns_one_tensor(op) -> bool:
+    try:
+        returns = op._schema.returns
+    except AttributeError:
+        return False
+    return len(returns) == 1 and str(returns[0].type) == "Tensor"
+
+
+def _arg(src: _Source, value, var, runner, symvals, dev) -> str:
+    if isinstance(value, Ref):
+        return var[runner.index[value.name]]
+    if isinstance(value, Size):
+        expr = value.value
+        return str(int(expr)) if not expr.free_symbols else str(compile_ints([expr], runner.symbols)(*symvals)[0])
+    if isinstance(value, Dtype):
+        return src.const("D", TORCH_DTYPES[value.name])
+    if isinstance(value, Device):
+        return dev
+    if isinstance(value, (tuple, list)):  # a fresh list per call: an op may keep it
+        return "[" + ", ".join(_arg(src, v, var, runner, symvals, dev) for v in value) + "]"
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)
+    return src.const("C", value)
+
+
+def _safe(target: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in target)

@@ -1,0 +1,25 @@
+"""The runtime stage objects registered with pipec (they import torch/triton only in `load`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pipec_ir import CompileOptions, Program
+
+
+class LaunchRuntime:
+    """Runs a Program's steps one after the other (Triton's interpreter without CUDA)."""
+
+    def load(self, program: Program, options: CompileOptions) -> Callable[[list], list]:
+        from .launch import load_launch
+
+        return load_launch(program, options)
+
+
+class CudaGraphRuntime:
+    """Captures a Program into a CUDA Graph and replays it; runs as 'launch' without CUDA."""
+
+    def load(self, program: Program, options: CompileOptions) -> Callable[[list], list]:
+        from .cudagraph import load_cudagraph
+
+        return load_cudagraph(program, options)

@@ -1,0 +1,59 @@
+"""How choice groups are timed (the CPU has no GPU timer: Triton's timers are stand-ins here)."""
+
+import pytest
+import torch
+import triton.testing
+
+from pipec_runtime_cudagraph.choices import _timed
+from pipec_runtime_cudagraph.extern_ops import _addmm_gelu_tanh_any
+
+
+def _record(calls, name, result=1.0, error=None):
+    def bench(fn, **kwargs):
+        calls.append(name)
+        if error is not None:
+            raise error
+        fn()
+        return result
+    return bench
+
+
+def test_launch_times_small_gemms_on_the_wall_clock_and_long_ones_on_the_gpu(monkeypatch):
+    """Under `launch` a run's host work counts when its kernels are short (it is paid every
+    call); once the fastest alternative keeps the GPU busy for GPU_BOUND_MS, GPU time decides."""
+    from pipec_runtime_cudagraph.choices import GPU_BOUND_MS
+
+    calls = []
+    monkeypatch.setattr(triton.testing, "do_bench", _record(calls, "wall", 3.0))
+    ran = []
+    runs = {"a": lambda: ran.append("a"), "b": lambda: ran.append("b")}
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", GPU_BOUND_MS / 2))
+    assert _timed(runs, graphed=False) == {"a": 3.0, "b": 3.0}
+    assert calls == ["graph", "graph", "wall", "wall"] and ran == ["a", "b", "a", "b"]
+    calls.clear()
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", GPU_BOUND_MS))
+    assert _timed(runs, graphed=False) == {"a": GPU_BOUND_MS, "b": GPU_BOUND_MS}
+    assert calls == ["graph", "graph"]
+
+
+def test_gpu_time_under_cuda_graphs_and_wall_clock_for_all_when_one_cannot_be_captured(monkeypatch):
+    calls = []
+    monkeypatch.setattr(triton.testing, "do_bench", _record(calls, "wall", 2.0))
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", 0.5))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    assert _timed({"a": lambda: None, "b": lambda: None}, graphed=True) == {"a": 0.5, "b": 0.5}
+    assert calls == ["graph", "graph"]
+    calls.clear()
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", error=RuntimeError("sync")))
+    assert _timed({"a": lambda: None, "b": lambda: None}, graphed=True) == {"a": 2.0, "b": 2.0}
+    assert calls == ["graph", "wall", "wall"]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_addmm_gelu_tanh_extern_is_tanh_gelu_on_every_device(device):
+    torch.manual_seed(0)
+    bias, a, b = (torch.randn(*s, device=device) for s in ((24,), (16, 32), (32, 24)))
+    want = torch.nn.functional.gelu(torch.addmm(bias, a, b), approximate="tanh")
+    torch.testing.assert_close(torch.ops.pipec.addmm_gelu_tanh(bias, a, b), want)
+    torch.testing.assert_close(_addmm_gelu_tanh_any(bias, a, b), want)

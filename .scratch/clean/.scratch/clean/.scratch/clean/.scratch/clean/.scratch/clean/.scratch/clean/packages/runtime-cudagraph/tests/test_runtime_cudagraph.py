@@ -1,0 +1,194 @@
+"""The `cudagraph` runtime: launch fallback on CPU; capture/replay on CUDA (skipped without)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from pipec_ir import Buffer, CompileOptions, Program, Ref, Step, make_attrs
+from runtime_helpers import T, add_program, dynamic_add_program, extern_program, slot_program
+
+from pipec_runtime_cudagraph import load_cudagraph, load_launch
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture()
+def options(tmp_path):
+    return CompileOptions(runtime="cudagraph").with_extra(kernel_dir=str(tmp_path / "kernels"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA fallback")
+def test_cpu_fallback_warns_and_runs_as_launch(options):
+    with pytest.warns(RuntimeWarning, match="cudagraph runtime: no CUDA device, running as 'launch'"):
+        run = load_cudagraph(add_program(20), options)
+    x, y = torch.randn(20), torch.randn(20)
+    torch.testing.assert_close(run([x, y])[0], x + y)
+
+
+@cuda
+@pytest.mark.parametrize("make", [add_program, slot_program, extern_program])
+def test_replay_is_bitwise_equal_to_launch(options, make):
+    prog = make()
+    launch = load_launch(prog, options)
+    graph = load_cudagraph(prog, options)
+    torch.manual_seed(0)
+    for _ in range(3):
+        inputs = [torch.randn(*[int(d) for d in b.type.shape], device="cuda") for b in prog.inputs]
+        want = launch(inputs)
+        got = graph(inputs)
+        for w, g in zip(want, got):
+            if w is None:
+                assert g is None
+            else:
+                assert torch.equal(w, g)
+    assert graph.graphs, "no graph was captured"
+
+
+@cuda
+def test_outputs_are_clones(options):
+    run = load_cudagraph(add_program(100), options)
+    x, y = torch.randn(100, device="cuda"), torch.randn(100, device="cuda")
+    (a,) = run([x, y])
+    (b,) = run([2 * x, y])
+    assert a.data_ptr() != b.data_ptr()
+    torch.testing.assert_close(a, x + y)
+    torch.testing.assert_close(b, 2 * x + y)
+
+
+@cuda
+def test_dynamic_shapes_capture_per_size(options):
+    run = load_cudagraph(dynamic_add_program(), options)
+    for n in (10, 300, 10):
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        torch.testing.assert_close(run([x, y])[0], x + y)
+    assert len(run.graphs) == 2
+
+
+@cuda
+def test_capture_failure_falls_back_with_a_warning(options):
+    prog = Program(  # nonzero synchronizes with the host: not capturable
+        name="nz", inputs=(Buffer("x", T([8])),), outputs=("y",), buffers=(Buffer("y", T([8], "int64")),),
+        kernels=(), steps=(Step("extern", "aten.nonzero.default", ("x",), ("y",), make_attrs(args=(Ref("x"),))),),
+    )
+    run = load_cudagraph(prog, options)
+    x = torch.tensor([0, 1, 0, 2, 0, 0, 3, 0.0], device="cuda")
+    with pytest.warns(RuntimeWarning, match="capturing program 'nz' failed"):
+        (y,) = run([x])
+    torch.testing.assert_close(y, torch.nonzero(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(run([x])[0], torch.nonzero(x))
+
+
+@cuda
+def test_unexpected_capture_failure_leaves_cuda_usable(options, monkeypatch):
+    from pipec_runtime_cudagraph import cudagraph
+
+    monkeypatch.setattr(cudagraph, "HOST_SYNC_TARGETS", frozenset())  # really try to capture nonzero
+    prog = Program(
+        name="nz2", inputs=(Buffer("x", T([4])),), outputs=("y",), buffers=(Buffer("y", T([4], "int64")),),
+        kernels=(), steps=(Step("extern", "aten.nonzero.default", ("x",), ("y",), make_attrs(args=(Ref("x"),))),),
+    )
+    run = load_cudagraph(prog, options)
+    x = torch.tensor([0, 1, 0, 2.0], device="cuda")
+    with pytest.warns(RuntimeWarning, match="capturing program 'nz2' failed"):
+        (y,) = run([x])
+    torch.testing.assert_close(y, torch.nonzero(x))
+    torch.randn(3, device="cuda")  # the RNG is not left in capture mode
+
+
+@cuda
+def test_autotune_picks_a_working_config(options):
+    from pipec_ir import LaunchConfig
+
+    configs = (LaunchConfig(constants=(("BLOCK", 64),)), LaunchConfig(constants=(("BLOCK", 1024),), num_warps=8))
+    run = load_launch(add_program(5000, configs=configs), options)
+    x, y = torch.randn(5000, device="cuda"), torch.randn(5000, device="cuda")
+    torch.testing.assert_close(run([x, y])[0], x + y)
+    assert run.tuned[("pipec_add_0", ())] in (0, 1)
+
+
+@cuda
+def test_cpu_inputs_on_a_cuda_machine_run_on_the_gpu(options):
+    run = load_launch(slot_program(), options)
+    x = torch.randn(8, 37)
+    t3, t2 = run([x])
+    assert t2.device.type == "cpu" and t3.device.type == "cpu"
+    torch.testing.assert_close(t2, (x + x).sum(1))
+    torch.testing.assert_close(t3, 2 * (x + x).sum(1))
+    xc = x.cuda()
+    torch.testing.assert_close(run([xc])[1], (xc + xc).sum(1))
+
+
+@cuda
+def test_one_graph_per_size_bucket_with_padding(options):
+    from pipec_ir import RecompileLimitWarning
+    from test_runtime_buckets import tunable_add  # pad_symbols=("s0",)
+
+    run = load_cudagraph(tunable_add(), options.with_extra(recompile_limit=1))
+    for n in (17, 20, 32, 1, 40):  # buckets 32, 32, 32, 1 (a re-record, charged), 64: over budget
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        if n == 40:
+            with pytest.warns(RecompileLimitWarning):
+                out = run([x, y])[0]
+        else:
+            out = run([x, y])[0]
+        assert out.shape == (n,)
+        torch.testing.assert_close(out, x + y)
+    assert len(run.graphs) == 2
+
+
+@cuda
+def test_exact_buckets_record_per_size(options):
+    from test_runtime_buckets import tunable_add
+
+    run = load_cudagraph(tunable_add(), options.with_extra(bucket="exact"))
+    for n in (17, 20, 17):
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        torch.testing.assert_close(run([x, y])[0], x + y)
+    assert len(run.graphs) == 2
+
+
+@cuda
+def test_parameters_are_captured_at_their_address_not_copied(options):
+    run = load_cudagraph(add_program(100), options)
+    w = torch.nn.Parameter(torch.randn(100, device="cuda"), requires_grad=False)
+    x = torch.randn(100, device="cuda")
+    torch.testing.assert_close(run([x, w])[0], x + w)
+    (entry,) = run.graphs.entries.values()
+    assert entry.static_inputs[1] is w and entry.pinned == {1: w.data_ptr()}
+    assert entry.static_inputs[0].data_ptr() != x.data_ptr()  # a plain input is copied in
+    with torch.no_grad():
+        w.mul_(2)  # an optimizer-style in-place update is seen by the next replay
+    torch.testing.assert_close(run([x, w])[0], x + w)
+    w2 = torch.nn.Parameter(torch.randn(100, device="cuda"), requires_grad=False)
+    torch.testing.assert_close(run([x, w2])[0], x + w2)  # moved: recorded again at the new address
+
+
+@cuda
+def test_graphs_of_one_model_share_one_pool(options):
+    from pipec_ir import RecompileBudget
+
+    budget = RecompileBudget(8, name="m")
+    opts = options.with_extra(recompile_budget=budget)
+    a, b = load_cudagraph(add_program(64), opts), load_cudagraph(slot_program(), opts)
+    other = load_cudagraph(add_program(64), options)
+    x = torch.randn(64, device="cuda")
+    a([x, x])
+    b([torch.randn(8, 37, device="cuda")])
+    other([x, x])
+    assert a._pool is not None and a._pool == b._pool != other._pool
+
+
+@cuda
+def test_replay_fast_path_checks_inputs(options):
+    run = load_cudagraph(add_program(100), options)
+    x, y = torch.randn(100, device="cuda"), torch.randn(100, device="cuda")
+    run([x, y])
+    assert run.replays
+    torch.testing.assert_close(run([y, x])[0], x + y)
+    with pytest.raises(RuntimeError, match="has dtype float64, expected float32"):
+        run([x.double(), y])

@@ -1,0 +1,136 @@
+"""plan_check: buffers sharing a slot must have disjoint lifetimes."""
+
+from __future__ import annotations
+
+import pytest
+import sympy
+
+from pipec_ir import Buffer, CompileOptions, Program, Ref, Slot, Step, make_attrs
+from runtime_helpers import T, add_kernel, slot_program
+
+from pipec_runtime_cudagraph import MemoryPlanError, plan_check
+from pipec_runtime_cudagraph.memory import lifetimes
+
+
+def test_valid_plan_passes():
+    plan_check(slot_program())
+
+
+def _two_adds(slot_a, slot_b, outputs=("b",), extra_steps=(), slots=None):
+    k = add_kernel("k", 8)
+    return Program(
+        name="p", inputs=(Buffer("x", T([8])),), outputs=outputs,
+        buffers=(Buffer("a", T([8]), slot=slot_a), Buffer("b", T([8]), slot=slot_b),
+                 Buffer("v", T([2, 4]))),
+        kernels=(k,),
+        steps=(Step("launch", "k", ("x", "x"), ("a",)), *extra_steps,
+               Step("launch", "k", ("a", "x"), ("b",))),
+        slots=slots if slots is not None else (Slot(0, sympy.Integer(32)), Slot(1, sympy.Integer(32))),
+    )
+
+
+def test_same_step_reuse_is_a_conflict():
+    with pytest.raises(MemoryPlanError, match=r"slot 0: a .* and b .* live at the same time"):
+        plan_check(_two_adds(0, 0))
+
+
+def test_output_lives_to_the_end():
+    prog = _two_adds(0, 1, outputs=("b", "a"))
+    assert lifetimes(prog)["a"] == (0, 2)
+
+
+def test_view_keeps_its_source_alive():
+    view = Step("extern", "aten.reshape.default", ("a",), ("v",), make_attrs(args=(Ref("a"), (2, 4))))
+    prog = _two_adds(0, 1, outputs=("b", "v"), extra_steps=(view,))
+    assert lifetimes(prog)["a"][1] == 3
+
+
+def test_slot_too_small_and_missing_slot():
+    with pytest.raises(MemoryPlanError, match="needs 32 bytes but slot 0 has 16"):
+        plan_check(_two_adds(0, 1, slots=(Slot(0, sympy.Integer(16)), Slot(1, sympy.Integer(32)))))
+    with pytest.raises(MemoryPlanError, match="slot 5, which is not declared"):
+        plan_check(_two_adds(5, 1))
+
+
+def test_runtime_refuses_a_bad_plan(tmp_path):
+    from pipec_ir import CompileOptions
+
+    from pipec_runtime_cudagraph import load_launch
+
+    with pytest.raises(MemoryPlanError):
+        load_launch(_two_adds(0, 0), CompileOptions().with_extra(kernel_dir=str(tmp_path)))
+
+
+def test_declared_in_place_reuse_passes_and_runs(tmp_path):
+    import torch
+
+    from pipec_ir import CompileOptions
+
+    from pipec_runtime_cudagraph import load_launch
+
+    prog = _two_adds(0, 0)
+    steps = (prog.steps[0], Step("launch", "k", ("a", "x"), ("b",), make_attrs(inplace=(("b", "a"),))))
+    prog = Program(name=prog.name, inputs=prog.inputs, outputs=("b",), buffers=prog.buffers,
+                   kernels=prog.kernels, steps=steps, slots=prog.slots)
+    plan_check(prog)  # b overwrites a in the step where a dies: declared, so allowed
+    wrong = Program(name=prog.name, inputs=prog.inputs, outputs=("b",), buffers=prog.buffers,
+                    kernels=prog.kernels, steps=(steps[0], Step("launch", "k", ("a", "x"), ("b",),
+                                                                make_attrs(inplace=(("b", "x"),)))),
+                    slots=prog.slots)
+    with pytest.raises(MemoryPlanError, match="live at the same time"):
+        plan_check(wrong)  # the pair must name the buffer that dies there
+    run = load_launch(prog, CompileOptions().with_extra(kernel_dir=str(tmp_path)))
+    x = torch.arange(8, dtype=torch.float32)
+    for _ in range(2):  # general path, then the specialized one
+        torch.testing.assert_close(run([x])[0], 3 * x)
+
+
+def test_general_path_allocates_each_slot_where_it_is_first_written(tmp_path):
+    """Not every slot up front: slot 1 (t2) is allocated right before the row sum writes it,
+    slot 0 (t1, later t3) before the first add. Results are unchanged."""
+    import torch
+
+    from pipec_runtime_cudagraph import load_launch
+
+    run = load_launch(slot_program(), CompileOptions().with_extra(kernel_dir=str(tmp_path), specialize=False))
+    steps = run.steps_for(torch.device("cpu"))
+    schedule = run._allocation_schedule(steps)
+    where = {i: k
+             for k, actions in enumerate(schedule) for _, views in actions for i, *_ in views}
+    index = run.index
+    assert where[index["t1"]] == 0 and where[index["t3"]] == 0 and where[index["t2"]] == 1
+    x = torch.randn(8, 37)
+    t3, t2 = run([x])
+    torch.testing.assert_close(t2, (x + x).sum(1))
+    torch.testing.assert_close(t3, 2 * (x + x).sum(1))
+
+
+def test_specialized_run_shares_a_slot_only_while_one_of_its_buffers_lives(tmp_path):
+    """slot_program's slot 0 holds t1, dead after the row sum, then t3: the specialized run
+    frees t1's storage and gives t3 its own (holding it across the gap keeps memory eager has
+    freed). An in-place kernel's output keeps its dying input's storage."""
+    import torch
+
+    from pipec_runtime_cudagraph import load_launch
+
+    options = CompileOptions().with_extra(kernel_dir=str(tmp_path))
+    run = load_launch(slot_program(), options)
+    # on a CUDA machine CPU tensors take the unspecialized CPU-on-GPU path: use the GPU there
+    x = torch.randn(8, 37, device="cuda" if torch.cuda.is_available() else "cpu")
+    for _ in range(2):  # general path, then the specialized one
+        t3, t2 = run([x])
+        torch.testing.assert_close(t3, 2 * (x + x).sum(1))
+    [(_, specialized)] = run.specialized.values()
+    storages = [ln.split("=")[0].strip() for ln in specialized.source.splitlines() if "EMPTY" in ln]
+    assert sorted(storages) == ["slot0", "slot0_1", "slot1"]
+
+    prog = _two_adds(0, 0)
+    steps = (prog.steps[0], Step("launch", "k", ("a", "x"), ("b",), make_attrs(inplace=(("b", "a"),))))
+    in_place = Program(name=prog.name, inputs=prog.inputs, outputs=("b",), buffers=prog.buffers,
+                       kernels=prog.kernels, steps=steps, slots=prog.slots)
+    run = load_launch(in_place, options)
+    a = torch.arange(8.0, device=x.device)
+    for _ in range(2):
+        torch.testing.assert_close(run([a])[0], 3 * a)
+    [(_, specialized)] = run.specialized.values()
+    assert sum("EMPTY" in ln for ln in specialized.source.splitlines()) == 1

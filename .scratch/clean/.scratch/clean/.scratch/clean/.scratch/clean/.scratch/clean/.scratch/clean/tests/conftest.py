@@ -1,0 +1,32 @@
+import importlib.util
+import pathlib
+
+import pytest
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def load_example(path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    inputs = mod.example_inputs() if callable(mod.example_inputs) else mod.example_inputs
+    return mod.model, tuple(inputs)
+
+
+@pytest.fixture(autouse=True)
+def _private_compile_cache(monkeypatch, tmp_path):
+    """Every test gets an empty compile cache of its own (never ~/.cache/pipec), the default backend."""
+    monkeypatch.setenv("PIPEC_CACHE_DIR", str(tmp_path / "pipec-cache"))
+    monkeypatch.delenv("PIPEC_CACHE", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    import torch
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

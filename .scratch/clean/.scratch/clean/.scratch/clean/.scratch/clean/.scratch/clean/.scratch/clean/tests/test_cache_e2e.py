@@ -1,0 +1,144 @@
+"""The compile cache with the real stages: warm compiles of the examples, corrupted entries,
+and two processes sharing one Redis server (skipped when none answers)."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+import pipec
+
+from conftest import EXAMPLES, ROOT, load_example
+
+CACHED = {"capture": 1, "fusion": 1, "codegen": 1}
+NONE = {"capture": 0, "fusion": 0, "codegen": 0}
+GPT2 = next(p for p in EXAMPLES if p.stem == "gpt2_block")
+MLP = next(p for p in EXAMPLES if p.stem == "mlp_gelu")
+
+
+def _flat(out):
+    return list(out) if isinstance(out, tuple | list) else [out]
+
+
+def _compile_and_run(model, inputs, **kwargs):
+    torch._dynamo.reset()
+    compiled = pipec.compile(model, **kwargs)
+    with torch.no_grad():
+        out = _flat(compiled(*inputs))
+    return out, compiled.pipec_session
+
+
+def entries() -> list[Path]:
+    return sorted(Path(os.environ["PIPEC_CACHE_DIR"]).glob("??/*.entry"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_warm_compile_serves_capture_fusion_and_codegen_from_the_cache(path):
+    model, inputs = load_example(path)
+    cold_out, cold = _compile_and_run(model, inputs)
+    warm_out, warm = _compile_and_run(model, inputs)
+    assert cold.cache == warm.cache == "local"
+    n = len(cold.graphs)
+    assert cold.cache_misses == {s: n for s in CACHED} and cold.cache_hits == {s: 0 for s in CACHED}
+    assert warm.cache_hits == {s: n for s in CACHED} and warm.cache_misses == {s: 0 for s in CACHED}
+    for a, b in zip(cold_out, warm_out, strict=True):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        for a, e in zip(warm_out, _flat(model(*inputs)), strict=True):
+            torch.testing.assert_close(a, e, atol=2e-5, rtol=2e-5)
+    assert warm.kernels == cold.kernels and warm.fusion_count == cold.fusion_count
+
+
+def test_explain_reports_cache_hits_of_the_gpt2_block():
+    model, inputs = load_example(GPT2)
+    with torch.no_grad():
+        cold = pipec.explain(model, *inputs)
+        warm = pipec.explain(model, *inputs)
+        off = pipec.explain(model, *inputs, cache="none")
+    assert (cold.cache_hits, cold.cache_misses) == (NONE, CACHED)
+    assert (warm.cache_hits, warm.cache_misses) == (CACHED, NONE)
+    assert off.cache is None and off.cache_hits == {} == off.cache_misses
+    for report in (warm, off):
+        assert (report.kernel_count, report.fusion_count, report.op_count, report.extern_ops, report.not_fused) == \
+               (cold.kernel_count, cold.fusion_count, cold.op_count, cold.extern_ops, cold.not_fused)
+
+
+def test_dynamic_shapes_compile_warm_and_stay_correct():
+    model, (x,) = load_example(MLP)
+    for run in range(2):
+        torch._dynamo.reset()
+        compiled = pipec.compile(model, dynamic=True)
+        with torch.no_grad():
+            for n in (1, 3, 17):
+                xn = torch.randn(n, x.shape[1])
+                torch.testing.assert_close(compiled(xn), model(xn), atol=2e-5, rtol=2e-5)
+        session = compiled.pipec_session
+        if run:
+            assert session.cache_hits["fusion"] >= 1 and session.cache_hits["codegen"] >= 1
+
+
+def pipec_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "pipec", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def test_a_corrupted_entry_is_recompiled_with_a_warning_by_the_cli():
+    first = pipec_cli("compile", MLP, "--json", "--device", "cpu")
+    assert first.returncode == 0, first.stderr
+    [program] = [p for p in entries() if b'"kind":"program"' in p.read_bytes()]
+    data = bytearray(program.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    program.write_bytes(bytes(data))
+    second = pipec_cli("compile", MLP, "--json", "--device", "cpu")
+    assert second.returncode == 0, second.stderr
+    report = json.loads(second.stdout)
+    assert report["cache_hits"] == {"capture": 1, "fusion": 1, "codegen": 0}
+    warnings = [ln for ln in second.stderr.splitlines() if "failed its check" in ln]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: pipec: cache entry "), second.stderr
+    assert "sha256 mismatch" in warnings[0]
+    assert report["max_error"] == json.loads(first.stdout)["max_error"]
+    from pipec.cache import unpack_entry
+
+    unpack_entry(program.name.removesuffix(".entry"), program.read_bytes())  # stored again, whole
+
+
+def _redis_url() -> str | None:
+    from pipec.cache import DEFAULT_REDIS_URL
+
+    url = os.environ.get("PIPEC_REDIS_URL") or DEFAULT_REDIS_URL
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5).ping()
+    except Exception:  # noqa: BLE001
+        return None
+    return url
+
+
+@pytest.mark.skipif(_redis_url() is None, reason="no Redis server answers (.ci/run starts one)")
+def test_two_processes_sharing_one_redis_get_hits_for_each_others_work(tmp_path):
+    from pipec.cache import RedisCache
+
+    prefix = f"pipec-test:{uuid.uuid4().hex}:"
+    env = {"PIPEC_REDIS_URL": _redis_url(), "PIPEC_REDIS_PREFIX": prefix}
+    try:
+        # two processes that share nothing but the Redis server (each its own local cache directory)
+        a = pipec_cli("compile", MLP, "--cache", "redis", "--json", "--device", "cpu",
+                      env={**env, "PIPEC_CACHE_DIR": str(tmp_path / "a")})
+        assert a.returncode == 0, a.stderr
+        assert json.loads(a.stdout)["cache_misses"] == CACHED
+        b = pipec_cli("compile", MLP, "--cache", "redis", "--json", "--device", "cpu",
+                      env={**env, "PIPEC_CACHE_DIR": str(tmp_path / "b")})
+        assert b.returncode == 0, b.stderr
+        report = json.loads(b.stdout)
+        assert report["cache"] == "redis" and report["cache_hits"] == CACHED and report["cache_misses"] == NONE
+        assert report["max_error"] == json.loads(a.stdout)["max_error"]
+        assert RedisCache(env["PIPEC_REDIS_URL"], prefix).info()["entries"] == 3
+        assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # the local cache was not used
+    finally:
+        RedisCache(env["PIPEC_REDIS_URL"], prefix).clear()

@@ -1,0 +1,78 @@
+"""The `pipec` command: stage-by-stage IR files, errors, plugins."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from pipec_ir import dumps, loads
+
+from conftest import ROOT
+
+MLP = str(ROOT / "examples" / "mlp_gelu.py")
+
+
+def pipec(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "pipec", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=_env())
+
+
+def _env():
+    import os
+
+    env = dict(os.environ)
+    return env
+
+
+def test_stage_by_stage_files_round_trip(tmp_path):
+    g, p, prog = tmp_path / "g.json", tmp_path / "p.json", tmp_path / "prog.json"
+    assert pipec("capture", MLP, "-o", g).returncode == 0
+    r = pipec("fuse", g, "-o", p)
+    assert r.returncode == 0, r.stderr
+    r = pipec("codegen", p, "-o", prog)
+    assert r.returncode == 0, r.stderr
+    for path, kind in ((g, "graph"), (p, "kernel_plan"), (prog, "program")):
+        text = path.read_text()
+        doc = loads(text, kind=kind)
+        assert loads(dumps(doc)) == doc
+        assert json.loads(text)["kind"] == kind
+
+
+@pytest.mark.parametrize("damage", ["truncate", "field"])
+def test_broken_ir_file_is_one_line_error(tmp_path, damage):
+    g = tmp_path / "g.json"
+    assert pipec("capture", MLP, "-o", g).returncode == 0
+    text = g.read_text()
+    text = text[: len(text) // 2] if damage == "truncate" else text.replace('"op":"', '"op":1,"x":"', 1)
+    g.write_text(text)
+    r = pipec("fuse", g, "-o", tmp_path / "p.json")
+    assert r.returncode in (1, 2)
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_compile_json_reports_small_error():
+    r = pipec("compile", MLP, "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["max_error"] < 1e-4
+    assert data["kernel_count"] >= 1
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("compile", "missing.py"), "missing.py"),
+    (("compile", MLP, "--fusion", "nope"), "nope"),
+    (("compile", MLP, "--model", "nothing_here"), "nothing_here"),
+])
+def test_usage_errors_exit_2_with_one_line(args, needle):
+    r = pipec(*args)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert needle in r.stderr
+
+
+def test_model_file_without_model(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import torch\nexample_inputs = (torch.randn(2),)\n")
+    r = pipec("compile", f)
+    assert r.returncode == 2 and "model" in r.stderr and "Traceback" not in r.stderr

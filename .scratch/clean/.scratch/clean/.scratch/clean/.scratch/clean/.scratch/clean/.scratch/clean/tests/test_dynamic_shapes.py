@@ -1,0 +1,192 @@
+"""Dynamic shapes end to end: one compiled model serves many sizes (CPU: Triton's interpreter).
+
+Counts are backend invocations (`session.dynamo_graphs`: graphs pipec compiled).
+"""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import pipec
+import pipec_ir
+from pipec_runtime_cudagraph.buckets import PadPolicy
+from pipec_runtime_cudagraph.launch import ProgramRunner
+
+from conftest import EXAMPLES, load_example
+
+SIZES = (1, 17, 64, 1000)
+
+
+def example(stem):
+    return load_example(next(p for p in EXAMPLES if p.stem == stem))[0]
+
+
+def norm_softmax(d=8):
+    """examples/norm_softmax.py's model, narrow (Triton's interpreter is slow on wide rows)."""
+    model = type(example("norm_softmax"))(d).eval()
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)
+        model.norm.bias.uniform_(-0.5, 0.5)
+    return model
+
+
+def check(compiled, model, *inputs):
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*inputs), model(*inputs), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("order", [SIZES, (17, 64, 1000, 1)], ids=["small-first", "one-last"])
+def test_mlp_one_artifact_for_every_size(order):
+    """dynamic=None: static first, symbolic after the size changes (Dynamo's automatic dynamic
+    shapes through pipec's backend), then no recompile at all - batch 1 included."""
+    model = example("mlp_gelu")
+    compiled = pipec.compile(model)
+    counts = []
+    for n in order:
+        check(compiled, model, torch.randn(n, 32))
+        counts.append(compiled.pipec_session.dynamo_graphs)
+    assert counts == [1, 2, 2, 2], counts  # <= 1 recompile, none after the size went dynamic
+    check(compiled, model, torch.randn(order[0], 32))  # the first size again: no compile either
+    assert compiled.pipec_session.dynamo_graphs == 2
+    assert len(compiled.pipec_budget.events) == 1  # the one recompile was charged to the budget
+
+
+def test_norm_softmax_dynamic_batch_and_sequence():
+    model = norm_softmax()
+    compiled = pipec.compile(model)
+    shapes = [(1, 1), (17, 64), (64, 17), (1000, 1), (1, 1000), (3, 5)]
+    for b, t in shapes:
+        check(compiled, model, torch.randn(b, t, 8))
+    assert compiled.pipec_session.dynamo_graphs == 2
+    assert compiled.pipec_session.eager_graphs == 0
+
+
+def test_dynamic_true_compiles_once_with_symbols(tmp_path):
+    model = norm_softmax()
+    compiled = pipec.compile(model, dynamic=True, dump_dir=str(tmp_path))
+    for b, t in ((1, 3), (17, 3), (64, 1), (2, 1000)):
+        check(compiled, model, torch.randn(b, t, 8))
+    assert compiled.pipec_session.dynamo_graphs == 1
+    [program] = [pipec_ir.loads(p.read_text()) for p in tmp_path.glob("*.codegen.json")]
+    assert {s.name for s in program.symbols} == {"s0", "s1"}
+    assert all(s.lower <= 1 for s in program.symbols)  # 0/1 are not specialized away
+    assert program.pad_symbols == ("s0", "s1")
+
+
+def test_symbolic_views_counts_and_slices_match_eager():
+    """Symbolic counts (mean/var/layer_norm over a dynamic dim), view steps with symbolic
+    shapes (reshape before a matmul), slices and selects that count from a dynamic end."""
+    w = torch.randn(16, 8)
+
+    def f(x):
+        m = x.mean(dim=1)
+        v = x.var(dim=(0, 1))
+        ln = nn.functional.layer_norm(x.transpose(1, 2), (x.shape[1],))
+        y = (x.reshape(-1, 16) @ w).reshape(x.shape[0], x.shape[1], 8).sum(1)
+        return m, v, ln, y, x[:, -3:] * 2, x[:, -1]
+
+    compiled = pipec.compile(f, dynamic=True)
+    for b, t in ((2, 5), (3, 7), (1, 4), (5, 33)):
+        check(compiled, f, torch.randn(b, t, 16))
+    assert compiled.pipec_session.dynamo_graphs == 1
+    assert compiled.pipec_session.extern_ops.keys() <= {"aten.mm.default"}
+
+
+def test_budget_exceeded_warns_once_and_runs_eagerly():
+    model = example("mlp_gelu")
+    compiled = pipec.compile(model, dynamic=False, recompile_limit=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 4, 5, 6, 7, 8):
+            check(compiled, model, torch.randn(n, 32))
+    budget_warnings = [w for w in caught if issubclass(w.category, pipec.RecompileLimitWarning)]
+    assert len(budget_warnings) == 1
+    assert "recompile_limit=2" in str(budget_warnings[0].message)
+    session = compiled.pipec_session
+    assert session.dynamo_graphs == 3  # the first compile + 2 recompiles
+    assert session.eager_graphs >= 1  # sizes 6.. run eagerly
+    check(compiled, model, torch.randn(4, 32))  # a compiled size still runs compiled
+    assert session.dynamo_graphs == 3
+
+
+def test_budget_exceeded_under_fullgraph_raises():
+    model = example("mlp_gelu")
+    compiled = pipec.compile(model, dynamic=False, fullgraph=True, recompile_limit=1)
+    check(compiled, model, torch.randn(3, 32))
+    check(compiled, model, torch.randn(4, 32))
+    with pytest.raises(pipec.RecompileLimitError, match="recompile_limit=1"):
+        compiled(torch.randn(5, 32))
+
+
+def test_bad_dynamic_options_are_rejected():
+    with pytest.raises(ValueError, match="bucket"):
+        pipec.compile(nn.Linear(2, 2), bucket="log")
+    with pytest.raises(ValueError, match="recompile_limit"):
+        pipec.compile(nn.Linear(2, 2), recompile_limit=-1)
+
+
+# ------------------------------------------------------------ padding (CUDA Graph buckets), on CPU
+
+
+def _program(model, *inputs):
+    """The Program of the dynamic graph pipec compiles for `model`."""
+    from pipec.pipeline import compile_graph
+
+    programs = []
+
+    def backend(gm, example_inputs):
+        from pipec_capture import make_dynamo_backend
+
+        def compile_aten(aten_gm, aten_inputs, kind):
+            programs.append(compile_graph(aten_gm, aten_inputs, pipec.make_options(dynamic=True),
+                                          stop_after="codegen"))
+            return lambda args: aten_gm(*args)
+        return make_dynamo_backend(compile_aten)(gm, example_inputs)
+
+    from torch.fx.experimental import _config as fx_config
+
+    with torch.no_grad(), fx_config.patch(backed_size_oblivious=True):  # as pipec.compile traces
+        torch.compile(model, backend=backend, dynamic=True)(*inputs)
+    [program] = programs
+    return program
+
+
+@pytest.mark.parametrize("stem, shape, pad", [
+    ("mlp_gelu", (5, 32), ("s0",)),
+    ("norm_softmax", (3, 5, 8), ("s0", "s1")),
+])
+def test_padded_runs_equal_exact_runs(stem, shape, pad):
+    """What a CUDA Graph recorded for a size bucket computes (inputs zero-padded to the bucket,
+    outputs sliced back) equals the exact-size run."""
+    program = _program(norm_softmax() if stem == "norm_softmax" else example(stem), torch.randn(*shape))
+    assert program.pad_symbols == pad
+    runner = ProgramRunner(program, pipec_ir.CompileOptions())
+    policy = PadPolicy(runner, "pow2")
+    for sizes in ((17, 3), (1, 1), (33, 6)):
+        inputs = [torch.randn(tuple(int(d.subs({s: sizes[int(s.name[1:])] for s in d.free_symbols}))
+                                    for d in b.type.shape), dtype=getattr(torch, b.type.dtype))
+                  for b in program.inputs]
+        inputs, symvals, device = runner.prepare(inputs)
+        assert policy.graph_values(symvals) != symvals or max(symvals) == 1
+        for got, want in zip(policy.run_padded(inputs, symvals, device), runner.run(inputs, symvals, device)):
+            torch.testing.assert_close(got, want)
+
+
+def test_library_calls_on_dynamic_dims_are_not_padded():
+    program = _program(example("gpt2_block"), torch.randn(2, 5, 64))
+    assert {s.name for s in program.symbols} == {"s0", "s1"}
+    assert program.pad_symbols == ()  # attention runs as a library call: opaque, never padded
+
+
+def test_extern_with_a_symbolic_argument():
+    def f(x):
+        return nn.functional.pad(x, (0, x.shape[0])) * 2  # an extern taking a size expression
+
+    compiled = pipec.compile(f, dynamic=True)
+    with pytest.warns(pipec.PipecFallbackWarning, match="constant_pad_nd"):
+        check(compiled, f, torch.randn(3, 5))
+    for shape in ((1, 2), (6, 4)):
+        check(compiled, f, torch.randn(shape))
+    assert compiled.pipec_session.dynamo_graphs == 1

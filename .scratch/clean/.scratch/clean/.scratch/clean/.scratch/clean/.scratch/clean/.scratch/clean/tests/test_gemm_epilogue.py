@@ -1,0 +1,295 @@
+"""GEMM epilogue fusion end to end: Linear + bias + activation (+ residual) as one matmul kernel,
+its two alternatives (Triton template, cuBLAS + pointwise kernel) and the runtime's choice between them.
+
+CPU: Triton's interpreter, fp32, tiny odd shapes. GPU-only tests cover bf16 and the timing choice.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+import pipec
+import pipec_ir
+from pipec_ir import get_attr
+from pipec_runtime_cudagraph.choices import choices_made
+from pipec_runtime_cudagraph.launch import ProgramRunner
+
+GPU = torch.cuda.is_available()
+ACTS = {"gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh"), "relu": nn.ReLU(), "silu": nn.SiLU()}
+
+
+class LinearAct(nn.Module):
+    def __init__(self, act, k=32, n=24):
+        super().__init__()
+        self.lin, self.act = nn.Linear(k, n), ACTS[act]
+
+    def forward(self, x, r):
+        return self.act(self.lin(x)) * 0.5 + r
+
+
+def _program(model, inputs, **options):
+    """(the Program pipec compiles for `model`'s inference graph, the tensors it is called with)."""
+    from pipec.pipeline import compile_graph
+    from pipec_capture import make_dynamo_backend
+
+    programs, calls = [], []
+
+    def backend(gm, example_inputs):
+        def compile_aten(aten_gm, aten_inputs, kind):
+            programs.append(compile_graph(aten_gm, aten_inputs, pipec.make_options(**options), stop_after="codegen"))
+
+            def run(args):
+                calls.append(list(args))
+                return aten_gm(*args)
+            return run
+        return make_dynamo_backend(compile_aten)(gm, example_inputs)
+
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(*inputs)
+    [program], [args] = programs, calls
+    return program, args
+
+
+def _inputs(device="cpu", dtype=torch.float32, m=16, k=32, n=24):
+    torch.manual_seed(0)
+    return torch.randn(m, k, device=device, dtype=dtype), torch.randn(m, n, device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("choice", [None, "library"])
+def test_linear_activation_residual_matches_eager(act, choice):
+    model = LinearAct(act).eval()
+    x, r = _inputs()
+    options = {} if choice is None else {"choice": choice}
+    compiled = pipec.compile(model, **options)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, r), model(x, r))
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu_tanh", "gelu", "silu"])
+def test_library_alternatives_follow_the_epilogue(act):
+    """Linear + bias offers plain mm with the bias in the pointwise kernel ("library_mm"); ReLU and
+    tanh-GELU also cuBLASLt's bias + activation epilogue ("library_act"), exact GELU and SiLU not.
+    Each alternative, forced, matches eager."""
+    model = LinearAct(act).eval()
+    x, r = _inputs()
+    program, args = _program(model, (x, r))
+    alternatives = {get_attr(s.attrs, "alternative") for s in program.steps} - {None}
+    with_act = {"library_act"} if act in ("relu", "gelu_tanh") else set()
+    assert alternatives == {"template", "library", "library_mm"} | with_act
+    if with_act:
+        call = next(s for s in program.steps if get_attr(s.attrs, "alternative") == "library_act")
+        assert call.target == ("pipec.addmm_gelu_tanh.default" if act == "gelu_tanh" else
+                               "aten._addmm_activation.default")
+    with torch.no_grad():
+        want = model(x, r)
+    for choice in sorted(alternatives):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want)
+
+
+def test_activation_epilogue_through_the_reshape_of_a_3d_linear():
+    """nn.Linear on [B, T, K] puts a reshape between the bias add and GELU: "library_act" still
+    applies (its [B*T, N] result reshaped back), and every alternative matches eager."""
+    model = LinearAct("gelu_tanh").eval()
+    torch.manual_seed(1)
+    x, r = torch.randn(2, 5, 32), torch.randn(2, 5, 24)
+    program, args = _program(model, (x, r))
+    steps = [s for s in program.steps if get_attr(s.attrs, "alternative") == "library_act"]
+    assert [s.target for s in steps][:2] == ["pipec.addmm_gelu_tanh.default", "aten.reshape.default"]
+    with torch.no_grad():
+        want = model(x, r)
+    for choice in ("template", "library", "library_mm", "library_act"):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh"])
+def test_linear_on_a_batch_of_one_keeps_its_epilogue(act):
+    """nn.Linear on [1, T, K]: the epilogue runs over [1, T, N], a reshape of the [T, N] product
+    by a size-1 dim only; it still joins the GEMM, and every alternative matches eager."""
+    model = LinearAct(act).eval()
+    torch.manual_seed(2)
+    x, r = torch.randn(1, 5, 32), torch.randn(1, 5, 24)
+    program, args = _program(model, (x, r))
+    # bias, GELU and the scaled residual: one matmul kernel (plus each cuBLAS alternative's pass)
+    assert [k.name for k in program.kernels][0] == "pipec_fused_mm_add_gelu_mul_2"
+    assert all(k.name.startswith("pipec_fused_mm_add_gelu_mul_2") for k in program.kernels)
+    alternatives = {get_attr(s.attrs, "alternative") for s in program.steps} - {None}
+    assert "template" in alternatives and "library" in alternatives
+    with torch.no_grad():
+        want = model(x, r)
+    for choice in sorted(alternatives):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want)
+
+
+def test_specialized_run_drops_views_only_unpicked_alternatives_read():
+    """The Linear's permuted weight feeds cuBLAS; the template reads the weight itself, so the
+    specialized run of the template leaves the permute out, and that of "library" keeps it."""
+    device = "cuda" if GPU else "cpu"  # CPU tensors on a GPU machine take a path that is not specialized
+    model = LinearAct("relu").to(device).eval()
+    program, args = _program(model, _inputs(device))
+    with torch.no_grad():
+        want = model(*_inputs(device))
+    sources = {}
+    for choice in ("template", "library"):
+        runner = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        for _ in range(3):  # the first call takes the general path and builds the specialized run
+            torch.testing.assert_close(runner(args)[0], want)
+        [(_, run)] = runner.specialized.values()
+        sources[choice] = run.source
+    # the permuted weight is one view of the weight input (v0), made without the dispatcher
+    # (views.py); the template reads the weight itself and makes no view at all
+    assert "REINTERPRET" not in sources["template"] and "permute" not in sources["template"]
+    lines = sources["library"].splitlines()
+    permuted = next(ln.split("=")[0].strip() for ln in lines if "REINTERPRET(v0," in ln)
+    # within the picked alternative a value dies at its own last use: the permuted weight right
+    # after cuBLAS, before the epilogue's kernel (not after the whole choice group)
+    call = next(k for k, ln in enumerate(lines) if "addmm" in ln)
+    released = [name.strip() for name in lines[call + 1].split("=")]
+    assert released[-1] == "None" and permuted in released
+    # and the epilogue kernel's output is allocated after cuBLAS ran, not before the group
+    allocs = [k for k, ln in enumerate(lines) if "EMPTY" in ln]
+    assert allocs and min(allocs) > call
+
+
+def test_specialized_library_act_calls_aten_directly_on_cuda():
+    """The specialized run calls cuBLASLt's bias + tanh-GELU (`aten._addmm_activation`) itself on
+    CUDA, not through the pipec.addmm_gelu_tanh dispatcher entry; on the CPU, whose kernel of that
+    op applies the exact GELU, it keeps pipec's op. Both match eager."""
+    device = "cuda" if GPU else "cpu"
+    model = LinearAct("gelu_tanh").to(device).eval()
+    program, args = _program(model, _inputs(device))
+    with torch.no_grad():
+        want = model(*_inputs(device))
+    runner = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice="library_act"))
+    for _ in range(3):  # the first call takes the general path and builds the specialized run
+        torch.testing.assert_close(runner(args)[0], want)
+    [(_, run)] = runner.specialized.values()
+    call = next(ln for ln in run.source.splitlines() if "addmm" in ln)
+    if GPU:
+        assert "_addmm_activation" in call and "use_gelu=True" in call
+    else:
+        assert "pipec_addmm_gelu_tanh" in call and "use_gelu" not in call
+
+
+def test_program_has_one_choice_group_per_linear():
+    model = nn.Sequential(nn.Linear(32, 40), nn.GELU(), nn.Linear(40, 24)).eval()
+    x, _ = _inputs()
+    program, args = _program(model, (x,))
+    groups = {get_attr(s.attrs, "choice") for s in program.steps} - {None}
+    assert len(groups) == 2
+    defaults = [s.target for s in program.steps if get_attr(s.attrs, "default")]
+    assert len(defaults) == 2 and all(program.kernel_map()[t].source.count("tl.dot(") == 1 for t in defaults)
+    runner = ProgramRunner(program, pipec_ir.CompileOptions())
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(runner(args)[0], want)
+    for choice in ("template", "library"):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want)
+        assert {g["forced"] for g in choices_made(forced).values()} == {choice}
+
+
+def test_none_policy_keeps_cublas_and_separate_kernels():
+    model = LinearAct("relu").eval()
+    program, _ = _program(model, _inputs(), fusion="none")
+    assert all(get_attr(s.attrs, "choice") is None for s in program.steps)
+    assert "aten.mm.default" in [s.target for s in program.steps]
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_gpu_bf16_mlp_both_alternatives_and_timed_choice():
+    model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256)).cuda().to(torch.bfloat16).eval()
+    torch.manual_seed(0)
+    x = torch.randn(300, 256, device="cuda", dtype=torch.bfloat16)
+    program, args = _program(model, (x,))
+    with torch.no_grad():
+        want = model(x)
+    for choice in ("template", "library"):
+        forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(forced(args)[0], want, atol=4e-2, rtol=2e-2)
+    tuned = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True))
+    torch.testing.assert_close(tuned(args)[0], want, atol=4e-2, rtol=2e-2)
+    report = choices_made(tuned)
+    assert len(report) == 2
+    for group in report.values():
+        (timings,) = group["timings_ms"].values()
+        assert set(timings) == {"template", "library", "library_mm"} and all(0 < t < 1e3 for t in timings.values())
+        (chosen,) = group["chosen"].values()
+        assert chosen == min(timings, key=timings.get)
+
+
+class Mlp3d(nn.Module):
+    """GPT-2's MLP on [B, T, C]: each Linear is reshape -> addmm -> reshape around its epilogue."""
+
+    def __init__(self, c=16, hidden=24):
+        super().__init__()
+        self.fc, self.proj, self.act = nn.Linear(c, hidden), nn.Linear(hidden, c), nn.GELU(approximate="tanh")
+
+    def forward(self, x):
+        return x + self.proj(self.act(self.fc(x)))
+
+
+def test_linear_on_3d_input_fuses_gelu_and_residual_into_the_template():
+    torch.manual_seed(0)
+    model, x = Mlp3d().eval(), torch.randn(2, 5, 16)
+    program, args = _program(model, (x,))
+    launches = [s for s in program.steps if s.kind == "launch"]
+    template = [s for s in launches if get_attr(s.attrs, "alternative") == "template"]
+    # the whole MLP is two template launches: GELU and the residual add ride on the tiles
+    assert len(template) == 2 and all(get_attr(s.attrs, "choice") for s in launches)
+    sources = [program.kernel_map()[s.target].source for s in template]
+    assert "tanh" in sources[0] or "sigmoid" in sources[0]
+    with torch.no_grad():
+        want = model(x)
+    for choice in ("template", "library"):
+        runner = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
+        torch.testing.assert_close(runner(args)[0], want)
+    # the library alternative: addmm then one pointwise kernel per Linear
+    library = [s for s in program.steps if get_attr(s.attrs, "alternative") == "library"]
+    assert [s.kind for s in library] == ["extern", "launch", "extern", "launch"]
+    assert [s.target for s in library if s.kind == "extern"] == ["aten.addmm.default"] * 2
+
+
+def test_identical_choice_groups_share_one_digest():
+    """Two identical Linear+ReLU layers make choice groups with one digest (the second layer, a
+    second compile and a second process take the first one's timed pick); a different width does not."""
+    from pipec_runtime_cudagraph.choices import choice_digest
+
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 24), nn.ReLU())
+    x, _ = _inputs()
+    program, args = _program(model.eval(), (x,))
+    runner = ProgramRunner(program, pipec_ir.CompileOptions())
+    groups = [step for step, _ in runner.steps_for(torch.device("cpu")) if hasattr(step, "alternatives")]
+    assert len(groups) == 3
+    digests = [choice_digest(runner, g.alternatives) for g in groups]
+    assert digests[0] == digests[1] != digests[2]
+    with torch.no_grad():
+        torch.testing.assert_close(runner(args)[0], model(x))
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_gpu_a_second_runner_takes_the_timed_pick_without_timing(monkeypatch, tmp_path):
+    from pipec_runtime_cudagraph import choices
+
+    model = nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU()).cuda().eval()
+    x = torch.randn(64, 128, device="cuda")
+    program, args = _program(model, (x,))
+    timed = []
+    real = choices._timed
+    monkeypatch.setattr(choices, "_timed", lambda runs, graphed: timed.append(len(runs)) or real(runs, graphed))
+    monkeypatch.setattr(choices, "_CHOSEN", {})
+    options = pipec_ir.CompileOptions(autotune=True).with_extra(kernel_dir=str(tmp_path))
+    first = ProgramRunner(program, options)
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(first(args)[0], want, atol=1e-3, rtol=1e-3)
+    assert len(timed) == 1  # the two identical layers: timed once
+    monkeypatch.setattr(choices, "_CHOSEN", {})  # a new process: only the tuning cache on disk remains
+    second = ProgramRunner(program, options)
+    torch.testing.assert_close(second(args)[0], want, atol=1e-3, rtol=1e-3)
+    assert len(timed) == 1
+    picks = lambda r: sorted(a for g in choices_made(r).values() for a in g["chosen"].values())  # noqa: E731
+    assert picks(first) == picks(second)

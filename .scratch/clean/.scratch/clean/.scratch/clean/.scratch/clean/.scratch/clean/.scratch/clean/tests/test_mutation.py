@@ -1,0 +1,156 @@
+"""Mutation and aliasing under pipec.compile behave exactly as in eager.
+
+AOTAutograd functionalizes every graph: an input mutated in forward comes back as an
+extra graph output that its runtime wrapper copies into the input, and an output that
+aliases an input (or another output) is regenerated as a view. These tests check that
+pipec's backend and runtime honor those conventions: inputs, returned views, module
+buffers (BatchNorm running stats) and gradients all match eager.
+"""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import pipec
+
+
+def _run_both(fn, *make_inputs, calls: int = 2):
+    """Calls eager `fn` and pipec's on identical fresh inputs `calls` times; checks outputs and inputs."""
+    compiled = pipec.compile(fn)
+    for _ in range(calls):
+        eager_in = [make() for make in make_inputs]
+        pipec_in = [t.clone() for t in eager_in]
+        expected = fn(*eager_in)
+        actual = compiled(*pipec_in)
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(pipec_in, eager_in, msg=lambda m: f"inputs after the call differ: {m}")
+    return pipec_in, actual
+
+
+def _randn(*shape):
+    return lambda: torch.randn(*shape)
+
+
+def test_in_place_add_on_input():
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    _run_both(f, _randn(4, 5))
+
+
+def test_input_mutated_and_returned_is_the_input():
+    def f(x):
+        return x.mul_(3)
+
+    (x,), out = _run_both(f, _randn(4, 5))
+    assert out.data_ptr() == x.data_ptr()
+
+
+def test_copy_into_input():
+    def f(dst, src):
+        dst.copy_(src * 2)
+        return src + 1
+
+    _run_both(f, _randn(3, 7), _randn(3, 7))
+
+
+def test_in_place_on_a_view_of_the_input():
+    def f(x):
+        x[1:, ::2].mul_(3)  # strided view: only part of the input changes
+        return x.sum(dim=0)
+
+    _run_both(f, _randn(4, 5))
+
+
+def test_returned_views_alias_the_input_as_in_eager():
+    def f(x):
+        return x.view(-1), x.t(), x[:, 1:3], x + 1
+
+    (x,), (flat, t, part, _) = _run_both(f, _randn(4, 5))
+    for view in (flat, t, part):
+        assert view._base is x
+    part.zero_()  # writing through the returned view changes the input, as in eager
+    assert x[:, 1:3].abs().sum() == 0
+
+
+def test_outputs_aliasing_each_other():
+    def f(x, w):
+        y = x @ w
+        return y, y.view(-1), y[0]
+
+    _, (y, flat, row) = _run_both(f, _randn(4, 5), _randn(5, 3))
+    y.add_(1)  # eager: the three outputs share storage; so must pipec's
+    torch.testing.assert_close(flat, y.view(-1))
+    torch.testing.assert_close(row, y[0])
+
+
+def test_in_place_on_intermediate_keeps_gradients():
+    def f(x, w):
+        h = x @ w
+        h.add_(1)
+        h[:, 0].mul_(2)  # in place through a view of the intermediate
+        return (h * h).sum()
+
+    x = torch.randn(4, 5)
+    w = torch.randn(5, 3, requires_grad=True)
+    w2 = w.detach().clone().requires_grad_()
+    f(x, w).backward()
+    pipec.compile(f)(x, w2).backward()
+    torch.testing.assert_close(w2.grad, w.grad)
+
+
+class RunningMean(nn.Module):
+    """A linear layer that also tracks an exponential moving average of its input in a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+        self.register_buffer("ema", torch.zeros(6))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.ema.mul_(0.9).add_(x.mean(dim=0), alpha=0.1)
+        self.calls += 1
+        return self.fc(x - self.ema)
+
+
+@pytest.mark.parametrize("momentum", [0.1, None], ids=["ema", "cumulative"])
+def test_batch_norm_running_stats_match_eager(momentum):
+    torch.manual_seed(0)
+    eager = nn.BatchNorm2d(3, momentum=momentum)
+    model = copy.deepcopy(eager)
+    compiled = pipec.compile(model)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.randn(4, 3, 5, 5, generator=g) * 2 + 1
+        torch.testing.assert_close(compiled(x), eager(x))
+    for name, buf in eager.named_buffers():
+        torch.testing.assert_close(dict(model.named_buffers())[name], buf, msg=lambda m, n=name: f"{n}: {m}")
+    assert int(model.num_batches_tracked) == 3
+    eager.eval()
+    model.eval()
+    x = torch.randn(4, 3, 5, 5, generator=g)
+    with torch.no_grad():  # inference now normalizes with the running stats that pipec updated
+        torch.testing.assert_close(compiled(x), eager(x))
+
+
+def test_buffer_updated_in_forward_while_training():
+    torch.manual_seed(0)
+    eager = RunningMean()
+    model = copy.deepcopy(eager)
+    compiled = pipec.compile(model)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_c = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        x = torch.randn(8, 6, generator=g)
+        for m, opt in ((eager, opt_e), (compiled, opt_c)):
+            m(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    torch.testing.assert_close(model.ema, eager.ema)
+    assert int(model.calls) == int(eager.calls) == 3
+    torch.testing.assert_close(model.fc.weight, eager.fc.weight)

@@ -1,0 +1,59 @@
+"""torch.sort as generated code: ranks from a pairwise comparison (one reduction kernel) and a
+scatter to the ranks (pipec_capture.decompositions.sort). Values and indices must equal eager's
+exactly (the inputs have no ties except where eager's order is the stable one too)."""
+
+import pytest
+import torch
+
+import pipec
+
+g = torch.Generator().manual_seed(3)
+X = torch.randn(4, 6, 5, generator=g)
+X_NAN = X.clone()
+X_NAN[1, 2, 3] = X_NAN[2, 0, 0] = float("nan")
+INTS = torch.randperm(120, generator=g).view(4, 6, 5) - 60  # distinct integers
+
+
+@pytest.mark.parametrize("x", [X, X_NAN, INTS], ids=["float", "nan", "int"])
+@pytest.mark.parametrize("dim,descending", [(-1, False), (1, True), (0, False), (-3, True)])
+def test_sort_matches_eager_and_is_generated(x, dim, descending):
+    def f(t):
+        values, indices = torch.sort(t * 2, dim=dim, descending=descending)
+        return values + 1, indices
+
+    got_values, got_indices = pipec.compile(f)(x)
+    want_values, want_indices = f(x)
+    torch.testing.assert_close(got_values, want_values, equal_nan=True)
+    assert torch.equal(got_indices, want_indices)
+    assert pipec.explain(f, x).extern_ops == {}
+
+
+def test_stable_sort_keeps_the_order_of_ties():
+    x = torch.tensor([[3.0, 1.0, 3.0, 2.0, 1.0, 3.0]])
+    for descending in (False, True):
+        f = lambda t, d=descending: torch.sort(t, stable=True, descending=d)  # noqa: E731
+        got, want = pipec.compile(f)(x), f(x)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_long_rows_stay_one_extern_call():
+    from pipec_capture.decompositions import SORT_MAX_ROW
+
+    x = torch.randn(SORT_MAX_ROW + 1, generator=g)
+    f = lambda t: torch.sort(t)[0]  # noqa: E731
+    with pytest.warns(pipec.PipecFallbackWarning, match="aten.sort"):
+        torch.testing.assert_close(pipec.compile(f)(x), f(x))
+
+
+@pytest.mark.parametrize("largest,is_sorted", [(True, True), (False, True), (True, False)])
+def test_topk_matches_eager_up_to_the_order_of_ties(largest, is_sorted):
+    x = torch.tensor([[3.0, 1.0, float("nan"), 3.0, -2.0, 0.5, 3.0]]).repeat(3, 1) * torch.tensor([[1.0], [2.0], [-1.0]])
+
+    def f(t):
+        return torch.topk(t + 0, 4, dim=1, largest=largest, sorted=is_sorted)
+
+    values, indices = pipec.compile(f)(x)
+    want_values, _ = f(x)
+    torch.testing.assert_close(torch.gather(x, 1, indices), values, equal_nan=True)  # indices select the values
+    torch.testing.assert_close(values.sort(1)[0], want_values.sort(1)[0], equal_nan=True)
+    assert pipec.explain(f, x).extern_ops == {}

@@ -1,0 +1,191 @@
+"""Training under pipec.compile matches eager: losses over 20 steps, gradients after step 1,
+parameters and buffers at the end (fp32, CPU: Triton's interpreter).
+
+Each test trains two copies of one freshly initialized model on the same batches, one eagerly
+and one compiled; AOTAutograd's forward and backward graphs both run through pipec's pipeline.
+"""
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import pipec
+from conftest import ROOT
+from training_models import Block, TinyCNN, TinyLM
+
+STEPS = 20
+# fp32 kernels sum in a different order than ATen's; 20 optimizer steps amplify that a little
+LOSS_TOL = {"rtol": 1e-4, "atol": 1e-5}
+PARAM_TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+
+def lm_batches(vocab: int = 32, batch: int = 2, seq: int = 8, steps: int = STEPS):
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(steps):
+        idx = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+        out.append((idx[:, :-1], idx[:, 1:]))
+    return out
+
+
+def image_batches(steps: int = STEPS):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 5, (4,), generator=g)) for _ in range(steps)]
+
+
+def lm_loss(model, batch):
+    return model(*batch)
+
+
+def classifier_loss(model, batch):
+    images, labels = batch
+    return F.cross_entropy(model(images), labels)
+
+
+def train(model, call, loss_fn, batches, make_optimizer):
+    """Trains `model` (called through `call`): (losses, gradients after step 1)."""
+    opt = make_optimizer(model.parameters())
+    losses, first_grads = [], None
+    for step, batch in enumerate(batches):
+        loss = loss_fn(call, batch)
+        loss.backward()
+        if step == 0:
+            first_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    return torch.stack(losses), first_grads
+
+
+def train_eager_and_pipec(make_model, loss_fn, batches, make_optimizer):
+    torch.manual_seed(0)
+    eager = make_model()
+    model = copy.deepcopy(eager)  # the same initial weights and buffers
+    compiled = pipec.compile(model)
+    eager_losses, eager_grads = train(eager, eager, loss_fn, batches, make_optimizer)
+    losses, grads = train(model, compiled, loss_fn, batches, make_optimizer)
+    torch.testing.assert_close(grads, eager_grads, msg=lambda m: f"gradients after step 1: {m}")
+    torch.testing.assert_close(losses, eager_losses, **LOSS_TOL)
+    torch.testing.assert_close(model.state_dict(), eager.state_dict(), **PARAM_TOL)
+    assert not torch.equal(losses[0], losses[-1])  # it did train
+    return compiled.pipec_session
+
+
+@pytest.mark.parametrize("use_sdpa,tied", [(False, True), (True, False)], ids=["matmul_attn-tied", "sdpa-untied"])
+def test_tiny_lm_trains_like_eager(use_sdpa, tied):
+    session = train_eager_and_pipec(
+        lambda: TinyLM(use_sdpa=use_sdpa, tied=tied), lm_loss, lm_batches(),
+        # SGD, not Adam: the key bias's true gradient is 0 (softmax ignores a per-row shift), and
+        # Adam would blow its ~1e-9 rounding noise, which differs between any two kernels, up to lr
+        lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.01))
+    names = [g.name for g in session.graphs]
+    assert names == ["tinylm_0", "tinylm_0_backward"], names  # one forward, one backward, no recompiles
+    assert all(g.kernel_count > 0 for g in session.graphs)
+
+
+def test_tiny_cnn_with_batch_norm_trains_like_eager():
+    session = train_eager_and_pipec(
+        TinyCNN, classifier_loss, image_batches(),
+        lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9))
+    assert [g.name for g in session.graphs] == ["tinycnn_0", "tinycnn_0_backward"]
+
+
+def test_explain_shows_forward_and_backward_graphs():
+    torch.manual_seed(0)
+    model = TinyCNN()  # training mode, trainable parameters: explain runs a backward pass too
+    images, _ = image_batches(1)[0]
+    report = pipec.explain(model, images)
+    assert report.training
+    kinds = {g["name"]: g["kind"] for g in report.graphs}
+    assert kinds == {"tinycnn_0": "forward", "tinycnn_0_backward": "backward"}, kinds
+    assert report.graph_count == 1  # one Dynamo graph, compiled as a forward and a backward graph
+    assert all(g["kernel_count"] > 0 for g in report.graphs)
+    assert report.mismatch is None, report.mismatch
+    assert '"kind": "backward"' in report.to_json()
+
+
+def test_explain_of_eval_model_is_inference_only():
+    torch.manual_seed(0)
+    model = TinyCNN().eval()
+    images, _ = image_batches(1)[0]
+    report = pipec.explain(model, images)
+    assert not report.training
+    assert [g["kind"] for g in report.graphs] == ["inference"]
+
+
+def test_one_compiled_block_reused_by_every_layer_before_backward():
+    """Regional compilation (benchmarks/train_gpt2.py): one compiled function runs every layer,
+    so its forward graph runs several times before the backward graph runs for each call."""
+
+    def run_block(block, x):
+        return block(x)
+
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList(Block(16, 2, 8, use_sdpa=True) for _ in range(3))
+    twin = copy.deepcopy(blocks)
+    compiled = pipec.compile(run_block)
+    x = torch.randn(2, 8, 16)
+    outs = []
+    for layers, call in ((blocks, run_block), (twin, compiled)):
+        h = x.clone().requires_grad_()  # like an embedding's output: every layer's input needs grad
+        y = h
+        for block in layers:
+            y = call(block, y)
+        y.square().mean().backward()
+        outs.append((y.detach(), h.grad))
+    torch.testing.assert_close(outs[1], outs[0])
+    torch.testing.assert_close({n: p.grad for n, p in twin.named_parameters()},
+                               {n: p.grad for n, p in blocks.named_parameters()})
+    assert [g.kind for g in compiled.pipec_session.graphs] == ["forward", "backward"]  # compiled once
+
+
+def test_pipec_explain_command_on_a_training_model(tmp_path):
+    model_file = tmp_path / "cnn_training.py"
+    model_file.write_text(
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+        "from training_models import TinyCNN\n"
+        "torch.manual_seed(0)\n"
+        "model = TinyCNN()  # training mode\n"
+        "example_inputs = (torch.randn(4, 3, 8, 8),)\n")
+    run = subprocess.run([sys.executable, "-m", "pipec", "explain", str(model_file), "--json"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["training"] and report["ok"]
+    assert [(g["name"], g["kind"]) for g in report["graphs"]] == [
+        ("cnn_training_0", "forward"), ("cnn_training_0_backward", "backward")]
+    assert all(g["kernel_count"] > 0 for g in report["graphs"])
+
+
+def test_dynamic_batch_training_matches_eager():
+    """With dynamic shapes the forward graph also returns sizes saved for the backward graph."""
+    torch.manual_seed(0)
+    eager = TinyLM(use_sdpa=True)
+    model = copy.deepcopy(eager)
+    compiled = pipec.compile(model, dynamic=True)
+    g = torch.Generator().manual_seed(3)
+    for batch in (2, 3):
+        idx = torch.randint(0, 32, (batch, 9), generator=g)
+        for m in (eager, compiled):
+            m(idx[:, :-1], idx[:, 1:]).backward()
+        torch.testing.assert_close({n: p.grad for n, p in model.named_parameters()},
+                                   {n: p.grad for n, p in eager.named_parameters()})
+    assert [g.kind for g in compiled.pipec_session.graphs] == ["forward", "backward"]  # one symbolic compile
+
+
+def test_graph_returning_a_size():
+    def f(x):
+        return x * 2, x.shape[0] * 3 + x.shape[1]
+
+    compiled = pipec.compile(f, dynamic=True)
+    for shape in ((2, 5), (4, 3)):
+        x = torch.randn(shape)
+        out, size = compiled(x)
+        torch.testing.assert_close(out, x * 2)
+        assert size == shape[0] * 3 + shape[1]
