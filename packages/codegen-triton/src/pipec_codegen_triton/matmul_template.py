@@ -17,14 +17,13 @@ import itertools
 from dataclasses import dataclass
 
 import sympy
-from pipec_ir import Graph, Kernel, LaunchConfig, TritonKernel
+from pipec_ir import TMA_CONSTANT, Graph, Kernel, LaunchConfig, TritonKernel
 from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
 from pipec_ir.ops import VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
 from .dtypes import tl_storage
-from .matmul_tma import SUBTILE_SPLIT, TMA_CONFIGS, TMA_CONSTANT, TmaOperand, persistent_loop, persistent_split, \
-    tma_operand
+from .matmul_tma import SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop, persistent_split, tma_operand
 from .simplify import collapse
 from .writer import CodegenError, KernelWriter, Scope
 

@@ -3,14 +3,15 @@
 One program per SM walks the output tiles in grouped order (`for tile in range(pid, tiles,
 programs)`); A and B tiles come through TMA tensor descriptors made on the device
 (`tl.make_tensor_descriptor`), which Triton software-pipelines into wgmma on Hopper. The
-epilogue stays the template's own (pointer stores, any outputs), optionally on two
-[BLOCK_M, BLOCK_N / 2] halves of the accumulator (SUBTILE): half the epilogue's registers, so
-the exact GELU of a bf16 Linear no longer stalls the next tile's loads.
+epilogue is the template's own, optionally on two [BLOCK_M, BLOCK_N / 2] halves of the
+accumulator (SUBTILE: half the epilogue's registers, so the exact GELU of a bf16 Linear stalls
+the next tile's loads less); outputs laid out as [M, N] leave through TMA stores
+(matmul_template.tma_stores), the others through masked pointer stores.
 
 Measured on the H200 (benchmarks/gemm_variants.py, 2026-12-01, bf16 8192 x 2048 @ 2048 x 8192
 + bias + exact GELU, TMA stores): 0.425 ms for 128 x 256 x 64 tiles, 4 stages, SUBTILE (0.445
-at 3 stages), against 0.478 ms for cuBLAS + a GELU pass and 0.557 ms for the pointer
-template's best tile.
+at 3 stages), against 0.478 ms for cuBLAS + a GELU pass and 0.557 ms for the best
+one-tile-per-program pointer kernel.
 
 A descriptor needs a 16-byte aligned base (the runtime runs configs[0], the pointer variant,
 for a call whose pointers are not: `TMA_CONSTANT`), a unit innermost stride and 16-byte
@@ -22,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import sympy
-from pipec_ir import TMA_CONSTANT  # noqa: F401 - the config constant that marks a TMA config
+
 # Programs a persistent config launches: one per SM of an H100/H200 SXM (132 SMs). Any count is
 # correct (programs stride over the tiles); fewer SMs queue the extra programs, more leave SMs idle.
 PERSISTENT_PROGRAMS = 132

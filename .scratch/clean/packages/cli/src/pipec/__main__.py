@@ -1,5 +1,0 @@
-"""`python -m pipec ...` is the `pipec` command."""
-
-from .cli import main
-
-main()

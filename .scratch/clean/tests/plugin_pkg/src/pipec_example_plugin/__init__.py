@@ -1,3 +1,0 @@
-"""An example pipec plugin package (see README.md)."""
-
-__version__ = "0.1.0"
