@@ -24,7 +24,7 @@ from collections.abc import Callable
 import sympy
 import torch
 
-from pipec_ir import BUCKET_POLICIES, CompileOptions, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
+from pipec_ir import BUCKET_POLICIES, TMA_CONSTANT, CompileOptions, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
 
 from . import extern_ops  # noqa: F401 - registers the pipec.* extern targets
 from .choices import group_choices
@@ -298,7 +298,7 @@ class _Launch:
         if self.skip or 0 in grid:
             return
         ptrs = [vals[i] for i in self.ptrs]
-        if self.tma and uses_tma(self.config) and misaligned(ptrs, self.maybe_unaligned):
+        if self.tma and self.kwargs.get(TMA_CONSTANT) and misaligned(ptrs, self.maybe_unaligned):
             self.run_config(self.kernel.configs[0], ptrs, symvals)
             return
         kernel = self.fn[grid](*ptrs, *sizes, **self.kwargs)
