@@ -23,7 +23,8 @@ from pipec_ir.ops import VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
 from .dtypes import tl_storage
-from .matmul_tma import SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop, persistent_split, tma_operand
+from .matmul_tma import (PERSISTENT_PROGRAMS, SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop,
+                         persistent_split, tma_operand)
 from .simplify import collapse
 from .writer import CodegenError, KernelWriter, Scope
 
@@ -71,9 +72,9 @@ def _hint(expr, upper: dict) -> int:
         return 1 << 20
 
 
-# A persistent TMA config is offered when the product has at least this many of its tiles per
-# program it launches: below that a one-tile-per-program grid has no tail to save.
-_TMA_MIN_TILES = 2 * 132
+# A persistent TMA config is offered when the product has at least two tiles per program of its
+# one-per-SM grid: with fewer, a one-tile-per-program grid is a single wave and has no tail to save.
+_TMA_MIN_TILES = 2 * PERSISTENT_PROGRAMS
 
 
 def template_configs(m: int, n: int, k: int, dtype: str, tma: bool = False) -> tuple[LaunchConfig, ...]:
