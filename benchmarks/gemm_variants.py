@@ -147,12 +147,46 @@ def mm_tma_persistent(
     SUBTILE: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
 ):
+    _persistent_walk(a_desc, b_desc, c_desc, bias_ptr, M, N, K, BM, BN, BK, GROUP_M, GELU, NUM_PROGRAMS, FLATTEN,
+                     SUBTILE, WARP_SPECIALIZE)
+
+
+@triton.jit
+def _persistent_walk(a_desc, b_desc, c_desc, bias_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                     BK: tl.constexpr, GROUP_M: tl.constexpr, GELU: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                     FLATTEN: tl.constexpr, SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     k_tiles = tl.cdiv(K, BK)
     num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
     for tile in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN,
                          warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = _grouped_tile(tile, M, N, BM, BN, GROUP_M)
         _tma_tile(a_desc, b_desc, c_desc, bias_ptr, pid_m * BM, pid_n * BN, k_tiles, BM, BN, BK, GELU, SUBTILE)
+
+
+@triton.jit
+def mm_tma_persistent_device(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    GELU: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
+    SUBTILE: tl.constexpr,
+):
+    """mm_tma_persistent with the descriptors made on the device (`tl.make_tensor_descriptor`),
+    as pipec's template makes them, instead of passed from the host."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN // (SUBTILE + 1)])
+    _persistent_walk(a_desc, b_desc, c_desc, bias_ptr, M, N, K, BM, BN, BK, GROUP_M, GELU, NUM_PROGRAMS, True,
+                     SUBTILE, False)
 
 
 POINTER_CONFIGS = [  # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages)

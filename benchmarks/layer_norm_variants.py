@@ -1,6 +1,6 @@
 """Raw Triton layer_norm variants on issue 6's shape (bf16 16384 x 4096, H200), beside eager and pipec.
 
-    python benchmarks/layer_norm_variants.py $OUT/layer_norm_variants.json
+    python benchmarks/layer_norm_variants.py $OUT/layer_norm_variants.json [--sweep]
 
 Not pipec's code path: a measurement of what a one-pass row kernel can reach, to decide what
 pipec's reduction codegen and its autotuning candidates should become. The kernel is the one
@@ -124,7 +124,86 @@ def layer_norm_two_pass(x_ptr, w_ptr, b_ptr, y_ptr, M, eps, N: tl.constexpr, ROW
     tl.store(y_ptr + offsets, y.to(tl.bfloat16))
 
 
-def main(out_path: str) -> None:
+@triton.jit
+def copy_tma(x_ptr, y_ptr, M, N: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr, STAGES: tl.constexpr):
+    """The bulk tensor copy engine's bound: copy_rows through TMA descriptors, persistent."""
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, N // CHUNK, CHUNK], strides=[N, CHUNK, 1],
+                                       block_shape=[ROWS, N // CHUNK, CHUNK])
+    y_desc = tl.make_tensor_descriptor(y_ptr, shape=[M, N // CHUNK, CHUNK], strides=[N, CHUNK, 1],
+                                       block_shape=[ROWS, N // CHUNK, CHUNK])
+    for block in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0), num_stages=STAGES):
+        y_desc.store([block * ROWS, 0, 0], x_desc.load([block * ROWS, 0, 0]))
+
+
+@triton.jit
+def layer_norm_tma(x_ptr, w_ptr, b_ptr, y_ptr, M, eps, N: tl.constexpr, ROWS: tl.constexpr,
+                   CHUNK: tl.constexpr, STAGES: tl.constexpr):
+    """Persistent programs walk blocks of ROWS rows, each row read and written by the TMA unit
+    (tensor descriptors made on the device) and the loads software-pipelined STAGES deep
+    through shared memory. A TMA box holds at most 256 elements per dimension, so a row is
+    viewed as [N // CHUNK, CHUNK] and the reductions run over both axes."""
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, N // CHUNK, CHUNK], strides=[N, CHUNK, 1],
+                                       block_shape=[ROWS, N // CHUNK, CHUNK])
+    y_desc = tl.make_tensor_descriptor(y_ptr, shape=[M, N // CHUNK, CHUNK], strides=[N, CHUNK, 1],
+                                       block_shape=[ROWS, N // CHUNK, CHUNK])
+    cols = tl.arange(0, N // CHUNK)[:, None] * CHUNK + tl.arange(0, CHUNK)[None, :]
+    w = tl.load(w_ptr + cols).to(tl.float32)[None, :, :]
+    b = tl.load(b_ptr + cols).to(tl.float32)[None, :, :]
+    for block in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0), num_stages=STAGES):
+        x = x_desc.load([block * ROWS, 0, 0]).to(tl.float32)
+        mean = tl.sum(tl.sum(x, 2), 1) / N
+        centred = x - mean[:, None, None]
+        rstd = tl.rsqrt(tl.sum(tl.sum(centred * centred, 2), 1) / N + eps)
+        y = centred * rstd[:, None, None] * w + b
+        y_desc.store([block * ROWS, 0, 0], y.to(tl.bfloat16))
+
+
+def tma_rounds(x, w, b, ref, nbytes: int, rounds: int = 4) -> dict:
+    """The TMA variants beside torch's copy, a Triton copy and the best pointer kernel of the
+    sweep, timed in rounds (order rotated each round: the H200's clock drifts as it heats)."""
+    M, N = x.shape
+    y, copy_out = torch.empty_like(x), torch.empty_like(x)
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    variants = {
+        "torch copy": (lambda: copy_out.copy_(x), None),
+        "triton copy rows=1 warps=8": (lambda: copy_rows[(M,)](x, copy_out, N, 1, num_warps=8), None),
+        "two_pass rows=2 warps=16": (lambda: (layer_norm_two_pass[(M // 2,)](x, w, b, y, M, 1e-5, N, 2, True,
+                                                                              num_warps=16), y)[1], ref),
+    }
+    for rows_per, chunk, stages, per_sm, warps in ((1, 256, 3, 2, 4), (1, 256, 4, 2, 8), (2, 256, 3, 1, 8),
+                                                   (1, 128, 3, 2, 4), (1, 64, 4, 2, 4), (2, 256, 2, 2, 8),
+                                                   (1, 256, 2, 4, 4), (4, 256, 2, 1, 16)):
+        grid = (min(per_sm * nsm, M // rows_per),)
+        tag = f"rows={rows_per} chunk={chunk} stages={stages} {per_sm}/SM warps={warps}"
+        variants[f"tma copy {tag}"] = (lambda g=grid, r=rows_per, c=chunk, s=stages, nw=warps: copy_tma[g](
+            x, copy_out, M, N, r, c, s, num_warps=nw), None)
+        variants[f"tma layer_norm {tag}"] = (lambda g=grid, r=rows_per, c=chunk, s=stages, nw=warps: (
+            layer_norm_tma[g](x, w, b, y, M, 1e-5, N, r, c, s, num_warps=nw), y)[1], ref)
+    times = {}
+    for name, (fn, want) in list(variants.items()):
+        try:
+            out = fn()
+            if want is not None:
+                torch.testing.assert_close(out.float(), want.float(), atol=3e-2, rtol=2e-2)
+            elif name.startswith("tma copy"):
+                torch.testing.assert_close(copy_out, x, atol=0, rtol=0)
+            times[name] = []
+        except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
+            print(f"  {name:<52} FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+    names = list(times)
+    for r in range(rounds):
+        shift = r * len(names) // rounds
+        for name in names[shift:] + names[:shift]:
+            times[name].append(do_bench(variants[name][0], warmup=25, rep=100, return_mode="median"))
+    for name in names:
+        ms = sorted(times[name])[len(times[name]) // 2]
+        print(f"  {name:<52} median {ms:.4f} ms {nbytes / ms / 1e9:5.2f} TB/s  "
+              f"all {' '.join(f'{t:.4f}' for t in times[name])}", flush=True)
+    return times
+
+
+def main(out_path: str, sweep: bool) -> None:
     M, N = 16384, 4096
     torch.manual_seed(0)
     x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
@@ -150,19 +229,20 @@ def main(out_path: str) -> None:
         except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
             print(f"  {name:<48} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
 
+    results = {"tma_rounds": tma_rounds(x, w, b, ref, nbytes)}
     copy_out = torch.empty_like(x)
     record("copy (x -> y), the bound", lambda: copy_out.copy_(x), check=False)
     record("eager", lambda: ln(x))
-    for rows_per, warps in ((1, 4), (1, 8), (2, 8)):
+    for rows_per, warps in ((1, 4), (1, 8), (2, 8)) if sweep else ():
         record(f"triton copy rows={rows_per} warps={warps}", lambda r=rows_per, nw=warps: copy_rows[(M // r,)](
             x, copy_out, N, r, num_warps=nw), check=False)
-    for rows_per, warps in ((1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8), (4, 16)):
+    for rows_per, warps in ((1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 8), (4, 16)) if sweep else ():
         for evict, stream in ((False, False), (True, False), (True, True), (False, True)):
             def grid_call(r=rows_per, nw=warps, e=evict, st=stream):
                 layer_norm_rows[(triton.cdiv(M, r),)](x, w, b, y, M, 1e-5, N, r, e, st, num_warps=nw)
                 return y
             record(f"rows={rows_per} warps={warps} evict={evict} stream_store={stream}", grid_call)
-    for rows_per, warps, per_sm in ((1, 8, 8), (2, 16, 2)):
+    for rows_per, warps, per_sm in ((1, 8, 8), (2, 16, 2)) if sweep else ():
         programs = per_sm * nsm
 
         def persistent_call(r=rows_per, nw=warps, p=programs):
@@ -171,7 +251,7 @@ def main(out_path: str) -> None:
         record(f"persistent rows={rows_per} warps={warps} {per_sm}/SM evict", persistent_call)
 
     plain = torch.nn.functional.layer_norm(x, (N,))
-    for kernel in (layer_norm_two_pass, layer_norm_welford):
+    for kernel in (layer_norm_two_pass, layer_norm_welford) if sweep else ():
         for rows_per, warps in ((1, 4), (1, 8), (2, 8), (2, 16), (4, 16)):
             for affine in (True, False):
                 def call(k=kernel, r=rows_per, nw=warps, a=affine):
@@ -192,8 +272,9 @@ def main(out_path: str) -> None:
         compiled = pipec.compile(ln)
         record("pipec", lambda: compiled(x))
     with open(out_path, "w") as f:
-        json.dump({"ms": rows, "bytes": nbytes, "device": torch.cuda.get_device_name()}, f, indent=1)
+        json.dump({**results, "ms": rows, "bytes": nbytes, "device": torch.cuda.get_device_name()}, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "layer_norm_variants.json")
+    args = [a for a in sys.argv[1:] if a != "--sweep"]
+    main(args[0] if args else "layer_norm_variants.json", sweep="--sweep" in sys.argv)

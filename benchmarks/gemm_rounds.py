@@ -1,0 +1,172 @@
+"""The MLP's two GEMMs (issue 6, bf16, H200) timed in interleaved rounds, pipec's kernels beside raw ones.
+
+    python benchmarks/gemm_rounds.py $OUT/gemm_rounds.json
+
+The H200's clock falls as it heats under a long run of GEMMs (cuBLAS's GEMM1 took 0.354 ms at
+the start of one gemm_variants.py run and 0.398 ms later in it), so times taken one variant
+after another compare the GPU's temperature as much as the kernels. Here every variant is timed
+once per round, in an order rotated each round, and the table gives each one's median and best.
+
+Variants per GEMM: cuBLAS (`F.linear`, + GELU for GEMM1), gemm_variants.py's persistent TMA
+kernel with host-made and with device-made descriptors, and pipec's generated template kernel
+(compiled from pipec's own source) under each of its configs. Then pipec's configs are timed
+the way its autotuner times them (one after another, warmup 5 ms, rep 20 ms), in forward and
+in reverse order, to show how much the order alone moves the pick.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch import nn
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_variants import TensorDescriptor, mm_tma_persistent, mm_tma_persistent_device  # noqa: E402
+
+ROUNDS = 4
+
+
+def pipec_templates(model: nn.Module, x: torch.Tensor) -> list:
+    """pipec's template kernels (TritonKernel IR) for `model`'s GEMMs, in program order."""
+    import pipec
+    from pipec.pipeline import compile_graph
+    from pipec_capture import make_dynamo_backend
+
+    programs = []
+
+    def backend(gm, example_inputs):
+        def compile_aten(aten_gm, aten_inputs, kind):
+            programs.append(compile_graph(aten_gm, aten_inputs, pipec.make_options(), stop_after="codegen"))
+            return lambda args: aten_gm(*args)
+        return make_dynamo_backend(compile_aten)(gm, example_inputs)
+
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(x)
+    [program] = programs
+    return [k for k in program.kernels if "tl.dot(" in k.source]
+
+
+def load_kernel(kernel):
+    """The @triton.jit function of a TritonKernel, from a module file (Triton reads the source)."""
+    path = os.path.join(tempfile.mkdtemp(prefix="pipec_rounds_"), f"{kernel.name}.py")
+    with open(path, "w") as f:
+        f.write(kernel.source)
+    spec = importlib.util.spec_from_file_location(kernel.name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, kernel.name)
+
+
+def describe(config) -> str:
+    c = dict(config.constants)
+    kind = f"TMA sub={c.get('SUBTILE', 0)}" if c.get("TMA") else "ptr"
+    return f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} w{config.num_warps} s{config.num_stages} {kind}"
+
+
+def gemm_variants(kernel, x, w, b, gelu: bool) -> dict:
+    """name -> a call returning the output, for one GEMM x @ w.T + b (+ GELU)."""
+    M, K = x.shape
+    N = w.shape[0]
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    variants = {"cublas": lambda: F.linear(x, w, b)}
+    if gelu:
+        variants["cublas + gelu"] = lambda: F.gelu(F.linear(x, w, b))
+    bm, bn, bk, programs = 128, 256, 64, min(nsm, triton.cdiv(M, 128) * triton.cdiv(N, 256))
+    mode = 2 if gelu else 0  # gemm_variants' GELU=2: pipec's half-precision form
+
+    def raw_host():
+        descs = (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+                 TensorDescriptor.from_tensor(out, [bm, bn // 2]))
+        mm_tma_persistent[(programs,)](*descs, b, M, N, K, bm, bn, bk, 8, mode, programs, True, True, False,
+                                       num_warps=8, num_stages=4)
+        return out
+
+    def raw_device():
+        mm_tma_persistent_device[(programs,)](x, w, out, b, M, N, K, bm, bn, bk, 8, mode, programs, True,
+                                              num_warps=8, num_stages=4)
+        return out
+
+    if TensorDescriptor is not None:
+        variants["raw persistent TMA s4 sub, host descriptors"] = raw_host
+    variants["raw persistent TMA s4 sub, device descriptors"] = raw_device
+    fn = load_kernel(kernel)
+    params = list(fn.arg_names[:7])
+    assert params == ["a_ptr", "b_ptr", "in_ptr0", "out_ptr0", "M", "N", "K"], params
+    for config in kernel.configs:
+        c = dict(config.constants)
+        grid = (triton.cdiv(M, c["GRID_M"]), triton.cdiv(N, c["GRID_N"]))
+
+        def run(c=c, grid=grid, config=config):
+            fn[grid](x, w, b, out, M, N, K, **c, num_warps=config.num_warps, num_stages=config.num_stages)
+            return out
+        variants[f"pipec {describe(config)} grid {grid[0]}x{grid[1]}"] = run
+    return variants
+
+
+def rounds(variants: dict, ref: torch.Tensor) -> dict:
+    """{name: {"median": ms, "best": ms, "all": [...]}}, every variant checked against `ref` first."""
+    times = {}
+    for name, fn in list(variants.items()):
+        try:
+            torch.testing.assert_close(fn().float(), ref.float(), atol=3e-2, rtol=3e-2)
+            times[name] = []
+        except Exception as e:  # noqa: BLE001 - a variant that fails to compile or is wrong is reported
+            print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+            del variants[name]
+    names = list(times)
+    for r in range(ROUNDS):
+        shift = r * len(names) // ROUNDS
+        for name in names[shift:] + names[:shift]:
+            times[name].append(do_bench(variants[name], warmup=25, rep=100, return_mode="median"))
+    result = {}
+    for name in names:
+        ordered = sorted(times[name])
+        result[name] = {"median": ordered[len(ordered) // 2], "best": ordered[0], "all": times[name]}
+        print(f"  {name:<62} median {result[name]['median']:.4f}  best {ordered[0]:.4f}  "
+              f"all {' '.join(f'{t:.4f}' for t in times[name])}", flush=True)
+    return result
+
+
+def autotuner_order(variants: dict) -> dict:
+    """pipec's configs timed as its autotuner does, forward and then in reverse order."""
+    names = [n for n in variants if n.startswith("pipec ")]
+    result = {}
+    for label, order in (("forward", names), ("reverse", names[::-1])):
+        result[label] = {n: do_bench(variants[n], warmup=5, rep=20) for n in order}
+        print(f"  autotuner-style, {label}: " + " ".join(f"{result[label][n]:.4f}" for n in names), flush=True)
+    return result
+
+
+def main(out_path: str) -> None:
+    torch.manual_seed(0)
+    if TensorDescriptor is not None:
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    model = nn.Sequential(nn.Linear(2048, 8192), nn.GELU(), nn.Linear(8192, 2048)).cuda().to(torch.bfloat16)
+    x = torch.randn(8192, 2048, device="cuda", dtype=torch.bfloat16)
+    gemm1, gemm2 = pipec_templates(model.eval(), x)
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    results = {}
+    with torch.no_grad():
+        hidden = F.gelu(model[0](x))
+        cases = (("gemm1 + gelu", gemm1, x, model[0], True, hidden), ("gemm2", gemm2, hidden, model[2], False, None))
+        for label, kernel, a, linear, gelu, ref in cases:
+            w, b = linear.weight.detach(), linear.bias.detach()
+            ref = ref if ref is not None else linear(a)
+            print(f"{label}: {kernel.name}", flush=True)
+            variants = gemm_variants(kernel, a, w, b, gelu)
+            results[label] = {"rounds": rounds(variants, ref), "autotuner": autotuner_order(variants)}
+    with open(out_path, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "gemm_rounds.json")
