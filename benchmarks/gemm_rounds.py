@@ -8,8 +8,9 @@ after another compare the GPU's temperature as much as the kernels. Here every v
 once per round, in an order rotated each round, and the table gives each one's median and best.
 
 Variants per GEMM: cuBLAS (`F.linear`, + GELU for GEMM1), gemm_variants.py's persistent TMA
-kernel with host-made and with device-made descriptors, and pipec's generated template kernel
-(compiled from pipec's own source) under each of its configs. Then pipec's configs are timed
+kernel with host-made and with device-made descriptors (its GELU is the form pipec's codegen
+used before 2026-12-01's constant folding), and pipec's generated template kernel (compiled from
+pipec's own source) under each of its configs. Then pipec's configs are timed
 the way its autotuner times them (one after another, warmup 5 ms, rep 20 ms), in forward and
 in reverse order, to show how much the order alone moves the pick.
 """
@@ -77,7 +78,7 @@ def gemm_variants(kernel, x, w, b, gelu: bool) -> dict:
     N = w.shape[0]
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    variants = {"cublas": lambda: F.linear(x, w, b)}
+    variants = {"cublas without gelu" if gelu else "cublas": lambda: F.linear(x, w, b)}
     if gelu:
         variants["cublas + gelu"] = lambda: F.gelu(F.linear(x, w, b))
     bm, bn, bk, programs = 128, 256, 64, min(nsm, triton.cdiv(M, 128) * triton.cdiv(N, 256))
@@ -117,7 +118,9 @@ def rounds(variants: dict, ref: torch.Tensor) -> dict:
     times = {}
     for name, fn in list(variants.items()):
         try:
-            torch.testing.assert_close(fn().float(), ref.float(), atol=3e-2, rtol=3e-2)
+            out = fn()
+            if name != "cublas without gelu":  # the bound for GEMM1, not its result
+                torch.testing.assert_close(out.float(), ref.float(), atol=3e-2, rtol=3e-2)
             times[name] = []
         except Exception as e:  # noqa: BLE001 - a variant that fails to compile or is wrong is reported
             print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)

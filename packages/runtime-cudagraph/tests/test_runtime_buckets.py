@@ -15,8 +15,10 @@ from runtime_helpers import T, add_kernel, dynamic_add_program
 
 from pipec_runtime_cudagraph.buckets import GraphTable, PadPolicy, budget_from
 from pipec_runtime_cudagraph.launch import ProgramRunner
+from pipec_runtime_cudagraph.rounds import ROUNDS
 
 CONFIGS = (LaunchConfig(constants=(("BLOCK", 64),)), LaunchConfig(constants=(("BLOCK", 128),)))
+TIMINGS = len(CONFIGS) * ROUNDS  # do_bench calls per tuning: each config once per round
 
 
 def _fake_bench(benched):
@@ -24,7 +26,8 @@ def _fake_bench(benched):
     def fake_bench(fn, warmup=0, rep=0):
         fn()
         benched.append(1)
-        return float(len(benched) % 2)  # the second config "wins"
+        constants = next(d for d in fn.__defaults__ if isinstance(d, dict))  # the launch's kwargs
+        return 0.0 if constants["BLOCK"] == 128 else 1.0  # the second config "wins"
     return fake_bench
 
 
@@ -70,7 +73,7 @@ def test_autotune_once_per_bucket(options, monkeypatch, policy, tunes):
     assert set(runner.tuned.values()) == {1}
     if policy == "pow2":
         assert set(runner.tuned) == {("pipec_add_t", (32,)), ("pipec_add_t", (64,))}
-    assert len(benched) == len(CONFIGS) * tunes[-1]
+    assert len(benched) == TIMINGS * tunes[-1]
 
 
 def test_identical_kernels_are_tuned_once_per_process(options, monkeypatch):
@@ -95,7 +98,7 @@ def test_identical_kernels_are_tuned_once_per_process(options, monkeypatch):
         runner._plans["cpu"] = runner._build("cpu", tune=True)
         x, y = torch.randn(20), torch.randn(20)
         torch.testing.assert_close(runner([x, y])[0], x + y)
-    assert len(benched) == len(CONFIGS)  # timed for the first runner only
+    assert len(benched) == TIMINGS  # timed for the first runner only
     assert first.tuned == {("pipec_add_t", (32,)): 1} and second.tuned == {("pipec_add_u", (32,)): 1}
 
 
@@ -215,16 +218,16 @@ def test_tuning_results_are_kept_on_disk_for_the_next_process(options, monkeypat
         return runner
 
     first = run_once(options)
-    assert len(benched) == len(CONFIGS) and first.tuned == {("pipec_add_t", (32,)): 1}
+    assert len(benched) == TIMINGS and first.tuned == {("pipec_add_t", (32,)): 1}
     files = list((first.tuning_cache.directory).glob("*.json"))
     assert len(files) == 1
     assert run_once(options).tuned == {("pipec_add_t", (32,)): 1}
-    assert len(benched) == len(CONFIGS)  # read back, not timed
+    assert len(benched) == TIMINGS  # read back, not timed
     files[0].write_text('{"chosen": 7}')  # out of range for 2 configs: ignored, re-timed
     run_once(options)
-    assert len(benched) == 2 * len(CONFIGS)
+    assert len(benched) == 2 * TIMINGS
     run_once(options.with_extra(tuning_cache=False))
-    assert len(benched) == 3 * len(CONFIGS)
+    assert len(benched) == 3 * TIMINGS
 
 
 def test_autotune_configs_limits_the_timing(options, monkeypatch):

@@ -6,6 +6,7 @@ import triton.testing
 
 from pipec_runtime_cudagraph.choices import _timed
 from pipec_runtime_cudagraph.extern_ops import _addmm_gelu_tanh_any
+from pipec_runtime_cudagraph.rounds import ROUNDS
 
 
 def _record(calls, name, result=1.0, error=None):
@@ -29,11 +30,12 @@ def test_launch_times_small_gemms_on_the_wall_clock_and_long_ones_on_the_gpu(mon
     runs = {"a": lambda: ran.append("a"), "b": lambda: ran.append("b")}
     monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", GPU_BOUND_MS / 2))
     assert _timed(runs, graphed=False) == {"a": 3.0, "b": 3.0}
-    assert calls == ["graph", "graph", "wall", "wall"] and ran == ["a", "b", "a", "b"]
+    # every alternative once per round, the rounds forward and backward in turn (rounds.py)
+    assert calls == ["graph"] * 2 * ROUNDS + ["wall"] * 2 * ROUNDS and ran == ["a", "b", "b", "a"] * ROUNDS
     calls.clear()
     monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", GPU_BOUND_MS))
     assert _timed(runs, graphed=False) == {"a": GPU_BOUND_MS, "b": GPU_BOUND_MS}
-    assert calls == ["graph", "graph"]
+    assert calls == ["graph"] * 2 * ROUNDS
 
 
 def test_gpu_time_under_cuda_graphs_and_wall_clock_for_all_when_one_cannot_be_captured(monkeypatch):
@@ -42,11 +44,11 @@ def test_gpu_time_under_cuda_graphs_and_wall_clock_for_all_when_one_cannot_be_ca
     monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", 0.5))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     assert _timed({"a": lambda: None, "b": lambda: None}, graphed=True) == {"a": 0.5, "b": 0.5}
-    assert calls == ["graph", "graph"]
+    assert calls == ["graph"] * 2 * ROUNDS
     calls.clear()
     monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", error=RuntimeError("sync")))
     assert _timed({"a": lambda: None, "b": lambda: None}, graphed=True) == {"a": 2.0, "b": 2.0}
-    assert calls == ["graph", "wall", "wall"]
+    assert calls == ["graph"] + ["wall"] * 2 * ROUNDS  # the first failed capture ends graph timing
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -57,3 +59,39 @@ def test_addmm_gelu_tanh_extern_is_tanh_gelu_on_every_device(device):
     want = torch.nn.functional.gelu(torch.addmm(bias, a, b), approximate="tanh")
     torch.testing.assert_close(torch.ops.pipec.addmm_gelu_tanh(bias, a, b), want)
     torch.testing.assert_close(_addmm_gelu_tanh_any(bias, a, b), want)
+
+
+def test_rounds_alternate_order_and_cancel_a_linear_clock_drift():
+    """Three identical candidates on a GPU that slows by 1 ms per timing: timed once each, the
+    first would win by 2 ms; over rounds of alternating order all three get the same mean."""
+    from pipec_runtime_cudagraph.rounds import time_in_rounds
+
+    order = []
+
+    def drifting(call):
+        order.append(call())
+        return float(len(order))
+    calls = {name: (lambda n=name: n) for name in "abc"}
+    times, errors = time_in_rounds(calls, drifting, rounds=4)
+    assert errors == {} and order == list("abccba") * 2
+    assert times == {"a": 6.5, "b": 6.5, "c": 6.5}
+    order.clear()
+    assert time_in_rounds({"a": calls["a"]}, drifting)[0] == {"a": 1.0} and order == ["a"]  # alone: once
+
+
+def test_rounds_give_a_failing_candidate_inf_and_time_it_once():
+    from pipec_runtime_cudagraph.rounds import time_in_rounds
+
+    tried = []
+
+    def bench(call):
+        tried.append(call())
+        if tried[-1] == "bad":
+            raise RuntimeError("out of shared memory")
+        return 1.0
+    times, errors = time_in_rounds({"bad": lambda: "bad", "ok": lambda: "ok"}, bench, rounds=4)
+    assert times == {"bad": float("inf"), "ok": 1.0} and list(errors) == ["bad"]
+    assert tried.count("bad") == 1 and tried.count("ok") == 4
+    tried.clear()
+    times, errors = time_in_rounds({"bad": lambda: "bad", "ok": lambda: "ok"}, bench, stop_on_error=True)
+    assert times == {"bad": float("inf"), "ok": float("inf")} and tried == ["bad"]

@@ -26,6 +26,7 @@ import math
 
 from pipec_ir import get_attr
 
+from .rounds import time_in_rounds
 from .tuning_cache import tuning_key
 
 tuning_log = logging.getLogger("pipec.tuning")  # launch.py's: what autotuning picked
@@ -126,19 +127,24 @@ def _timed(runs: dict, graphed: bool) -> dict[str, float]:
     * `launch` with small GEMMs: wall-clock `do_bench`, host work included, since that is paid
       every call.
     An alternative that cannot be captured makes the whole group use `do_bench`, so every time
-    compares like with like."""
+    compares like with like. Either way the alternatives are timed in rounds of alternating order
+    (rounds.py: timed once each, one after another, the first ran on a cooler, faster GPU)."""
+    import torch
     from triton.testing import do_bench, do_bench_cudagraph
 
-    try:
-        gpu = {name: do_bench_cudagraph(run, rep=20) for name, run in runs.items()}
-    except Exception:  # noqa: BLE001 - uncapturable (a host sync): time them all on the wall clock
-        import torch
+    def graph_time(run) -> float:
+        try:
+            return do_bench_cudagraph(run, rep=5)
+        except Exception:
+            torch.cuda.synchronize()  # let the failed capture's work finish before the next
+            raise
 
-        torch.cuda.synchronize()
+    gpu, errors = time_in_rounds(runs, graph_time, stop_on_error=True)
+    if errors:  # one is uncapturable (a host sync): time them all on the wall clock
         gpu = None
     if gpu is not None and (graphed or min(gpu.values()) >= GPU_BOUND_MS):
         return gpu
-    return {name: do_bench(run, warmup=5, rep=20) for name, run in runs.items()}
+    return time_in_rounds(runs, lambda run: do_bench(run, warmup=1, rep=5))[0]
 
 
 # (choice digest, size bucket, device, timer) -> (the alternative picked, the timings it was

@@ -34,6 +34,7 @@ from .interpreter import enable_interpreter, interpreter_active, interpreter_sco
 from .kernels import body_digest, load_kernel
 from .tuning_cache import TuningCache, tuning_key
 from .memory import buffer_nbytes, is_view_target, plan_check, round_up
+from .rounds import time_in_rounds
 from .tma import ensure_allocator, misaligned, uses_tma
 
 # What autotuning picked, at INFO: one line per kernel and size bucket it times (choices.py adds
@@ -330,8 +331,9 @@ class _Launch:
         return fast if fast is not None else (lambda stream, *ptrs: slow(*ptrs))
 
     def autotune(self, vals, symvals, bucket: tuple = ()) -> None:
-        """Time every config once (triton.testing.do_bench) and keep the fastest for this kernel
-        and size bucket (runner.tuned[(kernel name, bucket)]); a known bucket is not re-tuned."""
+        """Time every config (triton.testing.do_bench, in rounds: rounds.py) and keep the fastest
+        for this kernel and size bucket (runner.tuned[(kernel name, bucket)]); a known bucket is
+        not re-tuned."""
         self.bucket = bucket
         runner = self.runner
         chosen = runner.tuned.get((self.kernel.name, bucket))
@@ -350,7 +352,6 @@ class _Launch:
         if chosen is None:
             from triton.testing import do_bench
 
-            times, first_error = [], None
             # outputs go to scratch tensors while timing: an in-place launch (output in its
             # input's slot) run again would read what it wrote the time before
             args = [vals[i] for i in self.ptrs]
@@ -361,23 +362,21 @@ class _Launch:
             if self.tma and misaligned(args, self.maybe_unaligned):  # TMA needs aligned pointers
                 candidates = [c for c in candidates if not uses_tma(c)]
             self._compile_candidates(candidates, args, symvals)
-            for config in self.kernel.configs[:runner.autotune_configs]:
-                if config not in candidates:
-                    times.append(math.inf)
-                    continue
-                self.set_config(config)
-                sizes, grid = self.dims if self.static else self.dims(*symvals)
-                kwargs = self.kwargs
-                try:
-                    times.append(do_bench(lambda g=grid, a=args, s=sizes, k=kwargs: self.fn[g](*a, *s, **k),
-                                          warmup=5, rep=20))
-                except Exception as e:  # noqa: BLE001 - a config that does not compile (resources) loses
-                    first_error = first_error or e
-                    times.append(math.inf)
-                    tuning_log.info("%s: config %s failed: %s: %s", self.kernel.name, describe_config(config),
-                                    type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+            calls, timed_configs = {}, self.kernel.configs[:runner.autotune_configs]
+            for j, config in enumerate(timed_configs):
+                if config in candidates:
+                    self.set_config(config)
+                    sizes, grid = self.dims if self.static else self.dims(*symvals)
+                    calls[j] = lambda g=grid, a=args, s=sizes, k=self.kwargs: self.fn[g](*a, *s, **k)
+            # each config's time is its mean over rounds of alternating order (rounds.py: clock drift)
+            timed, errors = time_in_rounds(calls, lambda call: do_bench(call, warmup=1, rep=5))
+            times = [timed.get(j, math.inf) for j in range(len(timed_configs))]
+            for j, e in errors.items():
+                tuning_log.info("%s: config %s failed: %s: %s", self.kernel.name,
+                                describe_config(self.kernel.configs[j]), type(e).__name__,
+                                str(e).splitlines()[0][:200] if str(e) else "")
             if all(t == math.inf for t in times):
-                raise first_error
+                raise next(iter(errors.values()), RuntimeError(f"no config of {self.kernel.name} could be timed"))
             chosen = min(range(len(times)), key=times.__getitem__)
             _TUNED[shared_key] = chosen
             tuning_log.info("%s%s: config %d of %d (%s), %.4f ms; all: %s", self.kernel.name,
