@@ -17,7 +17,7 @@ levels off (a GPU warming up) the first candidate's head start is one sample in 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 ROUNDS = 4
 
