@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemm_variants import TensorDescriptor, mm_tma_persistent, mm_tma_persistent_device  # noqa: E402
 
 ROUNDS = 4
+REGISTERS: dict = {}  # overlap variant -> (registers per thread, spilled registers), once compiled
 
 
 def pipec_templates(model: nn.Module, x: torch.Tensor) -> list:
@@ -161,19 +162,24 @@ def overlap_variants(x, w, b) -> dict:
     N = w.shape[0]
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    variants = {}
-    for (bm, bn, warps, stages, per_sm, ws) in ((128, 256, 8, 4, 1, False), (128, 256, 8, 3, 1, True),
-                                                (128, 128, 4, 3, 2, False), (128, 128, 4, 4, 2, True),
-                                                (128, 128, 8, 4, 1, True)):
+    variants, registers = {}, REGISTERS
+    for (bm, bn, warps, stages, per_sm, ws, parts) in ((128, 256, 8, 4, 1, False, 2), (128, 256, 8, 4, 1, False, 4),
+                                                       (128, 256, 8, 3, 1, False, 4), (128, 256, 8, 3, 1, True, 2),
+                                                       (128, 128, 4, 3, 2, False, 2)):
         programs = min(per_sm * nsm, triton.cdiv(M, bm) * triton.cdiv(N, bn))
-        for gelu in (0, 2, 3) if not ws else (0, 2):
-            def run(bm=bm, bn=bn, warps=warps, stages=stages, programs=programs, ws=ws, gelu=gelu):
+        for gelu in (0, 2, 3) if (ws, parts) == (False, 2) else (0, 2):
+            name = f"{bm}x{bn} w{warps} s{stages} {per_sm}/SM ws={ws} parts={parts} gelu={gelu}"
+
+            def run(bm=bm, bn=bn, warps=warps, stages=stages, programs=programs, ws=ws, gelu=gelu, parts=parts,
+                    name=name):
                 descs = (TensorDescriptor.from_tensor(x, [bm, 64]), TensorDescriptor.from_tensor(w, [bn, 64]),
-                         TensorDescriptor.from_tensor(out, [bm, bn // 2]))
-                mm_tma_persistent[(programs,)](*descs, b, M, N, K, bm, bn, 64, 8, gelu, programs, True, True, ws,
-                                               num_warps=warps, num_stages=stages)
+                         TensorDescriptor.from_tensor(out, [bm, bn // parts]))
+                compiled = mm_tma_persistent[(programs,)](*descs, b, M, N, K, bm, bn, 64, 8, gelu, programs, True,
+                                                          parts if parts == 4 else 1, ws,
+                                                          num_warps=warps, num_stages=stages)
+                registers[name] = (compiled.n_regs, compiled.n_spills)
                 return out
-            variants[f"{bm}x{bn} w{warps} s{stages} {per_sm}/SM ws={ws} gelu={gelu}"] = run
+            variants[name] = run
     return variants
 
 
@@ -200,6 +206,9 @@ def main(out_path: str, overlap_only: bool = False) -> None:
             plain = model[0](x)
             variants = overlap_variants(x, model[0].weight.detach(), model[0].bias.detach())
             results["gemm1 overlap"] = rounds(variants, lambda name: plain if name.endswith("gelu=0") else hidden)
+            for name, (regs, spills) in REGISTERS.items():
+                print(f"  {name:<62} registers per thread {regs}, spills {spills}", flush=True)
+            results["gemm1 overlap registers"] = REGISTERS
     with open(out_path, "w") as f:
         json.dump(results, f, indent=1)
 

@@ -93,15 +93,29 @@ def mm_ptr(
 
 
 @triton.jit
+def _store_halves(part, c_desc, bias_ptr, om, on, BM: tl.constexpr, BN: tl.constexpr, GELU: tl.constexpr):
+    """The epilogue of a [BM, BN] part of a tile in two [BM, BN / 2] halves (SUBTILE=4: quarters)."""
+    left, right = tl.split(tl.permute(tl.reshape(part, (BM, 2, BN // 2)), (0, 2, 1)))
+    rn = on + tl.arange(0, BN // 2)
+    c_desc.store([om, on], _gelu(left + tl.load(bias_ptr + rn).to(tl.float32)[None, :], GELU).to(tl.bfloat16))
+    x = _gelu(right + tl.load(bias_ptr + rn + BN // 2).to(tl.float32)[None, :], GELU)
+    c_desc.store([om, on + BN // 2], x.to(tl.bfloat16))
+
+
+@triton.jit
 def _tma_tile(a_desc, b_desc, c_desc, bias_ptr, om, on, k_tiles, BM: tl.constexpr, BN: tl.constexpr,
               BK: tl.constexpr, GELU: tl.constexpr, SUBTILE: tl.constexpr = False):
     """One [BM, BN] output tile at (om, on): the K loop on TMA loads, then bias (+ GELU) and a TMA
     store; SUBTILE: the epilogue in two [BM, BN/2] halves (c_desc's block is the half), which
-    halves the registers and shared memory the store needs."""
+    halves the registers and shared memory the store needs; SUBTILE=4: in four quarters."""
     acc = tl.zeros((BM, BN), tl.float32)
     for k in range(k_tiles):
         acc = tl.dot(a_desc.load([om, k * BK]), b_desc.load([on, k * BK]).T, acc)
-    if SUBTILE:
+    if SUBTILE == 4:
+        left, right = tl.split(tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1)))
+        _store_halves(left, c_desc, bias_ptr, om, on, BM, BN // 2, GELU)
+        _store_halves(right, c_desc, bias_ptr, om, on + BN // 2, BM, BN // 2, GELU)
+    elif SUBTILE:
         halves = tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1))
         left, right = tl.split(halves)
         rn = on + tl.arange(0, BN // 2)
