@@ -164,19 +164,23 @@ def overlap_variants(x, w, b) -> dict:
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
     variants, registers = {}, REGISTERS
     # ncu (2026-12-01): with 8 warps the GELU epilogue is latency-bound (issue slots 32% busy)
-    # while the tensor pipe idles (85.7% busy without GELU, 68.1% with): 16 warps, 4 per scheduler
-    for (bm, bn, warps, stages, per_sm, ws, parts) in ((128, 256, 8, 4, 1, False, 2), (128, 256, 16, 4, 1, False, 2),
-                                                       (128, 256, 16, 3, 1, False, 2), (128, 256, 16, 4, 1, False, 4),
-                                                       (256, 128, 16, 4, 1, False, 2), (128, 256, 8, 3, 1, True, 2)):
+    # while the tensor pipe idles (85.7% busy without GELU, 68.1% with).
+    # (run 5: 16 warps on 128x256 need more shared memory than an SM has; 256x128 at 16 warps was
+    # slower.) Triton PR 9279: on the H200 two programs per SM, the tile loop not flattened,
+    # let one program's MMAs run while the other's epilogue does ("ping-pong" by the scheduler).
+    for (bm, bn, warps, stages, per_sm, ws, parts, flat) in (
+            (128, 256, 8, 4, 1, False, 2, True), (128, 256, 8, 4, 1, False, 2, False),
+            (128, 128, 4, 3, 2, False, 2, False), (128, 128, 8, 3, 2, False, 2, False),
+            (128, 128, 4, 3, 2, False, 2, True), (128, 128, 8, 3, 2, False, 2, True)):
         programs = min(per_sm * nsm, triton.cdiv(M, bm) * triton.cdiv(N, bn))
         for gelu in (0, 2):
-            name = f"{bm}x{bn} w{warps} s{stages} {per_sm}/SM ws={ws} parts={parts} gelu={gelu}"
+            name = f"{bm}x{bn} w{warps} s{stages} {per_sm}/SM ws={ws} parts={parts} flatten={flat} gelu={gelu}"
 
             def run(bm=bm, bn=bn, warps=warps, stages=stages, programs=programs, ws=ws, gelu=gelu, parts=parts,
-                    name=name):
+                    name=name, flat=flat):
                 descs = (TensorDescriptor.from_tensor(x, [bm, 64]), TensorDescriptor.from_tensor(w, [bn, 64]),
                          TensorDescriptor.from_tensor(out, [bm, bn // parts]))
-                compiled = mm_tma_persistent[(programs,)](*descs, b, M, N, K, bm, bn, 64, 8, gelu, programs, True,
+                compiled = mm_tma_persistent[(programs,)](*descs, b, M, N, K, bm, bn, 64, 8, gelu, programs, flat,
                                                           parts if parts == 4 else 1, ws,
                                                           num_warps=warps, num_stages=stages)
                 registers[name] = (compiled.n_regs, compiled.n_spills)
