@@ -33,20 +33,21 @@ except ImportError:
 @triton.jit
 def _gelu(x, GELU: tl.constexpr):
     """GELU 0: none; 1: exact through libdevice's erf; 2: exact through pipec's bf16/fp16 form
-    (Abramowitz & Stegun 7.1.26 erfc: a division, an exp, five FMAs; codegen's _pipec_gelu_half);
-    3: A&S 7.1.25 (three FMAs), a diagnostic of what the epilogue's arithmetic costs."""
+    (Abramowitz & Stegun 7.1.26 erfc: an rsqrt, an exp2, five FMAs; codegen's _pipec_gelu_half);
+    3: the same with a division and unfolded constants, as pipec wrote it before 2026-12-01."""
     if GELU == 1:
         x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
     elif GELU == 2:
+        r = tl.rsqrt(1.0 + 0.2316418882663604 * tl.abs(x))
+        t = r * r
+        p = 0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+        erfc = t * p * tl.exp2(x * x * -0.7213475204444817)
+        x = 0.5 * x * tl.where(x >= 0, 2.0 - erfc, erfc)
+    elif GELU == 3:  # GELU=2 as pipec wrote it until 2026-12-01: 1 / d as a division (div.full.f32)
         z = x * 0.7071067811865476
         t = 1.0 / (1.0 + 0.3275911 * tl.abs(z))
         p = 0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
         erfc = t * p * tl.exp(-z * z)
-        x = 0.5 * x * tl.where(z >= 0, 2.0 - erfc, erfc)
-    elif GELU == 3:  # a cheaper, less exact erfc (A&S 7.1.25, error 2.5e-5): what the math costs
-        z = x * 0.7071067811865476
-        t = 1.0 / (1.0 + 0.47047 * tl.abs(z))
-        erfc = t * (0.3480242 + t * (-0.0958798 + t * 0.7478556)) * tl.exp(-z * z)
         x = 0.5 * x * tl.where(z >= 0, 2.0 - erfc, erfc)
     return x
 
