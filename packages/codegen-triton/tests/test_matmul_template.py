@@ -214,11 +214,13 @@ def tma_constants(subtile: int, grid_m: int = 32, grid_n: int = 64) -> dict:
 
 
 @pytest.mark.parametrize("subtile", [0, 1])
-@pytest.mark.parametrize("grid", [(32, 64), (16, 32), (1 << 10, 1 << 10)])
+@pytest.mark.parametrize("grid", [(32, 64), (16, 32), (1 << 10, 1 << 10), (16, 1 << 10)])
 def test_persistent_tma_matches_eager(builder, subtile, grid):
     """fp16 40 x 48 @ 48 x 72 (+ bias, GELU, residual) through TMA descriptors: edge tiles in M, N and
     K, programs walking several tiles (grid 32 x 64: 2 x 2 programs for 3 x 3 tiles), one tile each
-    (16 x 32) and a single program for all (1024 x 1024); the epilogue whole and in halves."""
+    (16 x 32), a single program for all (1024 x 1024) and 3 programs in a 1-D grid (16 x 1024: the
+    shape of the runtime's grid when it caps the programs at the GPU's SM count); the epilogue
+    whole and in halves."""
     graph, kernels = linear(builder, 40, 48, 72, "gelu", dtype="float16", residual=True)
     program = only(compile_plan(graph, kernels), "template")
     src = program.kernels[0].source

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import sympy
 
-# Programs a persistent config launches: one per SM of an H100/H200 SXM (132 SMs). Any count is
-# correct (programs stride over the tiles); fewer SMs queue the extra programs, more leave SMs idle.
+# Programs a persistent config's grid names: one per SM of an H100/H200 SXM (132 SMs). Any count
+# is correct (programs stride over the tiles); the runtime launches at most one per SM of the GPU
+# it runs on (docs/IR.md, "Launch configs"), since on fewer SMs the extra programs would run as a
+# second wave. A GPU with more SMs than 132 leaves the extra ones idle.
 PERSISTENT_PROGRAMS = 132
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SUBTILE): gemm_variants.py's best
 # persistent TMA tile on the H200 for both MLP GEMMs, at 4 stages (192 KB of A and B tiles beside

@@ -35,7 +35,7 @@ from .kernels import body_digest, load_kernel
 from .tuning_cache import TuningCache, tuning_key
 from .memory import buffer_nbytes, is_view_target, plan_check, round_up
 from .rounds import time_in_rounds
-from .tma import ensure_allocator, misaligned, uses_tma
+from .tma import ensure_allocator, misaligned, persistent_grid, sm_count, uses_tma
 
 # What autotuning picked, at INFO: one line per kernel and size bucket it times (choices.py adds
 # one per GEMM choice group). `logging.getLogger("pipec.tuning").setLevel(logging.INFO)` with a
@@ -260,11 +260,13 @@ class _Launch:
                     f"kernel {self.kernel.name}: grid divides by {name!r}, which its config does not set")
             divisors.append(constants[name] if name else 1)
         nsizes = len(self.kernel.sizes)
+        # a persistent TMA config launches at most one program per SM of this GPU (tma.py)
+        programs = sm_count() if uses_tma(config) and not self.interpret and torch.cuda.is_available() else None
 
         def split(values):
             sizes = values[:nsizes]
             grid = tuple(_cdiv(v, d) for v, d in zip(values[nsizes:], divisors)) or (1,)
-            return sizes, grid
+            return sizes, grid if programs is None else persistent_grid(grid, programs)
 
         self.static = is_static(exprs)
         if self.static:

@@ -5,6 +5,11 @@ A config with the IR's `TMA_CONSTANT` set makes its tensor descriptors on the de
 allocator for, and the TMA unit faults on a base address that is not 16-byte aligned. So the
 runtime sets an allocator before such a kernel runs, and runs `configs[0]` (the pointer
 kernel) for a call whose pointers are not aligned.
+
+Such a config is also persistent: its programs stride over the output tiles, so any number of
+them is correct. Codegen sizes the grid for an H100/H200's 132 SMs; on a GPU with fewer, the
+programs past the SM count would run as a second wave after the first (about twice the time),
+so the runtime launches at most one program per SM (`persistent_grid`).
 """
 
 from __future__ import annotations
@@ -47,3 +52,25 @@ def ensure_allocator() -> None:
 def misaligned(ptrs, positions) -> bool:
     """Some tensor at `positions` of `ptrs` does not start on a 16-byte boundary."""
     return any(ptrs[j].data_ptr() & ALIGN_MASK for j in positions)
+
+
+_SM_COUNTS: dict[int, int] = {}
+
+
+def sm_count(device_index: int | None = None) -> int:
+    """Streaming multiprocessors of a CUDA device (the current one by default), cached."""
+    index = torch.cuda.current_device() if device_index is None else device_index
+    count = _SM_COUNTS.get(index)
+    if count is None:
+        count = _SM_COUNTS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return count
+
+
+def persistent_grid(grid: tuple, programs: int) -> tuple:
+    """`grid` as at most `programs` programs (a 1-D grid when it has to shrink): a persistent
+    kernel's programs walk the tiles `num_programs(0) * num_programs(1)` apart from
+    `program_id(0) + program_id(1) * num_programs(0)`, so any grid covers every tile."""
+    total = 1
+    for n in grid:
+        total *= n
+    return grid if total <= programs else (programs,) + (1,) * (len(grid) - 1)

@@ -1,0 +1,38 @@
+"""Persistent TMA launch configs: the runtime caps their programs at the GPU's SM count
+(tma.py). On the CPU the launch is built but not run: CUDA, the SM count and the kernel (an
+add kernel with a TMA config, standing in for the persistent template) are stand-ins."""
+
+import torch
+
+from pipec_ir import CompileOptions, LaunchConfig
+from runtime_helpers import add_program
+
+import pipec_runtime_cudagraph.launch as launch_module
+from pipec_runtime_cudagraph.launch import ProgramRunner
+from pipec_runtime_cudagraph.tma import persistent_grid
+
+
+def test_persistent_grid_keeps_a_grid_that_fits_and_shrinks_one_that_does_not():
+    assert persistent_grid((22, 6), 132) == (22, 6)  # codegen's grid on an H200
+    assert persistent_grid((22, 6), 114) == (114, 1)  # an H100 PCIe: one wave, not two
+    assert persistent_grid((3,), 4) == (3,)
+    assert persistent_grid((64, 2, 1), 78) == (78, 1, 1)
+
+
+def test_a_tma_config_launches_at_most_one_program_per_sm(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(launch_module, "sm_count", lambda: 4)
+    monkeypatch.setattr(launch_module, "ensure_allocator", lambda: None)  # no CUDA allocator on the CPU
+    pointer = LaunchConfig(constants=(("BLOCK", 8), ("TMA", 0)))
+    tma = LaunchConfig(constants=(("BLOCK", 8), ("TMA", 1)))
+    program = add_program(n=100, configs=(pointer, tma))
+    runner = ProgramRunner(program, CompileOptions(runtime="launch"))
+    launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=None, interpret=False,
+                                   tune=False)
+    assert launch.dims == ((100,), (13,))  # configs[0]: cdiv(100, 8) programs, one block each
+    launch.set_config(tma)
+    assert launch.dims == ((100,), (4,))  # 13 blocks, 4 SMs: 4 programs walk them
+    interpreted = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=None, interpret=True,
+                                        tune=False)
+    interpreted.set_config(tma)
+    assert interpreted.dims == ((100,), (13,))  # the interpreter runs codegen's grid
