@@ -14,6 +14,10 @@ Bandwidth counts one read and one write of the rows; the 16 KiB of parameters ar
 layer_norm variants 3.82-3.85 (two reductions, 2 rows and 16 warps; 32 registers per thread,
 no spills), the one-reduction Welford kernel no faster (3.82), dropping the affine worth at
 most 2.5%, pipec 3.81: every row kernel here sits at the Triton copy's bound, ~97% of torch's.
+Later that day (`tma_rounds`, 4 rounds each): rows through the TMA unit are slower, not faster:
+a persistent TMA copy reached 3.33-3.56 TB/s and the TMA layer_norm 2.10-3.47, against torch's
+copy 3.92, a Triton copy 3.79, the best pointer kernel 3.85 and pipec 3.86 in the same run. The
+old sweep runs with --sweep.
 """
 
 import json
