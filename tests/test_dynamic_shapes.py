@@ -75,9 +75,13 @@ def test_dynamic_true_compiles_once_with_symbols(tmp_path):
     assert program.pad_symbols == ("s0", "s1")
 
 
-def test_symbolic_views_counts_and_slices_match_eager():
+@pytest.mark.parametrize("slices", ["torch", "unbacked"])
+def test_symbolic_views_counts_and_slices_match_eager(slices, request):
     """Symbolic counts (mean/var/layer_norm over a dynamic dim), view steps with symbolic
-    shapes (reshape before a matmul), slices and selects that count from a dynamic end."""
+    shapes (reshape before a matmul), slices and selects that count from a dynamic end; also
+    with torch 2.11's fake slice, which gives `x[:, -3:]` an unbacked length (the fixture)."""
+    if slices == "unbacked":
+        request.getfixturevalue("unbacked_slices")
     w = torch.randn(16, 8)
 
     def f(x):
@@ -190,3 +194,43 @@ def test_extern_with_a_symbolic_argument():
     for shape in ((1, 2), (6, 4)):
         check(compiled, f, torch.randn(shape))
     assert compiled.pipec_session.dynamo_graphs == 1
+
+
+@pytest.fixture()
+def unbacked_slices(monkeypatch):
+    """torch 2.11's fake slice: where the length of `x[:, -3:]` on a dynamic dim needs Max(...),
+    it gave the result an unbacked length (u0) instead (torch 2.13 writes the expression)."""
+    from torch._subclasses import fake_impls
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    op = torch.ops.aten.slice.Tensor
+    original = fake_impls.op_implementations_dict[op]
+
+    def slice_with_unbacked_length(fake_mode, func, self, dim=0, start=None, end=None, step=1):
+        out = original(fake_mode, func, self, dim, start, end, step)
+        dim = dim % self.dim()
+        length = out.shape[dim]
+        if not isinstance(length, torch.SymInt) or "Max" not in str(length.node.expr) \
+                or free_unbacked_symbols(length):
+            return out
+        unbacked = fake_mode.shape_env.create_unbacked_symint()
+        torch._check(unbacked >= 0)
+        torch._check(unbacked <= self.shape[dim])
+        sizes = list(out.shape)
+        sizes[dim] = unbacked
+        return self.as_strided(sizes, out.stride(), out.storage_offset())
+
+    monkeypatch.setitem(fake_impls.op_implementations_dict, op, slice_with_unbacked_length)
+
+
+def test_slices_with_unbacked_lengths_match_eager(unbacked_slices):
+    """A slice length torch left unbacked is Python's slice length of the dynamic size (u0 =
+    Max(s1 - Max(s1 - 3, 0), 0)), not a data-dependent size: pipec defines it and compiles."""
+    def f(x):
+        return x[:, -3:] * 2, x[:, 1:-1].sum(1), x[:, ::2] + 1
+
+    compiled = pipec.compile(f, dynamic=True)
+    for b, t in ((2, 5), (3, 7), (1, 2), (4, 9)):
+        check(compiled, f, torch.randn(b, t, 4))
+    assert compiled.pipec_session.dynamo_graphs == 1
+    assert not compiled.pipec_session.extern_ops

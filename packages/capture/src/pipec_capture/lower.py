@@ -16,6 +16,7 @@ Everything the IR forbids is made explicit here (docs/IR.md): broadcasts become
 from __future__ import annotations
 
 import math
+import sys
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ import torch.fx
 
 import pipec_ir
 from pipec_ir import Device, Dtype, Graph, GraphInput, Node, Ref, Size, TensorType, make_attrs, size_attr
-from pipec_ir.symbolic import expr_str, numel
+from pipec_ir.symbolic import FloorDiv, expr_str, numel
 
 from .dtypes import acc_dtype, ir_dtype, is_float, torch_dtype
 from .errors import CaptureError
@@ -342,6 +343,9 @@ class Lowerer:
         if target == "getitem":
             self.env[node] = self.getitem(node)
             return
+        if self.checks_a_defined_size(node, target, val):
+            self.env[node] = None
+            return
         if not isinstance(node.target, torch._ops.OpOverload) and not isinstance(val, torch.Tensor) \
                 and not (isinstance(val, (tuple, list)) and val):
             # Python arithmetic on sizes (operator.mul on SymInts, sym_size...): a size expression
@@ -368,6 +372,24 @@ class Lowerer:
         else:
             reason = extern_reason(target)
         self.env[node] = self.extern(node, target, reason)
+
+    # torch's runtime checks of an unbacked size: `u0 >= 0` and `u0 <= s1` (SymBool nodes) and
+    # the asserts and range constraints that consume them
+    SIZE_CHECKS = ("aten._assert_scalar.default", "aten.sym_constrain_range_for_size.default",
+                   "aten.sym_constrain_range.default")
+
+    def checks_a_defined_size(self, node: torch.fx.Node, target: str, val) -> bool:
+        """A node that only checks a size `define_slice_length` defined: it holds by that
+        definition (a slice length is in [0, the dim's size]), so it lowers to nothing."""
+        if isinstance(val, torch.SymBool):
+            return self.symbols.mentions_defined(val)
+        if target not in self.SIZE_CHECKS or not node.args:
+            return False
+        first = node.args[0]
+        if isinstance(first, torch.fx.Node):
+            return first in self.env and self.env[first] is None and isinstance(first.meta.get("val"), torch.SymBool) \
+                or self.symbols.mentions_defined(first.meta.get("val"))
+        return False
 
     def scalar_node(self, node, val):
         if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
@@ -911,13 +933,51 @@ def _wrap_index(index: sympy.Expr, size: sympy.Expr, what: str) -> sympy.Expr:
     return index
 
 
+def _slice_bound(index, size: sympy.Expr, default: sympy.Expr) -> sympy.Expr:
+    """Python's clamp of a slice start or end into [0, size] (a symbolic index is taken as
+    non-negative, as `_wrap_index` takes it)."""
+    if index is None:
+        return default
+    index = _index_expr(index)
+    if index.is_Integer and int(index) >= sys.maxsize:
+        return size
+    if index.is_Integer and int(index) < 0:
+        return sympy.Max(size + index, 0)
+    return sympy.Min(index, size)
+
+
+def define_slice_length(cx, node, size: sympy.Expr, dim: int, start, end, step: int) -> None:
+    """Define the unbacked length torch's fake slice may give its output (torch 2.11 gives
+    `x[:, -3:]` on a dynamic dim the length u0, where torch 2.13 writes Max(...) expressions).
+    Such a length is not data-dependent: it is Python's slice length of the input's size, so it
+    is defined from the slice's arguments before its result type is read."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    val = node.meta.get("val")
+    out = val.shape[dim] if isinstance(val, torch.Tensor) else None
+    if not isinstance(out, torch.SymInt) or not free_unbacked_symbols(out):
+        return
+    # the symbol the result's type names (AOTAutograd's retrace binds a fresh one, u3, that its
+    # shape env replaces by Dynamo's, u0) and the ones the node binds for that size
+    syms = [sympy.sympify(out.node.shape_env.replace(out.node.expr))]
+    syms += [sym for sym, path in (node.meta.get("unbacked_bindings") or {}).items()
+             if [getattr(k, "name", getattr(k, "idx", None)) for k in path] == ["size", dim]]
+    first = _slice_bound(start, size, sympy.Integer(0))
+    length = sympy.Max(_slice_bound(end, size, size) - first, 0)
+    length = length if step == 1 else FloorDiv(length + step - 1, step)
+    for sym in syms:
+        if sym.is_Symbol:
+            cx.symbols.define(sym, length)
+
+
 @register("aten.slice.Tensor")
 def lower_slice(cx, node, x, dim=0, start=None, end=None, step=1):
-    t = cx.result(node)
     shape = cx.shape(x)
     dim = wrap_dim(dim, len(shape))
     size = shape[dim]
     step = _static_index(cx, step, "slice step")
+    define_slice_length(cx, node, size, dim, start, end, step)
+    t = cx.result(node)
     start = _wrap_index(sympy.Integer(0) if start is None else _index_expr(start), size, "slice start")
     if tuple(t.shape) == tuple(shape) and start == 0:
         return x

@@ -17,6 +17,18 @@ class SymbolTable:
     def __init__(self) -> None:
         self._map: dict[sympy.Symbol, sympy.Symbol] = {}
         self._ranges: list[SymbolRange] = []
+        self._defined: dict[sympy.Symbol, sympy.Expr] = {}  # unbacked symbol -> its pipec expression
+
+    def define(self, sym: sympy.Symbol, expr: sympy.Expr) -> None:
+        """Take torch's unbacked symbol `sym` as `expr` (a pipec expression over sizes pipec
+        knows) wherever it appears: a size torch's fake kernels left unbacked although the
+        sizes of the op's inputs determine it (lower.define_slice_length)."""
+        self._defined[sym] = expr
+
+    def mentions_defined(self, value) -> bool:
+        """A SymInt/SymBool (or sympy expression) over a symbol `define` gave an expression."""
+        expr = value.node.expr if isinstance(value, (torch.SymInt, torch.SymBool)) else value
+        return isinstance(expr, sympy.Basic) and bool(expr.free_symbols & self._defined.keys())
 
     @property
     def ranges(self) -> tuple[SymbolRange, ...]:
@@ -52,7 +64,7 @@ class SymbolTable:
         if expr.is_Integer:
             return sympy.Integer(int(expr))
         if expr.is_Symbol:
-            return self._symbol(expr, shape_env)
+            return self._defined[expr] if expr in self._defined else self._symbol(expr, shape_env)
         args = [self._convert(a, shape_env) for a in expr.args]
         if expr.is_Add:
             return sympy.Add(*args)
