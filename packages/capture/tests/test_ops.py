@@ -232,6 +232,20 @@ def test_symbolic_counts_lower_to_size_fulls():
             torch.testing.assert_close(got, want, equal_nan=True)
 
 
+def test_storage_offset_of_a_view_is_a_size():
+    """`aten.sym_storage_offset` (torch 2.11 reads a view's offset off the traced tensor, as
+    sym_size and sym_stride read sizes) lowers to a size expression, not an op."""
+    def f(a):
+        tail = a[:, -2:]  # its offset, Max(s1 - 2, 0), is symbolic
+        return tail * tail.storage_offset()
+    gm = make_fx(f, decomposition_table=core_decompositions(), tracing_mode="symbolic")(A)
+    assert any(n.target is torch.ops.aten.sym_storage_offset.default for n in gm.graph.nodes)
+    graph = lower_graph(gm)
+    assert "extern" not in ops(graph)
+    for x in (A, torch.randn(3, 7, generator=g)):
+        torch.testing.assert_close(run_graph(graph, [x])[0], f(x))
+
+
 def test_symbolic_extern_arguments_are_size_leaves():
     def f(a):
         return F.pad(a, (0, a.shape[0])) * 2  # constant_pad_nd has no lowering: an extern with a SymInt

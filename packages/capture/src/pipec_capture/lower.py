@@ -351,7 +351,8 @@ class Lowerer:
             # Python arithmetic on sizes (operator.mul on SymInts, sym_size...): a size expression
             self.env[node] = self.scalar_node(node, val)
             return
-        if target in ("aten.sym_size.int", "aten.sym_numel.default", "aten.sym_stride.int"):
+        if target in ("aten.sym_size.int", "aten.sym_numel.default", "aten.sym_stride.int",
+                      "aten.sym_storage_offset.default"):  # sizes read off a traced tensor (torch 2.11: offsets too)
             self.env[node] = self.scalar_node(node, val)
             return
         lowering = LOWERINGS.get(target)
