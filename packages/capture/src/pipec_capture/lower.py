@@ -16,8 +16,8 @@ Everything the IR forbids is made explicit here (docs/IR.md): broadcasts become
 from __future__ import annotations
 
 import math
-import sys
 import operator
+import sys
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
@@ -387,10 +387,10 @@ class Lowerer:
         if target not in self.SIZE_CHECKS or not node.args:
             return False
         first = node.args[0]
-        if isinstance(first, torch.fx.Node):
-            return first in self.env and self.env[first] is None and isinstance(first.meta.get("val"), torch.SymBool) \
-                or self.symbols.mentions_defined(first.meta.get("val"))
-        return False
+        if not isinstance(first, torch.fx.Node):
+            return False
+        dropped_check = isinstance(first.meta.get("val"), torch.SymBool) and self.env.get(first, False) is None
+        return dropped_check or self.symbols.mentions_defined(first.meta.get("val"))
 
     def scalar_node(self, node, val):
         if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
