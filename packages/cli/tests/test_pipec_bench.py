@@ -117,6 +117,21 @@ def test_bench_json(capsys, model_file, tmp_path):
     assert {s: pipec["cache_hits"].get(s) for s in ("capture", "fusion", "codegen")} == \
         {"capture": 1, "fusion": 1, "codegen": 1}  # the warm compile came from the compile cache
     assert pipec["max_error"] < 1e-6
+    assert pipec["tuning"] == [] and eager["tuning"] is None  # the CPU interpreter tunes nothing
+
+
+def test_record_tuning_keeps_what_the_runtime_logs_while_it_runs():
+    """`tuning` in bench's JSON: the "pipec.tuning" lines of pipec's cold compile, recorded
+    whatever the logger's level, which is restored after."""
+    import logging
+
+    log = logging.getLogger("pipec.tuning")
+    before = log.level
+    log.info("before: not recorded")
+    with bench.record_tuning() as lines:
+        log.info("kernel_0: config %d of %d, %.4f ms", 1, 3, 0.25)
+    log.info("after: not recorded")
+    assert lines == ["kernel_0: config 1 of 3, 0.2500 ms"] and log.level == before
 
 
 # ---------------------------------------------------------------- numerics and usage errors (fake stages)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import os
 import statistics
 import tempfile
@@ -82,6 +83,9 @@ class BackendResult:
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
     cache_hits: dict[str, int] | None = None  # pipec's warm compile
+    # pipec's cold compile: what autotuning picked, one line per kernel and choice group timed
+    # (the runtime's "pipec.tuning" log: every config's time, each choice group's alternatives)
+    tuning: list[str] | None = None
 
     @property
     def is_inductor(self) -> bool:
@@ -370,6 +374,27 @@ def bench_eager(model, inputs) -> Timed:
     return _timed(BackendResult("eager", "eager", max_error=0.0), model, inputs)
 
 
+@contextlib.contextmanager
+def record_tuning() -> Iterator[list[str]]:
+    """The lines the runtime logs to "pipec.tuning" (at INFO) while the block runs."""
+    lines: list[str] = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    log = logging.getLogger("pipec.tuning")
+    handler, level = Recorder(logging.INFO), log.level
+    log.addHandler(handler)
+    if not log.isEnabledFor(logging.INFO):
+        log.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
 def bench_pipec(model, fresh_model, inputs, expected, device: str, options: BenchOptions, name: str) -> Timed:
     """pipec compiled cold and checked; its warm compile (of `fresh_model`) is `Timed.warm`."""
     from .api import compile_with_session, report_from_session
@@ -385,7 +410,8 @@ def bench_pipec(model, fresh_model, inputs, expected, device: str, options: Benc
         sessions.append(session)
         return compiled
 
-    compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
+    with record_tuning() as result.tuning:
+        compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
     report = report_from_session(sessions[-1])
     result.kernels, result.extern_ops = report.kernel_count, len(report.extern_ops)
     result.max_error = _check(label, outputs, expected, options)
