@@ -185,22 +185,9 @@ def _persistent_walk(a_desc, b_desc, c_desc, bias_ptr, M, N, K, BM: tl.constexpr
 
 
 @triton.jit
-def mm_tma_persistent_device(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    bias_ptr,
-    M,
-    N,
-    K,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    BK: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    GELU: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr,
-    SUBTILE: tl.constexpr,
-):
+def mm_tma_persistent_device(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                             BK: tl.constexpr, GROUP_M: tl.constexpr, GELU: tl.constexpr,
+                             NUM_PROGRAMS: tl.constexpr, SUBTILE: tl.constexpr):
     """mm_tma_persistent with the descriptors made on the device (`tl.make_tensor_descriptor`),
     as pipec's template makes them, instead of passed from the host."""
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
