@@ -234,3 +234,19 @@ def test_slices_with_unbacked_lengths_match_eager(unbacked_slices):
         check(compiled, f, torch.randn(b, t, 4))
     assert compiled.pipec_session.dynamo_graphs == 1
     assert not compiled.pipec_session.extern_ops
+
+
+def test_a_returned_unbacked_slice_length_is_recomputed(unbacked_slices):
+    """A graph that returns such a length (u0) as a size: the backend reruns the slice on meta
+    tensors of the call's sizes to read it off (backend._unbacked_sources)."""
+    def f(x):
+        tail = x[:, -3:]
+        return tail * 2, tail.shape[1] + x.shape[0]
+
+    compiled = pipec.compile(f, dynamic=True)
+    for b, t in ((2, 5), (3, 2), (1, 9)):
+        x = torch.randn(b, t, 4)
+        out, size = compiled(x)
+        torch.testing.assert_close(out, f(x)[0])
+        assert size == min(3, t) + b
+    assert compiled.pipec_session.dynamo_graphs == 1

@@ -102,6 +102,27 @@ def source_line(node: torch.fx.Node) -> str:
     return f" at {user[-1][0]}:{user[-1][1]}" if user else ""
 
 
+def size_only_placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The SymInt arguments of `gm` that carry a size no tensor argument has as a dimension (an
+    AOTAutograd backward graph takes the forward input's sizes it needs, such as the reduced
+    dim of `x.sum(1)`, as ints). The graph takes each as a 1-D int8 input of that length, after
+    its tensor inputs and in argument order, whose values are never read: a runtime binds sizes
+    from input shapes (docs/IR.md, "Graph"). Backed symbols only, each once."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    dims = {d.node.expr for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)
+            for d in n.meta["val"].shape if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
+    out = []
+    for n in placeholders:
+        val = n.meta.get("val")
+        if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol and val.node.expr not in dims \
+                and not free_unbacked_symbols(val):
+            dims.add(val.node.expr)
+            out.append(n)
+    return out
+
+
 class Lowerer:
     def __init__(self, gm: torch.fx.GraphModule, *, name: str = "graph",
                  input_specs: dict[str, tuple[str, str]] | None = None,
@@ -274,6 +295,11 @@ class Lowerer:
             else:
                 raise CaptureError(f"{self.where(node)}: fx node kind {node.op!r} is not supported")
         self.current = None
+        for node in size_only_placeholders(self.gm):  # after the tensors, in argument order
+            size = self.symbols.size(node.meta["val"])
+            name = node.name if node.name not in self.used else self.fresh(node.name)
+            self.used.add(name)
+            self.inputs.append(GraphInput(name=name, type=TensorType((size,), "int8")))
         self.nodes = eliminate_dead_nodes(self.nodes, outputs)
         graph = Graph(name=self.name, inputs=tuple(self.inputs), nodes=tuple(self.nodes),
                       outputs=outputs, symbols=self.symbols.ranges)

@@ -65,18 +65,43 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
 
 def tensors_only(fn, example_inputs):
     """A graph with dynamic shapes also takes its size symbols as (int) arguments; the
-    Program's inputs are the tensors only (the runtime binds sizes from their shapes)."""
+    Program's inputs are the tensors (the runtime binds sizes from their shapes), then, for each
+    int argument whose size no tensor argument has as a dimension, a 1-D int8 tensor of that
+    length, never read (docs/IR.md, "Graph": a backward graph takes the reduced dim of
+    `x.sum(1)` as an int)."""
     import torch
 
     keep = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
     if len(keep) == len(example_inputs):
         return fn
+    sizes = _size_only_positions(example_inputs)
 
     def call(args):
-        return fn([args[i] for i in keep])
+        tensors = [args[i] for i in keep]
+        if sizes:
+            device = tensors[0].device if tensors else None
+            tensors += [torch.empty(int(args[j]), dtype=torch.int8, device=device) for j in sizes]
+        return fn(tensors)
 
     call.pipec_runtime = fn
     return call
+
+
+def _size_only_positions(example_inputs) -> list[int]:
+    """Positions of the SymInt arguments that carry a size no tensor argument has as a dimension
+    (backed symbols, each once): the capture stage's `size_only_placeholders` rule."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    dims = {d.node.expr for x in example_inputs if isinstance(x, torch.Tensor)
+            for d in x.shape if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
+    out = []
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol and x.node.expr not in dims \
+                and not free_unbacked_symbols(x):
+            dims.add(x.node.expr)
+            out.append(i)
+    return out
 
 
 def with_size_outputs(fn, gm, example_inputs, name: str = "graph"):
@@ -92,14 +117,15 @@ def with_size_outputs(fn, gm, example_inputs, name: str = "graph"):
     if not sizes:
         return fn
     sources = _symbol_sources(example_inputs)
+    recomputed = _unbacked_sources(gm, sources)
     size_fns = {}
     for i, v in sizes.items():
         expr = v.node.expr if isinstance(v, torch.SymInt) else v
-        missing = [str(s) for s in getattr(expr, "free_symbols", ()) if s not in sources]
+        missing = [str(s) for s in getattr(expr, "free_symbols", ()) if s not in sources and s not in recomputed]
         if missing:
             raise PipecError(f"graph {name} returns the size {expr}, but no input has size {', '.join(missing)}",
                              stage="runtime", graph=name)
-        size_fns[i] = _size_function(expr, sources)
+        size_fns[i] = _size_function(expr, sources, recomputed)
 
     def call(args):
         out = list(fn(args))
@@ -127,17 +153,78 @@ def _symbol_sources(example_inputs) -> dict:
     return sources
 
 
-def _size_function(expr, sources: dict):
+def _size_function(expr, sources: dict, recomputed: dict | None = None):
+    """`f(args) -> int`: the size `expr` for a call with `args`, its symbols read off the inputs
+    (`sources`) or recomputed from them (`recomputed`: symbol -> f(args))."""
     if not getattr(expr, "free_symbols", None):
         value = int(expr)
         return lambda args: value
-    used = {s: sources[s] for s in expr.free_symbols}
+    used = {s: sources[s] for s in expr.free_symbols if s in sources}
+    derived = {s: recomputed[s] for s in expr.free_symbols if s not in sources}
 
     def size_of(args):
         values = {s: (args[i] if d is None else args[i].shape[d]) for s, (i, d) in used.items()}
+        values.update({s: f(args) for s, f in derived.items()})
         return int(expr.xreplace({s: int(v) for s, v in values.items()}))
 
     return size_of
+
+
+def _unbacked_sources(gm, sources: dict) -> dict:
+    """Unbacked symbol -> `f(args) -> int`, for each one a node of `gm` binds from its result's
+    sizes while its own inputs' sizes are known (torch 2.11's fake slice leaves the length of
+    `x[:, -3:]` on a dynamic dim unbacked, and AOTAutograd returns it for the backward): the
+    node runs again on meta tensors of this call's input sizes and the size is read off."""
+    import torch
+
+    found = {}
+    for node in gm.graph.nodes:
+        for sym, path in (node.meta.get("unbacked_bindings") or {}).items():
+            fn = _rerun_on_meta(node, path, sources)
+            if fn is not None:
+                found[sym] = fn
+                out = node.meta.get("val")
+                for key in path:  # the symbol the result's type names, after the shape env's replacements
+                    out = key.get(out)
+                if isinstance(out, torch.SymInt) and out.node.expr.is_Symbol:
+                    found.setdefault(out.node.expr, fn)
+    return found
+
+
+def _rerun_on_meta(node, path, sources: dict):
+    """`f(args) -> int` running `node` on meta tensors sized for the call and following `path`
+    (its unbacked binding's key path) into the result; None where an input size is not known."""
+    import torch
+
+    def size_fn(v):
+        expr = v.node.expr if isinstance(v, torch.SymInt) else v
+        if any(s not in sources for s in getattr(expr, "free_symbols", ())):
+            raise KeyError(expr)
+        return _size_function(expr, sources)
+
+    def plan(a):  # the argument as a function of the call's args
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+        if isinstance(val, torch.Tensor):
+            dims, dtype = [size_fn(d) for d in val.shape], val.dtype
+            return lambda args: torch.empty([d(args) for d in dims], dtype=dtype, device="meta")
+        if isinstance(val, torch.SymInt):
+            size = size_fn(val)
+            return size
+        return lambda args: val
+
+    try:
+        args = [plan(a) for a in node.args]
+        kwargs = {k: plan(v) for k, v in node.kwargs.items()}
+    except KeyError:
+        return None
+
+    def value(args_now):
+        out = node.target(*(a(args_now) for a in args), **{k: v(args_now) for k, v in kwargs.items()})
+        for key in path:
+            out = key.get(out)
+        return int(out)
+
+    return value
 
 
 def _compile_id() -> tuple[int, int] | None:
