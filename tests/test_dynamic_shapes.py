@@ -250,3 +250,19 @@ def test_a_returned_unbacked_slice_length_is_recomputed(unbacked_slices):
         torch.testing.assert_close(out, f(x)[0])
         assert size == min(3, t) + b
     assert compiled.pipec_session.dynamo_graphs == 1
+
+
+def test_training_through_an_unbacked_slice_length(unbacked_slices):
+    """The backward graph takes the forward's unbacked slice length u0 as an int: it is a
+    size-only input there, its hint the definition's value (SymbolTable.input_size)."""
+    def f(x):
+        return (x[:, -3:] * 2).sum(1) + x[:, -1]
+
+    compiled = pipec.compile(f, dynamic=True)
+    for t in (5, 7, 2):
+        x = torch.randn(2, t, 4, requires_grad=True)
+        compiled(x).pow(2).sum().backward()
+        got, x.grad = x.grad, None
+        f(x).pow(2).sum().backward()
+        torch.testing.assert_close(got, x.grad)
+    assert [g.kind for g in compiled.pipec_session.graphs] == ["forward", "backward"]

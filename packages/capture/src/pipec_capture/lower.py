@@ -107,17 +107,15 @@ def size_only_placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     AOTAutograd backward graph takes the forward input's sizes it needs, such as the reduced
     dim of `x.sum(1)`, as ints). The graph takes each as a 1-D int8 input of that length, after
     its tensor inputs and in argument order, whose values are never read: a runtime binds sizes
-    from input shapes (docs/IR.md, "Graph"). Backed symbols only, each once."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
-
+    from input shapes (docs/IR.md, "Graph"). Each symbol once; an unbacked one too (the
+    forward's slice length u0, which its backward takes: SymbolTable.input_size)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     dims = {d.node.expr for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)
             for d in n.meta["val"].shape if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
     out = []
     for n in placeholders:
         val = n.meta.get("val")
-        if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol and val.node.expr not in dims \
-                and not free_unbacked_symbols(val):
+        if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol and val.node.expr not in dims:
             dims.add(val.node.expr)
             out.append(n)
     return out
@@ -318,8 +316,12 @@ class Lowerer:
             self.types[name] = t
             self.env[node] = Ref(name)
         elif isinstance(val, (torch.SymInt, int, float, bool)) or val is None:
-            # a non-tensor input (a SymInt size): not a graph input; its value is a size expression
-            self.env[node] = self.symbols.size(val) if isinstance(val, (torch.SymInt, int)) else val
+            # a non-tensor input (a SymInt size): its value is a size expression (a size-only
+            # graph input where no tensor input has it: size_only_placeholders)
+            if isinstance(val, torch.SymInt):
+                self.env[node] = self.symbols.input_size(val)
+            else:
+                self.env[node] = self.symbols.size(val) if isinstance(val, int) else val
         else:
             raise CaptureError(f"{self.where(node)}: input of type {type(val).__name__} is not supported")
 
@@ -973,7 +975,7 @@ def _slice_bound(index, size: sympy.Expr, default: sympy.Expr) -> sympy.Expr:
     return sympy.Min(index, size)
 
 
-def define_slice_length(cx, node, size: sympy.Expr, dim: int, start, end, step: int) -> None:
+def define_slice_length(cx, node, dim: int, step: int) -> None:
     """Define the unbacked length torch's fake slice may give its output (torch 2.11 gives
     `x[:, -3:]` on a dynamic dim the length u0, where torch 2.13 writes Max(...) expressions).
     Such a length is not data-dependent: it is Python's slice length of the input's size, so it
@@ -989,12 +991,21 @@ def define_slice_length(cx, node, size: sympy.Expr, dim: int, start, end, step: 
     syms = [sympy.sympify(out.node.shape_env.replace(out.node.expr))]
     syms += [sym for sym, path in (node.meta.get("unbacked_bindings") or {}).items()
              if [getattr(k, "name", getattr(k, "idx", None)) for k in path] == ["size", dim]]
-    first = _slice_bound(start, size, sympy.Integer(0))
-    length = sympy.Max(_slice_bound(end, size, size) - first, 0)
+
+    def torch_side(v):  # the length is kept over torch's symbols: a backward graph converts it too
+        v = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
+        return sympy.sympify(v.node.expr) if isinstance(v, torch.SymInt) else v
+
+    args = node.args  # aten.slice.Tensor(self, dim=0, start=None, end=None, step=1)
+    start = node.kwargs.get("start", args[2] if len(args) > 2 else None)
+    end = node.kwargs.get("end", args[3] if len(args) > 3 else None)
+    whole = torch_side(node.args[0].meta["val"].shape[dim])
+    first = _slice_bound(torch_side(start), whole, sympy.Integer(0))
+    length = sympy.Max(_slice_bound(torch_side(end), whole, whole) - first, 0)
     length = length if step == 1 else FloorDiv(length + step - 1, step)
     for sym in syms:
         if sym.is_Symbol:
-            cx.symbols.define(sym, length)
+            cx.symbols.define(sym, length, out.node.shape_env)
 
 
 @register("aten.slice.Tensor")
@@ -1003,7 +1014,7 @@ def lower_slice(cx, node, x, dim=0, start=None, end=None, step=1):
     dim = wrap_dim(dim, len(shape))
     size = shape[dim]
     step = _static_index(cx, step, "slice step")
-    define_slice_length(cx, node, size, dim, start, end, step)
+    define_slice_length(cx, node, dim, step)
     t = cx.result(node)
     start = _wrap_index(sympy.Integer(0) if start is None else _index_expr(start), size, "slice start")
     if tuple(t.shape) == tuple(shape) and start == 0:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import sympy
 import torch
 
@@ -11,24 +13,61 @@ from pipec_ir.symbolic import FloorDiv, ModularIndexing, size_symbol
 from .errors import CaptureError
 
 
+# shape env -> {unbacked symbol: its definition over torch's symbols}: shared by the graphs one
+# torch.compile traces with that shape env (an AOTAutograd forward and its backward)
+_DEFINITIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _hints(shape_env) -> dict:
+    """The shape env's example value of each backed symbol (torch renamed the map over time)."""
+    vals = getattr(shape_env, "backed_var_to_val", None)
+    return vals if vals is not None else getattr(shape_env, "var_to_val", {})
+
+
 class SymbolTable:
     """Maps torch's shape-env symbols to `s0`, `s1`, ... in order of first appearance."""
 
     def __init__(self) -> None:
         self._map: dict[sympy.Symbol, sympy.Symbol] = {}
         self._ranges: list[SymbolRange] = []
-        self._defined: dict[sympy.Symbol, sympy.Expr] = {}  # unbacked symbol -> its pipec expression
+        self._defined: dict[sympy.Symbol, sympy.Expr] = {}  # unbacked symbol -> definition (torch's symbols)
 
-    def define(self, sym: sympy.Symbol, expr: sympy.Expr) -> None:
-        """Take torch's unbacked symbol `sym` as `expr` (a pipec expression over sizes pipec
-        knows) wherever it appears: a size torch's fake kernels left unbacked although the
-        sizes of the op's inputs determine it (lower.define_slice_length)."""
+    def define(self, sym: sympy.Symbol, expr: sympy.Expr, shape_env=None) -> None:
+        """Take torch's unbacked symbol `sym` as `expr` (over torch's symbols) wherever it
+        appears: a size torch's fake kernels left unbacked although the sizes of the op's inputs
+        determine it (lower.define_slice_length). Other graphs of the same shape env see it too."""
         self._defined[sym] = expr
+        if shape_env is not None:
+            _DEFINITIONS.setdefault(shape_env, {})[sym] = expr
+
+    def _definition(self, sym: sympy.Symbol, shape_env) -> sympy.Expr | None:
+        if sym in self._defined:
+            return self._defined[sym]
+        shared = _DEFINITIONS.get(shape_env) if shape_env is not None else None
+        return shared.get(sym) if shared else None
 
     def mentions_defined(self, value) -> bool:
         """A SymInt/SymBool (or sympy expression) over a symbol `define` gave an expression."""
+        shape_env = value.node.shape_env if isinstance(value, (torch.SymInt, torch.SymBool)) else None
         expr = value.node.expr if isinstance(value, (torch.SymInt, torch.SymBool)) else value
-        return isinstance(expr, sympy.Basic) and bool(expr.free_symbols & self._defined.keys())
+        return isinstance(expr, sympy.Basic) and any(self._definition(s, shape_env) is not None
+                                                     for s in expr.free_symbols)
+
+    def input_size(self, value: torch.SymInt) -> sympy.Expr:
+        """A SymInt graph argument: its symbol is bound from the argument itself (a size-only
+        input), so an unbacked one that another graph defined (a backward graph takes the
+        forward's slice length u0) becomes a symbol of its own, with its definition's value at
+        the trace's sizes as hint; anything else converts as `size` does."""
+        shape_env, expr = value.node.shape_env, value.node.expr
+        definition = self._definition(expr, shape_env) if expr.is_Symbol and expr not in self._map else None
+        if definition is None:
+            return self.size(value)
+        hints = _hints(shape_env)
+        try:
+            hint = int(definition.xreplace({s: hints[s] for s in definition.free_symbols}))
+        except (KeyError, TypeError, ValueError):
+            return self.size(value)
+        return self._symbol(expr, shape_env, hint)
 
     @property
     def ranges(self) -> tuple[SymbolRange, ...]:
@@ -64,7 +103,8 @@ class SymbolTable:
         if expr.is_Integer:
             return sympy.Integer(int(expr))
         if expr.is_Symbol:
-            return self._defined[expr] if expr in self._defined else self._symbol(expr, shape_env)
+            definition = self._definition(expr, shape_env) if expr not in self._map else None
+            return self._symbol(expr, shape_env) if definition is None else self._convert(definition, shape_env)
         args = [self._convert(a, shape_env) for a in expr.args]
         if expr.is_Add:
             return sympy.Add(*args)
@@ -88,7 +128,7 @@ class SymbolTable:
             "compile with dynamic=False (static shapes)"
         )
 
-    def _symbol(self, sym: sympy.Symbol, shape_env) -> sympy.Symbol:
+    def _symbol(self, sym: sympy.Symbol, shape_env, given_hint: int | None = None) -> sympy.Symbol:
         if sym in self._map:
             return self._map[sym]
         name = f"s{len(self._map)}"
@@ -107,12 +147,10 @@ class SymbolTable:
                     upper = int(up) if getattr(up, "is_finite", True) and up.is_Integer else None
                 except (TypeError, ValueError, OverflowError, AttributeError):
                     upper = None
-            vals = getattr(shape_env, "backed_var_to_val", None)
-            if vals is None:
-                vals = getattr(shape_env, "var_to_val", {})
-            val = vals.get(sym)
+            val = _hints(shape_env).get(sym)
             if val is not None:
                 hint = int(val)
+        hint = given_hint if hint is None else hint
         if hint is None:
             raise CaptureError(
                 f"size {sym} has no example value (a data-dependent size); pipec cannot compile it - "

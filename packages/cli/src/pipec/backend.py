@@ -89,16 +89,14 @@ def tensors_only(fn, example_inputs):
 
 def _size_only_positions(example_inputs) -> list[int]:
     """Positions of the SymInt arguments that carry a size no tensor argument has as a dimension
-    (backed symbols, each once): the capture stage's `size_only_placeholders` rule."""
+    (each symbol once): the capture stage's `size_only_placeholders` rule."""
     import torch
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     dims = {d.node.expr for x in example_inputs if isinstance(x, torch.Tensor)
             for d in x.shape if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
     out = []
     for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol and x.node.expr not in dims \
-                and not free_unbacked_symbols(x):
+        if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol and x.node.expr not in dims:
             dims.add(x.node.expr)
             out.append(i)
     return out
