@@ -14,7 +14,7 @@ import pipec_ir
 from pipec_runtime_cudagraph.buckets import PadPolicy
 from pipec_runtime_cudagraph.launch import ProgramRunner
 
-from conftest import EXAMPLES, load_example
+from conftest import EXAMPLES, check_dynamic_training, load_example
 
 SIZES = (1, 17, 64, 1000)
 
@@ -255,14 +255,4 @@ def test_a_returned_unbacked_slice_length_is_recomputed(unbacked_slices):
 def test_training_through_an_unbacked_slice_length(unbacked_slices):
     """The backward graph takes the forward's unbacked slice length u0 as an int: it is a
     size-only input there, its hint the definition's value (SymbolTable.input_size)."""
-    def f(x):
-        return (x[:, -3:] * 2).sum(1) + x[:, -1]
-
-    compiled = pipec.compile(f, dynamic=True)
-    for t in (5, 7, 2):
-        x = torch.randn(2, t, 4, requires_grad=True)
-        compiled(x).pow(2).sum().backward()
-        got, x.grad = x.grad, None
-        f(x).pow(2).sum().backward()
-        torch.testing.assert_close(got, x.grad)
-    assert [g.kind for g in compiled.pipec_session.graphs] == ["forward", "backward"]
+    check_dynamic_training(lambda x: (x[:, -3:] * 2).sum(1) + x[:, -1], (5, 7, 2))

@@ -15,7 +15,7 @@ import torch
 from torch.nn import functional as F
 
 import pipec
-from conftest import ROOT
+from conftest import ROOT, check_dynamic_training
 from training_models import Block, TinyCNN, TinyLM
 
 STEPS = 20
@@ -195,14 +195,4 @@ def test_dynamic_training_backward_takes_sizes_only_an_int_carries():
     """The backward of `x.sum(1)` and of `x[:, -3:]` needs the forward input's dim 1, which
     AOTAutograd passes as an int (no tensor of the backward graph has it): the graph takes it
     as a size-only input (docs/IR.md, "Graph"), so the gradients match eager at every size."""
-    def f(x):
-        return x.sum(1) * 2 + x[:, -3:].mean(1)
-
-    compiled = pipec.compile(f, dynamic=True)
-    for t in (5, 7, 3):
-        x = torch.randn(2, t, 4, requires_grad=True)
-        compiled(x).pow(2).sum().backward()
-        got, x.grad = x.grad, None
-        f(x).pow(2).sum().backward()
-        torch.testing.assert_close(got, x.grad)
-    assert [g.kind for g in compiled.pipec_session.graphs] == ["forward", "backward"]
+    check_dynamic_training(lambda x: x.sum(1) * 2 + x[:, -3:].mean(1), (5, 7, 3))
