@@ -206,8 +206,7 @@ def _rerun_on_meta(node, path, sources: dict):
             dims, dtype = [size_fn(d) for d in val.shape], val.dtype
             return lambda args: torch.empty([d(args) for d in dims], dtype=dtype, device="meta")
         if isinstance(val, torch.SymInt):
-            size = size_fn(val)
-            return size
+            return size_fn(val)
         return lambda args: val
 
     try:
