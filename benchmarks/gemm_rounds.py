@@ -163,7 +163,7 @@ def overlap_variants(x, w, b) -> dict:
     N = w.shape[0]
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    variants, registers = {}, REGISTERS
+    variants = {}
     # ncu (2026-12-01): with 8 warps the GELU epilogue is latency-bound (issue slots 32% busy)
     # while the tensor pipe idles (85.7% busy without GELU, 68.1% with).
     # (run 5: 16 warps on 128x256 need more shared memory than an SM has; 256x128 at 16 warps was
@@ -185,7 +185,7 @@ def overlap_variants(x, w, b) -> dict:
                 compiled = mm_tma_persistent[(programs,)](*descs, b, M, N, K, bm, bn, 64, 8, gelu, programs, flat,
                                                           parts if parts == 4 else 1, ws,
                                                           num_warps=warps, num_stages=stages)
-                registers[name] = (compiled.n_regs, compiled.n_spills)
+                REGISTERS[name] = (compiled.n_regs, compiled.n_spills)
                 return out
             variants[name] = run
     return variants
