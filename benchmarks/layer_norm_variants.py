@@ -1,6 +1,6 @@
 """Raw Triton layer_norm variants on issue 6's shape (bf16 16384 x 4096, H200), beside eager and pipec.
 
-    python benchmarks/layer_norm_variants.py $OUT/layer_norm_variants.json [--sweep]
+    python benchmarks/layer_norm_variants.py $OUT/layer_norm_variants.json [--tma] [--sweep]
 
 Not pipec's code path: a measurement of what a one-pass row kernel can reach, to decide what
 pipec's reduction codegen and its autotuning candidates should become. The kernel is the one
@@ -16,8 +16,13 @@ no spills), the one-reduction Welford kernel no faster (3.82), dropping the affi
 most 2.5%, pipec 3.81: every row kernel here sits at the Triton copy's bound, ~97% of torch's.
 Later that day (`tma_rounds`, 4 rounds each): rows through the TMA unit are slower, not faster:
 a persistent TMA copy reached 3.33-3.56 TB/s and the TMA layer_norm 2.10-3.47, against torch's
-copy 3.92, a Triton copy 3.79, the best pointer kernel 3.85 and pipec 3.86 in the same run. The
-old sweep runs with --sweep.
+copy 3.92, a Triton copy 3.79, the best pointer kernel 3.85 and pipec 3.86 in the same run (now
+with --tma). The old sweep runs with --sweep.
+2026-12-01, later (`hinted_rounds`, the default): rows moved by hand-written 16-byte PTX loads
+and stores, to try the cache hints Triton does not emit. The read-only path (`ld.global.nc`) and
+an L2 prefetch hint (`L2::256B`) change nothing, and not keeping the rows in L1 plus the prefetch
+costs 5-7%; streaming stores (`st.global.cs`) cost up to 1%. Best: 3.86 TB/s, as the plain
+two-pass kernel, against torch's copy 3.88 and a Triton copy 3.78 in the same run.
 """
 
 import json
@@ -162,7 +167,140 @@ def layer_norm_tma(x_ptr, w_ptr, b_ptr, y_ptr, M, eps, N: tl.constexpr, ROWS: tl
         y_desc.store([block * ROWS, 0, 0], y.to(tl.bfloat16))
 
 
-def tma_rounds(x, w, b, ref, nbytes: int, rounds: int = 4) -> dict:
+# Hand-vectorized rows: each element of a [ROWS, N // 8] tensor is one 16-byte vector (eight
+# bf16) moved by one PTX instruction written here, so the load's cache hints can be chosen;
+# Triton's own loads are plain `ld.global.v4.b32`. The eight lanes of a vector are carried as
+# eight fp32 tensors, so no layout of the compiler's can split a vector across threads.
+@triton.jit
+def load16(ptrs, LOAD: tl.constexpr):
+    """The four 32-bit words at each 16-byte-aligned address in `ptrs`. LOAD 0: what Triton
+    emits; 1: the read-only (non-coherent) path; 2: that, not kept in L1, with a 256-byte L2
+    prefetch; 3: the prefetch alone."""
+    if LOAD == 0:
+        asm: tl.constexpr = "ld.global.v4.b32 {$0,$1,$2,$3}, [$4];"
+    elif LOAD == 1:
+        asm: tl.constexpr = "ld.global.nc.v4.b32 {$0,$1,$2,$3}, [$4];"
+    elif LOAD == 2:
+        asm: tl.constexpr = "ld.global.nc.L1::no_allocate.L2::256B.v4.b32 {$0,$1,$2,$3}, [$4];"
+    else:
+        asm: tl.constexpr = "ld.global.L2::256B.v4.b32 {$0,$1,$2,$3}, [$4];"
+    # not pure: a pure op may be rematerialized in a second layout, i.e. loaded twice
+    return tl.inline_asm_elementwise(asm, "=r,=r,=r,=r,l", [ptrs], dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def store16(ptrs, a, b, c, d, STORE: tl.constexpr):
+    """Four 32-bit words to each 16-byte-aligned address. STORE 0: plain; 1: streaming (.cs)."""
+    if STORE == 0:
+        asm: tl.constexpr = "st.global.v4.b32 [$1], {$2,$3,$4,$5}; mov.b32 $0, 0;"
+    else:
+        asm: tl.constexpr = "st.global.cs.v4.b32 [$1], {$2,$3,$4,$5}; mov.b32 $0, 0;"
+    return tl.inline_asm_elementwise(asm, "=r,l,r,r,r,r", [ptrs, a, b, c, d], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _unpack(word):
+    """The two bf16 of a 32-bit word as fp32 (bf16 is fp32's upper half: exact)."""
+    return (word << 16).to(tl.float32, bitcast=True), (word & -65536).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pack(lo, hi):
+    """Two fp32 rounded to bf16 (to nearest even), in one 32-bit word, `lo` first in memory."""
+    lo16 = lo.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 65535
+    return lo16 | (hi.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) << 16)
+
+
+@triton.jit
+def _lanes(ptrs, LOAD: tl.constexpr):
+    a, b, c, d = load16(ptrs, LOAD)
+    x0, x1 = _unpack(a)
+    x2, x3 = _unpack(b)
+    x4, x5 = _unpack(c)
+    x6, x7 = _unpack(d)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
+def copy16(x_ptr, y_ptr, N: tl.constexpr, ROWS: tl.constexpr, LOAD: tl.constexpr, STORE: tl.constexpr):
+    """copy_rows with hand-written 16-byte loads and stores."""
+    offsets = (tl.program_id(0) * ROWS + tl.arange(0, ROWS))[:, None] * N + tl.arange(0, N // 8)[None, :] * 8
+    a, b, c, d = load16(x_ptr + offsets, LOAD)
+    store16(y_ptr + offsets, a, b, c, d, STORE)
+
+
+@triton.jit
+def layer_norm16(x_ptr, w_ptr, b_ptr, y_ptr, M, eps, N: tl.constexpr, ROWS: tl.constexpr, LOAD: tl.constexpr,
+                 STORE: tl.constexpr):
+    """layer_norm_two_pass over hand-vectorized rows (eight lanes of N // 8 vectors)."""
+    vectors = tl.arange(0, N // 8) * 8
+    offsets = (tl.program_id(0) * ROWS + tl.arange(0, ROWS))[:, None] * N + vectors[None, :]
+    x0, x1, x2, x3, x4, x5, x6, x7 = _lanes(x_ptr + offsets, LOAD)
+    total = tl.sum(x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7, 1)
+    mean = (total / N)[:, None]
+    x0, x1, x2, x3, x4, x5, x6, x7 = x0 - mean, x1 - mean, x2 - mean, x3 - mean, x4 - mean, x5 - mean, x6 - mean, x7 - mean
+    squares = x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3 + x4 * x4 + x5 * x5 + x6 * x6 + x7 * x7
+    rstd = tl.rsqrt(tl.sum(squares, 1) / N + eps)[:, None]
+    w0, w1, w2, w3, w4, w5, w6, w7 = _lanes(w_ptr + vectors, 0)
+    b0, b1, b2, b3, b4, b5, b6, b7 = _lanes(b_ptr + vectors, 0)
+    store16(y_ptr + offsets,
+            _pack(x0 * rstd * w0[None, :] + b0[None, :], x1 * rstd * w1[None, :] + b1[None, :]),
+            _pack(x2 * rstd * w2[None, :] + b2[None, :], x3 * rstd * w3[None, :] + b3[None, :]),
+            _pack(x4 * rstd * w4[None, :] + b4[None, :], x5 * rstd * w5[None, :] + b5[None, :]),
+            _pack(x6 * rstd * w6[None, :] + b6[None, :], x7 * rstd * w7[None, :] + b7[None, :]), STORE)
+
+
+def time_in_rounds(variants: dict, nbytes: int, copy_out, x, rounds: int = 4) -> dict:
+    """Check each variant once (against `want`, or a copy against x), then time the ones that
+    pass once per round, the order rotated each round (the H200's clock drifts as it heats)."""
+    times = {}
+    for name, (fn, want) in list(variants.items()):
+        try:
+            out = fn()
+            if want is not None:
+                torch.testing.assert_close(out.float(), want.float(), atol=3e-2, rtol=2e-2)
+            elif "copy" in name:
+                torch.testing.assert_close(copy_out, x, atol=0, rtol=0)
+                copy_out.zero_()
+            times[name] = []
+        except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
+            print(f"  {name:<52} FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+    names = list(times)
+    for r in range(rounds):
+        shift = r * len(names) // rounds
+        for name in names[shift:] + names[:shift]:
+            times[name].append(do_bench(variants[name][0], warmup=25, rep=100, return_mode="median"))
+    for name in names:
+        ms = sorted(times[name])[len(times[name]) // 2]
+        print(f"  {name:<52} median {ms:.4f} ms {nbytes / ms / 1e9:5.2f} TB/s  "
+              f"all {' '.join(f'{t:.4f}' for t in times[name])}", flush=True)
+    return times
+
+
+def hinted_rounds(x, w, b, ref, nbytes: int) -> dict:
+    """Hand-vectorized copies and layer_norms, over the PTX load forms and store forms, beside
+    torch's copy, Triton's copy and the best pointer kernel of the sweep."""
+    M, N = x.shape
+    y, copy_out = torch.empty_like(x), torch.empty_like(x)
+    variants = {
+        "torch copy": (lambda: copy_out.copy_(x), None),
+        "triton copy rows=1 warps=8": (lambda: copy_rows[(M,)](x, copy_out, N, 1, num_warps=8), None),
+        "two_pass rows=2 warps=16": (lambda: (layer_norm_two_pass[(M // 2,)](x, w, b, y, M, 1e-5, N, 2, True,
+                                                                              num_warps=16), y)[1], ref),
+    }
+    for load in range(4):
+        for store in (0, 1):
+            variants[f"copy16 load={load} store={store}"] = (lambda ld=load, st=store: copy16[(M,)](
+                x, copy_out, N, 1, ld, st, num_warps=8), None)
+            for rows_per, warps in ((1, 8), (2, 16), (1, 4)):
+                variants[f"layer_norm16 rows={rows_per} warps={warps} load={load} store={store}"] = (
+                    lambda r=rows_per, nw=warps, ld=load, st=store: (layer_norm16[(M // r,)](
+                        x, w, b, y, M, 1e-5, N, r, ld, st, num_warps=nw), y)[1], ref)
+    return time_in_rounds(variants, nbytes, copy_out, x)
+
+
+def tma_rounds(x, w, b, ref, nbytes: int) -> dict:
     """The TMA variants beside torch's copy, a Triton copy and the best pointer kernel of the
     sweep, timed in rounds (order rotated each round: the H200's clock drifts as it heats)."""
     M, N = x.shape
@@ -184,30 +322,10 @@ def tma_rounds(x, w, b, ref, nbytes: int, rounds: int = 4) -> dict:
             x, copy_out, M, N, r, c, s, num_warps=nw), None)
         variants[f"tma layer_norm {tag}"] = (lambda g=grid, r=rows_per, c=chunk, s=stages, nw=warps: (
             layer_norm_tma[g](x, w, b, y, M, 1e-5, N, r, c, s, num_warps=nw), y)[1], ref)
-    times = {}
-    for name, (fn, want) in list(variants.items()):
-        try:
-            out = fn()
-            if want is not None:
-                torch.testing.assert_close(out.float(), want.float(), atol=3e-2, rtol=2e-2)
-            elif name.startswith("tma copy"):
-                torch.testing.assert_close(copy_out, x, atol=0, rtol=0)
-            times[name] = []
-        except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
-            print(f"  {name:<52} FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
-    names = list(times)
-    for r in range(rounds):
-        shift = r * len(names) // rounds
-        for name in names[shift:] + names[:shift]:
-            times[name].append(do_bench(variants[name][0], warmup=25, rep=100, return_mode="median"))
-    for name in names:
-        ms = sorted(times[name])[len(times[name]) // 2]
-        print(f"  {name:<52} median {ms:.4f} ms {nbytes / ms / 1e9:5.2f} TB/s  "
-              f"all {' '.join(f'{t:.4f}' for t in times[name])}", flush=True)
-    return times
+    return time_in_rounds(variants, nbytes, copy_out, x)
 
 
-def main(out_path: str, sweep: bool) -> None:
+def main(out_path: str, sweep: bool, tma: bool) -> None:
     M, N = 16384, 4096
     torch.manual_seed(0)
     x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
@@ -233,7 +351,9 @@ def main(out_path: str, sweep: bool) -> None:
         except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
             print(f"  {name:<48} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
 
-    results = {"tma_rounds": tma_rounds(x, w, b, ref, nbytes)}
+    results = {"hinted_rounds": hinted_rounds(x, w, b, ref, nbytes)}
+    if tma:
+        results["tma_rounds"] = tma_rounds(x, w, b, ref, nbytes)
     copy_out = torch.empty_like(x)
     record("copy (x -> y), the bound", lambda: copy_out.copy_(x), check=False)
     record("eager", lambda: ln(x))
@@ -280,5 +400,5 @@ def main(out_path: str, sweep: bool) -> None:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--sweep"]
-    main(args[0] if args else "layer_norm_variants.json", sweep="--sweep" in sys.argv)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    main(args[0] if args else "layer_norm_variants.json", sweep="--sweep" in sys.argv, tma="--tma" in sys.argv)
