@@ -256,3 +256,12 @@ def test_symbolic_extern_arguments_are_size_leaves():
     assert pipec_ir.loads(pipec_ir.dumps(graph)) == graph
     for x in (A, torch.randn(3, 5, generator=g)):
         torch.testing.assert_close(run_graph(graph, [x])[0], f(x))
+
+
+def test_a_data_dependent_size_error_names_its_node():
+    """A size with no example value (nonzero's count) is reported with the op and node that
+    made it, not only the symbol's name."""
+    gm = make_fx(lambda x: x.nonzero() + 1, decomposition_table=core_decompositions(),
+                 tracing_mode="symbolic")(torch.randn(4, 3))
+    with pytest.raises(CaptureError, match=r"op aten\.nonzero\.default \(node nonzero\): size u0 has no example"):
+        lower_graph(gm, name="t")

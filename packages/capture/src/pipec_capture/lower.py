@@ -282,16 +282,21 @@ class Lowerer:
         outputs: tuple = ()
         for node in self.gm.graph.nodes:
             self.current = node
-            if node.op == "placeholder":
-                self.placeholder(node)
-            elif node.op == "call_function":
-                self.call_function(node)
-            elif node.op == "output":
-                outputs = self.output(node)
-            elif node.op == "get_attr":
-                self.get_attr(node)
-            else:
-                raise CaptureError(f"{self.where(node)}: fx node kind {node.op!r} is not supported")
+            try:
+                if node.op == "placeholder":
+                    self.placeholder(node)
+                elif node.op == "call_function":
+                    self.call_function(node)
+                elif node.op == "output":
+                    outputs = self.output(node)
+                elif node.op == "get_attr":
+                    self.get_attr(node)
+                else:
+                    raise CaptureError(f"{self.where(node)}: fx node kind {node.op!r} is not supported")
+            except CaptureError as e:  # a size's error (symbols.py) does not know the node: name it
+                if str(e).startswith(f"model {self.model_name}"):
+                    raise
+                raise CaptureError(f"{self.where(node)}: {e}") from e
         self.current = None
         for node in size_only_placeholders(self.gm):  # after the tensors, in argument order
             size = self.symbols.size(node.meta["val"])
