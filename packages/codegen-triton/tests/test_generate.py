@@ -66,6 +66,25 @@ def test_softmax_single_kernel(builder, limit, dtype):
     torch.testing.assert_close(amax, x.amax(-1, keepdim=True))
 
 
+@pytest.mark.parametrize("limit", [4096, 8])  # one pass, and a loop over the row
+def test_static_sizes_that_the_blocks_divide_get_all_true_masks(builder, limit):
+    """16 x 64 rows: every candidate XBLOCK divides 16 and RBLOCK divides 64, so the masks are
+    constants (Triton drops them from loads, stores and selects); 7 x 37 keeps the compares."""
+    k = kernel("pipec_fused_max_sub_exp_sum_0", "reduction",
+               ["amax", "amax_e", "sub", "exp", "sum", "sum_e", "div"], ["x"], ["div", "amax"], (16, 64), (1,))
+    prog = compile_plan(softmax_graph(builder, 16, 64), [k], CompileOptions().with_extra(persistent_reduction_limit=limit))
+    src = prog.kernels[0].source
+    assert "xmask = tl.full([XBLOCK, 1], True, tl.int1) if 16 % XBLOCK == 0 else xindex < xnumel" in src
+    assert "rmask = tl.full([1, RBLOCK], True, tl.int1) if 64 % RBLOCK == 0 else rindex < rnumel" in src
+    torch.manual_seed(0)
+    x = torch.randn(16, 64)
+    rblock = 8 if limit == 8 else 128  # 128 > 64: the masked path of a one-pass row
+    for constants in ({"XBLOCK": 2}, {"XBLOCK": 32}, {"XBLOCK": 2, "RBLOCK": rblock}):  # dividing or not
+        out, amax = run_program(prog, [x], constants)
+        torch.testing.assert_close(out, torch.softmax(x, -1))
+        torch.testing.assert_close(amax, x.amax(-1, keepdim=True))
+
+
 @pytest.mark.parametrize("limit", [4096, 4])
 def test_reduce_leading_dim_and_argmax(builder, limit):
     b = builder

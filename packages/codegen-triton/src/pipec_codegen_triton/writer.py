@@ -436,6 +436,17 @@ class KernelWriter:
             params.append(name)
             sizes.append((name, expr))
 
+    @staticmethod
+    def _mask(name: str, index: str, param: str, numel: sympy.Expr, block: str, shape: str) -> str:
+        """The line defining mask `name` (`index < param`, of block `shape`). Where `numel` is
+        static, the mask is an all-true constant whenever `block` divides it: Triton then drops
+        it from every load, store and `tl.where` (no predicates, no selects). The block size is
+        the autotuner's pick, so the test is on the constexpr, inside the kernel."""
+        test = f"{index} < {param}"
+        if not numel.is_Integer:
+            return f"    {name} = {test}"
+        return f"    {name} = tl.full({shape}, True, tl.int1) if {int(numel)} % {block} == 0 else {test}"
+
     def _store(self, scope: Scope, name: str, value: str, offset: str, mask: str):
         dtype = self.types[name].dtype
         scope.lines.append(
@@ -448,7 +459,7 @@ class KernelWriter:
         lines = self.outer.lines
         lines += ["    xoffset = tl.program_id(0) * XBLOCK",
                   "    xindex = xoffset + tl.arange(0, XBLOCK)",
-                  "    xmask = xindex < xnumel"]
+                  self._mask("xmask", "xindex", "xnumel", self.xnumel, "XBLOCK", "[XBLOCK]")]
         self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
         for out in self.kernel.outputs:
             self._store(self.outer, out, self._pointwise_output(out), "xindex", "xmask")
@@ -479,7 +490,7 @@ class KernelWriter:
         lines = self.outer.lines
         lines += ["    xoffset = tl.program_id(0) * XBLOCK",
                   "    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
-                  "    xmask = xindex < xnumel",
+                  self._mask("xmask", "xindex", "xnumel", self.xnumel, "XBLOCK", "[XBLOCK, 1]"),
                   "    rbase = tl.arange(0, RBLOCK)[None, :]"]
         self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
         return lines
@@ -527,12 +538,13 @@ class KernelWriter:
         """Start the row scope: one pass (persistent) or a `for roffset` loop."""
         if loop_lines is None:
             scope = Scope(self.outer.lines, inner=True, indent="    ")
-            scope.lines += ["    rindex = rbase", "    rmask = rindex < rnumel"]
+            scope.lines += ["    rindex = rbase",
+                            self._mask("rmask", "rindex", "rnumel", self.rnumel, "RBLOCK", "[1, RBLOCK]")]
         else:
             scope = Scope([], inner=True, indent="        ")
             scope.lines += ["    for roffset in range(0, rnumel, RBLOCK):",
                             "        rindex = roffset + rbase",
-                            "        rmask = rindex < rnumel"]
+                            "    " + self._mask("rmask", "rindex", "rnumel", self.rnumel, "RBLOCK", "[1, RBLOCK]")]
         self._define_indices(scope, self.rsyms, self.reduced, "rindex")
         return scope
 
