@@ -321,3 +321,35 @@ def test_gpu_persistent_tma_template_aligned_and_misaligned_inputs():
         want = model(x)
         for call in (args, moved, args, moved):
             torch.testing.assert_close(runner(call)[0], want, atol=4e-2, rtol=2e-2)
+
+
+@pytest.mark.skipif(not GPU or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the Gluon ping-pong kernel needs an sm_90 GPU (wgmma)")
+@pytest.mark.parametrize("m, k, n", [(4096, 512, 4096), (4000, 520, 4100)])
+def test_gpu_pingpong_alternative_matches_eager(m, k, n):
+    """bf16 Linear + exact GELU through the Gluon ping-pong kernel alone (forced): tiles that
+    fill the shape, and edges in M, N and K (there the output leaves through pointer stores);
+    then an input 2 bytes into its storage, which the kernel's TMA loads cannot read (the
+    runtime copies it to aligned memory first), and the timed choice among every alternative."""
+    from pipec_runtime_cudagraph.tma import misaligned
+
+    model = nn.Sequential(nn.Linear(k, n), nn.GELU()).cuda().to(torch.bfloat16).eval()
+    torch.manual_seed(0)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    program, args = _program(model, (x,))
+    assert any(kern.name.endswith("_pingpong") for kern in program.kernels)
+    runner = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True).with_extra(choice="pingpong"))
+    storage = torch.empty(x.numel() + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = storage[1:].view_as(x).copy_(x)
+    assert misaligned([shifted], [0])
+    at = next(j for j, a in enumerate(args) if a.data_ptr() == x.data_ptr())
+    moved = [*args[:at], shifted, *args[at + 1:]]
+    with torch.no_grad():
+        want = model(x)
+        for call in (args, moved, args):
+            torch.testing.assert_close(runner(call)[0], want, atol=4e-2, rtol=2e-2)
+        tuned = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True))
+        torch.testing.assert_close(tuned(args)[0], want, atol=4e-2, rtol=2e-2)
+    (group,) = choices_made(tuned).values()
+    (timings,) = group["timings_ms"].values()
+    assert "pingpong" in timings and all(0 < t < 1e3 for t in timings.values())

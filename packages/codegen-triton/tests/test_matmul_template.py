@@ -265,3 +265,72 @@ def test_bf16_persistent_tma_on_gpu(subtile):
                  "GRID_M": 256, "GRID_N": 512}
     (out,) = run_program(program, [x.to(DEVICE, torch.bfloat16) for x in xs], constants=constants)
     torch.testing.assert_close(out.float(), reference("gelu", *xs), atol=5e-2, rtol=2e-2)
+
+
+# ---------------------------------------------------------------- the Gluon ping-pong alternative
+
+
+def _pingpong(program):
+    return next((k for k in program.kernels if k.name.endswith("_pingpong")), None)
+
+
+def test_pingpong_alternative_for_a_large_half_linear_with_exact_gelu():
+    """bf16 4096 x 520 @ 520 x 4096 + bias + exact GELU: the Gluon ping-pong kernel is one more
+    alternative of the group (never the default: the CPU interpreter cannot run it), with the
+    template's arguments, a persistent TMA config and the register cap its partitions share."""
+    graph, kernels = linear(Builder(), 4096, 520, 4096, "gelu", dtype="bfloat16")
+    program = compile_plan(graph, kernels)
+    kern = _pingpong(program)
+    template = next(k for k in program.kernels if k.name == "pipec_fused_mm_add_1")
+    assert kern.args == template.args and kern.sizes == template.sizes and kern.grid == template.grid
+    (step,) = [s for s in program.steps if get_attr(s.attrs, "alternative") == "pingpong"]
+    assert step.target == kern.name and not get_attr(step.attrs, "default", False)
+    (config,) = kern.configs
+    constants = dict(config.constants)
+    assert constants["TMA"] == 1 and constants["MAXNREG"] == 168 and constants["BLOCK_N"] == 128
+    assert -(-4096 // constants["GRID_M"]) * -(-4096 // constants["GRID_N"]) <= 132
+    # the epilogue is the template's, spelled in Gluon; the output tile leaves through TMA
+    assert "@gluon.jit" in kern.source and "tl." not in kern.source
+    assert "_pipec_gelu_half(" in kern.source and "_tma_store(c_desc" in kern.source
+
+
+@pytest.mark.parametrize("act, dtype, residual", [("relu", "bfloat16", False), ("gelu", "float32", False),
+                                                  ("gelu", "bfloat16", True), ("gelu_tanh", "bfloat16", False)])
+def test_no_pingpong_where_it_cannot_pay_or_gluon_cannot_spell_the_epilogue(act, dtype, residual):
+    """A cheap epilogue (ReLU), fp32 operands (no wgmma tiles here), and epilogues that use what
+    Gluon spells differently (`tl.full` for the residual's 0.5, `tl.sigmoid` in tanh-GELU)."""
+    graph, kernels = linear(Builder(), 4096, 512, 4096, act, dtype=dtype, residual=residual)
+    assert _pingpong(compile_plan(graph, kernels)) is None
+
+
+def test_pingpong_kernel_compiles_for_hopper():
+    """The generated Gluon source through Triton's whole compiler for sm_90 (no GPU needed: the
+    GPU tests run it); edges in M, N and K, the output stored through pointers (its rows are not
+    16-byte multiples, so no TMA store)."""
+    triton = pytest.importorskip("triton")
+    gluon_runtime = pytest.importorskip("triton.experimental.gluon._runtime")
+    from triton.backends.compiler import GPUTarget
+
+    graph, kernels = linear(Builder(), 4000, 520, 4100, "gelu", dtype="bfloat16")
+    kern = _pingpong(compile_plan(graph, kernels))
+    assert "c_desc = a_desc  # unused: no output leaves through TMA" in kern.source
+    import importlib.util
+    import os
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(), "pingpong.py")
+    with open(path, "w") as f:
+        f.write(kern.source)
+    spec = importlib.util.spec_from_file_location("pipec_test_pingpong", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, kern.name)
+    constants = dict(kern.configs[0].constants)
+    signature = {a: "constexpr" if a in constants else "*bf16" if a in kern.args else "i32" for a in fn.arg_names}
+    pointers = [i for i, a in enumerate(fn.arg_names) if a in kern.args]
+    source = gluon_runtime.GluonASTSource(fn, signature, constants,
+                                          attrs={(i,): [["tt.divisibility", 16]] for i in pointers})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": kern.configs[0].num_warps, "maxnreg": constants["MAXNREG"]})
+    assert compiled.metadata.num_warps == 12  # two consumer warpgroups and the producer's (padded) group
+    assert compiled.metadata.shared <= 232448  # what a Hopper block may have

@@ -38,6 +38,13 @@ RELEASED = {
         "kernel_plan": "ed526cdae47888974924a187101f5fac5922d51d321528cf0ade69fd26465c31",
         "program": "f06a2f8474de4e0822a02fd4dee2591e23d7efe8e205800b899476e036f3382e",
     },
+    # 1.4: kernels written in Gluon (the `pingpong` matmul alternative) and the `MAXNREG` launch
+    # constant (docs/IR.md). Same structure.
+    (1, 4): {
+        "graph": "1c213615beaae84e11d71595a3d3f68df3534d8e404dc2fc57e4a84090365145",
+        "kernel_plan": "c0f5c4d8b02db2781514f12518105a350b39170d23f9a357a5ab04b056bec9da",
+        "program": "89e75fc03cf4d5347cc8fd6b7fe4c4fbe6a8fdd99891af9ca7ab28513a280583",
+    },
 }
 
 

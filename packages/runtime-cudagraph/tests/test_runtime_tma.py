@@ -36,3 +36,36 @@ def test_a_tma_config_launches_at_most_one_program_per_sm(monkeypatch):
                                         tune=False)
     interpreted.set_config(tma)
     assert interpreted.dims == ((100,), (13,))  # the interpreter runs codegen's grid
+
+
+class _Recorder:
+    """Stands in for a compiled kernel: `fn[grid](*args, **kwargs)` records the call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
+
+
+def test_a_kernel_with_only_tma_configs_gets_misaligned_inputs_copied(monkeypatch):
+    """The Gluon ping-pong GEMM has one config, persistent TMA, with a register cap: the runtime
+    passes the cap as Triton's `maxnreg`, and for an input that is not 16-byte aligned (no
+    pointer config to fall back on) launches on an aligned copy of it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(launch_module, "sm_count", lambda: 4)
+    monkeypatch.setattr(launch_module, "ensure_allocator", lambda: None)
+    only = LaunchConfig(constants=(("BLOCK", 8), ("TMA", 1), ("MAXNREG", 168)), num_warps=4)
+    program = add_program(n=100, configs=(only,))
+    runner = ProgramRunner(program, CompileOptions(runtime="launch"))
+    kernel = _Recorder()
+    launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=kernel, interpret=False,
+                                   tune=False)
+    assert launch.kwargs["maxnreg"] == 168 and launch.kwargs["MAXNREG"] == 168
+    storage = torch.arange(101, dtype=torch.float32)
+    shifted, aligned, out = storage[1:], torch.ones(100), torch.empty(100)
+    assert shifted.data_ptr() % 16 and not aligned.data_ptr() % 16
+    launch.run_misaligned([shifted, aligned, out], ())
+    (grid, args, kwargs), = kernel.calls
+    assert grid == (4,) and args[0].data_ptr() % 16 == 0 and torch.equal(args[0], shifted)
+    assert args[1] is aligned and args[2] is out and args[3:] == (100,) and kwargs["maxnreg"] == 168

@@ -2,6 +2,8 @@
 
 - "template": one launch of the Triton GEMM template with the epilogue on its tile
   (`matmul_template.py`); the default when nothing is measured.
+- "pingpong": the Gluon ping-pong kernel with the same epilogue (`matmul_gluon.py`), for a large
+  16-bit product whose epilogue is costly (an exact GELU): Hopper only, never the default.
 - "library", "library_mm", "library_act": cuBLAS, then one pointwise kernel for whatever of
   the epilogue is left (`library_alternatives` says which calls each makes).
 
@@ -193,6 +195,10 @@ def matmul_with_epilogue(graph: Graph, kernel: Kernel, options: CompileOptions):
         launch = Step("launch", kernel.name, template.inputs, tuple(kernel.outputs))
         kernels.append(template.kernel)
         steps.append(_tagged(launch, kernel.name, "template", True))
+    if template is not None and template.pingpong is not None:  # GPU only: never the default
+        launch = Step("launch", template.pingpong.name, template.inputs, tuple(kernel.outputs))
+        kernels.append(template.pingpong)
+        steps.append(_tagged(launch, kernel.name, "pingpong", False))
     for name, (lib_kernels, lib_steps, own) in libraries.items():
         kernels += lib_kernels
         own_values.update(own)

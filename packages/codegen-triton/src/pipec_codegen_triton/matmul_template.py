@@ -14,15 +14,22 @@ there is no template for the kernel and codegen keeps cuBLAS (`write_template` -
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 import sympy
-from pipec_ir import TMA_CONSTANT, Graph, Kernel, LaunchConfig, TritonKernel
+from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, Graph, Kernel, LaunchConfig, TritonKernel
 from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
 from pipec_ir.ops import VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
 from .dtypes import tl_storage
+from .matmul_gluon import BLOCK_K as PINGPONG_BLOCK_K
+from .matmul_gluon import BLOCK_M as PINGPONG_BLOCK_M
+from .matmul_gluon import BLOCK_N as PINGPONG_BLOCK_N
+from .matmul_gluon import GROUP_M as PINGPONG_GROUP_M
+from .matmul_gluon import MAX_REGISTERS, NUM_WARPS, gluon_lines, pingpong_source, store_tile_lines
+from .matmul_gluon import STAGES as PINGPONG_STAGES
 from .matmul_tma import (PERSISTENT_PROGRAMS, SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop,
                          persistent_split, tma_operand)
 from .simplify import collapse
@@ -237,6 +244,7 @@ def value_at(w: KernelWriter, refined, name: str) -> str:
 class TemplateKernel:
     kernel: TritonKernel
     inputs: tuple[str, ...]  # the launch step's tensor inputs (a, b, then the epilogue's)
+    pingpong: TritonKernel | None = None  # the Gluon ping-pong kernel (matmul_gluon.py), same arguments
 
 
 def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
@@ -307,8 +315,13 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
         body = (["    if TMA:"] + _indent(_persistent_tma(w, tma, product, kernel.outputs, out_shape, refined, stores))
                 + ["    else:"] + _indent(body))
 
+    pingpong_epilogue = None
+    if tma is not None and pingpong_wanted(tma, configs, body):
+        pingpong_epilogue = _pingpong_epilogue(w, product, kernel.outputs, out_shape, refined, M, N)
+
     params = ["a_ptr", "b_ptr", *w.in_ptr.values(), *w.out_ptr.values(), *(n for n, _ in sizes)]
     w.append_scalar_params(params, sizes)
+    values = list(params)  # the parameters before the constexprs (the ping-pong kernel's too)
     params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_K: tl.constexpr",
                "GROUP_M: tl.constexpr", "GRID_M: tl.constexpr", "GRID_N: tl.constexpr"]
     if tma is not None:
@@ -329,7 +342,52 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
         args=("a_ptr", "b_ptr", *w.in_ptr.values(), *w.out_ptr.values()),
         sizes=tuple(sizes), grid=grid, configs=configs,
     )
-    return TemplateKernel(triton_kernel, (a_layout.root, b_layout.root, *ep_inputs))
+    pingpong = None
+    if pingpong_epilogue is not None:
+        lines, helpers, store = pingpong_epilogue
+        name = f"{kernel.name}_pingpong"
+        source = pingpong_source(name, f"{doc} (Gluon ping-pong)", values, *tma, lines,
+                                 helpers, store)
+        pingpong = TritonKernel(name=name, source=source, args=triton_kernel.args, sizes=triton_kernel.sizes,
+                                grid=grid, configs=(pingpong_config(_hint(M, upper), _hint(N, upper)),))
+    return TemplateKernel(triton_kernel, (a_layout.root, b_layout.root, *ep_inputs), pingpong)
+
+
+# A transcendental function in the epilogue: what the ping-pong kernel's overlap is worth compiling
+# for (a bias or a residual add costs little beside the MMAs; each Gluon kernel is seconds of compile).
+_COSTLY = re.compile(r"_pipec_gelu_half|\btl\.(exp2?|log2?|erf|sqrt|rsqrt|sin|cos)\(")
+
+
+def pingpong_wanted(tma, configs, body: list[str]) -> bool:
+    """Offer the Gluon ping-pong kernel beside the template: when the persistent TMA kernel is
+    offered (a large product, operands a descriptor reads), A is read untransposed (wgmma's A
+    from shared memory K-major), the operands are 16-bit and the epilogue is costly."""
+    persistent = any(dict(c.constants).get(TMA_CONSTANT) for c in configs)
+    return persistent and not tma[0].transposed and _COSTLY.search("\n".join(body)) is not None
+
+
+def _pingpong_epilogue(w: EpilogueWriter, product, outputs, out_shape, refined, M, N):
+    """(Gluon epilogue lines, Gluon helpers, the output pointer stored through TMA) of the
+    ping-pong kernel, or None when the epilogue needs what Gluon spells differently."""
+    stores = tma_stores(w, outputs, M, N)
+    first = next(iter(stores), None)
+    lines = _epilogue(w, product, outputs, out_shape, False, refined, "acc", "[BLOCK_M, BLOCK_N]",
+                      {first: "c_desc"} if first else None, "om, on", store_tile=store_tile_lines)
+    helpers = KernelWriter._helpers(lines)
+    lines, helper_lines = gluon_lines(lines), gluon_lines(helpers.split("\n"))
+    if lines is None or helper_lines is None or w.uses_libdevice:
+        return None
+    return lines, "\n".join(helper_lines), (w.out_ptr[first] if first else None)
+
+
+def pingpong_config(m: int, n: int) -> LaunchConfig:
+    """The ping-pong kernel's one launch: persistent (at most one program per SM, TMA set), with
+    its register cap."""
+    tm, tn = persistent_split(m, n, PINGPONG_BLOCK_M, PINGPONG_BLOCK_N)
+    constants = (("BLOCK_M", PINGPONG_BLOCK_M), ("BLOCK_N", PINGPONG_BLOCK_N), ("BLOCK_K", PINGPONG_BLOCK_K),
+                 ("GROUP_M", PINGPONG_GROUP_M), ("GRID_M", PINGPONG_BLOCK_M * tm), ("GRID_N", PINGPONG_BLOCK_N * tn),
+                 (TMA_CONSTANT, 1), ("STAGES", PINGPONG_STAGES), (MAXNREG_CONSTANT, MAX_REGISTERS))
+    return LaunchConfig(constants, num_warps=NUM_WARPS, num_stages=1)
 
 
 def _times(var: str, stride: str) -> str:
@@ -383,12 +441,13 @@ def _main_loop(batched, a_base, b_base, s_am, s_ak, s_bk, s_bn, even_k, big, dty
 
 def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refined,
               acc: str = "acc", block: str = "[BLOCK_M, BLOCK_N]", stores: dict | None = None,
-              at: str = "") -> list[str]:
+              at: str = "", store_tile=None) -> list[str]:
     """Define the tile's coordinates as the writer's x0, x1, ... and xindex, then evaluate
     and store every output on the accumulator tile `acc` (rows `rm`, columns `rn`, shape `block`).
     With `refined` (an epilogue over reshapes of the product) x0, x1, ... are the refined dims,
     split off the tile's rows and columns. `stores`: outputs written through a TMA descriptor
-    (output -> descriptor variable), the tile's corner at `at` ("om, on")."""
+    (output -> descriptor variable), the tile's corner at `at` ("om, on"); `store_tile(value,
+    dtype)` gives the lines of such a store instead of a descriptor's `.store` (the Gluon kernel)."""
     coords = (["pid_b"] if batched else []) + ["rm[:, None]", "rn[None, :]"]
     lines = ["    # epilogue on the fp32 accumulator tile"]
     if refined is None:
@@ -412,7 +471,9 @@ def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refi
     for out in outputs:
         var = acc if out == product else value_at(w, dims, out)
         dtype = w.types[out].dtype
-        if stores and out in stores:  # asynchronous, and the TMA unit drops what is out of bounds
+        if stores and out in stores and store_tile is not None:
+            lines += ["    " + line for line in store_tile(var, tl_storage(dtype))]
+        elif stores and out in stores:  # asynchronous, and the TMA unit drops what is out of bounds
             lines.append(f"    {stores[out]}.store([{at}], tl.broadcast_to({var}, {block}).to({tl_storage(dtype)}))")
         else:
             lines.append(f"    tl.store({w.out_ptr[out]} + (xindex), {var}.to({tl_storage(dtype)}), xmask)")

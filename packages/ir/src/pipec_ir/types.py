@@ -229,6 +229,10 @@ class Slot:
 # descriptors and needs every pointer 16-byte aligned: a runtime launches configs[0] instead for a
 # call whose pointers are not (docs/IR.md, "Launch configs").
 TMA_CONSTANT = "TMA"
+# A LaunchConfig constant that, when nonzero, is the register cap per thread the kernel is compiled
+# with (Triton's `maxnreg` option): a warp-specialized Gluon kernel's partitions share the register
+# file through `setmaxnreg`, which needs that cap (1.4; docs/IR.md, "Launch configs").
+MAXNREG_CONSTANT = "MAXNREG"
 
 
 @dataclass(frozen=True)
@@ -242,7 +246,7 @@ class LaunchConfig:
 @dataclass(frozen=True)
 class TritonKernel:
     name: str
-    source: str  # a Python module defining `name` as a @triton.jit function
+    source: str  # a Python module defining `name` as a @triton.jit (or @gluon.jit, 1.4) function
     args: tuple[str, ...]  # pointer parameters, in order (buffer names are bound per Step)
     sizes: tuple[tuple[str, sympy.Expr], ...]  # integer parameters after the pointers
     grid: tuple[tuple[sympy.Expr, str], ...]  # per grid axis: cdiv(expr, config[constant])

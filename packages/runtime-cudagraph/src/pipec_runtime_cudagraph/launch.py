@@ -5,7 +5,8 @@ Calling convention of a `launch` step (what codegen must emit):
     kernel[grid](*step.inputs, *step.outputs,          # tensors (pointer args)
                  *[int(e) for _, e in kernel.sizes],    # integer args, positional
                  **dict(config.constants),              # constexprs, by keyword
-                 num_warps=config.num_warps, num_stages=config.num_stages)
+                 num_warps=config.num_warps, num_stages=config.num_stages,
+                 maxnreg=config[MAXNREG] if set)        # Triton's register cap (1.4)
     grid = tuple(cdiv(int(e), config[name]) if name else int(e) for e, name in kernel.grid)
 
 Every tensor argument is contiguous with its buffer's shape and dtype. Per call the
@@ -24,7 +25,7 @@ from collections.abc import Callable
 import sympy
 import torch
 
-from pipec_ir import BUCKET_POLICIES, TMA_CONSTANT, CompileOptions, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
+from pipec_ir import BUCKET_POLICIES, MAXNREG_CONSTANT, TMA_CONSTANT, CompileOptions, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
 
 from . import extern_ops  # noqa: F401 - registers the pipec.* extern targets
 from .choices import group_choices
@@ -252,6 +253,8 @@ class _Launch:
         self.kwargs = dict(constants)
         if not self.interpret:
             self.kwargs.update(num_warps=config.num_warps, num_stages=config.num_stages)
+            if constants.get(MAXNREG_CONSTANT):  # a warp-specialized kernel's register cap (docs/IR.md)
+                self.kwargs["maxnreg"] = constants[MAXNREG_CONSTANT]
         exprs = [e for _, e in self.kernel.sizes] + [e for e, _ in self.kernel.grid]
         divisors = []
         for _, name in self.kernel.grid:
@@ -288,6 +291,24 @@ class _Launch:
         finally:
             self.set_config(chosen)
 
+    def run_misaligned(self, ptrs, symvals) -> None:
+        """A call with a pointer the TMA unit cannot read (not 16-byte aligned): `configs[0]`,
+        the pointer kernel, where there is one; a kernel with only TMA configs (the Gluon
+        ping-pong GEMM) gets its misaligned inputs copied to fresh, aligned memory first."""
+        first = self.kernel.configs[0]
+        if not uses_tma(first):
+            self.run_config(first, ptrs, symvals)
+            return
+        ptrs = list(ptrs)
+        for j in self.maybe_unaligned:
+            if ptrs[j].data_ptr() & ALIGN_MASK:
+                if j >= self.n_inputs:
+                    raise RuntimeError(f"kernel {self.kernel.name}: output {j - self.n_inputs} is not 16-byte "
+                                       "aligned and the kernel reads and writes only through TMA")
+                ptrs[j] = ptrs[j].clone(memory_format=torch.contiguous_format)
+        sizes, grid = self.dims if self.static else self.dims(*symvals)
+        self.fn[grid](*ptrs, *sizes, **self.kwargs)
+
     def bucket_of(self, symvals) -> tuple:
         """The size bucket of this call, over the symbols this kernel uses."""
         return self.runner.bucket_key(symvals, self.sym_index)
@@ -302,7 +323,7 @@ class _Launch:
             return
         ptrs = [vals[i] for i in self.ptrs]
         if self.tma and self.kwargs.get(TMA_CONSTANT) and misaligned(ptrs, self.maybe_unaligned):
-            self.run_config(self.kernel.configs[0], ptrs, symvals)
+            self.run_misaligned(ptrs, symvals)
             return
         kernel = self.fn[grid](*ptrs, *sizes, **self.kwargs)
         if not self.interpret and kernel is not None:
@@ -321,7 +342,7 @@ class _Launch:
 
         def slow(*ptrs):
             if tma_check and misaligned(ptrs, tma_check):
-                self.run_config(self.kernel.configs[0], ptrs, symvals)
+                self.run_misaligned(ptrs, symvals)
                 return
             fn[grid](*ptrs, *sizes, **kwargs)
 
