@@ -199,7 +199,8 @@ def test_extern_with_a_symbolic_argument():
 @pytest.fixture()
 def unbacked_slices(monkeypatch):
     """torch 2.11's fake slice: where the length of `x[:, -3:]` on a dynamic dim needs Max(...),
-    it gave the result an unbacked length (u0) instead (torch 2.13 writes the expression)."""
+    it gave the result an unbacked length (u0) and storage offset (u1) instead (torch 2.13
+    writes the expressions)."""
     from torch._subclasses import fake_impls
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
@@ -218,7 +219,11 @@ def unbacked_slices(monkeypatch):
         torch._check(unbacked <= self.shape[dim])
         sizes = list(out.shape)
         sizes[dim] = unbacked
-        return self.as_strided(sizes, out.stride(), out.storage_offset())
+        offset = out.storage_offset()  # 16*Max(0, s1 - 3): 2.11 leaves it unbacked too (u1)
+        if isinstance(offset, torch.SymInt) and "Max" in str(offset.node.expr):
+            offset = fake_mode.shape_env.create_unbacked_symint()
+            torch._check(offset >= 0)
+        return self.as_strided(sizes, out.stride(), offset)
 
     monkeypatch.setitem(fake_impls.op_implementations_dict, op, slice_with_unbacked_length)
 

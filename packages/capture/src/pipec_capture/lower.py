@@ -981,36 +981,51 @@ def _slice_bound(index, size: sympy.Expr, default: sympy.Expr) -> sympy.Expr:
 
 
 def define_slice_length(cx, node, dim: int, step: int) -> None:
-    """Define the unbacked length torch's fake slice may give its output (torch 2.11 gives
-    `x[:, -3:]` on a dynamic dim the length u0, where torch 2.13 writes Max(...) expressions).
-    Such a length is not data-dependent: it is Python's slice length of the input's size, so it
-    is defined from the slice's arguments before its result type is read."""
+    """Define the unbacked length and storage offset torch's fake slice may give its output
+    (torch 2.11, tracing size-obliviously, gives `x[:, -3:]` on a dynamic dim the length u0 and
+    the offset u1, where torch 2.13 writes Max(...) expressions). Neither is data-dependent: the
+    length is Python's slice length of the input's size, the offset the input's plus the
+    clamped start times the dim's stride, so both are defined from the slice's arguments before
+    its result type is read."""
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     val = node.meta.get("val")
-    out = val.shape[dim] if isinstance(val, torch.Tensor) else None
-    if not isinstance(out, torch.SymInt) or not free_unbacked_symbols(out):
+    if not isinstance(val, torch.Tensor):
         return
-    # the symbol the result's type names (AOTAutograd's retrace binds a fresh one, u3, that its
-    # shape env replaces by Dynamo's, u0) and the ones the node binds for that size
-    syms = [sympy.sympify(out.node.shape_env.replace(out.node.expr))]
-    syms += [sym for sym, path in (node.meta.get("unbacked_bindings") or {}).items()
-             if [getattr(k, "name", getattr(k, "idx", None)) for k in path] == ["size", dim]]
 
-    def torch_side(v):  # the length is kept over torch's symbols: a backward graph converts it too
+    def unbacked(value, path) -> list:
+        """The symbols naming `value` (the result type's, after the shape env's replacements:
+        AOTAutograd's retrace binds fresh ones its shape env maps to Dynamo's) and those the
+        node binds at `path`; none when it is not unbacked."""
+        if not isinstance(value, torch.SymInt) or not free_unbacked_symbols(value):
+            return []
+        syms = [sympy.sympify(value.node.shape_env.replace(value.node.expr))]
+        return syms + [sym for sym, keys in (node.meta.get("unbacked_bindings") or {}).items()
+                       if [getattr(k, "name", getattr(k, "idx", None)) for k in keys] == path]
+
+    length_syms = unbacked(val.shape[dim], ["size", dim])
+    offset_syms = unbacked(val.storage_offset(), ["storage_offset"])
+    if not length_syms and not offset_syms:
+        return
+
+    def torch_side(v):  # kept over torch's symbols: a backward graph converts them too
         v = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
-        return sympy.sympify(v.node.expr) if isinstance(v, torch.SymInt) else v
+        return sympy.sympify(v.node.expr) if isinstance(v, torch.SymInt) else sympy.sympify(v)
 
     args = node.args  # aten.slice.Tensor(self, dim=0, start=None, end=None, step=1)
     start = node.kwargs.get("start", args[2] if len(args) > 2 else None)
     end = node.kwargs.get("end", args[3] if len(args) > 3 else None)
-    whole = torch_side(node.args[0].meta["val"].shape[dim])
-    first = _slice_bound(torch_side(start), whole, sympy.Integer(0))
-    length = sympy.Max(_slice_bound(torch_side(end), whole, whole) - first, 0)
+    source = node.args[0].meta["val"]
+    whole = torch_side(source.shape[dim])
+    first = _slice_bound(torch_side(start) if start is not None else None, whole, sympy.Integer(0))
+    length = sympy.Max(_slice_bound(torch_side(end) if end is not None else None, whole, whole) - first, 0)
     length = length if step == 1 else FloorDiv(length + step - 1, step)
-    for sym in syms:
-        if sym.is_Symbol:
-            cx.symbols.define(sym, length, out.node.shape_env)
+    offset = torch_side(source.storage_offset()) + first * torch_side(source.stride()[dim])
+    shape_env = (val.shape[dim] if length_syms else val.storage_offset()).node.shape_env
+    for syms, definition in ((length_syms, length), (offset_syms, offset)):
+        for sym in syms:
+            if sym.is_Symbol:
+                cx.symbols.define(sym, definition, shape_env)
 
 
 @register("aten.slice.Tensor")
