@@ -99,3 +99,20 @@ def test_compare_outputs():
     assert compare_outputs((x,), (x, x))[1] == "compiled model returned 1 outputs, eager 2"
     nan = torch.tensor([float("nan"), 1.0])
     assert compare_outputs(nan, nan.clone()) == (0.0, None)
+
+
+def test_size_outputs_and_conditions_on_sizes_are_computed_per_call():
+    """A graph returning sizes and conditions on them (torch 2.11's forward graphs return the
+    checks `u0 >= 0` their backward asserts): the backend computes each from this call's input
+    sizes, since a Program returns None for a non-tensor output."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec.backend import with_size_outputs
+
+    gm = make_fx(lambda x: (x * 2, x.shape[0] - 1, x.shape[0] >= 3), tracing_mode="symbolic")(torch.randn(4, 2))
+    example = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    call = with_size_outputs(lambda args: [args[0] * 2, None, None], gm, example)
+    for rows, big in ((2, False), (5, True)):
+        x = torch.randn(rows, 2)
+        doubled, less, condition = call([x])
+        assert torch.equal(doubled, x * 2) and less == rows - 1 and condition is big

@@ -327,6 +327,10 @@ class Lowerer:
                 self.env[node] = self.symbols.input_size(val)
             else:
                 self.env[node] = self.symbols.size(val) if isinstance(val, int) else val
+        elif isinstance(val, torch.SymBool) and self.symbols.mentions_defined(val):
+            # torch 2.11's backward takes the forward's checks of a defined size (`u0 >= 0`) for
+            # its asserts, which hold by the definition: no input (checks_a_defined_size)
+            self.env[node] = None
         else:
             raise CaptureError(f"{self.where(node)}: input of type {type(val).__name__} is not supported")
 

@@ -104,26 +104,27 @@ def _size_only_positions(example_inputs) -> list[int]:
 
 def with_size_outputs(fn, gm, example_inputs, name: str = "graph"):
     """With dynamic shapes, AOTAutograd's forward graph also returns sizes (SymInts it saves
-    for the backward graph). A Program returns None for a non-tensor output, so each size
-    output is computed here from the sizes of this call's inputs."""
+    for the backward graph) and, on torch 2.11, the checks of unbacked ones (SymBools such as
+    `u0 >= 0`, which the backward asserts). A Program returns None for a non-tensor output, so
+    each such output is computed here from the sizes of this call's inputs."""
     import torch
 
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else (out_node.args[0],)
     vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in outs]
-    sizes = {i: v for i, v in enumerate(vals) if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool)}
+    sizes = {i: v for i, v in enumerate(vals) if isinstance(v, (int, bool, torch.SymInt, torch.SymBool))}
     if not sizes:
         return fn
     sources = _symbol_sources(example_inputs)
     recomputed = _unbacked_sources(gm, sources)
     size_fns = {}
     for i, v in sizes.items():
-        expr = v.node.expr if isinstance(v, torch.SymInt) else v
+        expr = v.node.expr if isinstance(v, (torch.SymInt, torch.SymBool)) else v
         missing = [str(s) for s in getattr(expr, "free_symbols", ()) if s not in sources and s not in recomputed]
         if missing:
             raise PipecError(f"graph {name} returns the size {expr}, but no input has size {', '.join(missing)}",
                              stage="runtime", graph=name)
-        size_fns[i] = _size_function(expr, sources, recomputed)
+        size_fns[i] = _size_function(expr, sources, recomputed, truth=isinstance(v, (bool, torch.SymBool)))
 
     def call(args):
         out = list(fn(args))
@@ -151,11 +152,13 @@ def _symbol_sources(example_inputs) -> dict:
     return sources
 
 
-def _size_function(expr, sources: dict, recomputed: dict | None = None):
+def _size_function(expr, sources: dict, recomputed: dict | None = None, truth: bool = False):
     """`f(args) -> int`: the size `expr` for a call with `args`, its symbols read off the inputs
-    (`sources`) or recomputed from them (`recomputed`: symbol -> f(args))."""
+    (`sources`) or recomputed from them (`recomputed`: symbol -> f(args)); with `truth`, `expr`
+    is a condition on sizes and gives a bool."""
+    convert = bool if truth else int
     if not getattr(expr, "free_symbols", None):
-        value = int(expr)
+        value = convert(expr)
         return lambda args: value
     used = {s: sources[s] for s in expr.free_symbols if s in sources}
     derived = {s: recomputed[s] for s in expr.free_symbols if s not in sources}
@@ -163,7 +166,7 @@ def _size_function(expr, sources: dict, recomputed: dict | None = None):
     def size_of(args):
         values = {s: (args[i] if d is None else args[i].shape[d]) for s, (i, d) in used.items()}
         values.update({s: f(args) for s, f in derived.items()})
-        return int(expr.xreplace({s: int(v) for s, v in values.items()}))
+        return convert(expr.xreplace({s: int(v) for s, v in values.items()}))
 
     return size_of
 
