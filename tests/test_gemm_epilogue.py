@@ -298,13 +298,24 @@ def test_gpu_a_second_runner_takes_the_timed_pick_without_timing(monkeypatch, tm
 HOPPER = GPU and torch.cuda.get_device_capability()[0] >= 9
 
 
+
+def _with_misaligned_copy(args: list, x: torch.Tensor) -> list:
+    """`args` with the tensor `x` replaced by a copy that starts 2 bytes into its storage, which
+    a TMA descriptor cannot read."""
+    from pipec_runtime_cudagraph.tma import misaligned
+
+    storage = torch.empty(x.numel() + 1, device=x.device, dtype=x.dtype)
+    shifted = storage[1:].view_as(x).copy_(x)
+    assert misaligned([shifted], [0])
+    at = next(j for j, a in enumerate(args) if a.data_ptr() == x.data_ptr())
+    return [*args[:at], shifted, *args[at + 1:]]
+
+
 @pytest.mark.skipif(not HOPPER, reason="the persistent TMA template needs a Hopper (or newer) GPU")
 def test_gpu_persistent_tma_template_aligned_and_misaligned_inputs():
     """A bf16 Linear + GELU with enough tiles for the persistent TMA configs, template forced and
     tuned: right on an aligned input (tuning may pick TMA) and then on one that starts 2 bytes into
     its storage, which a TMA config cannot read (the runtime runs configs[0] for that call)."""
-    from pipec_runtime_cudagraph.tma import misaligned
-
     model = nn.Sequential(nn.Linear(512, 4096), nn.GELU()).cuda().to(torch.bfloat16).eval()
     torch.manual_seed(0)
     x = torch.randn(8192, 512, device="cuda", dtype=torch.bfloat16)
@@ -312,11 +323,7 @@ def test_gpu_persistent_tma_template_aligned_and_misaligned_inputs():
     kernel = next(k for k in program.kernels if "make_tensor_descriptor" in k.source)
     assert any(dict(c.constants)["TMA"] for c in kernel.configs)
     runner = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True).with_extra(choice="template"))
-    storage = torch.empty(x.numel() + 1, device="cuda", dtype=torch.bfloat16)
-    shifted = storage[1:].view_as(x).copy_(x)
-    assert misaligned([shifted], [0])
-    at = next(j for j, a in enumerate(args) if a.data_ptr() == x.data_ptr())
-    moved = [*args[:at], shifted, *args[at + 1:]]
+    moved = _with_misaligned_copy(args, x)
     with torch.no_grad():
         want = model(x)
         for call in (args, moved, args, moved):
@@ -331,19 +338,13 @@ def test_gpu_pingpong_alternative_matches_eager(m, k, n):
     fill the shape, and edges in M, N and K (there the output leaves through pointer stores);
     then an input 2 bytes into its storage, which the kernel's TMA loads cannot read (the
     runtime copies it to aligned memory first), and the timed choice among every alternative."""
-    from pipec_runtime_cudagraph.tma import misaligned
-
     model = nn.Sequential(nn.Linear(k, n), nn.GELU()).cuda().to(torch.bfloat16).eval()
     torch.manual_seed(0)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     program, args = _program(model, (x,))
     assert any(kern.name.endswith("_pingpong") for kern in program.kernels)
     runner = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True).with_extra(choice="pingpong"))
-    storage = torch.empty(x.numel() + 1, device="cuda", dtype=torch.bfloat16)
-    shifted = storage[1:].view_as(x).copy_(x)
-    assert misaligned([shifted], [0])
-    at = next(j for j, a in enumerate(args) if a.data_ptr() == x.data_ptr())
-    moved = [*args[:at], shifted, *args[at + 1:]]
+    moved = _with_misaligned_copy(args, x)
     with torch.no_grad():
         want = model(x)
         for call in (args, moved, args):
