@@ -85,6 +85,17 @@ def test_static_sizes_that_the_blocks_divide_get_all_true_masks(builder, limit):
         torch.testing.assert_close(amax, x.amax(-1, keepdim=True))
 
 
+def test_a_reduction_over_an_empty_static_dim_keeps_its_mask(builder):
+    """rnumel 0: every RBLOCK divides 0, but no element 0 exists (an all-true mask read it)."""
+    x = builder.input("x", (4, 0))
+    builder.node("sum", "sum", [x], (4, 1), "float32", dims=(1,), keepdim=True)
+    prog = compile_plan(builder.graph(["sum"]), [kernel("pipec_fused_sum_0", "reduction", ["sum"], ["x"], ["sum"],
+                                                        (4, 0), (1,))])
+    assert "rmask = rindex < rnumel" in prog.kernels[0].source
+    (out,) = run_program(prog, [torch.randn(4, 0)])
+    torch.testing.assert_close(out, torch.zeros(4, 1))
+
+
 @pytest.mark.parametrize("limit", [4096, 4])
 def test_reduce_leading_dim_and_argmax(builder, limit):
     b = builder

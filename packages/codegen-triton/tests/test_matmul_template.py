@@ -339,3 +339,16 @@ def test_pingpong_kernel_compiles_for_hopper():
                               options={"num_warps": kern.configs[0].num_warps, "maxnreg": constants["MAXNREG"]})
     assert compiled.metadata.num_warps == 12  # two consumer warpgroups and the producer's (padded) group
     assert compiled.metadata.shared <= 232448  # what a Hopper block may have
+
+
+def test_pingpong_stores_an_fp32_output_through_pointers():
+    """Only a 16-bit output tile leaves through the kernel's shared memory (an fp32 one would
+    not fit beside the ring): a bf16 Linear + GELU cast to fp32 stores with pointers."""
+    b = Builder()
+    graph, kernels = linear(b, 4096, 512, 4096, "gelu", dtype="bfloat16")
+    b.node("wide", "cast", ["act"], (4096, 4096), "float32")
+    nodes = (*kernels[1].nodes, "wide")
+    kernels[1] = dataclasses.replace(kernels[1], nodes=nodes, outputs=("wide",))
+    kern = _pingpong(compile_plan(b.graph(["wide"]), kernels))
+    assert "c_desc = a_desc  # unused: no output leaves through TMA" in kern.source
+    assert "gl.store(out_ptr0" in kern.source

@@ -45,13 +45,17 @@ class _Recorder:
         self.calls = []
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
+        def launch(*args, **kwargs):
+            self.calls.append((grid, args, kwargs))
+            torch.add(args[0], args[1], out=args[2])  # what the add kernel writes
+        return launch
 
 
 def test_a_kernel_with_only_tma_configs_gets_misaligned_inputs_copied(monkeypatch):
     """The Gluon ping-pong GEMM has one config, persistent TMA, with a register cap: the runtime
     passes the cap as Triton's `maxnreg`, and for an input that is not 16-byte aligned (no
-    pointer config to fall back on) launches on an aligned copy of it."""
+    pointer config to fall back on) launches on an aligned copy of it; a misaligned output is
+    written on aligned memory and copied back."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(launch_module, "sm_count", lambda: 4)
     monkeypatch.setattr(launch_module, "ensure_allocator", lambda: None)
@@ -69,3 +73,11 @@ def test_a_kernel_with_only_tma_configs_gets_misaligned_inputs_copied(monkeypatc
     (grid, args, kwargs), = kernel.calls
     assert grid == (4,) and args[0].data_ptr() % 16 == 0 and torch.equal(args[0], shifted)
     assert args[1] is aligned and args[2] is out and args[3:] == (100,) and kwargs["maxnreg"] == 168
+    torch.testing.assert_close(out, shifted + 1)
+    # a misaligned output (the runner allocates its outputs aligned; say this one is not): written
+    # on aligned memory, then copied back
+    launch.maybe_unaligned = (0, 1, 2)
+    shifted_out = torch.empty(101)[1:]
+    launch.run_misaligned([aligned, aligned, shifted_out], ())
+    assert kernel.calls[-1][1][2].data_ptr() % 16 == 0
+    torch.testing.assert_close(shifted_out, aligned * 2)

@@ -45,7 +45,7 @@ NUM_WARPS, MAX_REGISTERS, CONSUMER_REGISTERS, PRODUCER_REGISTERS = 4, 168, 232, 
 _GLUON_CALLS = frozenset({
     "load", "store", "where", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "maximum", "minimum",
     "fma", "sin", "cos", "erf", "floor", "ceil", "float32", "float16", "bfloat16", "int1", "int8", "int16",
-    "int32", "int64", "uint8", "PropagateNan",
+    "int32", "int64", "uint8",
 })
 
 

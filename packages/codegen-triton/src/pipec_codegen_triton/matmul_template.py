@@ -374,8 +374,10 @@ def pingpong_wanted(tma, configs, body: list[str]) -> bool:
 def _pingpong_epilogue(w: EpilogueWriter, product, outputs, out_shape, refined, M, N):
     """(Gluon epilogue lines, Gluon helpers, the output pointer stored through TMA) of the
     ping-pong kernel, or None when the epilogue needs what Gluon spells differently."""
+    # one output tile leaves through shared memory (a 16-bit one: the ring leaves room for two
+    # 32 KB tiles); the others through pointer stores
     stores = tma_stores(w, outputs, M, N)
-    first = next(iter(stores), None)
+    first = next((o for o in stores if w.types[o].dtype in ("float16", "bfloat16")), None)
     lines = _epilogue(w, product, outputs, out_shape, False, refined, "acc", "[BLOCK_M, BLOCK_N]",
                       {first: "c_desc"} if first else None, "om, on", store_tile=store_tile_lines)
     helpers = KernelWriter._helpers(lines)

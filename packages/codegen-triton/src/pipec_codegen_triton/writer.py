@@ -443,7 +443,7 @@ class KernelWriter:
         it from every load, store and `tl.where` (no predicates, no selects). The block size is
         the autotuner's pick, so the test is on the constexpr, inside the kernel."""
         test = f"{index} < {param}"
-        if not numel.is_Integer:
+        if not numel.is_Integer or int(numel) == 0:  # 0 % BLOCK == 0, but an empty row has no element 0
             return f"    {name} = {test}"
         return f"    {name} = tl.full({shape}, True, tl.int1) if {int(numel)} % {block} == 0 else {test}"
 

@@ -294,20 +294,25 @@ class _Launch:
     def run_misaligned(self, ptrs, symvals) -> None:
         """A call with a pointer the TMA unit cannot read (not 16-byte aligned): `configs[0]`,
         the pointer kernel, where there is one; a kernel with only TMA configs (the Gluon
-        ping-pong GEMM) gets its misaligned inputs copied to fresh, aligned memory first."""
+        ping-pong GEMM) runs on fresh, aligned memory instead: copies of such inputs, and
+        outputs copied back after the launch."""
         first = self.kernel.configs[0]
         if not uses_tma(first):
             self.run_config(first, ptrs, symvals)
             return
-        ptrs = list(ptrs)
+        ptrs, write_back = list(ptrs), []
         for j in self.maybe_unaligned:
             if ptrs[j].data_ptr() & ALIGN_MASK:
-                if j >= self.n_inputs:
-                    raise RuntimeError(f"kernel {self.kernel.name}: output {j - self.n_inputs} is not 16-byte "
-                                       "aligned and the kernel reads and writes only through TMA")
-                ptrs[j] = ptrs[j].clone(memory_format=torch.contiguous_format)
+                aligned = torch.empty_like(ptrs[j], memory_format=torch.contiguous_format)
+                if j < self.n_inputs:
+                    aligned.copy_(ptrs[j])
+                else:
+                    write_back.append((ptrs[j], aligned))
+                ptrs[j] = aligned
         sizes, grid = self.dims if self.static else self.dims(*symvals)
         self.fn[grid](*ptrs, *sizes, **self.kwargs)
+        for out, aligned in write_back:
+            out.copy_(aligned)
 
     def bucket_of(self, symvals) -> tuple:
         """The size bucket of this call, over the symbols this kernel uses."""
