@@ -95,3 +95,38 @@ def test_rounds_give_a_failing_candidate_inf_and_time_it_once():
     tried.clear()
     times, errors = time_in_rounds({"bad": lambda: "bad", "ok": lambda: "ok"}, bench, stop_on_error=True)
     assert times == {"bad": float("inf"), "ok": float("inf")} and tried == ["bad"]
+
+
+class _Write:
+    """A stand-in step: writes a constant vector into value slot `slot`."""
+
+    def __init__(self, slot: int, value: float):
+        self.writes, self.value = (slot,), value
+
+    def __call__(self, vals, symvals, device):
+        vals[self.writes[0]] = torch.full((4,), self.value)
+
+
+def test_an_alternative_that_disagrees_with_the_default_is_never_picked(monkeypatch):
+    """Each alternative's outputs (the slots every alternative writes) are checked against the
+    default's before timing: the fastest one here is wrong and loses, with a warning; one that
+    differs only by rounding (and writes an intermediate of its own) is kept."""
+    import math
+
+    from pipec_runtime_cudagraph import choices
+    from pipec_runtime_cudagraph.choices import ChoiceStep, disagreement
+
+    alternatives = {"fast_wrong": [_Write(0, 2.0)], "template": [_Write(0, 1.0)],
+                    "library": [_Write(1, 9.0), _Write(0, 1.0005)]}
+    speed = {"template": 3.0, "fast_wrong": 1.0, "library": 2.0}
+    monkeypatch.setattr(choices, "_timed", lambda runs, graphed: {n: speed[n] for n in runs})
+    step = ChoiceStep(None, "group", alternatives, "template", True, None)
+    with pytest.warns(RuntimeWarning, match="'fast_wrong' of group disagrees with 'template'"):
+        chosen = step._time_alternatives([None, None], (), torch.device("cpu"), (), "wall")
+    assert chosen == "library" and step.timings[()] == {"fast_wrong": math.inf, "template": 3.0, "library": 2.0}
+    # NaN where the reference has NaN agrees; a bf16 rounding step agrees; a garbage value does not
+    nan = torch.tensor([1.0, float("nan"), 4.0])
+    assert disagreement([nan.clone()], [nan]) is None
+    half = torch.tensor([8.0, 0.5], dtype=torch.bfloat16)
+    assert disagreement([half + torch.tensor([0.0625, 0.0], dtype=torch.bfloat16)], [half]) is None
+    assert "max error" in disagreement([half + torch.tensor([1.0, 0.0], dtype=torch.bfloat16)], [half])

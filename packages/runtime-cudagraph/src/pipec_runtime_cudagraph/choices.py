@@ -9,7 +9,8 @@ Here each group becomes one step that runs a single alternative:
 - forced by the runtime option `choice` (an alternative name, e.g. "library"), where the
   group has one of that name;
 - else, when autotuning on CUDA, the fastest one: each alternative runs once (compiling
-  and tuning its own launches), is timed (`_timed`: GPU time under the CUDA Graph runtime,
+  and tuning its own launches), its outputs are checked against the default's (one that
+  disagrees beyond rounding is never picked, and a warning names it), is timed (`_timed`: GPU time under the CUDA Graph runtime,
   wall-clock time under `launch`), and the winner is kept per size bucket (the runner's
   bucket policy). A group identical to one timed before (`choice_digest`: the same kernels
   and extern calls on the same shapes: a model's repeated layers, a second compile, a second
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import warnings
 
 from pipec_ir import get_attr
 
@@ -85,15 +87,29 @@ class ChoiceStep:
 
     def _time_alternatives(self, vals, symvals, device, bucket, timer: str) -> str:
         runs, times, first_error = {}, {}, None
-        for name, steps in self.alternatives.items():
-            def run(steps=steps):
+        outputs, reference = shared_outputs(self.alternatives), None
+        order = sorted(self.alternatives, key=lambda n: n != self.default)  # the default first
+        for name in order:
+            def run(steps=self.alternatives[name]):
                 _run(steps, vals, symvals, device)
             try:
                 run()  # compiles, and tunes the configs of its own launches, before it is timed
-                runs[name] = run
             except Exception as e:  # noqa: BLE001 - an alternative that fails to build (resources) loses
                 first_error = first_error or e
                 times[name] = math.inf
+                continue
+            got = [vals[i] for i in outputs]
+            if reference is None:  # what the others must agree with: the first that ran
+                reference = (name, [t.clone() if hasattr(t, "clone") else t for t in got])
+            else:
+                why = disagreement(got, reference[1])
+                if why is not None:  # a wrong result is never picked, however fast
+                    warnings.warn(f"pipec: alternative {name!r} of {self.name} disagrees with "
+                                  f"{reference[0]!r} ({why}); it is not used", RuntimeWarning, stacklevel=2)
+                    tuning_log.warning("choice %s: %s disagrees with %s (%s)", self.name, name, reference[0], why)
+                    times[name] = math.inf
+                    continue
+            runs[name] = run
         if not runs:
             raise first_error
         times.update(_timed(runs, graphed=timer == "graph"))
@@ -105,6 +121,44 @@ class ChoiceStep:
 
     def __call__(self, vals, symvals, device):
         _run(self.alternatives[self.pick(vals, symvals, device)], vals, symvals, device)
+
+
+def shared_outputs(alternatives: dict[str, list]) -> list[int]:
+    """The value slots every alternative writes (the group's outputs; an alternative's own
+    intermediates, such as cuBLAS's product before the pointwise kernel, are not among them)."""
+    written = [set().union(*(getattr(s, "writes", None) or getattr(s, "outs", None) or () for s in steps))
+               for steps in alternatives.values()]
+    return sorted(set.intersection(*written)) if written else []
+
+
+# How far an alternative's floating-point output may stray from the reference alternative's,
+# relative to the largest magnitude in it: summation orders differ (tiles, split-K, fused
+# epilogues), but a wrong tile or a garbage store is off by the output's own scale.
+DISAGREEMENT = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64": 1e-6}
+
+
+def disagreement(got: list, want: list) -> str | None:
+    """Why the outputs `got` are not `want` (None when they agree, see DISAGREEMENT)."""
+    import torch
+
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not isinstance(w, torch.Tensor):
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape or g.dtype != w.dtype:
+            return f"output {i} has another shape or dtype"
+        if not w.is_floating_point():
+            if not torch.equal(g, w):
+                return f"output {i} differs"
+            continue
+        if not w.numel():
+            continue
+        gf, wf = g.float(), w.float()
+        same = (gf == wf) | (gf.isnan() & wf.isnan())
+        worst = torch.where(same, 0.0, (gf - wf).abs().nan_to_num(nan=math.inf)).max().item()
+        scale = max(1.0, wf.abs().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).max().item())
+        if worst > DISAGREEMENT.get(str(w.dtype).removeprefix("torch."), 0.0) * scale:
+            return f"output {i}: max error {worst:.3g} at scale {scale:.3g}"
+    return None
 
 
 # GPU time per call past which a group's alternatives are compared on GPU time under `launch` too
