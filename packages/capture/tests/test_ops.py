@@ -2,6 +2,7 @@
 
 
 import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -265,3 +266,35 @@ def test_a_data_dependent_size_error_names_its_node():
                  tracing_mode="symbolic")(torch.randn(4, 3))
     with pytest.raises(CaptureError, match=r"op aten\.nonzero\.default \(node nonzero\): size u0 has no example"):
         lower_graph(gm, name="t")
+
+
+def _graph_taking_a_size_check(defined: bool):
+    """x * 2 in a graph that also takes `u0 >= 0` (a SymBool) and asserts it, as torch 2.11's
+    backward graphs take the forward's checks of an unbacked slice length; with `defined`, u0
+    was defined by another graph of the same shape env (SymbolTable.define)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from pipec_capture.symbols import SymbolTable
+
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    u0 = env.create_unbacked_symint()
+    if defined:
+        SymbolTable().define(u0.node.expr, sympy.Integer(3), env)
+    g = torch.fx.Graph()
+    x, check = g.placeholder("x"), g.placeholder("check")
+    x.meta["val"], check.meta["val"] = mode.from_tensor(torch.randn(4)), u0 >= 0
+    g.call_function(torch.ops.aten._assert_scalar.default, (check, "u0 >= 0")).meta["val"] = None
+    y = g.call_function(torch.ops.aten.mul.Tensor, (x, 2))
+    with mode:
+        y.meta["val"] = x.meta["val"] * 2
+    g.output((y,))
+    return torch.fx.GraphModule({}, g)
+
+
+def test_a_check_of_a_defined_size_taken_as_input_lowers_to_nothing():
+    graph = lower_graph(_graph_taking_a_size_check(defined=True), name="t")
+    assert [i.name for i in graph.inputs] == ["x"] and "mul" in ops(graph)
+    with pytest.raises(CaptureError, match="node check.*input of type SymBool is not supported"):
+        lower_graph(_graph_taking_a_size_check(defined=False), name="t")
