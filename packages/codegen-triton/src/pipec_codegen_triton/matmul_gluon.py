@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import re
 
-from pipec_ir import MAXNREG_CONSTANT
+from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, LaunchConfig
 
-from .matmul_tma import TmaOperand
+from .matmul_tma import TmaOperand, persistent_split
 
 # The tile of each consumer and the ring's depth: benchmarks/gemm_gluon.py's best on the H200.
 # 128 x 128 fp32 accumulators are 128 registers per thread of a warpgroup; 5 stages of A and B
@@ -218,3 +218,13 @@ def store_tile_lines(value: str, dtype: str) -> list[str]:
             f"c_smem.store(gl.broadcast({value}, acc)[0].to({dtype}))",
             "fence_async_shared()  # the generic proxy's writes, before the TMA unit reads them",
             "_tma_store(c_desc, [om, on], c_smem)"]
+
+
+def pingpong_config(m: int, n: int) -> LaunchConfig:
+    """The ping-pong kernel's one launch for an m x n product: persistent (TMA set: at most one
+    program per SM), with its register cap."""
+    tm, tn = persistent_split(m, n, BLOCK_M, BLOCK_N)
+    constants = (("BLOCK_M", BLOCK_M), ("BLOCK_N", BLOCK_N), ("BLOCK_K", BLOCK_K), ("GROUP_M", GROUP_M),
+                 ("GRID_M", BLOCK_M * tm), ("GRID_N", BLOCK_N * tn), (TMA_CONSTANT, 1), ("STAGES", STAGES),
+                 (MAXNREG_CONSTANT, MAX_REGISTERS))
+    return LaunchConfig(constants, num_warps=NUM_WARPS, num_stages=1)

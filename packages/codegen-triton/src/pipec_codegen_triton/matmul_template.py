@@ -18,18 +18,13 @@ import re
 from dataclasses import dataclass
 
 import sympy
-from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, Graph, Kernel, LaunchConfig, TritonKernel
+from pipec_ir import TMA_CONSTANT, Graph, Kernel, LaunchConfig, TritonKernel
 from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
 from pipec_ir.ops import VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
 from .dtypes import tl_storage
-from .matmul_gluon import BLOCK_K as PINGPONG_BLOCK_K
-from .matmul_gluon import BLOCK_M as PINGPONG_BLOCK_M
-from .matmul_gluon import BLOCK_N as PINGPONG_BLOCK_N
-from .matmul_gluon import GROUP_M as PINGPONG_GROUP_M
-from .matmul_gluon import MAX_REGISTERS, NUM_WARPS, gluon_lines, pingpong_source, store_tile_lines
-from .matmul_gluon import STAGES as PINGPONG_STAGES
+from .matmul_gluon import gluon_lines, pingpong_config, pingpong_source, store_tile_lines
 from .matmul_tma import (PERSISTENT_PROGRAMS, SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop,
                          persistent_split, tma_operand)
 from .simplify import collapse
@@ -385,16 +380,6 @@ def _pingpong_epilogue(w: EpilogueWriter, product, outputs, out_shape, refined, 
     if lines is None or helper_lines is None or w.uses_libdevice:
         return None
     return lines, "\n".join(helper_lines), (w.out_ptr[first] if first else None)
-
-
-def pingpong_config(m: int, n: int) -> LaunchConfig:
-    """The ping-pong kernel's one launch: persistent (at most one program per SM, TMA set), with
-    its register cap."""
-    tm, tn = persistent_split(m, n, PINGPONG_BLOCK_M, PINGPONG_BLOCK_N)
-    constants = (("BLOCK_M", PINGPONG_BLOCK_M), ("BLOCK_N", PINGPONG_BLOCK_N), ("BLOCK_K", PINGPONG_BLOCK_K),
-                 ("GROUP_M", PINGPONG_GROUP_M), ("GRID_M", PINGPONG_BLOCK_M * tm), ("GRID_N", PINGPONG_BLOCK_N * tn),
-                 (TMA_CONSTANT, 1), ("STAGES", PINGPONG_STAGES), (MAXNREG_CONSTANT, MAX_REGISTERS))
-    return LaunchConfig(constants, num_warps=NUM_WARPS, num_stages=1)
 
 
 def _times(var: str, stride: str) -> str:
