@@ -356,3 +356,18 @@ def test_gpu_pingpong_alternative_matches_eager(m, k, n):
     (group,) = choices_made(tuned).values()
     (timings,) = group["timings_ms"].values()
     assert "pingpong" in timings and all(0 < t < 1e3 for t in timings.values())
+
+
+@pytest.mark.skipif(GPU, reason="what Triton's CPU interpreter does with a Gluon kernel")
+def test_forcing_the_gluon_alternative_on_the_cpu_says_why():
+    """The program of a large bf16 Linear + GELU holds the Gluon ping-pong alternative; the CPU
+    never picks it, and forcing it gives a clear error instead of Triton's driver lookup failing."""
+    from pipec_runtime_cudagraph.launch import ProgramLoadError
+
+    model = nn.Sequential(nn.Linear(64, 4352), nn.GELU()).to(torch.bfloat16).eval()
+    x = torch.randn(2048, 64, dtype=torch.bfloat16)
+    program, args = _program(model, (x,))
+    assert any(kern.name.endswith("_pingpong") for kern in program.kernels)
+    forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice="pingpong"))
+    with pytest.raises(ProgramLoadError, match="written in Gluon, which runs on a GPU only"):
+        forced(args)

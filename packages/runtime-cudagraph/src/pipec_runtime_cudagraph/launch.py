@@ -198,6 +198,19 @@ def outputs_to_caller(outs: list, moved: list, inputs: list) -> list:
 
 # ------------------------------------------------------------------ kernel launches
 
+class _GpuOnly:
+    """Stands in for a Gluon kernel (IR 1.4) under Triton's CPU interpreter, which cannot run one:
+    a program may hold it as a choice-group alternative the CPU never picks; forced, it says why."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getitem__(self, grid):
+        raise ProgramLoadError(f"kernel {self.name} is written in Gluon, which runs on a GPU only: Triton's CPU "
+                               "interpreter cannot run it (on the CPU, force another alternative, e.g. "
+                               "choice='template')")
+
+
 class _Launch:
     """One kernel launch; autotunes (CUDA, several configs) on its first run in each size
     bucket (the runner's bucket policy over the size symbols this kernel uses)."""
@@ -235,6 +248,8 @@ class _Launch:
         self.tma = any(uses_tma(c) for c in kernel.configs)
         if self.tma and not interpret:
             ensure_allocator()
+        if interpret and type(fn).__module__.startswith("triton.experimental.gluon"):
+            self.fn = _GpuOnly(kernel.name)  # loads, as an unpicked alternative must; fails if run
         self.set_config(kernel.configs[0])
 
     def set_config(self, config) -> None:
