@@ -62,9 +62,8 @@ def gluon_lines(lines: list[str]) -> list[str] | None:
     return [re.sub(r"\btl\.", "gl.", line).replace("@triton.jit", "@gluon.jit") for line in lines]
 
 
-def _layout_literal() -> str:
-    # 128-byte swizzle: every tile's rows here are a multiple of 128 bytes (64+ 16-bit elements)
-    return "gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)"
+# 128-byte swizzle: every tile's rows here are a multiple of 128 bytes (64+ 16-bit elements)
+_SHARED_LAYOUT = "gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)"
 
 
 def pingpong_source(name: str, doc: str, params: list[str], a: TmaOperand, b: TmaOperand,
@@ -103,7 +102,7 @@ def pingpong_source(name: str, doc: str, params: list[str], a: TmaOperand, b: Tm
         "# triton 3.6 names the TMA copies async_copy_*; later versions async_load / async_store",
         "_tma_load = getattr(tma, 'async_load', None) or tma.async_copy_global_to_shared",
         "_tma_store = getattr(tma, 'async_store', None) or tma.async_copy_shared_to_global",
-        f"SMEM: gl.constexpr = {_layout_literal()}",
+        f"SMEM: gl.constexpr = {_SHARED_LAYOUT}",
         helpers,
         "",
         "@gluon.jit",
