@@ -21,16 +21,31 @@ KernelTmaWarpSpecializedPingpong:
 
 Variants (CONFIGS below): ping-pong with tile 128x128 or 64x256 per consumer, 4-5 stages, GROUP_M 8 or 16,
 two register splits; the same kernel without GELU (what the epilogue still costs) and with ONE consumer
-(no ping-pong: what the overlap buys). Every variant is checked against torch (fp32 reference -> bf16) on
+(no ping-pong: what the overlap buys). And a cooperative kernel (KIND="coop"): two MMA warpgroups share
+one 256 x 128 tile (so B is read once for 256 rows) and hand the finished tile, as bf16 in shared memory,
+to a third warpgroup that adds the bias, applies GELU and sends it out by TMA, 16 rows at a time, while
+the MMA warpgroups run the next tile. Every variant is checked against torch (fp32 reference -> bf16) on
 a small shape and the real shape, then timed with triton.testing.do_bench in 4 rounds (each variant once
 per round, order rotated; mean and median) against cuBLAS F.linear and cuBLAS F.linear + F.gelu. A failing
 variant prints FAIL and the first lines of its exception; the others still run. Results go to argv[1] as
-JSON (per variant: config, checks with max error / registers / spills / shared memory, times). The
-whole run takes under a minute on an H200.
+JSON (per variant: config, checks with max error / registers / spills / shared memory, times); further
+arguments keep only the variants whose names contain one of them. The whole run takes under a minute.
 
 Seen on the H200 (triton 3.6, two runs): ping-pong 128x128x64 0.442-0.453 ms (~620 TFLOP/s), its no-GELU
 twin 0.42-0.46 ms (the GELU epilogue is hidden), one-consumer ws 0.51-0.55 ms, cuBLAS alone 0.396-0.408 ms,
 cuBLAS + F.gelu 0.483-0.491 ms.
+
+The cooperative kernel (2026-12-01, same run as cuBLAS 0.409 / 0.491): 0.452-0.469 ms with GELU,
+0.442 without, against the ping-pong's 0.442 and 0.432: sharing B does not make the main loop faster.
+Its 128 x 256 form (m64n256 wgmmas, CUTLASS's and cuBLAS's tile) does not compile: 4 + 8 + 1 warps
+round up to 16, which leaves 128 registers per thread at launch, and ptxas needs 154 for an m64n256
+accumulator. Why cuBLAS is ahead: its kernel here is `nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA`
+(cooperative 256 x 128, 4 stages, a 1 x 2 cluster whose CTAs share loads by TMA multicast, which
+triton 3.6's Gluon does not have), and these GEMMs run at the H200's 700 W power cap (nvidia-smi: SW
+power cap active, SM clock 1485-1665 MHz instead of 1980): a GEMM's speed is its energy per FLOP, so
+the GELU costs time even where it is hidden, and so does the extra shared-memory and L2 traffic of
+a 128-wide tile without multicast. The same cuBLAS GEMM takes 0.355 ms in a 5 ms burst (do_bench
+rep=5, before the cap engages) and 0.410 ms sustained (rep=100).
 
 pipec's codegen writes this schedule (5 stages, GROUP_M=16, descriptors made on the device, the
 epilogue its own) as the `pingpong` alternative of a GEMM choice group:
@@ -74,7 +89,7 @@ M_DEFAULT, N_DEFAULT, K_DEFAULT = 8192, 8192, 2048
 # One dict per variant; the GPU run sweeps them all. Keys left out take DEFAULTS. CREGS / PREGS are the
 # setmaxnreg hints of the consumer-1 and producer partitions; consumer 0 (the default partition) gets
 # what is left of maxnreg (see launch_options).
-DEFAULTS = dict(BK=64, GROUP_M=8, CONSUMERS=2, GELU=True, CREGS=232, PREGS=40)
+DEFAULTS = dict(KIND="pingpong", BK=64, GROUP_M=8, CONSUMERS=2, GELU=True, CREGS=232, PREGS=40, MREGS=208, EPI_M=16)
 CONFIGS = [
     dict(name="pingpong 128x128x64 s4", BM=128, BN=128, STAGES=4),
     dict(name="pingpong 128x128x64 s5", BM=128, BN=128, STAGES=5),
@@ -83,6 +98,16 @@ CONFIGS = [
     dict(name="pingpong 64x256x64 s4", BM=64, BN=256, STAGES=4),
     dict(name="pingpong 128x128x64 s5 no-GELU", BM=128, BN=128, STAGES=5, GELU=False),
     dict(name="1-consumer ws 128x128x64 s4", BM=128, BN=128, STAGES=4, CONSUMERS=1),
+    # cooperative: two MMA warpgroups share a 256-row tile, a third warpgroup runs the epilogue
+    dict(name="coop 128x256x64 s3", KIND="coop", BM=128, BN=256, STAGES=3),
+    dict(name="coop 128x256x64 s3 G16", KIND="coop", BM=128, BN=256, STAGES=3, GROUP_M=16),
+    dict(name="coop 128x256x64 s3 e8", KIND="coop", BM=128, BN=256, STAGES=3, EPI_M=8),
+    dict(name="coop 128x256x64 s3 no-GELU", KIND="coop", BM=128, BN=256, STAGES=3, GELU=False),
+    dict(name="coop 256x128x64 s3", KIND="coop", BM=256, BN=128, STAGES=3),
+    dict(name="coop 256x128x64 s3 G16", KIND="coop", BM=256, BN=128, STAGES=3, GROUP_M=16),
+    dict(name="coop 256x128x64 s3 r200", KIND="coop", BM=256, BN=128, STAGES=3, MREGS=200),
+    dict(name="coop 256x128x32 s6", KIND="coop", BM=256, BN=128, BK=32, STAGES=6),
+    dict(name="coop 256x128x64 s3 no-GELU", KIND="coop", BM=256, BN=128, STAGES=3, GELU=False),
 ]
 CONFIGS = [dict(DEFAULTS, **cfg) for cfg in CONFIGS]
 
@@ -238,18 +263,130 @@ def gemm_bias_gelu_pingpong_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
         ], [1], [PRODUCER_REGS])
 
 
+@gluon.jit
+def _coop_mma(a_desc, b_desc, a_bufs, b_bufs, c_smem, ready_bars, empty_bars, acc_ready, epi_free, M, N, K,
+              GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    # Two warpgroups (8 warps) share one BM x BN tile: each holds BM / 2 rows of the fp32 accumulator,
+    # both read the same B stage. With BM = 128, BN = 256 each wgmma is m64n256k16: per FLOP it reads
+    # the least shared memory (CUTLASS's cooperative 128x256 tile).
+    BM: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                         instr_shape=[16, BN, 16])
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    k_tiles = gl.cdiv(K, BK)
+    counter = 0
+    j = 0
+    for _tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):  # tile order: the producer's
+        acc = gl.zeros([BM, BN], gl.float32, layout=acc_layout)
+        prev_s = 0
+        for kk in range(k_tiles):
+            s = counter % STAGES
+            mbarrier.wait(ready_bars.index(s), (counter // STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc,
+                                use_acc=kk > 0, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc, ))
+            if kk > 0:
+                mbarrier.arrive(empty_bars.index(prev_s), count=1)
+            prev_s = s
+            counter += 1
+        acc = warpgroup_mma_wait(0, deps=(acc, ))
+        mbarrier.arrive(empty_bars.index(prev_s), count=1)
+        # Hand the tile to the epilogue warpgroup once it has sent the previous one out, then go straight
+        # on to the next tile's wgmmas (the producer has been filling the ring meanwhile).
+        mbarrier.wait(epi_free, (j & 1) ^ 1)
+        c_smem.store(acc.to(c_smem.dtype))
+        mbarrier.arrive(acc_ready, count=1)
+        j += 1
+
+
+@gluon.jit
+def _coop_epilogue(c_desc, bias_ptr, c_smem, acc_ready, epi_free, M, N,
+                   BM: gl.constexpr, GROUP_M: gl.constexpr, APPLY_GELU: gl.constexpr):
+    # One warpgroup: bias + GELU on the staged tile, EPI_M rows at a time, written back in place and sent
+    # out by TMA, while the MMA warpgroups already run the next tile.
+    EPI_M: gl.constexpr = c_desc.block_type.shape[0]
+    BN: gl.constexpr = c_desc.block_type.shape[1]
+    # 16-byte vectors along a row; a warp spans the BN columns (8 elements x BN // 8 threads)
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // BN, BN // 8], [4, 1], [1, 0])
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    j = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = _tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        bias = gl.load(bias_ptr + off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))).to(gl.float32)
+        mbarrier.wait(acc_ready, j & 1)
+        for r in gl.static_range(BM // EPI_M):
+            part = c_smem.slice(r * EPI_M, EPI_M)
+            x = part.load(layout).to(gl.float32) + gl.expand_dims(bias, 0)
+            if APPLY_GELU:
+                x = _gelu_exact(x)
+            part.store(x.to(c_desc.dtype))
+            fence_async_shared()
+            _tma_store(c_desc, [off_m + r * EPI_M, off_n], part)
+        tma.store_wait(0)  # the TMA unit has read the staging tile: the MMA warps may overwrite it
+        mbarrier.arrive(epi_free, count=1)
+        j += 1
+
+
+@gluon.jit
+def _coop_producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
+                   GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K, GROUP_M, STAGES)
+
+
+@gluon.jit
+def gemm_bias_gelu_coop_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
+                               GROUP_M: gl.constexpr, STAGES: gl.constexpr, APPLY_GELU: gl.constexpr,
+                               MMA_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    dtype: gl.constexpr = a_desc.dtype
+    BM: gl.constexpr = a_desc.block_type.shape[0]
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
+    ready_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    acc_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    epi_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready_bars.index(i), count=1)
+        mbarrier.init(empty_bars.index(i), count=1)
+    mbarrier.init(acc_ready, count=1)
+    mbarrier.init(epi_free, count=1)
+    gl.warp_specialize([
+        (_coop_epilogue, (c_desc, bias_ptr, c_smem, acc_ready, epi_free, M, N, BM, GROUP_M, APPLY_GELU)),
+        (_coop_mma, (a_desc, b_desc, a_bufs, b_bufs, c_smem, ready_bars, empty_bars, acc_ready, epi_free,
+                     M, N, K, GROUP_M, STAGES)),
+        (_coop_producer, (a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K, GROUP_M, STAGES)),
+    ], [8, 1], [MMA_REGS, PRODUCER_REGS])
+
+
 # --- host side -----------------------------------------------------------------------------------------
 def smem_layouts(cfg: dict):
     """NVMMA (128B-swizzled) shared layouts for the A, W and C tiles of a config."""
     bm, bn, bk = cfg["BM"], cfg["BN"], cfg["BK"]
     a = gl.NVMMASharedLayout.get_default_for([bm, bk], gl.bfloat16)
     b = gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16)
-    c = gl.NVMMASharedLayout.get_default_for([bm, bn], gl.bfloat16)
+    c = gl.NVMMASharedLayout.get_default_for([c_block(cfg)[0], bn], gl.bfloat16)
     return a, b, c
+
+
+def c_block(cfg: dict) -> list[int]:
+    """The output's TMA box: the whole tile (ping-pong) or the epilogue warpgroup's rows (coop)."""
+    return [cfg["EPI_M"] if cfg["KIND"] == "coop" else cfg["BM"], cfg["BN"]]
 
 
 def launch_options(cfg: dict) -> dict:
     """num_warps is the default partition (consumer 0); the register cap decides setmaxnreg's budget."""
+    if cfg["KIND"] == "coop":
+        # 4 (epilogue) + 8 (MMA) + 1 (producer) warps round up to 4 warpgroups: 65536 / 512 -> 128; the
+        # epilogue keeps what the others leave: 4 * 128 - 2 * MREGS - PREGS.
+        return dict(num_warps=4, maxnreg=128)
     if cfg["CONSUMERS"] == 2:
         # 4 + 4 + 1 warps round up to 3 warpgroups: 65536 regs / 384 threads -> 168 (multiple of 8).
         return dict(num_warps=4, maxnreg=168)
@@ -257,6 +394,9 @@ def launch_options(cfg: dict) -> dict:
 
 
 def constexprs(cfg: dict) -> dict:
+    if cfg["KIND"] == "coop":
+        return dict(GROUP_M=cfg["GROUP_M"], STAGES=cfg["STAGES"], APPLY_GELU=cfg["GELU"],
+                    MMA_REGS=cfg["MREGS"], PRODUCER_REGS=24)
     return dict(GROUP_M=cfg["GROUP_M"], STAGES=cfg["STAGES"], NUM_CONSUMERS=cfg["CONSUMERS"],
                 APPLY_GELU=cfg["GELU"], CONSUMER_REGS=cfg["CREGS"], PRODUCER_REGS=cfg["PREGS"])
 
@@ -271,13 +411,15 @@ def make_runner(cfg: dict, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor,
     a_layout, b_layout, c_layout = smem_layouts(cfg)
     a_desc = TensorDescriptor.from_tensor(a, [bm, bk], a_layout)
     b_desc = TensorDescriptor.from_tensor(w, [bn, bk], b_layout)
-    c_desc = TensorDescriptor.from_tensor(c, [bm, bn], c_layout)
+    c_desc = TensorDescriptor.from_tensor(c, c_block(cfg), c_layout)
     num_sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     grid = (min(num_sms, (m // bm) * (n // bn)), )
     kwargs = dict(constexprs(cfg), **launch_options(cfg))
 
+    kernel = gemm_bias_gelu_coop_kernel if cfg["KIND"] == "coop" else gemm_bias_gelu_pingpong_kernel
+
     def run():
-        return gemm_bias_gelu_pingpong_kernel[grid](a_desc, b_desc, c_desc, bias, m, n, k, **kwargs)
+        return kernel[grid](a_desc, b_desc, c_desc, bias, m, n, k, **kwargs)
 
     return run
 
@@ -363,8 +505,11 @@ def main() -> None:
         "cuBLAS F.linear (no GELU)": lambda: F.linear(a, w, bias),
         "cuBLAS F.linear + F.gelu": lambda: F.gelu(F.linear(a, w, bias), approximate="none"),
     }
+    only = sys.argv[2:]  # optional name filters: run the variants whose name contains one of them
     for cfg in CONFIGS:
         name = cfg["name"]
+        if only and not any(word in name for word in only):
+            continue
         row = {"config": cfg, "checks": []}
         result["variants"][name] = row
         start = time.perf_counter()
