@@ -296,27 +296,64 @@ def test_pingpong_alternative_for_a_large_half_linear_with_exact_gelu():
     assert "_pipec_gelu_half(" in kern.source and "_tma_store(c_desc" in kern.source
 
 
-@pytest.mark.parametrize("act, dtype, residual", [("relu", "bfloat16", False), ("gelu", "float32", False),
-                                                  ("gelu", "bfloat16", True), ("gelu_tanh", "bfloat16", False)])
-def test_no_pingpong_where_it_cannot_pay_or_gluon_cannot_spell_the_epilogue(act, dtype, residual):
-    """A cheap epilogue (ReLU), fp32 operands (no wgmma tiles here), and epilogues that use what
-    Gluon spells differently (`tl.full` for the residual's 0.5, `tl.sigmoid` in tanh-GELU)."""
-    graph, kernels = linear(Builder(), 4096, 512, 4096, act, dtype=dtype, residual=residual)
+@pytest.mark.parametrize("act, dtype", [("relu", "bfloat16"), ("gelu", "float32"), ("expm1", "bfloat16")])
+def test_no_pingpong_where_it_cannot_pay_or_gluon_cannot_spell_the_epilogue(act, dtype):
+    """A cheap epilogue (ReLU), fp32 operands (no wgmma tiles here), and an epilogue calling
+    libdevice (expm1), which Gluon cannot."""
+    if act == "expm1":
+        b = Builder()
+        graph, kernels = linear(b, 4096, 512, 4096, "relu", dtype=dtype)
+        b.node("em1", "expm1", ["add"], (4096, 4096), dtype)
+        nodes = tuple(n for n in kernels[1].nodes if n != "act") + ("em1",)
+        kernels[1] = dataclasses.replace(kernels[1], nodes=nodes, outputs=("em1",))
+        graph = b.graph(["em1"])
+    else:
+        graph, kernels = linear(Builder(), 4096, 512, 4096, act, dtype=dtype)
     program = compile_plan(graph, kernels)
     assert _pingpong(program) is None
     template = next(k for k in program.kernels if k.name == "pipec_fused_mm_add_1")
     assert sum(bool(dict(c.constants).get("TMA")) for c in template.configs) == (0 if dtype == "float32" else 2)
 
 
-def test_pingpong_kernel_compiles_for_hopper():
+@pytest.mark.parametrize("act, residual", [("gelu_tanh", False), ("silu", False), ("gelu", True)])
+def test_pingpong_for_what_gluon_spells_differently(act, residual):
+    """Triton's sigmoid (tanh-GELU, SiLU) becomes `_pipec_sigmoid`, the same arithmetic; a
+    constant tile (`tl.full`, the residual's 0.5) gets the accumulator's layout."""
+    graph, kernels = linear(Builder(), 4096, 512, 4096, act, dtype="bfloat16", residual=residual)
+    kern = _pingpong(compile_plan(graph, kernels))
+    assert kern is not None and "tl." not in kern.source
+    if act == "gelu":
+        assert "gl.full([BLOCK_M, BLOCK_N], 0.5, gl.float32, layout=ACC)" in kern.source
+        assert "_pipec_sigmoid" not in kern.source
+    else:
+        assert kern.source.count("def _pipec_sigmoid(x):") == 1 and kern.source.count("_pipec_sigmoid(") == 2
+
+
+def test_gluon_spelling_of_calls():
+    """The respelling finds each call's closing parenthesis (nested calls inside), and refuses a
+    tensor of another shape than the tile, or any tensor made outside the tile (a helper)."""
+    from pipec_codegen_triton.matmul_gluon import gluon_lines
+
+    line = "    t = tl.broadcast_to(tl.load(p + (0)).to(tl.float32), [BLOCK_M, BLOCK_N]) * tl.full([BLOCK_M, BLOCK_N], 2.0, tl.float32)"
+    assert gluon_lines([line]) == [
+        "    t = gl.broadcast(gl.load(p + (0)).to(gl.float32), acc)[0] * gl.full([BLOCK_M, BLOCK_N], 2.0, gl.float32, layout=ACC)"]
+    assert gluon_lines(["    t = tl.full([BLOCK_M, 1], 0, tl.int32)"]) is None
+    assert gluon_lines(["    t = tl.full([BLOCK_M, BLOCK_N], 0, tl.int32)"], in_tile=False) is None
+    assert gluon_lines(["    t = libdevice.tanh(x)"]) is None
+    assert gluon_lines(["    t = tl.cumsum(x, 0)"]) is None
+
+
+@pytest.mark.parametrize("act, residual", [("gelu", False), ("gelu_tanh", True)])
+def test_pingpong_kernel_compiles_for_hopper(act, residual):
     """The generated Gluon source through Triton's whole compiler for sm_90 (no GPU needed: the
     GPU tests run it); edges in M, N and K, the output stored through pointers (its rows are not
-    16-byte multiples, so no TMA store)."""
+    16-byte multiples, so no TMA store); exact GELU, and tanh-GELU (the sigmoid helper) with a
+    residual (a constant tile in the accumulator's layout)."""
     triton = pytest.importorskip("triton")
     gluon_runtime = pytest.importorskip("triton.experimental.gluon._runtime")
     from triton.backends.compiler import GPUTarget
 
-    graph, kernels = linear(Builder(), 4000, 520, 4100, "gelu", dtype="bfloat16")
+    graph, kernels = linear(Builder(), 4000, 520, 4100, act, dtype="bfloat16", residual=residual)
     kern = _pingpong(compile_plan(graph, kernels))
     assert "c_desc = a_desc  # unused: no output leaves through TMA" in kern.source
     import importlib.util

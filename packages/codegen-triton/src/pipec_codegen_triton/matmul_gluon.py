@@ -20,9 +20,9 @@ Measured on the H200 (benchmarks/gemm_gluon.py, 2026-12-01, triton 3.6): that GE
 consumer (no overlap) 0.550. As pipec's alternative, in the MLP's choice group (wall clock, two
 runs): 0.417 and 0.434 ms against 0.468 and 0.509 for the template, 0.461 and 0.475 for cuBLAS +
 the pointwise kernel. The epilogue is pipec's own (the `EpilogueWriter` lines the Triton
-template uses), spelled in Gluon: `tl.` calls become `gl.`, and an epilogue that needs what
-Gluon spells differently (`tl.full`, `tl.broadcast_to`, `tl.sigmoid`, libdevice) gets no
-ping-pong kernel. A Gluon kernel cannot run in Triton's CPU interpreter: it is a choice-group
+template uses), spelled in Gluon: `tl.` calls become `gl.`; a constant tile (`tl.full`) or
+a broadcast scalar gets the accumulator's layout, and `tl.sigmoid` (tanh-GELU, SiLU) becomes
+the same arithmetic spelled out. An epilogue calling libdevice gets no ping-pong kernel. A Gluon kernel cannot run in Triton's CPU interpreter: it is a choice-group
 alternative, never the default, so it runs only where the runtime times alternatives on a GPU.
 """
 
@@ -49,17 +49,69 @@ _GLUON_CALLS = frozenset({
     "fma", "sin", "cos", "erf", "floor", "ceil", "float32", "float16", "bfloat16", "int1", "int8", "int16",
     "int32", "int64", "uint8",
 })
+# ... and these `tl` calls it spells differently: a tensor made in Gluon needs its layout (the
+# accumulator's, `ACC`, for the epilogue's whole tile), and Gluon has no sigmoid (Triton's is
+# `1 / (1 + exp(-x))`: `_pipec_sigmoid` below, the same arithmetic)
+_TILE = "[BLOCK_M, BLOCK_N]"
+_RESPELLED = frozenset({"full", "broadcast_to", "sigmoid"})
+
+SIGMOID_HELPER = """
+@gluon.jit
+def _pipec_sigmoid(x):
+    # Triton's sigmoid, the same arithmetic (Gluon has none)
+    return 1 / (1 + gl.exp(-x))
+"""
 
 
-def gluon_lines(lines: list[str]) -> list[str] | None:
-    """Triton epilogue (or helper) lines spelled in Gluon, or None when one calls a function Gluon
-    spells differently (layouts for `full`/`arange`, no `broadcast_to` or `sigmoid`) or libdevice."""
+def gluon_lines(lines: list[str], in_tile: bool = True) -> list[str] | None:
+    """Triton epilogue lines (`in_tile`: in the consumer, beside `acc` and `ACC`) or helper
+    functions spelled in Gluon, or None when one calls a function Gluon has no spelling for here
+    (libdevice; `full` or `broadcast_to` outside the tile, or of another shape than the tile's)."""
     text = "\n".join(lines)
     if "libdevice." in text:
         return None
-    if any(name not in _GLUON_CALLS for name in re.findall(r"\btl\.(\w+)", text)):
+    if any(name not in _GLUON_CALLS | _RESPELLED for name in re.findall(r"\btl\.(\w+)", text)):
         return None
-    return [re.sub(r"\btl\.", "gl.", line).replace("@triton.jit", "@gluon.jit") for line in lines]
+    out = []
+    for line in lines:
+        line = _respell_calls(line, in_tile)
+        if line is None:
+            return None
+        out.append(re.sub(r"\btl\.", "gl.", line).replace("@triton.jit", "@gluon.jit"))
+    return out
+
+
+def _respell_calls(line: str, in_tile: bool) -> str | None:
+    """`tl.full(TILE, v, t)` -> `gl.full(TILE, v, t, layout=ACC)`, `tl.broadcast_to(x, TILE)` ->
+    `gl.broadcast(x, acc)[0]` (the accumulator's shape and layout), `tl.sigmoid(` ->
+    `_pipec_sigmoid(`; None for a `full` or `broadcast_to` of another shape."""
+    line = line.replace("tl.sigmoid(", "_pipec_sigmoid(")
+    for name in ("full", "broadcast_to"):
+        start = line.find(f"tl.{name}(")
+        while start >= 0:
+            args_at = start + len(name) + 4
+            end = _closing_paren(line, args_at - 1)
+            args = line[args_at:end]
+            if not in_tile:
+                return None
+            if name == "full" and args.startswith(_TILE + ", "):
+                call = f"gl.full({args}, layout=ACC)"
+            elif name == "broadcast_to" and args.endswith(", " + _TILE):
+                call = f"gl.broadcast({args[:-len(_TILE) - 2]}, acc)[0]"
+            else:
+                return None
+            line = line[:start] + call + line[end + 1:]
+            start = line.find(f"tl.{name}(", start + len(call))
+    return line
+
+
+def _closing_paren(text: str, opening: int) -> int:
+    depth = 0
+    for i in range(opening, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise ValueError(f"unbalanced parentheses in generated line: {text!r}")
 
 
 # 128-byte swizzle: every tile's rows here are a multiple of 128 bytes (64+ 16-bit elements)
@@ -104,7 +156,7 @@ def pingpong_source(name: str, doc: str, params: list[str], a: TmaOperand, b: Tm
         "_tma_store = getattr(tma, 'async_store', None) or tma.async_copy_shared_to_global",
         f"SMEM: gl.constexpr = {_SHARED_LAYOUT}",
         helpers,
-        "",
+        SIGMOID_HELPER if "_pipec_sigmoid(" in "\n".join(epilogue) + helpers else "",
         "@gluon.jit",
         "def _pipec_tile(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):",
         "    # grouped order: GROUP_M row tiles share B's column tiles while they sit in L2",

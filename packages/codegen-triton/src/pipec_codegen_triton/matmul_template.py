@@ -355,7 +355,7 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
 
 # A transcendental function in the epilogue: what the ping-pong kernel's overlap is worth compiling
 # for (a bias or a residual add costs little beside the MMAs; each Gluon kernel is seconds of compile).
-_COSTLY = re.compile(r"_pipec_gelu_half|\btl\.(exp2?|log2?|erf|sqrt|rsqrt|sin|cos)\(")
+_COSTLY = re.compile(r"_pipec_gelu_half|\btl\.(exp2?|log2?|erf|sqrt|rsqrt|sin|cos|sigmoid)\(")
 
 
 def pingpong_wanted(tma, configs, body: list[str]) -> bool:
@@ -368,7 +368,7 @@ def pingpong_wanted(tma, configs, body: list[str]) -> bool:
 
 def _pingpong_epilogue(w: EpilogueWriter, product, outputs, out_shape, refined, M, N):
     """(Gluon epilogue lines, Gluon helpers, the output pointer stored through TMA) of the
-    ping-pong kernel, or None when the epilogue needs what Gluon spells differently."""
+    ping-pong kernel, or None when the epilogue needs what Gluon cannot spell (matmul_gluon.gluon_lines)."""
     # one output tile leaves through shared memory (a 16-bit one: the ring leaves room for two
     # 32 KB tiles); the others through pointer stores
     stores = tma_stores(w, outputs, M, N)
@@ -376,7 +376,7 @@ def _pingpong_epilogue(w: EpilogueWriter, product, outputs, out_shape, refined, 
     lines = _epilogue(w, product, outputs, out_shape, False, refined, "acc", "[BLOCK_M, BLOCK_N]",
                       {first: "c_desc"} if first else None, "om, on", store_tile=store_tile_lines)
     helpers = KernelWriter._helpers(lines)
-    lines, helper_lines = gluon_lines(lines), gluon_lines(helpers.split("\n"))
+    lines, helper_lines = gluon_lines(lines), gluon_lines(helpers.split("\n"), in_tile=False)
     if lines is None or helper_lines is None or w.uses_libdevice:
         return None
     return lines, "\n".join(helper_lines), (w.out_ptr[first] if first else None)
