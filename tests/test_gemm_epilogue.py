@@ -375,3 +375,20 @@ def test_forcing_the_gluon_alternative_on_the_cpu_says_why():
     forced = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice="pingpong"))
     with pytest.raises(ProgramLoadError, match="written in Gluon, which runs on a GPU only"):
         forced(args)
+
+
+def test_a_hopper_gluon_kernel_is_left_out_on_another_gpu():
+    """The ping-pong kernel uses Hopper's wgmma: on a GPU of another compute capability the
+    runtime does not compile it (its alternative loses at once, with the reason), on sm_90 it
+    runs, and a Triton kernel is never held back."""
+    from pipec_runtime_cudagraph.kernels import load_kernel
+    from pipec_runtime_cudagraph.launch import gluon_cannot_run
+
+    model = nn.Sequential(nn.Linear(64, 4352), nn.GELU()).to(torch.bfloat16).eval()
+    program, _ = _program(model, (torch.randn(2048, 64, dtype=torch.bfloat16),))
+    gluon = load_kernel(next(k for k in program.kernels if k.name.endswith("_pingpong")), interpret=False)
+    triton_fn = load_kernel(next(k for k in program.kernels if "@triton.jit" in k.source), interpret=False)
+    assert gluon_cannot_run(gluon, False, (9, 0)) is None
+    assert "for Hopper (sm_90: wgmma); this GPU is sm_100" in gluon_cannot_run(gluon, False, (10, 0))
+    assert "runs on a GPU only" in gluon_cannot_run(gluon, True, None)
+    assert gluon_cannot_run(triton_fn, False, (8, 0)) is None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import types
 from collections.abc import Callable
 
 import sympy
@@ -198,17 +199,37 @@ def outputs_to_caller(outs: list, moved: list, inputs: list) -> list:
 
 # ------------------------------------------------------------------ kernel launches
 
-class _GpuOnly:
-    """Stands in for a Gluon kernel (IR 1.4) under Triton's CPU interpreter, which cannot run one:
-    a program may hold it as a choice-group alternative the CPU never picks; forced, it says why."""
+class _CannotRunHere:
+    """Stands in for a Gluon kernel (IR 1.4) where it cannot run: under Triton's CPU interpreter,
+    or one written for Hopper (wgmma) on another GPU. A program may hold it as a choice-group
+    alternative that is then never picked (its build fails, so it loses without being compiled);
+    forced, it says why."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, why: str):
+        self.name, self.why = name, why
 
     def __getitem__(self, grid):
-        raise ProgramLoadError(f"kernel {self.name} is written in Gluon, which runs on a GPU only: Triton's CPU "
-                               "interpreter cannot run it (on the CPU, force another alternative, e.g. "
-                               "choice='template')")
+        raise ProgramLoadError(f"kernel {self.name} {self.why} (force another alternative, e.g. choice='template')")
+
+
+def gluon_cannot_run(fn, interpret: bool, capability: tuple[int, int] | None) -> str | None:
+    """Why the Gluon kernel `fn` cannot run here (None for a Triton kernel, or one that can):
+    the CPU interpreter runs no Gluon, and Hopper's warpgroup MMAs need compute capability 9.0."""
+    if not type(fn).__module__.startswith("triton.experimental.gluon"):
+        return None
+    if interpret:
+        return "is written in Gluon, which runs on a GPU only: Triton's CPU interpreter cannot run it"
+    hopper = "triton.experimental.gluon.language.nvidia.hopper"
+    names = getattr(getattr(fn, "fn", None), "__globals__", {}).values()  # what the kernel's module imported
+    uses_hopper = any(_origin(v).startswith(hopper) for v in names)
+    if uses_hopper and capability is not None and capability != (9, 0):
+        return (f"is written in Gluon for Hopper (sm_90: wgmma); this GPU is sm_{capability[0]}{capability[1]}")
+    return None
+
+
+def _origin(value) -> str:
+    """The module a module-level name comes from."""
+    return value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None) or ""
 
 
 class _Launch:
@@ -248,8 +269,10 @@ class _Launch:
         self.tma = any(uses_tma(c) for c in kernel.configs)
         if self.tma and not interpret:
             ensure_allocator()
-        if interpret and type(fn).__module__.startswith("triton.experimental.gluon"):
-            self.fn = _GpuOnly(kernel.name)  # loads, as an unpicked alternative must; fails if run
+        capability = None if interpret else torch.cuda.get_device_capability()
+        why = gluon_cannot_run(fn, interpret, capability)
+        if why is not None:
+            self.fn = _CannotRunHere(kernel.name, why)  # loads, as an unpicked alternative must; fails if run
         self.set_config(kernel.configs[0])
 
     def set_config(self, config) -> None:
