@@ -334,17 +334,17 @@ def test_gpu_persistent_tma_template_aligned_and_misaligned_inputs():
                     reason="the Gluon ping-pong kernel needs an sm_90 GPU (wgmma)")
 # 8 tiles per program, edges in M, N and K; 1089 tiles over 132 programs (an odd count: a consumer
 # with one tile fewer)
-@pytest.mark.parametrize("m, k, n, act", [(4096, 512, 4096, "gelu"), (4000, 520, 4100, "gelu"),
-                                          (4224, 512, 4224, "gelu"), (8192, 768, 3072, "gelu_tanh"),
-                                          (4000, 520, 4100, "silu")])
-def test_gpu_pingpong_alternative_matches_eager(m, k, n, act):
-    """bf16 Linear + GELU (exact; tanh as GPT-2's MLP: Gluon spells its sigmoid) or SiLU through
-    the Gluon ping-pong kernel alone (forced): tiles that fill the shape, and edges in M, N and K
-    (there the output leaves through pointer stores); then an input 2 bytes into its storage,
-    which the kernel's TMA loads cannot read (the runtime copies it to aligned memory first), and
-    the timed choice among every alternative."""
+@pytest.mark.parametrize("m, k, n, act, bias", [(4096, 512, 4096, "gelu", True), (4000, 520, 4100, "gelu", True),
+                                                (4224, 512, 4224, "gelu", True), (8192, 768, 3072, "gelu_tanh", False),
+                                                (4000, 520, 4100, "silu", True)])
+def test_gpu_pingpong_alternative_matches_eager(m, k, n, act, bias):
+    """bf16 Linear + GELU (exact; tanh, without a bias: with one cuBLASLt applies it) or SiLU
+    (Gluon spells their sigmoid) through the Gluon ping-pong kernel alone (forced): tiles that
+    fill the shape, and edges in M, N and K (there the output leaves through pointer stores);
+    then an input 2 bytes into its storage, which the kernel's TMA loads cannot read (the
+    runtime copies it to aligned memory first), and the timed choice among every alternative."""
     activation = {"gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh"), "silu": nn.SiLU()}[act]
-    model = nn.Sequential(nn.Linear(k, n), activation).cuda().to(torch.bfloat16).eval()
+    model = nn.Sequential(nn.Linear(k, n, bias=bias), activation).cuda().to(torch.bfloat16).eval()
     torch.manual_seed(0)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     program, args = _program(model, (x,))

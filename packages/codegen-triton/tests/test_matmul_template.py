@@ -5,6 +5,10 @@ Each alternative is run on its own, so the template is checked, not hidden behin
 """
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -315,11 +319,38 @@ def test_no_pingpong_where_it_cannot_pay_or_gluon_cannot_spell_the_epilogue(act,
     assert sum(bool(dict(c.constants).get("TMA")) for c in template.configs) == (0 if dtype == "float32" else 2)
 
 
+def test_no_pingpong_where_cublaslt_applies_the_activation():
+    """A bias + tanh-GELU has cuBLASLt's own activation epilogue (`library_act`): no ping-pong
+    kernel beside it, and the template keeps both persistent TMA configs."""
+    graph, kernels = linear(Builder(), 4096, 512, 4096, "gelu_tanh", dtype="bfloat16")
+    program = compile_plan(graph, kernels)
+    assert _pingpong(program) is None
+    assert any(get_attr(s.attrs, "alternative") == "library_act" for s in program.steps)
+    template = next(k for k in program.kernels if k.name == "pipec_fused_mm_add_1")
+    assert sum(bool(dict(c.constants).get("TMA")) for c in template.configs) == 2
+
+
+def _bias_free_linear(act):
+    """x @ w.T -> activation: no bias, so no cuBLASLt activation epilogue to compete with."""
+    b = Builder()
+    x, w = b.input("x", (4096, 512), "bfloat16"), b.input("w", (4096, 512), "bfloat16")
+    b.node("wt", "permute", [w], (512, 4096), "bfloat16", dims=(1, 0))
+    b.node("mm", "mm", [x, "wt"], (4096, 4096), "bfloat16")
+    attrs = dict(ACTIVATIONS[act][0])
+    b.node("act", attrs.pop("op"), ["mm"], (4096, 4096), "bfloat16", **attrs)
+    kernels = [kernel("pipec_view_permute_0", "view", ["wt"], ["w"], ["wt"], ()),
+               kernel("pipec_fused_mm_gelu_1", "matmul", ["mm", "act"], ["x", "wt"], ["act"], (4096, 4096))]
+    return b.graph(["act"]), kernels
+
+
 @pytest.mark.parametrize("act, residual", [("gelu_tanh", False), ("silu", False), ("gelu", True)])
 def test_pingpong_for_what_gluon_spells_differently(act, residual):
     """Triton's sigmoid (tanh-GELU, SiLU) becomes `_pipec_sigmoid`, the same arithmetic; a
     constant tile (`tl.full`, the residual's 0.5) gets the accumulator's layout."""
-    graph, kernels = linear(Builder(), 4096, 512, 4096, act, dtype="bfloat16", residual=residual)
+    if act == "gelu_tanh":
+        graph, kernels = _bias_free_linear(act)
+    else:
+        graph, kernels = linear(Builder(), 4096, 512, 4096, act, dtype="bfloat16", residual=residual)
     kern = _pingpong(compile_plan(graph, kernels))
     assert kern is not None and "tl." not in kern.source
     if act == "gelu":
@@ -343,39 +374,47 @@ def test_gluon_spelling_of_calls():
     assert gluon_lines(["    t = tl.cumsum(x, 0)"]) is None
 
 
-@pytest.mark.parametrize("act, residual", [("gelu", False), ("gelu_tanh", True)])
-def test_pingpong_kernel_compiles_for_hopper(act, residual):
+@pytest.mark.parametrize("act, residual", [("gelu", False), ("silu", True)])
+def test_pingpong_kernel_compiles_for_hopper(act, residual, tmp_path):
     """The generated Gluon source through Triton's whole compiler for sm_90 (no GPU needed: the
     GPU tests run it); edges in M, N and K, the output stored through pointers (its rows are not
-    16-byte multiples, so no TMA store); exact GELU, and tanh-GELU (the sigmoid helper) with a
-    residual (a constant tile in the accumulator's layout)."""
-    triton = pytest.importorskip("triton")
-    gluon_runtime = pytest.importorskip("triton.experimental.gluon._runtime")
-    from triton.backends.compiler import GPUTarget
-
+    16-byte multiples, so no TMA store); exact GELU, and SiLU (the sigmoid helper) with a
+    residual (a constant tile in the accumulator's layout). In a process of its own: the CPU
+    interpreter, once it has run a kernel here, leaves Triton's language patched for itself."""
+    pytest.importorskip("triton.experimental.gluon._runtime")
     graph, kernels = linear(Builder(), 4000, 520, 4100, act, dtype="bfloat16", residual=residual)
     kern = _pingpong(compile_plan(graph, kernels))
     assert "c_desc = a_desc  # unused: no output leaves through TMA" in kern.source
-    import importlib.util
-    import os
-    import tempfile
+    (tmp_path / "pingpong.py").write_text(kern.source)
+    config = kern.configs[0]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_HOPPER, str(tmp_path / "pingpong.py"), kern.name,
+                           json.dumps(dict(config.constants)), json.dumps(list(kern.args)), str(config.num_warps)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metadata = json.loads(done.stdout.splitlines()[-1])
+    assert metadata["num_warps"] == 12  # two consumer warpgroups and the producer's (padded) group
+    assert metadata["shared"] <= 232448  # what a Hopper block may have
 
-    path = os.path.join(tempfile.mkdtemp(), "pingpong.py")
-    with open(path, "w") as f:
-        f.write(kern.source)
-    spec = importlib.util.spec_from_file_location("pipec_test_pingpong", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    fn = getattr(module, kern.name)
-    constants = dict(kern.configs[0].constants)
-    signature = {a: "constexpr" if a in constants else "*bf16" if a in kern.args else "i32" for a in fn.arg_names}
-    pointers = [i for i, a in enumerate(fn.arg_names) if a in kern.args]
-    source = gluon_runtime.GluonASTSource(fn, signature, constants,
-                                          attrs={(i,): [["tt.divisibility", 16]] for i in pointers})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": kern.configs[0].num_warps, "maxnreg": constants["MAXNREG"]})
-    assert compiled.metadata.num_warps == 12  # two consumer warpgroups and the producer's (padded) group
-    assert compiled.metadata.shared <= 232448  # what a Hopper block may have
+
+# argv: source file, kernel name, constants (JSON), pointer arguments (JSON), num_warps
+_COMPILE_FOR_HOPPER = """
+import importlib.util, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import _runtime as gluon_runtime
+path, name, constants, pointers, num_warps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), set(json.loads(sys.argv[4])), int(sys.argv[5])
+spec = importlib.util.spec_from_file_location("pipec_test_pingpong", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+fn = getattr(module, name)
+signature = {a: "constexpr" if a in constants else "*bf16" if a in pointers else "i32" for a in fn.arg_names}
+attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in pointers}
+source = gluon_runtime.GluonASTSource(fn, signature, constants, attrs=attrs)
+compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": num_warps, "maxnreg": constants["MAXNREG"]})
+print(json.dumps({"num_warps": compiled.metadata.num_warps, "shared": compiled.metadata.shared}))
+"""
 
 
 def test_pingpong_stores_an_fp32_output_through_pointers():

@@ -242,9 +242,10 @@ class TemplateKernel:
     pingpong: TritonKernel | None = None  # the Gluon ping-pong kernel (matmul_gluon.py), same arguments
 
 
-def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
+def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True) -> TemplateKernel | None:
     """The Triton GEMM template for a matmul kernel (with or without an epilogue), or None when the
-    operands' dtype or layout has no template (the kernel stays a library call)."""
+    operands' dtype or layout has no template (the kernel stays a library call). `pingpong`: may
+    a Gluon ping-pong kernel be written beside it (`pingpong_wanted`)."""
     nodes, types = graph.node_map(), graph.types()
     product = next(n for n in kernel.nodes if nodes[n].op in MATMUL_OPS)
     node = nodes[product]
@@ -311,7 +312,7 @@ def write_template(graph: Graph, kernel: Kernel) -> TemplateKernel | None:
                 + ["    else:"] + _indent(body))
 
     pingpong_epilogue = None
-    if tma is not None and pingpong_wanted(tma, configs, body):
+    if pingpong and tma is not None and pingpong_wanted(tma, configs, body):
         pingpong_epilogue = _pingpong_epilogue(w, product, kernel.outputs, out_shape, refined, M, N)
     if pingpong_epilogue is not None:
         # beside the ping-pong kernel (11% faster than the template's best on the H200's bf16 MLP)
