@@ -4,6 +4,9 @@ its two alternatives (Triton template, cuBLAS + pointwise kernel) and the runtim
 CPU: Triton's interpreter, fp32, tiny odd shapes. GPU-only tests cover bf16 and the timing choice.
 """
 
+import logging
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -392,3 +395,21 @@ def test_a_hopper_gluon_kernel_is_left_out_on_another_gpu():
     assert "for Hopper (sm_90: wgmma); this GPU is sm_100" in gluon_cannot_run(gluon, False, (10, 0))
     assert "runs on a GPU only" in gluon_cannot_run(gluon, True, None)
     assert gluon_cannot_run(triton_fn, False, (8, 0)) is None
+
+
+@pytest.mark.skipif(not GPU, reason="compiling for the GPU")
+def test_gpu_first_call_compiles_every_alternative_at_once(caplog):
+    """The first call compiles the configs of every launch at once, the choice group's
+    alternatives included (the template's candidates, the ping-pong kernel, the pointwise kernels
+    after cuBLAS), before the steps run and time them; the results still agree with eager."""
+    model = nn.Sequential(nn.Linear(512, 4096), nn.GELU()).cuda().to(torch.bfloat16).eval()
+    torch.manual_seed(0)
+    x = torch.randn(4096, 512, device="cuda", dtype=torch.bfloat16)
+    program, args = _program(model, (x,))
+    runner = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True))
+    with caplog.at_level(logging.INFO, logger="pipec.tuning"), torch.no_grad():
+        torch.testing.assert_close(runner(args)[0], model(x), atol=4e-2, rtol=2e-2)
+    (line,) = [r.getMessage() for r in caplog.records if "at once" in r.getMessage()]
+    configs, launches = (int(w) for w in re.findall(r"compiling (\d+) kernel configs of (\d+) launches", line)[0])
+    template = next(k for k in program.kernels if "_pingpong" not in k.name and "BLOCK_K" in k.source)
+    assert launches >= 3 and configs >= len(template.configs) + 2

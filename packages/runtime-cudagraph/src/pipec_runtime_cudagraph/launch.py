@@ -212,9 +212,10 @@ class _CannotRunHere:
         raise ProgramLoadError(f"kernel {self.name} {self.why} (force another alternative, e.g. choice='template')")
 
 
-def gluon_cannot_run(fn, interpret: bool, capability: tuple[int, int] | None) -> str | None:
+def gluon_cannot_run(fn, interpret: bool, capability: tuple[int, int] | None = None) -> str | None:
     """Why the Gluon kernel `fn` cannot run here (None for a Triton kernel, or one that can):
-    the CPU interpreter runs no Gluon, and Hopper's warpgroup MMAs need compute capability 9.0."""
+    the CPU interpreter runs no Gluon, and Hopper's warpgroup MMAs need compute capability 9.0
+    (`capability`: the current GPU's when not given)."""
     if not type(fn).__module__.startswith("triton.experimental.gluon"):
         return None
     if interpret:
@@ -222,7 +223,9 @@ def gluon_cannot_run(fn, interpret: bool, capability: tuple[int, int] | None) ->
     hopper = "triton.experimental.gluon.language.nvidia.hopper"
     names = getattr(getattr(fn, "fn", None), "__globals__", {}).values()  # what the kernel's module imported
     uses_hopper = any(_origin(v).startswith(hopper) for v in names)
-    if uses_hopper and capability is not None and capability != (9, 0):
+    if uses_hopper and capability is None:
+        capability = torch.cuda.get_device_capability()
+    if uses_hopper and capability != (9, 0):
         return (f"is written in Gluon for Hopper (sm_90: wgmma); this GPU is sm_{capability[0]}{capability[1]}")
     return None
 
@@ -269,8 +272,7 @@ class _Launch:
         self.tma = any(uses_tma(c) for c in kernel.configs)
         if self.tma and not interpret:
             ensure_allocator()
-        capability = None if interpret else torch.cuda.get_device_capability()
-        why = gluon_cannot_run(fn, interpret, capability)
+        why = gluon_cannot_run(fn, interpret)
         if why is not None:
             self.fn = _CannotRunHere(kernel.name, why)  # loads, as an unpicked alternative must; fails if run
         self.set_config(kernel.configs[0])
@@ -402,19 +404,12 @@ class _Launch:
         not re-tuned."""
         self.bucket = bucket
         runner = self.runner
-        chosen = runner.tuned.get((self.kernel.name, bucket))
-        digest = body_digest(self.kernel)
         device = vals[self.ptrs[0]].device if self.ptrs else torch.device("cpu")
-        shared_key = (digest, bucket, str(device))
-        if chosen is None:
-            # the same kernel body was tuned already (another layer, graph or compiled model)
-            chosen = _TUNED.get(shared_key)
+        chosen = self.known_config(bucket, device)
+        shared_key = (body_digest(self.kernel), bucket, str(device))
         disk_key = None
-        if chosen is None and runner.tuning_cache is not None:  # ... or by an earlier process
-            disk_key = tuning_key(digest, bucket, _device_name(device), _triton_version())
-            chosen = runner.tuning_cache.get(disk_key, len(self.kernel.configs))
-            if chosen is not None:
-                _TUNED[shared_key] = chosen
+        if chosen is None and runner.tuning_cache is not None:
+            disk_key = tuning_key(shared_key[0], bucket, _device_name(device), _triton_version())
         if chosen is None:
             from triton.testing import do_bench
 
@@ -454,37 +449,72 @@ class _Launch:
         runner.tuned[(self.kernel.name, bucket)] = chosen
         self.set_config(self.kernel.configs[chosen])
 
+    def known_config(self, bucket: tuple, device: torch.device) -> int | None:
+        """The config already chosen for this kernel and size bucket: by this runner, for the
+        same kernel body in this process (another layer, graph or compiled model), or by an
+        earlier process (the tuning cache); None when it still has to be timed."""
+        chosen = self.runner.tuned.get((self.kernel.name, bucket))
+        shared_key = (body_digest(self.kernel), bucket, str(device))
+        if chosen is None:
+            chosen = _TUNED.get(shared_key)
+        if chosen is None and self.runner.tuning_cache is not None:
+            disk_key = tuning_key(shared_key[0], bucket, _device_name(device), _triton_version())
+            chosen = self.runner.tuning_cache.get(disk_key, len(self.kernel.configs))
+            if chosen is not None:
+                _TUNED[shared_key] = chosen
+        return chosen
+
     def _compile_candidates(self, configs, args: list, symvals: tuple) -> None:
-        """Compile every candidate config at once, before any is timed: Triton's AsyncCompileMode
-        runs the compiles in a thread pool (ptxas is a subprocess), where one after another they
-        were most of a cold compile (the GPT-2 block: 82 compiles, ~17 s of 28, on the H200).
-        Best effort: a config that fails to compile fails again, and loses, when it is timed."""
-        import triton
+        """Compile every candidate config at once, before any is timed (`compile_all`)."""
+        compile_all(self.compile_jobs(configs, args, symvals))
 
-        async_mode = getattr(triton, "AsyncCompileMode", None)  # triton >= 3.4
-        if async_mode is None or len(configs) < 2 or not hasattr(self.fn, "warmup"):
-            return
-        from concurrent.futures import ThreadPoolExecutor
-
-        jobs = []
+    def compile_jobs(self, configs, args: list, symvals: tuple) -> list[tuple]:
+        """(fn, args, sizes, grid, kwargs) of each of `configs` this launch would compile at
+        `symvals` (none where it launches nothing); the current config is kept."""
+        if not hasattr(self.fn, "warmup") or self.interpret:
+            return []
+        jobs, current = [], self.config
         for config in configs:
             self.set_config(config)
             sizes, grid = self.dims if self.static else self.dims(*symvals)
             if not (self.skip or 0 in grid):
-                jobs.append((grid, sizes, self.kwargs))
-        if len(jobs) < 2:
-            return
-        mode = None
-        try:
-            with ThreadPoolExecutor(max_workers=min(len(jobs), COMPILE_THREADS)) as pool:
-                mode = async_mode(pool)
-                with mode:
-                    for grid, sizes, kwargs in jobs:
-                        self.fn.warmup(*args, *sizes, grid=grid, **kwargs)
-        except Exception:  # noqa: BLE001, S110 - see the docstring
-            pass
-        finally:
-            _leave_async_mode(mode)
+                jobs.append((self.fn, args, sizes, grid, self.kwargs))
+        self.set_config(current)
+        return jobs
+
+    def candidates(self, symvals: tuple, device: torch.device) -> tuple:
+        """The configs a call at `symvals` compiles: every one autotuning times, the one chosen
+        before, or (no autotuning) the current one."""
+        if not self.tune:
+            return (self.config,)
+        known = self.known_config(self.bucket_of(symvals) if self.sym_index else (), device)
+        return self.kernel.configs[:self.runner.autotune_configs] if known is None else (self.kernel.configs[known],)
+
+
+def compile_all(jobs: list[tuple]) -> None:
+    """Compile `jobs` (fn, args, sizes, grid, kwargs: `_Launch.compile_jobs`) at once: Triton's
+    AsyncCompileMode runs the compiles in a thread pool (ptxas is a subprocess, LLVM releases
+    the GIL), where one after another they were most of a cold compile (the GPT-2 block: 82
+    compiles, ~17 s of 28, on the H200). Best effort: a config that fails to compile fails
+    again, and loses, when it is timed."""
+    import triton
+
+    async_mode = getattr(triton, "AsyncCompileMode", None)  # triton >= 3.4
+    if async_mode is None or len(jobs) < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    mode = None
+    try:
+        with ThreadPoolExecutor(max_workers=min(len(jobs), COMPILE_THREADS)) as pool:
+            mode = async_mode(pool)
+            with mode:
+                for fn, args, sizes, grid, kwargs in jobs:
+                    fn.warmup(*args, *sizes, grid=grid, **kwargs)
+    except Exception:  # noqa: BLE001, S110 - see the docstring
+        pass
+    finally:
+        _leave_async_mode(mode)
 
 
 def _leave_async_mode(mode) -> None:
@@ -569,6 +599,10 @@ class ProgramRunner:
                                    for o in program.outputs)
 
         self._plans: dict[str, list] = {}
+        self._launches: dict[str, list] = {}  # device type -> every launch of its plan (alternatives too)
+        self._precompiled: set[str] = set()  # device types whose first call compiled everything at once
+        self.value_dtypes = {self.index[b.name]: TORCH_DTYPES[b.type.dtype]
+                             for b in (*program.inputs, *program.buffers) if b.type.dtype in TORCH_DTYPES}
         self._schedules: dict[int, tuple[list, list]] = {}  # id(plan) -> (plan, allocation schedule)
         # symbol values -> (device, specialized run): see `specialize.py`
         self.specialized: dict[tuple, tuple] = {}
@@ -698,7 +732,34 @@ class ProgramRunner:
                 steps.append((_Extern(s, self.index, reads_by_launch, self.symbols), self.release[k]))
             else:
                 raise ProgramLoadError(f"program {self.name}: step {k} has unknown kind {s.kind!r}")
+        self._launches[device_type] = [step for step, _ in steps if isinstance(step, _Launch)]
         return group_choices(self, steps, tune, self.choice)
+
+    def _precompile(self, inputs: list, symvals: tuple, device: torch.device) -> None:
+        """Compile what the first call will compile, all at once (`compile_all`): every launch's
+        candidate configs, those of every choice-group alternative included, which the steps
+        would otherwise compile one launch after another. Values not made yet are stood in for by
+        small tensors of their dtype: compiling reads only dtypes and alignment."""
+        stand_ins: dict[torch.dtype, torch.Tensor] = {}
+
+        def tensor(i: int):
+            if i < len(inputs):
+                return inputs[i]
+            dtype = self.value_dtypes.get(i)
+            if dtype is not None and dtype not in stand_ins:
+                stand_ins[dtype] = torch.empty(16, dtype=dtype, device=device)
+            return stand_ins.get(dtype)
+
+        jobs, launches = [], 0
+        for launch in self._launches.get(device.type, ()):
+            args = [tensor(i) for i in launch.ptrs]
+            if all(a is not None for a in args):
+                found = launch.compile_jobs(launch.candidates(symvals, device), args, symvals)
+                jobs += found
+                launches += bool(found)
+        if len(jobs) > 1:
+            tuning_log.info("%s: compiling %d kernel configs of %d launches at once", self.name, len(jobs), launches)
+            compile_all(jobs)
 
     # ---------------------------------------------------------- per call
     def _fail(self, message: str):
@@ -745,6 +806,10 @@ class ProgramRunner:
         if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
             return self._run_cpu_on_cuda(inputs, symvals)
         steps = self.steps_for(device)
+        if device.type == "cuda" and device.type not in self._precompiled and not interpreter_active():
+            self._precompiled.add(device.type)
+            with torch.cuda.device(device):
+                self._precompile(inputs, symvals, device)
         schedule = self._allocation_schedule(steps)
         vals = [None] * self.nvals
         vals[:len(inputs)] = inputs
