@@ -1,0 +1,81 @@
+"""The first call on a GPU compiles every launch's candidate configs at once (launch.py:
+`ProgramRunner._precompile`, `compile_all`). On the CPU the launch is built but nothing is
+compiled: CUDA and the kernel are stand-ins, and `compile_all` records the jobs it is given."""
+
+import pytest
+import torch
+
+from pipec_ir import CompileOptions, LaunchConfig
+from runtime_helpers import add_program
+
+import pipec_runtime_cudagraph.launch as launch_module
+from pipec_runtime_cudagraph.launch import ProgramRunner
+
+CONFIGS = (LaunchConfig(constants=(("BLOCK", 8),)), LaunchConfig(constants=(("BLOCK", 16),)),
+           LaunchConfig(constants=(("BLOCK", 32),)))
+
+
+class _Kernel:
+    """Stands in for a Triton JIT function: only `warmup` (what compile jobs call) exists."""
+
+    def warmup(self, *args, **kwargs):
+        raise AssertionError("compile_all is recorded, not run, here")
+
+
+@pytest.fixture
+def runner_and_jobs(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    jobs = []
+    monkeypatch.setattr(launch_module, "compile_all", jobs.extend)
+
+    def make(tune=True):
+        program = add_program(n=100, configs=CONFIGS)
+        options = CompileOptions(runtime="launch", autotune=tune).with_extra(tuning_cache=False)
+        runner = ProgramRunner(program, options)
+        launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=_Kernel(),
+                                       interpret=False, tune=tune)
+        runner._launches["cpu"] = [launch]  # the device the stand-in tensors are made on
+        return runner, launch, program
+    return make, jobs
+
+
+def test_every_candidate_config_is_compiled_before_the_first_run(runner_and_jobs, monkeypatch):
+    monkeypatch.setattr(launch_module, "_TUNED", {})
+    make, jobs = runner_and_jobs
+    runner, launch, _ = make()
+    x, y = torch.randn(100), torch.randn(100)
+    runner._precompile([x, y], (), torch.device("cpu"))
+    assert [grid for _, _, _, grid, _ in jobs] == [(13,), (7,), (4,)]  # cdiv(100, BLOCK) for each config
+    args = jobs[0][1]
+    assert args[0] is x and args[1] is y  # the inputs themselves
+    assert args[2].dtype == torch.float32 and args[2].numel() < 100  # the output: a small stand-in
+    assert launch.config == CONFIGS[0]  # compiling left the launch's config alone
+
+
+def test_a_config_chosen_before_is_the_only_one_compiled(runner_and_jobs, monkeypatch):
+    monkeypatch.setattr(launch_module, "_TUNED", {})
+    make, jobs = runner_and_jobs
+    runner, launch, program = make()
+    runner.tuned[(program.kernels[0].name, ())] = 2
+    assert launch.candidates((), torch.device("cpu")) == (CONFIGS[2],)
+    runner._launches["cpu"] = [launch, launch]  # two launches of the kernel: two jobs to share the pool
+    runner._precompile([torch.randn(100), torch.randn(100)], (), torch.device("cpu"))
+    assert [kwargs["BLOCK"] for *_, kwargs in jobs] == [32, 32]
+
+
+def test_without_autotuning_only_the_current_config_is_a_candidate(runner_and_jobs):
+    """One config per launch and one launch: nothing to compile side by side (the launch compiles
+    it when it runs)."""
+    make, jobs = runner_and_jobs
+    runner, launch, _ = make(tune=False)
+    assert launch.candidates((), torch.device("cpu")) == (CONFIGS[0],)
+    runner._precompile([torch.randn(100), torch.randn(100)], (), torch.device("cpu"))
+    assert jobs == []
+
+
+def test_nothing_is_compiled_for_the_interpreter():
+    program = add_program(n=100, configs=CONFIGS)
+    runner = ProgramRunner(program, CompileOptions(runtime="launch"))
+    launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=_Kernel(), interpret=True,
+                                   tune=False)
+    assert launch.compile_jobs(CONFIGS, [], ()) == []
