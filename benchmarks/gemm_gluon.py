@@ -175,6 +175,24 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
 
 
 @gluon.jit
+def _mma_k_steps(a_bufs, b_bufs, ready_bars, empty_bars, acc, counter, k_tiles, STAGES: gl.constexpr):
+    # One tile's k steps from ring position `counter`: wgmmas issued asynchronously, one kept in flight (the
+    # one before it has retired, so its stage is handed back to the producer). The last one is left in
+    # flight: the caller waits for it and frees its stage (-> the accumulator and that stage).
+    prev_s = 0
+    for kk in range(k_tiles):
+        s = counter % STAGES
+        mbarrier.wait(ready_bars.index(s), (counter // STAGES) & 1)
+        acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc, use_acc=kk > 0, is_async=True)
+        acc = warpgroup_mma_wait(1, deps=(acc, ))
+        if kk > 0:
+            mbarrier.arrive(empty_bars.index(prev_s), count=1)
+        prev_s = s
+        counter += 1
+    return acc, prev_s
+
+
+@gluon.jit
 def _consumer(CID: gl.constexpr, a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_bufs, c_bufs,
               ready_bars, empty_bars, order_bars, M, N, K,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
@@ -207,18 +225,7 @@ def _consumer(CID: gl.constexpr, a_desc, b_desc, c_desc, bias_ptr, a_bufs, b_buf
             mbarrier.wait(order_bars.index(CID), (j & 1) ^ (1 - CID))
 
         acc = gl.zeros([BM, BN], gl.float32, layout=acc_layout)
-        prev_s = 0
-        for kk in range(k_tiles):
-            s = counter % STAGES
-            mbarrier.wait(ready_bars.index(s), (counter // STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc,
-                                use_acc=kk > 0, is_async=True)
-            # Keep one wgmma in flight; the one before it has retired, so its stage can be refilled.
-            acc = warpgroup_mma_wait(1, deps=(acc, ))
-            if kk > 0:
-                mbarrier.arrive(empty_bars.index(prev_s), count=1)
-            prev_s = s
-            counter += 1
+        acc, prev_s = _mma_k_steps(a_bufs, b_bufs, ready_bars, empty_bars, acc, counter, k_tiles, STAGES)
         if NUM_CONSUMERS > 1:
             # All wgmmas of this tile are issued: hand the tensor cores to the other consumer now, before
             # draining, so its first wgmmas queue right behind ours.
@@ -293,17 +300,8 @@ def _coop_mma(a_desc, b_desc, a_bufs, b_bufs, c_smem, ready_bars, empty_bars, ac
     j = 0
     for _tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):  # tile order: the producer's
         acc = gl.zeros([BM, BN], gl.float32, layout=acc_layout)
-        prev_s = 0
-        for kk in range(k_tiles):
-            s = counter % STAGES
-            mbarrier.wait(ready_bars.index(s), (counter // STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc,
-                                use_acc=kk > 0, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=(acc, ))
-            if kk > 0:
-                mbarrier.arrive(empty_bars.index(prev_s), count=1)
-            prev_s = s
-            counter += 1
+        acc, prev_s = _mma_k_steps(a_bufs, b_bufs, ready_bars, empty_bars, acc, counter, k_tiles, STAGES)
+        counter += k_tiles
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         mbarrier.arrive(empty_bars.index(prev_s), count=1)
         # Hand the tile to the epilogue warpgroup once it has sent the previous one out, then go straight
