@@ -51,10 +51,10 @@ The interleaved kernel (KIND="interleaved"): cooperative 128 x 256 tiles, each c
 64 x 256 (m64n256 wgmmas, registers as the ping-pong kernel's), and the previous tile's epilogue done
 in the gaps of the next tile's main loop: the accumulator is staged in shared memory as bf16, and
 while each k step's wgmmas run asynchronously the consumer finishes two staged rows (bias, GELU,
-pointer stores). Two runs of 2026-12-01 (4 and 6 rounds): 0.439 / 0.438 ms with GELU against the
-ping-pong kernel's 0.449 / 0.441, and 0.418 / 0.437 without (ping-pong 0.420 / 0.426; cuBLAS
-0.398 / 0.402). GROUP_M 16 matters (8: 0.463-0.466), BK 32 with 6 stages is slower (0.514). Within
-1-2% of the ping-pong kernel, so pipec keeps the ping-pong one.
+pointer stores). Three runs of 2026-12-01 (4, 6 and 2 rounds): 0.439 / 0.438 / 0.491 ms with GELU
+against the ping-pong kernel's 0.449 / 0.441 / 0.436, and 0.418 / 0.437 without (ping-pong 0.420 / 0.426; cuBLAS
+0.398 / 0.402). GROUP_M 16 matters (8: 0.463-0.466), BK 32 with 6 stages is slower (0.514). At best
+1-2% ahead of the ping-pong kernel and less steady, so pipec keeps the ping-pong one.
 
 pipec's codegen writes this schedule (5 stages, GROUP_M=16, descriptors made on the device, the
 epilogue its own) as the `pingpong` alternative of a GEMM choice group:
