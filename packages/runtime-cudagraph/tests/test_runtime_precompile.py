@@ -79,3 +79,23 @@ def test_nothing_is_compiled_for_the_interpreter():
     launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=_Kernel(), interpret=True,
                                    tune=False)
     assert launch.compile_jobs(CONFIGS, [], ()) == []
+
+
+def test_each_new_size_bucket_compiles_once(monkeypatch):
+    """Dynamic sizes: the first call of every size bucket compiles at once (new configs to time,
+    new sizes to specialize for); a second call in the same bucket compiles nothing more."""
+    from runtime_helpers import dynamic_add_program
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(launch_module, "_TUNED", {})
+    seen = []
+    monkeypatch.setattr(launch_module, "compile_all", lambda jobs: seen.append(len(jobs)))
+    program = dynamic_add_program()
+    runner = ProgramRunner(program, CompileOptions(runtime="launch", autotune=True).with_extra(tuning_cache=False))
+    launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=_Kernel(), interpret=False,
+                                   tune=True)
+    runner._launches["cpu"] = [launch, launch]
+    for n in (100, 120, 300, 128):  # buckets 128, 128, 512, 128
+        x = torch.randn(n)
+        runner.precompile_once([x, x], (n,), torch.device("cpu"))
+    assert len(seen) == 2 and all(count >= 2 for count in seen)

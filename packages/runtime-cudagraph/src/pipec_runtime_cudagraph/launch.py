@@ -600,7 +600,7 @@ class ProgramRunner:
 
         self._plans: dict[str, list] = {}
         self._launches: dict[str, list] = {}  # device type -> every launch of its plan (alternatives too)
-        self._precompiled: set[str] = set()  # device types whose first call compiled everything at once
+        self._precompiled: set[tuple] = set()  # (device type, size bucket) whose first call compiled at once
         self.value_dtypes = {self.index[b.name]: TORCH_DTYPES[b.type.dtype]
                              for b in (*program.inputs, *program.buffers) if b.type.dtype in TORCH_DTYPES}
         self._schedules: dict[int, tuple[list, list]] = {}  # id(plan) -> (plan, allocation schedule)
@@ -735,6 +735,14 @@ class ProgramRunner:
         self._launches[device_type] = [step for step, _ in steps if isinstance(step, _Launch)]
         return group_choices(self, steps, tune, self.choice)
 
+    def precompile_once(self, inputs: list, symvals: tuple, device: torch.device) -> None:
+        """`_precompile` on the first call of each size bucket (all symbols) on each device type:
+        a new bucket may bring new configs to time and new sizes to specialize for."""
+        key = (device.type, self.bucket_key(symvals))
+        if key not in self._precompiled:
+            self._precompiled.add(key)
+            self._precompile(inputs, symvals, device)
+
     def _precompile(self, inputs: list, symvals: tuple, device: torch.device) -> None:
         """Compile what the first call will compile, all at once (`compile_all`): every launch's
         candidate configs, those of every choice-group alternative included, which the steps
@@ -806,10 +814,9 @@ class ProgramRunner:
         if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
             return self._run_cpu_on_cuda(inputs, symvals)
         steps = self.steps_for(device)
-        if device.type == "cuda" and device.type not in self._precompiled and not interpreter_active():
-            self._precompiled.add(device.type)
+        if device.type == "cuda" and not interpreter_active():
             with torch.cuda.device(device):
-                self._precompile(inputs, symvals, device)
+                self.precompile_once(inputs, symvals, device)
         schedule = self._allocation_schedule(steps)
         vals = [None] * self.nvals
         vals[:len(inputs)] = inputs
