@@ -22,8 +22,9 @@ runs): 0.417 and 0.434 ms against 0.468 and 0.509 for the template, 0.461 and 0.
 the pointwise kernel. The epilogue is pipec's own (the `EpilogueWriter` lines the Triton
 template uses), spelled in Gluon: `tl.` calls become `gl.`; a constant tile (`tl.full`) or
 a broadcast scalar gets the accumulator's layout, and `tl.sigmoid` (tanh-GELU, SiLU) becomes
-the same arithmetic spelled out. An epilogue calling libdevice gets no ping-pong kernel. A Gluon kernel cannot run in Triton's CPU interpreter: it is a choice-group
-alternative, never the default, so it runs only where the runtime times alternatives on a GPU.
+the same arithmetic spelled out. An epilogue calling libdevice gets no ping-pong kernel. A
+Gluon kernel cannot run in Triton's CPU interpreter: it is a choice-group alternative, never
+the default, so it runs only where the runtime times alternatives on a GPU (sm_90).
 """
 
 from __future__ import annotations
@@ -88,12 +89,12 @@ def _respell_calls(line: str, in_tile: bool) -> str | None:
     line = line.replace("tl.sigmoid(", "_pipec_sigmoid(")
     for name in ("full", "broadcast_to"):
         start = line.find(f"tl.{name}(")
+        if start >= 0 and not in_tile:
+            return None
         while start >= 0:
             args_at = start + len(name) + 4
             end = _closing_paren(line, args_at - 1)
             args = line[args_at:end]
-            if not in_tile:
-                return None
             if name == "full" and args.startswith(_TILE + ", "):
                 call = f"gl.full({args}, layout=ACC)"
             elif name == "broadcast_to" and args.endswith(", " + _TILE):
