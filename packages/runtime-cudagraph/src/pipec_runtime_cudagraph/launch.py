@@ -406,10 +406,7 @@ class _Launch:
         runner = self.runner
         device = vals[self.ptrs[0]].device if self.ptrs else torch.device("cpu")
         chosen = self.known_config(bucket, device)
-        shared_key = (body_digest(self.kernel), bucket, str(device))
-        disk_key = None
-        if chosen is None and runner.tuning_cache is not None:
-            disk_key = tuning_key(shared_key[0], bucket, _device_name(device), _triton_version())
+        shared_key, disk_key = self._tuning_keys(bucket, device)
         if chosen is None:
             from triton.testing import do_bench
 
@@ -454,15 +451,23 @@ class _Launch:
         same kernel body in this process (another layer, graph or compiled model), or by an
         earlier process (the tuning cache); None when it still has to be timed."""
         chosen = self.runner.tuned.get((self.kernel.name, bucket))
-        shared_key = (body_digest(self.kernel), bucket, str(device))
-        if chosen is None:
-            chosen = _TUNED.get(shared_key)
-        if chosen is None and self.runner.tuning_cache is not None:
-            disk_key = tuning_key(shared_key[0], bucket, _device_name(device), _triton_version())
+        if chosen is not None:
+            return chosen
+        shared_key, disk_key = self._tuning_keys(bucket, device)
+        chosen = _TUNED.get(shared_key)
+        if chosen is None and disk_key is not None:
             chosen = self.runner.tuning_cache.get(disk_key, len(self.kernel.configs))
             if chosen is not None:
                 _TUNED[shared_key] = chosen
         return chosen
+
+    def _tuning_keys(self, bucket: tuple, device: torch.device) -> tuple[tuple, str | None]:
+        """(this process's key of the kernel body's choice, the tuning cache's key or None when
+        there is no tuning cache)."""
+        digest = body_digest(self.kernel)
+        disk_key = (tuning_key(digest, bucket, _device_name(device), _triton_version())
+                    if self.runner.tuning_cache is not None else None)
+        return (digest, bucket, str(device)), disk_key
 
     def _compile_candidates(self, configs, args: list, symvals: tuple) -> None:
         """Compile every candidate config at once, before any is timed (`compile_all`)."""
