@@ -217,6 +217,21 @@ def test_persistent_rows_by_bytes(builder, cols, dtype, persistent):
     assert _row_kernel(builder, cols, dtype).persistent == persistent
 
 
+def test_persistent_rows_ask_l2_to_keep_them(builder):
+    """Persistent rows load with evict_last (measured faster on the H200); a looped row keeps
+    the default policy, and the numerics are the same either way."""
+    g, k = softmax_kernel(builder, 8, 64, "bfloat16")
+    persistent = compile_one(g, k, CompileOptions()).kernels[0].source
+    looped = compile_one(g, k, LOOPED).kernels[0].source
+    assert "for roffset in range" not in persistent
+    assert persistent.count("eviction_policy='evict_last'") == persistent.count("tl.load(") == 1
+    assert "eviction_policy" not in looped
+    x = softmax_inputs(8, 64, "bfloat16")
+    for program in (compile_one(g, k, CompileOptions()), compile_one(g, k, LOOPED)):
+        out, _ = run_program(program, [x])
+        torch.testing.assert_close(out, torch.softmax(x.float(), -1).to(x.dtype), equal_nan=True)
+
+
 def test_row_configs_scale_warps_with_the_row():
     n = sympy.Integer
     [*long_rows] = reduction_configs(n(8192), n(8192), persistent=True)
