@@ -40,10 +40,12 @@ MB written either way, and resetting persisting L2 lines after the flush
 (cudaCtxResetPersistingL2Cache) keeps the gain (3.900). In isolation under ncu (the flush's
 dirty lines written back by then) both run 66.5 us: the gain needs an L2 full of dirty lines
 at the start, which is how a kernel runs after the one that wrote its input. The kernel after
-it does not pay: timed as pairs, layer_norm then a matmul reading its output 252.3 -> 250.4 us,
-then a second layer_norm 139.3 -> 137.1, then a copy 138.8 -> 135.6. In pipec's suite (same
-day): layer_norm 3.87 -> 3.97 TB/s (twice), softmax 3.90 -> 3.96, the fp32 pointwise chain
-1.002x -> 1.005x Inductor (noise). So pipec's one-pass reductions load with evict_last.
+it does not pay: timed as pairs (two runs), layer_norm then a matmul reading its output
+252.3 -> 250.4 and 252.7 -> 252.4 us, then a second layer_norm 139.3 -> 137.1 and 138.5 ->
+138.3, then a copy 138.8 -> 135.6 and 136.9 -> 135.0. In pipec's suite (same day): layer_norm
+3.87 -> 3.97 TB/s (twice), softmax 3.90 -> 3.96, the fp32 pointwise chain 1.002x -> 1.005x
+Inductor (noise). So pipec's one-pass reductions load with evict_last (pipec 3.93 TB/s in
+the --l2 run, its copy 3.92; the suite with it: 3.94, Inductor max-autotune 3.80).
 """
 
 import json
