@@ -1,7 +1,7 @@
 """Memory-bound kernel micro-benchmarks on the GPU: eager vs TorchInductor vs pipec (issue 6).
 
-    python benchmarks/kernels.py --out $OUT/kernels [--max-autotune] [--cases softmax,layer_norm]
-                                 [--pipec-option persistent_reduction_bytes=32768]
+    python benchmarks/kernels.py --out $OUT/kernels [--max-autotune] [--cases softmax,layer_norm|long]
+                                 [--pipec-option persistent_reduction_bytes=65536]
 
 Each case is a tiny function; pipec's result is checked against eager with
 torch.testing.assert_close at the dtype's tolerance, then every variant is timed with
@@ -74,7 +74,23 @@ CASES = {
     "rms_norm": Case("rms_norm", rms_norm,
                      lambda: (_randn(16384, 4096, dtype=torch.bfloat16), _randn(4096, dtype=torch.bfloat16)), None),
     "column_sum": Case("column_sum", column_sum, lambda: (_randn(16384, 4096, dtype=torch.float32),), None),
+    # Long rows: the persistent-row budget (32 KiB of input per row) and the looped passes.
+    "layer_norm_16k": Case("layer_norm_16k", layer_norm,
+                           lambda: (_randn(4096, 16384, dtype=torch.bfloat16), _randn(16384, dtype=torch.bfloat16),
+                                    _randn(16384, dtype=torch.bfloat16)), None),
+    "layer_norm_8k_fp32": Case("layer_norm_8k_fp32", layer_norm,
+                               lambda: (_randn(8192, 8192, dtype=torch.float32), _randn(8192, dtype=torch.float32),
+                                        _randn(8192, dtype=torch.float32)), None),
+    "layer_norm_16k_fp32": Case("layer_norm_16k_fp32", layer_norm,
+                                lambda: (_randn(4096, 16384, dtype=torch.float32), _randn(16384, dtype=torch.float32),
+                                         _randn(16384, dtype=torch.float32)), None),
+    "softmax_32k": Case("softmax_32k", softmax, lambda: (_randn(2048, 32768, dtype=torch.bfloat16),), None),
+    "log_softmax_32k_fp32": Case("log_softmax_32k_fp32", log_softmax,
+                                 lambda: (_randn(2048, 32768, dtype=torch.float32),), None),
+    "softmax_vocab": Case("softmax_vocab", softmax, lambda: (_randn(4096, 50304, dtype=torch.bfloat16),), None),
 }
+LONG_ROWS = ("layer_norm_16k", "layer_norm_8k_fp32", "layer_norm_16k_fp32", "softmax_32k", "log_softmax_32k_fp32",
+             "softmax_vocab")
 
 
 def tolerance(dtype: torch.dtype) -> dict:
@@ -166,14 +182,16 @@ def parse_option(text: str):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="kernels_out", help="directory for kernels.json and the kernel sources")
-    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from: {', '.join(CASES)}")
+    parser.add_argument("--cases", default=",".join(c for c in CASES if c not in LONG_ROWS),
+                        help=f"comma-separated, from: {', '.join(CASES)}; 'long' = {', '.join(LONG_ROWS)}")
     parser.add_argument("--max-autotune", action="store_true", help="also time Inductor max-autotune-no-cudagraphs")
     parser.add_argument("--pipec-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra pipec.compile option, e.g. persistent_reduction_bytes=32768")
+                        help="extra pipec.compile option, e.g. persistent_reduction_bytes=65536")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py needs CUDA", file=sys.stderr)
         return 2
+    args.cases = ",".join(",".join(LONG_ROWS) if c == "long" else c for c in args.cases.split(","))
     unknown = [c for c in args.cases.split(",") if c not in CASES]
     if unknown:
         print(f"unknown case(s): {', '.join(unknown)} (known: {', '.join(CASES)})", file=sys.stderr)

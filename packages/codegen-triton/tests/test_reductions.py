@@ -211,25 +211,54 @@ def _row_kernel(builder, cols, dtype):
     return KernelWriter(g, k).write()
 
 
-@pytest.mark.parametrize("cols,dtype,persistent", [(8192, "bfloat16", True), (8192, "float32", False),
-                                                    (4096, "float32", True), (16384, "float16", False)])
+@pytest.mark.parametrize("cols,dtype,persistent", [(8192, "bfloat16", True), (32768, "float32", True),
+                                                    (32768, "bfloat16", True), (20000, "float16", True),
+                                                    (32769, "float32", False), (65536, "bfloat16", False),
+                                                    (32768, "float64", False), (16384, "float64", True)])
 def test_persistent_rows_by_bytes(builder, cols, dtype, persistent):
+    """A row is held when its values, as held (half types in fp32), fit 128 KiB."""
     assert _row_kernel(builder, cols, dtype).persistent == persistent
 
 
-def test_persistent_rows_ask_l2_to_keep_them(builder):
-    """Persistent rows load with evict_last (measured faster on the H200); a looped row keeps
-    the default policy, and the numerics are the same either way."""
+def test_persistent_rows_count_every_row_input(builder):
+    """Two row inputs of 32768 (a residual add before the reduction) hold twice as much: looped."""
+    def two_inputs(cols):
+        x, y = builder.input("x", (2, cols), "bfloat16"), builder.input("y", (2, cols), "bfloat16")
+        builder.node("add", "add", [x, y], (2, cols), "bfloat16")
+        builder.node("total", "sum", ["add"], (2, 1), "bfloat16", dims=(1,), keepdim=True)
+        g = builder.graph(["total"])
+        k = kernel("pipec_fused_add_sum_0", "reduction", ["add", "total"], ["x", "y"], ["total"], (2, cols), (1,))
+        return KernelWriter(g, k).persistent
+    assert two_inputs(16384) and not two_inputs(32768)
+
+
+def test_rows_ask_l2_to_keep_what_is_read_again(builder):
+    """A persistent row loads with evict_last (measured faster on the H200). A looped softmax
+    reads its row twice: the first pass keeps the lines for the second, the last read takes the
+    default policy. The numerics are the same either way."""
     g, k = softmax_kernel(builder, 8, 64, "bfloat16")
     persistent = compile_one(g, k, CompileOptions()).kernels[0].source
     looped = compile_one(g, k, LOOPED).kernels[0].source
     assert "for roffset in range" not in persistent
     assert persistent.count("eviction_policy='evict_last'") == persistent.count("tl.load(") == 1
-    assert "eviction_policy" not in looped
+    first, second = looped.split("for roffset in range")[1:]
+    assert "tl.load(in_ptr0" in first and "eviction_policy='evict_last'" in first
+    assert "tl.load(in_ptr0" in second and "eviction_policy" not in second
+    assert "@l2:" not in looped
     x = softmax_inputs(8, 64, "bfloat16")
-    for program in (compile_one(g, k, CompileOptions()), compile_one(g, k, LOOPED)):
-        out, _ = run_program(program, [x])
+    for program, constants in ((compile_one(g, k, CompileOptions()), None), (compile_one(g, k, LOOPED), {"RBLOCK": 16})):
+        out, _ = run_program(program, [x], constants=constants)
         torch.testing.assert_close(out, torch.softmax(x.float(), -1).to(x.dtype), equal_nan=True)
+
+
+def test_a_row_read_in_one_pass_only_takes_the_default(builder):
+    """A sum over a looped row reads it once: no pass comes after, so no hint."""
+    x = builder.input("x", (4, 96), "float32")
+    builder.node("total", "sum", [x], (4, 1), "float32", dims=(1,), keepdim=True)
+    g = builder.graph(["total"])
+    source = compile_one(g, kernel("pipec_fused_sum_0", "reduction", ["total"], ["x"], ["total"], (4, 96),
+                                   (1,))).kernels[0].source
+    assert "for roffset in range" in source and "eviction_policy" not in source and "@l2:" not in source
 
 
 def test_row_configs_scale_warps_with_the_row():

@@ -21,9 +21,15 @@ from __future__ import annotations
 import sympy
 from pipec_ir import LaunchConfig
 
-# A row is reduced in registers when its power-of-two block of the widest row-level input
-# is at most this many bytes (8192 bf16 / 4096 fp32 elements).
-PERSISTENT_ROW_BYTES = 16384
+# A row is reduced in registers when its power-of-two block of every row-level input, as held
+# (fp32 for half types), is at most this many bytes: one row of 32768 bf16 or fp32 elements.
+# Measured on the H200 (benchmarks/kernels.py --cases long), persistent against looped:
+# layer_norm bf16 4096 x 16384 3.60 against 2.67 TB/s, fp32 8192 x 8192 4.11 against 3.59,
+# fp32 4096 x 16384 3.60 against 3.33; softmax bf16 2048 x 32768 3.01 against 2.75;
+# log_softmax fp32 2048 x 32768 4.02 against 2.90. (Inductor: 3.13, 4.07, 3.66, 1.91, 2.80.)
+PERSISTENT_ROW_BYTES = 131072
+# A scan's row is held whole up to this many bytes (fp32 4096; not measured beyond it).
+PERSISTENT_SCAN_BYTES = 16384
 # A column reduction (non-innermost dims) is persistent only up to this many rows.
 OUTER_PERSISTENT_LIMIT = 64
 # Elements a persistent program holds per warp (16 per thread of 32 lanes).

@@ -9,7 +9,7 @@ from pipec_ir import (
 from pipec_ir.symbolic import parse_expr
 from pipec_ir.types import Buffer, TensorType, get_attr
 
-from .configs import PERSISTENT_ROW_BYTES, pointwise_configs, reduction_configs, upper_bound
+from .configs import PERSISTENT_ROW_BYTES, PERSISTENT_SCAN_BYTES, pointwise_configs, reduction_configs, upper_bound
 from .matmul_choice import matmul_with_epilogue
 from .view_steps import reshape_args
 from .memory_plan import plan_program_memory
@@ -77,13 +77,14 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     nodes = graph.node_map()
     types = graph.types()
     limit = options.get("persistent_reduction_limit")  # rows up to this many elements; default: by bytes
-    row_bytes = int(options.get("persistent_reduction_bytes", PERSISTENT_ROW_BYTES))
+    row_bytes = options.get("persistent_reduction_bytes")  # default: the kernel kind's
     kernels, steps = [], []
     for kernel in plan.kernels:
         if kernel.kind in ("pointwise", "reduction", "scan"):
             writer = ScanWriter if kernel.kind == "scan" else KernelWriter
+            default_bytes = PERSISTENT_SCAN_BYTES if kernel.kind == "scan" else PERSISTENT_ROW_BYTES
             src = writer(graph, kernel, persistent_limit=None if limit is None else int(limit),
-                         persistent_bytes=row_bytes).write()
+                         persistent_bytes=default_bytes if row_bytes is None else int(row_bytes)).write()
             sizes = dict(src.sizes)
             if kernel.kind == "pointwise":
                 configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pipec_ir.ops import VIEW, kind_of
 
-from .configs import PERSISTENT_ROW_BYTES
+from .configs import PERSISTENT_SCAN_BYTES
 from .dtypes import FLOAT_COMPUTE, tl_compute
 from .writer import CodegenError, KernelWriter
 
@@ -55,7 +55,7 @@ class ScanWriter(KernelWriter):
     """KernelWriter for a `scan` kernel: the same index machinery, a row walk in scan order."""
 
     def __init__(self, graph, kernel, persistent_limit: int | None = None,
-                 persistent_bytes: int = PERSISTENT_ROW_BYTES):
+                 persistent_bytes: int = PERSISTENT_SCAN_BYTES):
         super().__init__(graph, kernel, persistent_limit=persistent_limit, persistent_bytes=persistent_bytes)
         scans = [n for n in kernel.nodes if self.nodes[n].op == "scan"]
         if len(scans) != 1 or len(self.reduced) != 1:

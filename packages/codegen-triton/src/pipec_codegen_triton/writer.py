@@ -16,6 +16,7 @@ row, and a final loop writes row-level outputs.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 
 import sympy
@@ -35,6 +36,8 @@ from .simplify import simplify_index
 
 
 _WRITER_IDS = itertools.count()
+_EVICT_LAST = ", eviction_policy='evict_last'"
+_L2_MARK = re.compile(r"@l2:(\w+):(\d+)@")  # a looped row's load: @l2:<pointer>:<pass>@, see _l2_hint
 
 
 class CodegenError(Exception):
@@ -183,6 +186,7 @@ class KernelWriter:
         # kept one, so blocks run wide along x and short along r, and loads stay coalesced.
         self.outer_reduction = self.is_reduction and bool(self.kept) and self.kept[-1] == len(domain) - 1
         self.persistent = self.is_reduction and self._fits_in_registers(persistent_limit, persistent_bytes)
+        self.row_passes = 0  # `for roffset` loops opened so far (a looped row's passes over it)
         self.size_symbols: set[sympy.Symbol] = set()
         self.value_params: dict[sympy.Expr, str] = {}  # symbolic `full` values -> int parameters ks0, ...
         self.hoisted: set[sympy.Symbol] = set()  # the symbols standing for those parameters
@@ -191,10 +195,11 @@ class KernelWriter:
         """Whether a whole row is reduced in one pass, held in registers ("persistent").
 
         `limit` (the `persistent_reduction_limit` option) caps the row length in elements when
-        given. Otherwise an innermost row is persistent when its power-of-two block of the
-        widest row-level input fits `budget` bytes (16 KiB: 8192 bf16 or 4096 fp32 elements,
-        spread over up to 16 warps); a column (non-innermost reduction) only when short, since
-        its block spans many columns.
+        given. Otherwise an innermost row is persistent when its power-of-two block of every
+        row-level input, as the values the kernel holds (fp32 for half types: 4 bytes at least),
+        fits `budget` bytes (128 KiB: one row of 32768 elements, bf16 or fp32, spread over up to
+        32 warps); a column (non-innermost reduction) only when short, since its block spans many
+        columns.
         """
         if not self.rnumel.is_Integer:
             return False
@@ -203,9 +208,9 @@ class KernelWriter:
             return rnumel <= limit
         if self.outer_reduction:
             return rnumel <= OUTER_PERSISTENT_LIMIT
-        itemsizes = [ITEMSIZE.get(self.types[i].dtype, 4) for i in self.kernel.inputs
-                     if tuple(self.types[i].shape) == self.domain]
-        return pow2_at_least(rnumel) * max(itemsizes, default=4) <= budget
+        held = [max(4, ITEMSIZE.get(self.types[i].dtype, 4)) for i in self.kernel.inputs
+                if tuple(self.types[i].shape) == self.domain]
+        return pow2_at_least(rnumel) * max(sum(held), 4) <= budget
 
     # ------------------------------------------------------------ helpers
 
@@ -362,20 +367,36 @@ class KernelWriter:
         text = f"(tl.full({self._block_shape(inner)}, 0, tl.int32) + ({self.print_index(expr)})).to({ctype})"
         return self.emit(scope, text), inner
 
-    def _keep_in_l2(self, row_level: bool) -> bool:
-        """Whether a load asks the L2 to evict its lines last: the row-level loads of a persistent
-        reduction (the rows and the per-column parameters such as a layer_norm's weight).
+    def _l2_hint(self, name: str, row_level: bool) -> str:
+        """The eviction_policy argument of a row-level load in a reduction kernel (else none).
 
-        Measured, not modelled (H200, benchmarks/layer_norm_variants.py's docstring): these kernels
-        read each row once, yet with `evict_last` layer_norm bf16 16384 x 4096 went from 3.87 to
-        3.97 TB/s and softmax bf16 8192 x 8192 from 3.90 to 3.96, i.e. to the speed of a copy.
-        The DRAM bytes are the same either way (ncu); the gain shows when the L2 starts full of
-        dirty lines written by the kernel before, which is how a kernel runs inside a model. The
-        kernel after it does not pay: a matmul, a layer_norm or a copy reading the output ran 2-3
-        µs faster as a pair. A pointwise chain gained nothing measurable, and loops over long
-        rows were not measured, so they keep the default policy.
+        A persistent row is read once, and asks the L2 to evict it last. Measured, not modelled
+        (H200, benchmarks/layer_norm_variants.py's docstring): with it layer_norm bf16 16384 x
+        4096 went from 3.87 to 3.97 TB/s and softmax bf16 8192 x 8192 from 3.90 to 3.96, i.e. to
+        the speed of a copy. The DRAM bytes are the same either way (ncu); the gain shows when the
+        L2 starts full of dirty lines written by the kernel before, which is how a kernel runs
+        inside a model. The kernel after it does not pay: a matmul, a layer_norm or a copy reading
+        the output ran as fast or faster as a pair. A pointwise chain gained nothing measurable.
+
+        A looped row is read once per pass over it: every pass but the last one that reads an
+        input keeps its lines (evict_last), so the next pass may find them in the L2; the last
+        read takes the default (H200, looped: log_softmax fp32 2048 x 32768 2.63 -> 2.90 TB/s,
+        layer_norm fp32 8192 x 8192 3.24 -> 3.59, softmax bf16 4096 x 50304 2.57 -> 2.63). Which pass is the last is known only once every pass is
+        written, so the load carries a mark that `_resolve_l2_marks` replaces.
         """
-        return self.kernel.kind == "reduction" and self.persistent and row_level
+        if self.kernel.kind != "reduction" or not row_level:
+            return ""
+        if self.persistent:
+            return _EVICT_LAST
+        return f"@l2:{self.in_ptr[name]}:{self.row_passes}@"
+
+    def _resolve_l2_marks(self, lines: list[str]) -> list[str]:
+        marks = {m.groups() for line in lines for m in _L2_MARK.finditer(line)}
+        last = {}
+        for ptr, row_pass in marks:
+            last[ptr] = max(last.get(ptr, -1), int(row_pass))
+        return [_L2_MARK.sub(lambda m: _EVICT_LAST if int(m.group(2)) < last[m.group(1)] else "", line)
+                for line in lines]
 
     def _load(self, name, index):
         t = self.types[name]
@@ -386,8 +407,7 @@ class KernelWriter:
             masks = ["xmask"]
         scope = self._scope(has_r)
         mask = f", mask={' & '.join(masks)}, other=0" if masks else ""
-        hint = ", eviction_policy='evict_last'" if self._keep_in_l2(has_r) else ""
-        text = f"tl.load({self.in_ptr[name]} + ({self.print_index(offset)}){mask}{hint})"
+        text = f"tl.load({self.in_ptr[name]} + ({self.print_index(offset)}){mask}{self._l2_hint(name, has_r)})"
         if t.dtype in ("float16", "bfloat16"):
             text += ".to(tl.float32)"
         if not masks:  # one element for every point: broadcast it, values are always blocks
@@ -397,7 +417,7 @@ class KernelWriter:
     # ------------------------------------------------------------ kernels
 
     def write(self) -> KernelSource:
-        body = self._write_body()
+        body = self._resolve_l2_marks(self._write_body())
         params = [*self.in_ptr.values(), *self.out_ptr.values(), "xnumel"]
         sizes = [("xnumel", self.xnumel)]
         if self.is_reduction:
@@ -557,6 +577,7 @@ class KernelWriter:
             scope.lines += ["    rindex = rbase",
                             self._mask("rmask", "rindex", "rnumel", self.rnumel, "RBLOCK", "[1, RBLOCK]")]
         else:
+            self.row_passes += 1
             scope = Scope([], inner=True, indent="        ")
             scope.lines += ["    for roffset in range(0, rnumel, RBLOCK):",
                             "        rindex = roffset + rbase",
