@@ -381,8 +381,9 @@ class KernelWriter:
         A looped row is read once per pass over it: every pass but the last one that reads an
         input keeps its lines (evict_last), so the next pass may find them in the L2; the last
         read takes the default (H200, looped: log_softmax fp32 2048 x 32768 2.63 -> 2.90 TB/s,
-        layer_norm fp32 8192 x 8192 3.24 -> 3.59, softmax bf16 4096 x 50304 2.57 -> 2.63). Which pass is the last is known only once every pass is
-        written, so the load carries a mark that `_resolve_l2_marks` replaces.
+        layer_norm fp32 8192 x 8192 3.24 -> 3.59, softmax bf16 4096 x 50304 2.57 -> 2.63).
+        Which pass is the last is known only once every pass is written, so the load carries a
+        mark that `_resolve_l2_marks` replaces.
         """
         if self.kernel.kind != "reduction" or not row_level:
             return ""
@@ -391,6 +392,7 @@ class KernelWriter:
         return f"@l2:{self.in_ptr[name]}:{self.row_passes}@"
 
     def _resolve_l2_marks(self, lines: list[str]) -> list[str]:
+        """The kernel's lines with each looped load's mark made its eviction_policy argument."""
         marks = {m.groups() for line in lines for m in _L2_MARK.finditer(line)}
         last = {}
         for ptr, row_pass in marks:
