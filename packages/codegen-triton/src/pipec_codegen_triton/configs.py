@@ -26,7 +26,7 @@ from pipec_ir import LaunchConfig
 # Measured on the H200 (benchmarks/kernels.py --cases long), persistent against looped:
 # layer_norm bf16 4096 x 16384 3.60 against 2.67 TB/s, fp32 8192 x 8192 4.11 against 3.59,
 # fp32 4096 x 16384 3.60 against 3.33; softmax bf16 2048 x 32768 3.01 against 2.75;
-# log_softmax fp32 2048 x 32768 4.02 against 2.90. (Inductor: 3.13, 4.07, 3.66, 1.91, 2.80.)
+# log_softmax fp32 2048 x 32768 4.02 against 2.90. (Inductor: 2.80-3.71, 4.07, 3.66, 1.91, 2.80.)
 PERSISTENT_ROW_BYTES = 131072
 # A scan's row is held whole up to this many bytes (fp32 4096; not measured beyond it).
 PERSISTENT_SCAN_BYTES = 16384
