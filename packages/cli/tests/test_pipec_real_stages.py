@@ -60,6 +60,32 @@ def test_explain_softmax(real_stages):
     json.loads(report.to_json())
 
 
+def test_explain_lists_each_kernel_and_how_it_runs(real_stages, capsys, tmp_path):
+    """Each graph's kernels: kind, shape, ops, and how each runs (a reduction's row held in
+    registers or looped; a matmul's alternatives, or a library call). Views are not kernels."""
+    def f(x, w):
+        return torch.softmax(x, dim=-1), torch.nn.functional.gelu(x @ w) + 1.0, x.t() @ x
+
+    x, w = torch.randn(8, 64), torch.randn(64, 16)
+    rows = {r["name"]: r for r in pipec.explain(f, x, w).graphs[0]["kernels"]}
+    softmax = next(r for r in rows.values() if "exp" in r["ops"])
+    assert softmax["kind"] == "reduction" and softmax["shape"] == ["8", "64"]
+    assert softmax["runs_as"] == "Triton, row held in registers"
+    epilogue = next(r for r in rows.values() if r["ops"][:1] == ["mm"] and "gelu" in r["ops"])
+    assert epilogue["runs_as"].startswith("the fastest of template, library")
+    assert any(r["ops"] == ["mm"] and r["runs_as"] == "a library call" for r in rows.values())
+    assert all(r["kind"] != "view" for r in rows.values())
+    long_rows = pipec.explain(lambda x: torch.softmax(x, dim=-1), torch.randn(2, 40000)).graphs[0]["kernels"]
+    assert [r["runs_as"] for r in long_rows] == ["Triton, row looped"]
+
+    path = tmp_path / "softmax_model.py"
+    path.write_text("import torch\nmodel = torch.nn.Softmax(-1)\nexample_inputs = (torch.randn(4, 32),)\n")
+    code, out, err = run(["explain", path], capsys)
+    assert code == 0, err
+    words = out.split()  # the table wraps at the terminal's width
+    assert all(w in words for w in ("kernel", "kind", "ops", "reduction", "held", "registers"))
+
+
 def test_cli_compile_example(real_stages, capsys):
     code, out, err = run(["compile", EXAMPLES / "mlp_gelu.py", "--json", "--output-code"], capsys)
     assert code == 0, err

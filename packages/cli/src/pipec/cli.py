@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -377,6 +378,20 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
     for g in report.graphs:
         stdout.print(f"graph {g['name']}: {g['op_count']} ops, {g['kernel_count']} kernels, "
                      f"{g['fusion_count']} fusions", markup=False)
+        if g.get("kernels"):
+            stdout.print(_kernel_table(g["kernels"]))
+
+
+def _kernel_table(rows: list[dict]):
+    """The graph's kernels: what each computes (kind, iteration shape, ops) and how it runs."""
+    table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
+    table.add_column("kernel", no_wrap=True)
+    for col in ("kind", "shape", "ops", "runs as"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        ops = r["ops"] if len(r["ops"]) <= 6 else [*r["ops"][:5], f"… ({len(r['ops'])} in all)"]
+        table.add_row(r["name"], r["kind"], "×".join(r["shape"]), ", ".join(ops), r["runs_as"])
+    return table
 
 
 def _fmt_cache(report) -> str:

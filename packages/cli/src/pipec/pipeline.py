@@ -74,6 +74,54 @@ def is_compute(node: pipec_ir.Node) -> bool:
         pipec_ir.kind_of(node.op) in COMPUTE_KINDS
 
 
+def _row_held(kernel: pipec_ir.TritonKernel) -> bool | None:
+    """A reduction kernel's row: held whole by every config (True), looped in blocks (False);
+    None for a kernel without rows. Read from the configs (RBLOCK against rnumel), which the IR
+    carries for any code generator; a loop forced over a short row is one block, so "held"."""
+    sizes = dict(kernel.sizes)
+    if "rnumel" not in sizes:
+        return None
+    rnumel = sizes["rnumel"]
+    blocks = [dict(c.constants).get("RBLOCK") for c in kernel.configs]
+    return bool(getattr(rnumel, "is_Integer", False)) and all(b is not None and b >= int(rnumel) for b in blocks)
+
+
+def plan_units(plan: pipec_ir.KernelPlan) -> list[dict]:
+    """The fusion stage's kernels: name, kind, iteration shape and the compute ops each holds."""
+    nodes = plan.graph.node_map()
+    return [{"name": k.name, "kind": k.kind, "shape": [str(d) for d in k.domain],
+             "ops": [nodes[n].op for n in k.nodes if n in nodes and is_compute(nodes[n])]} for k in plan.kernels]
+
+
+def kernel_rows(units: list[dict] | None, program: pipec_ir.Program) -> list[dict]:
+    """`units` (plan_units; one per Triton kernel when the plan is not known) with how each runs,
+    for `pipec explain`: a choice group's alternatives, a Triton kernel (a reduction's row held
+    in registers or looped), or a library call. Views without a kernel are left out."""
+    triton = {k.name: k for k in program.kernels}
+    alternatives: dict[str, list[str]] = {}
+    for step in program.steps:
+        group = pipec_ir.get_attr(step.attrs, "choice")
+        name = pipec_ir.get_attr(step.attrs, "alternative")
+        if group is not None and name is not None and name not in alternatives.setdefault(group, []):
+            alternatives[group].append(name)
+    if units is None:
+        units = [{"name": k.name, "kind": "", "shape": [], "ops": []} for k in program.kernels]
+    rows = []
+    for unit in units:
+        name = unit["name"]
+        if name in alternatives:
+            runs = "the fastest of " + ", ".join(alternatives[name])
+        elif name in triton:
+            held = _row_held(triton[name])
+            runs = "Triton" + {True: ", row held in registers", False: ", row looped", None: ""}[held]
+        elif unit["kind"] == "view":
+            continue  # index arithmetic on its consumers' loads: not a kernel
+        else:
+            runs = "a library call"
+        rows.append({**unit, "runs_as": runs})
+    return rows
+
+
 @dataclass
 class GraphStats:
     name: str
@@ -85,7 +133,9 @@ class GraphStats:
     not_fused: list[tuple[str, str, str]] = field(default_factory=list)  # (first, second, reason)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     kernels: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, Triton source)
+    kernel_rows: list[dict] = field(default_factory=list)  # kernel_rows(): each kernel and how it runs
     cache: dict[str, str] = field(default_factory=dict)  # stage -> "hit" | "miss" (stages looked up)
+    units: list[dict] | None = field(default=None, repr=False)  # plan_units(), once the plan is made
 
     def add_graph(self, graph: pipec_ir.Graph) -> None:
         self.op_count = sum(1 for n in graph.nodes if is_compute(n))
@@ -98,6 +148,7 @@ class GraphStats:
             1 for k in plan.kernels if sum(1 for n in k.nodes if n in nodes and is_compute(nodes[n])) > 1
         )
         self.not_fused = [(r.first, r.second, r.reason) for r in plan.rejected]
+        self.units = plan_units(plan)
 
     def add_program(self, program: pipec_ir.Program) -> None:
         # not counted: kernels only a non-default alternative of a choice group launches (docs/IR.md)
@@ -105,6 +156,7 @@ class GraphStats:
                  and not pipec_ir.get_attr(s.attrs, "default")}
         self.kernel_count = len([k for k in program.kernels if k.name not in other])
         self.kernels = [(k.name, k.source) for k in program.kernels]
+        self.kernel_rows = kernel_rows(self.units, program)
 
     def to_dict(self) -> dict:
         return {
@@ -113,6 +165,7 @@ class GraphStats:
             "extern_ops": [{"target": t, "reason": r} for t, r in self.extern_ops],
             "not_fused": [{"first": a, "second": b, "reason": r} for a, b, r in self.not_fused],
             "stage_seconds": dict(self.stage_seconds), "cache": dict(self.cache),
+            "kernels": list(self.kernel_rows),
         }
 
 
