@@ -143,12 +143,9 @@ class GraphStats:
                            if n.op == "extern"]
 
     def add_plan(self, plan: pipec_ir.KernelPlan) -> None:
-        nodes = plan.graph.node_map()
-        self.fusion_count = sum(
-            1 for k in plan.kernels if sum(1 for n in k.nodes if n in nodes and is_compute(nodes[n])) > 1
-        )
-        self.not_fused = [(r.first, r.second, r.reason) for r in plan.rejected]
         self.units = plan_units(plan)
+        self.fusion_count = sum(1 for unit in self.units if len(unit["ops"]) > 1)
+        self.not_fused = [(r.first, r.second, r.reason) for r in plan.rejected]
 
     def add_program(self, program: pipec_ir.Program) -> None:
         # not counted: kernels only a non-default alternative of a choice group launches (docs/IR.md)
