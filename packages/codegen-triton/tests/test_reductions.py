@@ -11,7 +11,7 @@ import pytest
 import torch
 from pipec_codegen_triton import generate_program
 from pipec_codegen_triton.configs import reduction_configs
-from pipec_codegen_triton.writer import KernelWriter
+from pipec_codegen_triton.writer import CodegenError, KernelWriter
 from pipec_ir import CompileOptions, KernelPlan
 import sympy
 
@@ -270,3 +270,11 @@ def test_row_configs_scale_warps_with_the_row():
     assert dict(short[0].constants)["XBLOCK"] > 1  # several short rows per program
     columns = reduction_configs(n(4096), n(100000), persistent=False, outer=True)
     assert all(dict(c.constants)["XBLOCK"] >= 16 for c in columns)
+
+
+@pytest.mark.parametrize("name", ["persistent_reduction_bytes", "persistent_reduction_limit"])
+@pytest.mark.parametrize("bad", ["abc", -1, 2.5, True])
+def test_row_budget_options_must_be_counts(builder, name, bad):
+    g, k = softmax_kernel(builder, 2, 8)
+    with pytest.raises(CodegenError, match=f"{name} must be a non-negative integer, got {bad!r}"):
+        compile_one(g, k, CompileOptions().with_extra(**{name: bad}))

@@ -72,19 +72,33 @@ def _library_step(kernel, nodes, types) -> Step:
                 make_attrs(args=node.attr("args"), kwargs=node.attr("kwargs")))
 
 
+def _count_option(options: CompileOptions, name: str) -> int | None:
+    """An option that is a count (elements, bytes): a non-negative integer, or None when not given."""
+    value = options.get(name)
+    if value is None:
+        return None
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = -1
+    if count < 0 or (isinstance(value, float) and value != count) or isinstance(value, bool):
+        raise CodegenError(f"{name} must be a non-negative integer, got {value!r}")
+    return count
+
+
 def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     graph = plan.graph
     nodes = graph.node_map()
     types = graph.types()
-    limit = options.get("persistent_reduction_limit")  # rows up to this many elements; default: by bytes
-    row_bytes = options.get("persistent_reduction_bytes")  # default: the kernel kind's
+    limit = _count_option(options, "persistent_reduction_limit")  # rows up to this many elements; default: by bytes
+    row_bytes = _count_option(options, "persistent_reduction_bytes")  # default: the kernel kind's
     kernels, steps = [], []
     for kernel in plan.kernels:
         if kernel.kind in ("pointwise", "reduction", "scan"):
             writer = ScanWriter if kernel.kind == "scan" else KernelWriter
             default_bytes = PERSISTENT_SCAN_BYTES if kernel.kind == "scan" else PERSISTENT_ROW_BYTES
-            src = writer(graph, kernel, persistent_limit=None if limit is None else int(limit),
-                         persistent_bytes=default_bytes if row_bytes is None else int(row_bytes)).write()
+            src = writer(graph, kernel, persistent_limit=limit,
+                         persistent_bytes=default_bytes if row_bytes is None else row_bytes).write()
             sizes = dict(src.sizes)
             if kernel.kind == "pointwise":
                 configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))
