@@ -385,9 +385,12 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
 def _kernel_table(rows: list[dict]):
     """The graph's kernels: what each computes (kind, iteration shape, ops) and how it runs."""
     table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
-    table.add_column("kernel", no_wrap=True)
-    for col in ("kind", "shape", "ops", "runs as"):
-        table.add_column(col, overflow="fold")
+    # kind and shape never wrap; the long columns share what is left of the terminal's width
+    table.add_column("kernel", overflow="fold", ratio=3)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("shape", no_wrap=True)
+    table.add_column("ops", overflow="fold", ratio=3)
+    table.add_column("runs as", overflow="fold", ratio=3)
     for r in rows:
         ops = r["ops"] if len(r["ops"]) <= 6 else [*r["ops"][:5], f"… ({len(r['ops'])} in all)"]
         table.add_row(r["name"], r["kind"], "×".join(r["shape"]), ", ".join(ops), r["runs_as"])
