@@ -35,7 +35,7 @@ reducing this one 3.16-3.67; one warp per row (Gluon, reductions by shuffles alo
 2 rows per 8-warp program 3.755 -> 3.875 TB/s, 2 rows per 4 warps 3.697 -> 3.869, a flat copy
 3.87 -> 3.99, against torch's copy 3.89. Loads `evict_first` cost 4-5%, stores `evict_last`
 or `evict_first` nothing or up to 1%. It is not a carry-over between calls: ncu
-(--cache-control none, each call after do_bench's flush) counts 134.2 MB read and 134.6-135.2
+(--cache-control none, each call after do_bench's flush) counts 134.2 MB read and 134.3-136.7
 MB written either way, and resetting persisting L2 lines after the flush
 (cudaCtxResetPersistingL2Cache) keeps the gain (3.900). In isolation under ncu (the flush's
 dirty lines written back by then) both run 66.5 us: the gain needs an L2 full of dirty lines
