@@ -38,8 +38,9 @@ or `evict_first` nothing or up to 1%. It is not a carry-over between calls: ncu
 (--cache-control none, each call after do_bench's flush) counts 134.2 MB read and 134.3-136.7
 MB written either way, and resetting persisting L2 lines after the flush
 (cudaCtxResetPersistingL2Cache) keeps the gain (3.900). In isolation under ncu (the flush's
-dirty lines written back by then) the layer_norm runs 66.5-68.7 us without the hint and 66.5-66.8 with it: the gain needs an L2 full of dirty lines
-at the start, which is how a kernel runs after the one that wrote its input. The kernel after
+dirty lines written back by then) the layer_norm runs 66.5-68.7 us without the hint and
+66.5-66.8 with it: the gain needs an L2 full of dirty lines at the start, which is how a
+kernel runs after the one that wrote its input. The kernel after
 it does not pay: timed as pairs (two runs), layer_norm then a matmul reading its output
 252.3 -> 250.4 and 252.7 -> 252.4 us, then a second layer_norm 139.3 -> 137.1 and 138.5 ->
 138.3, then a copy 138.8 -> 135.6 and 136.9 -> 135.0. In pipec's suite (same day): layer_norm
