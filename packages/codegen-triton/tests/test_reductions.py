@@ -278,3 +278,68 @@ def test_row_budget_options_must_be_counts(builder, name, bad):
     g, k = softmax_kernel(builder, 2, 8)
     with pytest.raises(CodegenError, match=f"{name} must be a non-negative integer, got {bad!r}"):
         compile_one(g, k, CompileOptions().with_extra(**{name: bad}))
+
+
+def layer_norm_backward_kernel(b, rows, cols, dtype="float32"):
+    """layer_norm's input gradient as AOTAutograd writes it, with grad * x_hat kept for the weight's
+    gradient: grad, grad * weight and x_hat are all still needed after the second sum."""
+    shape, per_row = (rows, cols), (rows, 1)
+    gy, x, w = b.input("gy", shape, dtype), b.input("x", shape, dtype), b.input("w", (cols,), dtype)
+    mean, rstd = b.input("mean", per_row, "float32"), b.input("rstd", per_row, "float32")
+    b.node("g", "cast", [gy], shape, "float32")
+    b.node("xf", "cast", [x], shape, "float32")
+    b.node("w_e", "expand", [w], shape, dtype)
+    b.node("gw", "mul", ["g", "w_e"], shape, "float32")
+    b.node("s1", "sum", ["gw"], per_row, "float32", dims=(1,), keepdim=True)
+    b.node("mean_e", "expand", [mean], shape, "float32")
+    b.node("rstd_e", "expand", [rstd], shape, "float32")
+    b.node("xc", "sub", ["xf", "mean_e"], shape, "float32")
+    b.node("xhat", "mul", ["xc", "rstd_e"], shape, "float32")
+    b.node("gwx", "mul", ["gw", "xhat"], shape, "float32")
+    b.node("s2", "sum", ["gwx"], per_row, "float32", dims=(1,), keepdim=True)
+    b.node("gxhat", "mul", ["g", "xhat"], shape, "float32")
+    b.node("s1_e", "expand", ["s1"], shape, "float32")
+    b.node("s2_e", "expand", ["s2"], shape, "float32")
+    b.node("a", "sub", ["gw", "s1_e"], shape, "float32")
+    b.node("bterm", "mul", ["xhat", "s2_e"], shape, "float32")
+    b.node("c", "sub", ["a", "bterm"], shape, "float32")
+    b.node("dxf", "mul", ["c", "rstd_e"], shape, "float32")
+    b.node("dx", "cast", ["dxf"], shape, dtype)
+    g = b.graph(["dx", "gxhat"])
+    names = [n.name for n in g.nodes]
+    return g, kernel("pipec_fused_ln_backward_0", "reduction", names, ["gy", "x", "w", "mean", "rstd"],
+                     ["dx", "gxhat"], shape, (1,))
+
+
+@pytest.mark.parametrize("cols,dtype,persistent", [(8192, "float32", True), (16384, "bfloat16", False),
+                                                    (4096, "bfloat16", True)])
+def test_rows_count_what_lives_across_a_reduction(builder, cols, dtype, persistent):
+    """layer_norm's backward keeps three fp32 rows across its second sum (12 bytes per element): held at
+    8192 columns (96 KiB), looped at 16384 (192 KiB), where holding them spilled on the H200."""
+    from pipec_codegen_triton.row_budget import held_bytes_per_element
+
+    g, k = layer_norm_backward_kernel(builder, 2, cols, dtype)
+    assert held_bytes_per_element(g.node_map(), g.types(), k.nodes, k.inputs, k.outputs, k.domain) == 12
+    assert KernelWriter(g, k).persistent == persistent
+
+
+def test_rows_live_across_softmax_are_one(builder):
+    """Softmax keeps one row across each reduction (x across the max, exp across the sum)."""
+    from pipec_codegen_triton.row_budget import held_bytes_per_element
+
+    g, k = softmax_kernel(builder, 2, 64, "bfloat16")
+    assert held_bytes_per_element(g.node_map(), g.types(), k.nodes, k.inputs, k.outputs, k.domain) == 4
+
+
+@pytest.mark.parametrize("options,constants", [(CompileOptions(), None), (LOOPED, {"RBLOCK": 16})])
+def test_layer_norm_backward_rows_held_or_looped(builder, options, constants):
+    g, k = layer_norm_backward_kernel(builder, 5, 48, "float32")
+    torch.manual_seed(0)
+    gy, x, w = torch.randn(5, 48), torch.randn(5, 48), torch.randn(48)
+    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    rstd = torch.rsqrt(var + 1e-5)
+    dx, gxhat = run_program(compile_one(g, k, options), [gy, x, w, mean, rstd], constants=constants)
+    xhat, gw = (x - mean) * rstd, gy * w
+    expected = (gw - gw.sum(-1, keepdim=True) - xhat * (gw * xhat).sum(-1, keepdim=True)) * rstd
+    torch.testing.assert_close(dx, expected)
+    torch.testing.assert_close(gxhat, gy * xhat)

@@ -21,15 +21,19 @@ from __future__ import annotations
 import sympy
 from pipec_ir import LaunchConfig
 
-# A row is reduced in registers when its power-of-two block of every row-level input, as held
-# (fp32 for half types), is at most this many bytes: one row of 32768 bf16 or fp32 elements.
+# A row is reduced in registers when its power-of-two block of what the kernel holds at once
+# (row_budget.py: its row-level inputs, or the rows live across a reduction if more; fp32 for
+# half types) is at most this many bytes: one row of 32768 bf16 or fp32 elements.
 # Measured on the H200 (benchmarks/kernels.py --cases long), persistent against looped:
 # layer_norm bf16 4096 x 16384 3.60 against 2.67 TB/s, fp32 8192 x 8192 4.11 against 3.59,
 # fp32 4096 x 16384 3.60 against 3.33; softmax bf16 2048 x 32768 3.01 against 2.75;
 # log_softmax fp32 2048 x 32768 4.02 against 2.90. (Inductor: 2.80-3.71, 4.07, 3.66, 1.91, 2.80.)
 PERSISTENT_ROW_BYTES = 131072
-# A scan's row is held whole up to this many bytes (fp32 4096; not measured beyond it).
-PERSISTENT_SCAN_BYTES = 16384
+# A scan's row is held whole up to this many bytes (fp32 16384). H200, held against looped
+# (benchmarks/scan_bench.py --cases "mid rows"): cumsum fp32 2048 x 8192 3.61 against 3.37 TB/s,
+# fp32 1024 x 16384 3.55 against 3.26, logcumsumexp fp32 2048 x 8192 1.23 against 0.94; at
+# bf16 1024 x 32768 (128 KiB held) no gain, 3.02 against 3.06, so the budget stops below it.
+PERSISTENT_SCAN_BYTES = 65536
 # A column reduction (non-innermost dims) is persistent only up to this many rows.
 OUTER_PERSISTENT_LIMIT = 64
 # Elements a persistent program holds per warp (16 per thread of 32 lanes).
