@@ -15,6 +15,7 @@ import torch
 from torch.nn import functional as F
 
 import pipec
+import pipec_ir
 from conftest import ROOT, check_dynamic_training
 from training_models import Block, TinyCNN, TinyLM
 
@@ -196,3 +197,28 @@ def test_dynamic_training_backward_takes_sizes_only_an_int_carries():
     AOTAutograd passes as an int (no tensor of the backward graph has it): the graph takes it
     as a size-only input (docs/IR.md, "Graph"), so the gradients match eager at every size."""
     check_dynamic_training(lambda x: x.sum(1) * 2 + x[:, -3:].mean(1), (5, 7, 3))
+
+
+def test_bf16_layer_norm_backward_recomputes_instead_of_storing_fp32(tmp_path):
+    """The weight and bias gradients' column sums recompute the fp32 output gradient (and
+    gradient x x_hat) from the bf16 tensors instead of reading fp32 copies the row kernel stored:
+    its only output is the input gradient. Gradients match eager at bf16 tolerance."""
+    torch.manual_seed(0)
+    model = torch.nn.LayerNorm(64).to(torch.bfloat16)
+    with torch.no_grad():
+        model.weight.normal_()
+        model.bias.normal_()
+    x = torch.randn(8, 64, dtype=torch.bfloat16, requires_grad=True)
+    grad_out = torch.randn(8, 64, dtype=torch.bfloat16)
+    model(x).backward(grad_out)
+    expected = [x.grad.clone(), model.weight.grad.clone(), model.bias.grad.clone()]
+    x.grad = model.weight.grad = model.bias.grad = None
+    pipec.compile(model, dump_dir=str(tmp_path))(x).backward(grad_out)
+    for got, want in zip([x.grad, model.weight.grad, model.bias.grad], expected):
+        torch.testing.assert_close(got, want, atol=3e-2, rtol=1.6e-2)
+    (plan_file,) = tmp_path.glob("*_backward.fusion.json")
+    plan = pipec_ir.loads(plan_file.read_text())
+    (row,) = [k for k in plan.kernels if k.kind == "reduction" and k.reduce_dims == (1,)]
+    columns = [k for k in plan.kernels if k.kind == "reduction" and k.reduce_dims == (0,)]
+    assert len(row.outputs) == 1 and len(columns) == 2
+    assert not any(set(k.inputs) & set(row.outputs) for k in columns)

@@ -7,6 +7,7 @@
       -> build_kernels         nodes / inputs / outputs / domain, plus view kernels
       -> order_and_name        topological order, readable unique names
       -> verify
+      -> recompute_stored      cheap stored values copied into the kernels reading them, fused again
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pipec_ir.verify import is_multi_result
 from .analysis import GraphAnalysis, group_kind_of
 from .heuristics import GroupInfo, Heuristics
 from .legality import MATMUL_OPS, Group, GroupCheck, check_group, cycle_through, merged_group
+from .recompute_stored import find_candidates, landed, rewrite
 from .scan_rules import scan_domain
 
 
@@ -113,12 +115,26 @@ class _State:
 
 
 def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None) -> KernelPlan:
-    """Partition `graph` into kernels, fusing what legality allows and `heuristics` wants."""
+    """Partition `graph` into kernels, fusing what legality allows and `heuristics` wants; then
+    recompute cheap stored values where they are read (recompute_stored.py)."""
     verify(graph)
+    plan, state = _fuse_once(graph, heuristics, policy)
+    candidates = find_candidates(state.an, state.groups, state.owner, heuristics)
+    while candidates:
+        rewritten, copies = rewrite(graph, state.an, candidates)
+        again, _ = _fuse_once(rewritten, heuristics, policy)
+        kept = [c for c in candidates if landed(again, c, copies[c])]
+        if len(kept) == len(candidates):
+            return again
+        candidates = kept
+    return plan
+
+
+def _fuse_once(graph: Graph, heuristics: Heuristics, policy: str | None):
     an = GraphAnalysis(graph)
     state = _State(an)
     fusions, rejected = merge_greedily(state, heuristics)
-    return build_plan(state, graph, policy or heuristics.name, fusions, rejected)
+    return build_plan(state, graph, policy or heuristics.name, fusions, rejected), state
 
 
 # ---------------------------------------------------------------- greedy merging

@@ -31,6 +31,9 @@ CREATION_OPS = frozenset({"full", "iota"})
 CHEAP_RECOMPUTE_OPS = frozenset({"identity", "cast", "neg", "add", "sub", "mul", "abs"})
 CHEAP_RECOMPUTE_MAX_OPS = 4
 CHEAP_RECOMPUTE_RATIO = 16  # the consumer's domain is at least this many times larger
+# A stored value another kernel reads is computed again there when it takes at most this many
+# of those ops and reads no more bytes than the value (recompute_stored.py).
+RECOMPUTE_STORED_MAX_OPS = 8
 # A GEMM epilogue merge scores below every plain vertical merge, so pointwise chains first join
 # each other and any reduction they feed: a residual add after a Linear then goes into the next
 # LayerNorm (which reads the product and the residual, and writes the sum it needs anyway), not
@@ -67,6 +70,12 @@ class Heuristics:
 
     def why_not(self, first: GroupInfo, second: GroupInfo, kind: str) -> str:
         return f"heuristics: policy {self.name!r} does not fuse this {kind} pair"
+
+    def recompute_stored(self, ops: tuple[str, ...], read_bytes: int, stored_bytes: int) -> bool:
+        """A kernel stores a value only for another kernel to read: should that kernel compute it
+        again (`ops`, reading `read_bytes` per element) instead of reading it (`stored_bytes`)?
+        See recompute_stored.py. The base class never does."""
+        return False
 
 
 class NoFusion(Heuristics):
@@ -136,6 +145,12 @@ class DefaultHeuristics(Heuristics):
         if kind == "recompute" and cheap_broadcast(first, second):
             return 0.9
         return None
+
+    def recompute_stored(self, ops, read_bytes, stored_bytes):
+        """A short chain of cheap ops that reads no more bytes than the stored value: the reader
+        computes it again, and the store goes when nothing else reads it."""
+        return (len(ops) <= RECOMPUTE_STORED_MAX_OPS and read_bytes <= stored_bytes
+                and all(op in CHEAP_RECOMPUTE_OPS or op in CREATION_OPS for op in ops))
 
     def why_not(self, first, second, kind):
         if self._too_big(first, second):

@@ -1,0 +1,88 @@
+"""Cheap stored values recomputed by the kernels that read them (recompute_stored.py).
+
+The graph is layer_norm's backward as AOTAutograd writes it: the bf16 output gradient cast to
+fp32 feeds the row kernel (the input gradient) and two column sums (bias and weight gradients).
+"""
+
+import pytest
+from fusion_graphs import GraphBuilder
+from pipec_ir import CompileOptions
+
+from pipec_fusion import DefaultHeuristics, Heuristics, fuse_graph, preset
+
+OPTS = CompileOptions()
+
+
+def layer_norm_backward(rows=16, cols=64, grad_dtype="bfloat16", extra=None):
+    g = GraphBuilder("ln_backward")
+    gy = g.input("gy", [rows, cols], grad_dtype)
+    x = g.input("x", [rows, cols], grad_dtype)
+    w = g.input("w", [cols])
+    mean, rstd = g.input("mean", [rows, 1]), g.input("rstd", [rows, 1])
+    gf = g.node("cast", (gy,), [rows, cols], name="gf")
+    xf = g.node("cast", (x,), [rows, cols], name="xf")
+    xhat = g.pw("mul", g.pw("sub", xf, g.expand(mean, [rows, cols])), g.expand(rstd, [rows, cols]))
+    gw = g.pw("mul", gf, g.expand(g.reshape(w, [1, cols]), [rows, cols]))
+    s1 = g.reduce("sum", gw, (1,), keepdim=True)
+    s2 = g.reduce("sum", g.pw("mul", gw, xhat), (1,), keepdim=True)
+    dx = g.pw("mul", g.pw("sub", g.pw("sub", gw, g.expand(s1, [rows, cols])),
+                          g.pw("mul", xhat, g.expand(s2, [rows, cols]))), g.expand(rstd, [rows, cols]))
+    gxhat = g.pw(extra or "mul", gf, xhat)
+    dw = g.reduce("sum", gxhat, (0,))
+    db = g.reduce("sum", gf, (0,))
+    return g.build(dx, dw, db)
+
+
+def kernel_reading(plan, value):
+    return [k for k in plan.kernels if value in k.inputs]
+
+
+def test_column_sums_recompute_the_fp32_gradient_instead_of_reading_it():
+    plan = preset("default").fuse(layer_norm_backward(), OPTS)
+    row, *columns = [k for k in plan.kernels if k.kind == "reduction"]
+    assert len(plan.kernels) == 3 and len(columns) == 2
+    assert row.reduce_dims == (1,) and all(k.reduce_dims == (0,) for k in columns)
+    # the row kernel stores only the input gradient; the column sums read the bf16 inputs
+    assert len(row.outputs) == 1
+    for k in columns:
+        assert "gy" in k.inputs and "gf" not in k.inputs
+        assert not any(n.startswith("gf") for n in row.outputs)
+    weight_sum = next(k for k in columns if "x" in k.inputs)
+    assert set(weight_sum.inputs) == {"gy", "x", "mean", "rstd"}
+    # the copies are nodes of the plan's graph, each in one kernel
+    names = {n.name for n in plan.graph.nodes}
+    copies = [n for k in columns for n in k.nodes if n.endswith(tuple(f"_rc{i}" for i in range(4)))]
+    assert copies and set(copies) <= names
+
+
+def test_policy_none_and_the_base_class_never_recompute():
+    graph = layer_norm_backward()
+    plan = preset("none").fuse(graph, OPTS)
+    assert plan.graph == graph
+    assert Heuristics().recompute_stored(("cast",), 2, 4) is False
+    assert DefaultHeuristics().recompute_stored(("cast",), 2, 4) is True
+
+
+def test_a_value_cheaper_to_read_stays_stored():
+    """fp32 gradients: recomputing gf * x_hat reads gy and x (8 bytes) against 4: stored."""
+    plan = preset("default").fuse(layer_norm_backward(grad_dtype="float32"), OPTS)
+    row = next(k for k in plan.kernels if k.reduce_dims == (1,))
+    weight_sum = next(k for k in plan.kernels if k.reduce_dims == (0,) and "x" not in k.inputs
+                      and "gy" not in k.inputs)
+    assert weight_sum.inputs[0] in row.outputs
+
+
+@pytest.mark.parametrize("op", ["atan2", "pow"])
+def test_costly_ops_are_not_recomputed(op):
+    plan = preset("default").fuse(layer_norm_backward(extra=op), OPTS)
+    row = next(k for k in plan.kernels if k.reduce_dims == (1,))
+    assert len(row.outputs) == 2  # the input gradient and gf (op) x_hat, read by the weight's sum
+
+
+def test_the_pass_leaves_graphs_without_candidates_alone():
+    g = GraphBuilder("plain")
+    x = g.input("x", [8, 16])
+    y = g.pw("exp", x)
+    graph = g.build(y, g.reduce("sum", y, (0,)))
+    plan = fuse_graph(graph, DefaultHeuristics())
+    assert plan.graph is graph
