@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
+from policies import POLICIES, register_policies
 from torch import nn
 from torch.nn import functional as F
 
@@ -228,6 +229,8 @@ def parse_args(argv=None):
                    help="comma-separated subset of eager,inductor,pipec (eager always runs: it is the reference)")
     p.add_argument("--warmup-ms", type=int, default=200)
     p.add_argument("--rep-ms", type=int, default=1000)
+    p.add_argument("--pipec-fusion", default="default",
+                   help="pipec's fusion policy (also policies.py's, e.g. default-stored)")
     p.add_argument("--autotune-configs", type=int, default=None,
                    help="pipec times only the first N launch configs per kernel (a faster compile)")
     return p.parse_args(argv)
@@ -257,6 +260,10 @@ def main(argv=None) -> int:
           f"{torch.cuda.get_device_name()}", flush=True)
 
     pipec_options = {} if args.autotune_configs is None else {"autotune_configs": args.autotune_configs}
+    if args.pipec_fusion != "default":
+        if args.pipec_fusion in POLICIES:
+            register_policies()
+        pipec_options["fusion"] = args.pipec_fusion
     compilers = {
         "eager": lambda: Regions(),
         "inductor": lambda: compiled_regions(torch.compile),
