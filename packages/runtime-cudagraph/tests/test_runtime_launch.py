@@ -275,6 +275,24 @@ def test_specialized_run_guards_take_the_general_path(options):
         run([x])
 
 
+def test_a_non_contiguous_input_is_specialized_on_its_strides(options):
+    """A backward graph gets its saved tensors with the same (non-contiguous) layout every call:
+    the specialized run guards on those strides and copies the input, as the general path does;
+    a contiguous input of the same sizes fails that guard and takes the general path."""
+    run = load_launch(add_program(20), options)
+    y = torch.randn(20)
+    nc = torch.randn(40)[::2]
+    torch.testing.assert_close(run([nc, y])[0], nc + y)
+    source = next(iter(run.specialized.values()))[1].source
+    assert ".stride() !=" in source and ".contiguous()" in source
+    other = torch.randn(40)[1::2]
+    assert run._run_specialized([other, y]) is not None, "same strides: the specialized run"
+    torch.testing.assert_close(run([other, y])[0], other + y)
+    x = torch.randn(20)
+    assert run._run_specialized([x, y]) is None, "contiguous: the guard sends it to the general path"
+    torch.testing.assert_close(run([x, y])[0], x + y)
+
+
 def test_launch_hooks_are_seen_only_when_set():
     """Triton >= 3.5 keeps an empty `HookChain` in the launch-hook knobs: that is no hook
     (the fast launch path stays on); a profiler's hook in the chain turns it off."""

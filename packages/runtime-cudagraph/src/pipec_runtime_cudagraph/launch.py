@@ -63,6 +63,17 @@ def describe_config(config) -> str:
     return f"{blocks} warps={config.num_warps} stages={config.num_stages}"
 
 
+def input_strides(inputs) -> list | None:
+    """Per input: None if it is a contiguous tensor, else its strides; None for the whole list
+    if an input is not a tensor (`prepare` then says why)."""
+    out = []
+    for t in inputs:
+        if not isinstance(t, torch.Tensor):
+            return None
+        out.append(None if t.is_contiguous() else tuple(t.stride()))
+    return out
+
+
 class ProgramLoadError(RuntimeError):
     """The program cannot be run by this runtime (unknown extern, bad kernel arity...)."""
 
@@ -916,12 +927,14 @@ class ProgramRunner:
             out = self._run_specialized(inputs)
             if out is not None:
                 return out
+        may_specialize = self.specialize and len(self.specialized) < MAX_SPECIALIZED
+        strides = input_strides(inputs) if may_specialize else None  # before `prepare` copies any
         inputs, symvals, device = self.prepare(inputs)
-        specialize = self.specialize and symvals not in self.specialized and len(self.specialized) < MAX_SPECIALIZED
+        specialize = may_specialize and symvals not in self.specialized
         observed = {} if specialize else None  # the layouts the specialized run builds on
         out = self.run(inputs, symvals, device, observed)
         if specialize:
-            self._specialize(symvals, device, observed)
+            self._specialize(symvals, device, observed, strides)
         return out
 
     def _run_specialized(self, inputs) -> list | None:
@@ -940,9 +953,11 @@ class ProgramRunner:
             return None
         return run(inputs, self._raw_stream(device_index))
 
-    def _specialize(self, symvals: tuple, device: torch.device, observed: dict | None = None) -> None:
+    def _specialize(self, symvals: tuple, device: torch.device, observed: dict | None = None,
+                    strides: list | None = None) -> None:
         """Build the specialized run for `symvals` on `device` (a plain CUDA device that is the
-        current one, or the CPU under the interpreter); other cases keep the general path."""
+        current one, or the CPU under the interpreter); other cases keep the general path.
+        `strides`: per input, None if it was contiguous, else its strides (input_strides)."""
         from .specialize import build_specialized
 
         if device.type == "cuda":
@@ -953,7 +968,7 @@ class ProgramRunner:
                 self._raw_stream = current_stream_getter()
         elif not (device.type == "cpu" and interpreter_active()):
             return
-        run = build_specialized(self, self.steps_for(device), symvals, device, observed or {})
+        run = build_specialized(self, self.steps_for(device), symvals, device, observed or {}, strides)
         if run is None:
             return
         self.specialized[symvals] = (device.index if device.type == "cuda" else -1, run)

@@ -62,10 +62,12 @@ class _Source:
         self.lines.append("    " * indent + line)
 
 
-def build_specialized(runner, plan, symvals: tuple, device: torch.device, observed: dict | None = None):
+def build_specialized(runner, plan, symvals: tuple, device: torch.device, observed: dict | None = None,
+                      strides: list | None = None):
     """The specialized run of `runner` at `symvals` on `device`, or None (a choice group
     has not picked an alternative for these sizes yet). `observed`: the tensor layouts a
-    general run at these sizes made ({value: (shape, stride, dtype)}; views.py).
+    general run at these sizes made ({value: (shape, stride, dtype)}; views.py). `strides`:
+    the inputs' layouts at that run (input_strides), which the guards then expect.
 
     `plan` is the runner's step list for the device: `_Launch`, `_Extern` and choice-group
     steps (each replaced here by the alternative it runs at these sizes)."""
@@ -84,7 +86,7 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
         src.namespace["EMPTY_STRIDED"] = fast
     device_index = device.index if device.type == "cuda" else -1
     names = [var[runner.index[b.name]] for b in runner.program.inputs]
-    header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)")
+    header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)", strides)
     after = release_points(flat, runner)
     allocs = _allocations(runner, flat, symvals, src, var, after)
     for k, (objs, _) in enumerate(flat):
@@ -287,22 +289,34 @@ def _strided_allocator(device: torch.device):
 
 
 def guard_lines(src: _Source, runner, symvals: tuple, device_index: int, names: list[str],
-                signature: str) -> list[str]:
+                signature: str, strides: list | None = None) -> list[str]:
     """`def <signature>:` and the checks `prepare` makes, specialized to `symvals`: each
     input's dtype, shape, device (`get_device()`: -1 on the CPU) and contiguity; any
-    failing check returns None (the caller then takes its general path)."""
+    failing check returns None (the caller then takes its general path).
+
+    An input that was not contiguous when the run was specialized (`strides[k]`, its strides
+    then) is guarded on those strides and copied to a contiguous tensor, as `prepare` does:
+    a backward graph's saved tensors (a transposed weight, an attention output) arrive with
+    the same layout every step, and were sending every call down the general path."""
     lines = [f"def {signature}:", f"    if len(inputs) != {len(names)}: return None"]
     if names:
         lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = inputs")
-    checks = []
-    for name, dtype, shape_fn in zip(names, runner.input_dtypes, runner.input_shapes):
+    checks, copies = [], []
+    for k, (name, dtype, shape_fn) in enumerate(zip(names, runner.input_dtypes, runner.input_shapes)):
         d = src.const("D", dtype)
         s = src.const("S", torch.Size(shape_fn(*symvals)))
+        stride = strides[k] if strides is not None and k < len(strides) else None
+        if stride is None:
+            layout = f"not {name}.is_contiguous()"
+        else:
+            layout = f"{name}.stride() != {src.const('T', stride)}"
+            copies.append(f"    {name} = {name}.contiguous()")
         checks.append(f"{name}.dtype is not {d} or {name}.shape != {s} or {name}.get_device() != {device_index} "
-                      f"or not {name}.is_contiguous()")
+                      f"or {layout}")
     for i in range(0, len(checks), 4):  # short lines keep the source readable in a traceback
         lines.append(f"    if {' or '.join(checks[i:i + 4])}: return None")
-    return lines
+    return lines + copies
+
 
 
 def compile_source(lines: list[str], namespace: dict, filename: str):
