@@ -280,15 +280,16 @@ def test_a_non_contiguous_input_is_specialized_on_its_strides(options):
     the specialized run guards on those strides and copies the input, as the general path does;
     a contiguous input of the same sizes fails that guard and takes the general path."""
     run = load_launch(add_program(20), options)
-    y = torch.randn(20)
-    nc = torch.randn(40)[::2]
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # CPU inputs on a CUDA machine are moved: no fast path
+    y = torch.randn(20, device=dev)
+    nc = torch.randn(40, device=dev)[::2]
     torch.testing.assert_close(run([nc, y])[0], nc + y)
     source = next(iter(run.specialized.values()))[1].source
     assert ".stride() !=" in source and ".contiguous()" in source
-    other = torch.randn(40)[1::2]
+    other = torch.randn(40, device=dev)[1::2]
     assert run._run_specialized([other, y]) is not None, "same strides: the specialized run"
     torch.testing.assert_close(run([other, y])[0], other + y)
-    x = torch.randn(20)
+    x = torch.randn(20, device=dev)
     assert run._run_specialized([x, y]) is None, "contiguous: the guard sends it to the general path"
     torch.testing.assert_close(run([x, y])[0], x + y)
 
