@@ -428,3 +428,19 @@ def test_pingpong_stores_an_fp32_output_through_pointers():
     kern = _pingpong(compile_plan(b.graph(["wide"]), kernels))
     assert "c_desc = a_desc  # unused: no output leaves through TMA" in kern.source
     assert "gl.store(out_ptr0" in kern.source
+
+
+@pytest.mark.parametrize("dims,dtype,target", [
+    ((8192, 768, 50257), "bfloat16", "pipec.mm_padded.default"),  # GPT-2's LM head, backward
+    ((50257, 8192, 768), "float16", "pipec.mm_padded.default"),
+    ((8192, 768, 768), "bfloat16", "aten.mm.default"),  # aligned
+    ((8192, 768, 50257), "float32", "aten.mm.default"),  # no 16-byte rule for fp32 here
+])
+def test_misaligned_half_products_call_the_padded_mm(builder, dims, dtype, target):
+    from pipec_codegen_triton.matmul_choice import library_target
+
+    m, n, k = dims
+    a, b = builder.input("a", (m, k), dtype), builder.input("b", (k, n), dtype)
+    builder.node("p", "mm", [a, b], (m, n), dtype)
+    g = builder.graph(["p"])
+    assert library_target(g.node_map()["p"], g.types()) == target

@@ -45,6 +45,12 @@ RELEASED = {
         "kernel_plan": "c0f5c4d8b02db2781514f12518105a350b39170d23f9a357a5ab04b056bec9da",
         "program": "89e75fc03cf4d5347cc8fd6b7fe4c4fbe6a8fdd99891af9ca7ab28513a280583",
     },
+    # 1.5: the `pipec.mm_padded` extern target (docs/IR.md). Same structure.
+    (1, 5): {
+        "graph": "b4efcc53d9eeaa7d23bf5b41255874224c1dd73380546a6cc269cb54de391b11",
+        "kernel_plan": "7c45f00b1387eb5fe257992cde2c97da5dcf4add1a39d3848179ab1d97970c13",
+        "program": "b588bd4a394846a1ece03931c7636582e3ae427c28b3d7108224a9498f9b61d2",
+    },
 }
 
 

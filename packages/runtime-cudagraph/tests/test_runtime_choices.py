@@ -130,3 +130,24 @@ def test_an_alternative_that_disagrees_with_the_default_is_never_picked(monkeypa
     half = torch.tensor([8.0, 0.5], dtype=torch.bfloat16)
     assert disagreement([half + torch.tensor([0.0625, 0.0], dtype=torch.bfloat16)], [half]) is None
     assert "max error" in disagreement([half + torch.tensor([1.0, 0.0], dtype=torch.bfloat16)], [half])
+
+
+@pytest.mark.parametrize("m,k,n", [(24, 50, 16), (25, 48, 16), (24, 48, 13), (9, 11, 7), (24, 48, 16)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_mm_padded_is_mm(monkeypatch, m, k, n, transposed):
+    """`pipec.mm_padded` pads M, K and N to multiples of 8 with zeros (here on any device, the
+    size threshold lowered), keeps a transposed operand transposed, and slices the result back."""
+    from pipec_runtime_cudagraph import extern_ops
+
+    monkeypatch.setattr(extern_ops, "PAD_MIN_MACS", 0)
+    monkeypatch.setattr(extern_ops, "PAD_MACS_PER_COPIED", 0)
+    torch.manual_seed(0)
+    a = torch.randn(k, m).t() if transposed else torch.randn(m, k)
+    b = torch.randn(n, k).t() if transposed else torch.randn(k, n)
+    out = extern_ops._mm_padded_cuda(a, b)
+    assert out.shape == (m, n) and out.is_contiguous()
+    torch.testing.assert_close(out, a @ b)
+    torch.testing.assert_close(torch.ops.pipec.mm_padded(a, b), a @ b)  # the CPU kernel: plain mm
+    assert extern_ops._padded(a, 0, 0) is a
+    if transposed:
+        assert extern_ops._padded(a, 3, 5).t().is_contiguous(), "a transposed operand stays transposed"

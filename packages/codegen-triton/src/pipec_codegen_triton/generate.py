@@ -10,7 +10,7 @@ from pipec_ir.symbolic import parse_expr
 from pipec_ir.types import Buffer, TensorType, get_attr
 
 from .configs import PERSISTENT_ROW_BYTES, PERSISTENT_SCAN_BYTES, pointwise_configs, reduction_configs, upper_bound
-from .matmul_choice import matmul_with_epilogue
+from .matmul_choice import library_target, matmul_with_epilogue
 from .view_steps import reshape_args
 from .memory_plan import plan_program_memory
 from .padding import pad_symbols
@@ -27,7 +27,6 @@ _VIEW_TARGETS = {
     "slice": "aten.slice.Tensor",
     "select": "aten.select.int",
 }
-_MATMUL_TARGETS = {"mm": "aten.mm.default", "bmm": "aten.bmm.default"}
 
 
 def _view_args(node, source_type) -> tuple:
@@ -59,7 +58,7 @@ def _library_step(kernel, nodes, types) -> Step:
         return Step("extern", _VIEW_TARGETS[node.op], (node.inputs[0],), (node.name,),
                     make_attrs(args=_view_args(node, types[node.inputs[0]]), kwargs=()))
     if kernel.kind == "matmul":
-        return Step("extern", _MATMUL_TARGETS[node.op], tuple(node.inputs), (node.name,),
+        return Step("extern", library_target(node, types), tuple(node.inputs), (node.name,),
                     make_attrs(args=tuple(Ref(i) for i in node.inputs), kwargs=()))
     # extern: its results are the node itself, or one per getitem
     results = get_attr(node.attrs, "results")

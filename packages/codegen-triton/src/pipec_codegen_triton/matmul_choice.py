@@ -29,6 +29,18 @@ from .writer import KernelWriter
 _LIBRARY = {"mm": "aten.mm.default", "bmm": "aten.bmm.default"}
 
 
+def library_target(node, types) -> str:
+    """The extern target of a library product: `pipec.mm_padded` (docs/IR.md) for a 2-D fp16/bf16
+    product whose static M, N or K is not a multiple of 8 (cuBLAS's fast kernels need 16-byte
+    aligned rows; the runtime pads large ones), else the ATen op."""
+    if node.op == "mm" and types[node.name].dtype in ("float16", "bfloat16"):
+        a, b = (types[i].shape for i in node.inputs)
+        dims = (a[0], a[1], b[1])
+        if all(d.is_Integer for d in dims) and any(int(d) % 8 for d in dims):
+            return "pipec.mm_padded.default"
+    return _LIBRARY[node.op]
+
+
 def _root(nodes, value: str) -> str:
     while value in nodes and kind_of(nodes[value].op) == VIEW:
         value = nodes[value].inputs[0]
@@ -135,7 +147,7 @@ def library_alternatives(graph: Graph, kernel: Kernel, options: CompileOptions) 
     nodes = graph.node_map()
     product = next(n for n in kernel.nodes if nodes[n].op in MATMUL_OPS)
     a, b = nodes[product].inputs
-    plain = Step("extern", _LIBRARY[nodes[product].op], (a, b), (product,),
+    plain = Step("extern", library_target(nodes[product], graph.types()), (a, b), (product,),
                  make_attrs(args=(Ref(a), Ref(b)), kwargs=()))
     bias = _row_vector_bias(graph, kernel, product)
     if bias is None:

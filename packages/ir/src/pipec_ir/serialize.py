@@ -20,7 +20,7 @@ from .errors import MalformedIRError, UnsupportedVersionError, WrongKindError
 from .symbolic import expr_str, parse_expr
 
 FORMAT = "pipec-ir"
-VERSION = (1, 4)
+VERSION = (1, 5)
 
 
 # ---------------------------------------------------------------- encoding
