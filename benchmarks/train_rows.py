@@ -1,6 +1,6 @@
 """Wide rows in training: layer_norm and softmax forward + backward, eager / Inductor / pipec.
 
-    python benchmarks/train_rows.py --out $OUT/train_rows.json [--budgets 16384,131072]
+    python benchmarks/train_rows.py --out $OUT/train_rows.json [--budgets 16384,131072] [--gpu]
 
 One training step of a module alone (forward, then backward with a fixed output gradient) on
 rows of 8192-32768 elements, where the persistent-row budget decides whether the backward's
@@ -8,13 +8,20 @@ row kernel holds its rows in registers or loops over them. pipec runs with its d
 once per `--budgets` value of `persistent_reduction_bytes` and per `--policies` fusion policy. Every variant's input and parameter
 gradients are checked against eager's (fp32: atol/rtol 1e-3, as weight gradients sum thousands
 of rows; bf16: 3e-2) before it is timed with triton.testing.do_bench (rep 100 ms), in rounds
-with the variants in rotated order; the median over rounds is reported, with the range.
+with the variants in rotated order; the median over rounds is reported, with the range. With
+`--gpu`, instead, the GPU time of its kernels per step (torch.profiler, 10 steps): a module
+this small trains host-bound, so the wall time of a compiled step says more about Dynamo and
+AOTAutograd's per-call work than about the kernels. (A separate run: a profiler can leave
+Triton launch hooks set, which sends pipec's later launches down Triton's slower path.)
 
-H200 (2026-12-01, torch 2.11, triton 3.6), ms; pipec with the budget at 16 KiB / 128 KiB, with
-the rule of that day (row-level inputs only counted):
-    layer_norm fp32 4096 x 8192     eager 0.351  Inductor 0.617  pipec 0.527 / 0.428
-    layer_norm bf16 4096 x 16384    eager 0.392  Inductor 0.734  pipec 0.513 / 0.690
-    softmax bf16 2048 x 32768       eager 0.349  Inductor 0.527  pipec 0.260 / 0.254
+H200, 2026-12-01 (torch 2.11, triton 3.6): the steps are host-bound. Eager's steps held still
+(0.349-0.351 ms for layer_norm fp32 4096 x 8192) while Inductor's and pipec's moved by up to
+±30% between rounds (0.368-0.681 ms). Kernel times, per step, of layer_norm's backward row
+kernel: fp32 4096 x 16384 0.266 ms held against 0.382 looped; fp32 4096 x 8192 0.131 against
+0.154; bf16 4096 x 16384 0.133 either way. That is why the row budget counts inputs, not the
+values live across a reduction (configs.py). The recompute of layer_norm's fp32 gradient in the
+weight and bias column sums (fusion, recompute_stored.py) made those sums 0.069 + 0.034 ms at
+bf16 4096 x 16384.
 """
 
 from __future__ import annotations
@@ -38,7 +45,21 @@ CASES = [
 ]
 
 
-def run_case(make, shape, dtype, budgets, policies, rounds) -> dict:
+def gpu_ms_per_step(step, steps: int = 10) -> float:
+    """The GPU time of the kernels one call of `step` runs (torch.profiler), whatever the host does."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    return sum(e.device_time_total for e in prof.key_averages() if e.device_time_total > 0) / steps / 1e3
+
+
+def run_case(make, shape, dtype, budgets, policies, rounds, gpu=False) -> dict:
     import triton.testing
 
     import pipec
@@ -76,6 +97,12 @@ def run_case(make, shape, dtype, budgets, policies, rounds) -> dict:
         row[name] = {"ms_rounds": [], "max_error": max((a.float() - b.float()).abs().max().item()
                                                        for a, b in zip(got, expected))}
     names = list(variants)
+    if gpu:
+        for name in names:
+            row[name]["ms"] = gpu_ms_per_step(step_of(variants[name]))
+            row[name]["ms_rounds"] = [row[name]["ms"]]
+        torch._dynamo.reset()
+        return row
     for r in range(rounds):  # rotated order: a drifting clock does not favour whoever runs first
         for name in names[r % len(names):] + names[:r % len(names)]:
             row[name]["ms_rounds"].append(triton.testing.do_bench(step_of(variants[name]), warmup=25, rep=100))
@@ -94,6 +121,8 @@ def main() -> int:
                         help="comma-separated fusion policies to run pipec with too (policies.py: default-stored)")
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds, variants in rotated order")
     parser.add_argument("--cases", help="comma-separated substrings: run only the cases whose names contain one")
+    parser.add_argument("--gpu", action="store_true",
+                        help="report the GPU time of each step's kernels (torch.profiler) instead of wall time")
     parser.add_argument("--tuning-log", action="store_true", help="print what pipec's autotuning measured")
     args = parser.parse_args()
     if args.tuning_log:
@@ -111,7 +140,7 @@ def main() -> int:
     for name, make, shape, dtype in CASES:
         if wanted and not any(w in name for w in wanted):
             continue
-        row = run_case(make, shape, dtype, budgets, policies, args.rounds)
+        row = run_case(make, shape, dtype, budgets, policies, args.rounds, args.gpu)
         print(f"{name:<28} " + "  ".join(f"{v} {r['ms']:.3f} ({min(r['ms_rounds']):.3f}-{max(r['ms_rounds']):.3f})"
                                          for v, r in row.items()), flush=True)
         results.append({"case": name, **row})

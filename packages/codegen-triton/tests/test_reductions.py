@@ -311,24 +311,12 @@ def layer_norm_backward_kernel(b, rows, cols, dtype="float32"):
                      ["dx", "gxhat"], shape, (1,))
 
 
-@pytest.mark.parametrize("cols,dtype,persistent", [(8192, "float32", True), (16384, "bfloat16", False),
-                                                    (4096, "bfloat16", True)])
-def test_rows_count_what_lives_across_a_reduction(builder, cols, dtype, persistent):
-    """layer_norm's backward keeps three fp32 rows across its second sum (12 bytes per element): held at
-    8192 columns (96 KiB), looped at 16384 (192 KiB), where holding them spilled on the H200."""
-    from pipec_codegen_triton.row_budget import held_bytes_per_element
-
+@pytest.mark.parametrize("cols,dtype", [(8192, "float32"), (16384, "float32"), (16384, "bfloat16")])
+def test_layer_norm_backward_rows_are_held_by_their_inputs(builder, cols, dtype):
+    """Two row inputs (gradient and x) decide; the three rows live across the second sum do not
+    (counting them looped fp32 16384, 44% slower on the H200)."""
     g, k = layer_norm_backward_kernel(builder, 2, cols, dtype)
-    assert held_bytes_per_element(g.node_map(), g.types(), k.nodes, k.inputs, k.outputs, k.domain) == 12
-    assert KernelWriter(g, k).persistent == persistent
-
-
-def test_rows_live_across_softmax_are_one(builder):
-    """Softmax keeps one row across each reduction (x across the max, exp across the sum)."""
-    from pipec_codegen_triton.row_budget import held_bytes_per_element
-
-    g, k = softmax_kernel(builder, 2, 64, "bfloat16")
-    assert held_bytes_per_element(g.node_map(), g.types(), k.nodes, k.inputs, k.outputs, k.domain) == 4
+    assert KernelWriter(g, k).persistent
 
 
 @pytest.mark.parametrize("options,constants", [(CompileOptions(), None), (LOOPED, {"RBLOCK": 16})])

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 import sympy
-from pipec_ir import Graph, Kernel, Size, TensorType
+from pipec_ir import ITEMSIZE, Graph, Kernel, Size, TensorType
 from pipec_ir.indexing import view_source_index
 from pipec_ir.ops import CREATION, POINTWISE, REDUCTION, VIEW, kind_of
 from pipec_ir.symbolic import (
@@ -31,7 +31,6 @@ from .configs import OUTER_PERSISTENT_LIMIT, PERSISTENT_ROW_BYTES, pow2_at_least
 from .dtypes import FLOAT_COMPUTE, highest, literal, lowest, tl_compute, tl_storage
 from .indexing_ops import take_value
 from .pointwise_ops import POINTWISE as TEMPLATES
-from .row_budget import held_bytes_per_element
 from .row_loops import plan_row_loops
 from .simplify import simplify_index
 
@@ -196,10 +195,10 @@ class KernelWriter:
         """Whether a whole row is reduced in one pass, held in registers ("persistent").
 
         `limit` (the `persistent_reduction_limit` option) caps the row length in elements when
-        given. Otherwise an innermost row is persistent when its power-of-two block of what the
-        kernel holds at once (row_budget.py: its row-level inputs, or the values live across a
-        reduction if more; fp32 for half types) fits `budget` bytes (128 KiB: one row of 32768
-        elements, bf16 or fp32, spread over up to 32 warps); a column (non-innermost reduction) only when short, since its block spans many
+        given. Otherwise an innermost row is persistent when its power-of-two block of every
+        row-level input, as the values the kernel holds (fp32 for half types: 4 bytes at least),
+        fits `budget` bytes (128 KiB: one row of 32768 elements, bf16 or fp32, spread over up to
+        32 warps); a column (non-innermost reduction) only when short, since its block spans many
         columns.
         """
         if not self.rnumel.is_Integer:
@@ -209,9 +208,9 @@ class KernelWriter:
             return rnumel <= limit
         if self.outer_reduction:
             return rnumel <= OUTER_PERSISTENT_LIMIT
-        held = held_bytes_per_element(self.nodes, self.types, self.kernel.nodes, self.kernel.inputs,
-                                      self.kernel.outputs, self.domain)
-        return pow2_at_least(rnumel) * held <= budget
+        held = [max(4, ITEMSIZE.get(self.types[i].dtype, 4)) for i in self.kernel.inputs
+                if tuple(self.types[i].shape) == self.domain]
+        return pow2_at_least(rnumel) * max(sum(held), 4) <= budget
 
     # ------------------------------------------------------------ helpers
 
