@@ -69,8 +69,8 @@ def test_fallback_chain_runs_when_the_root_is_laid_out_otherwise(monkeypatch):
     view calls themselves run: the result is still eager's."""
     real = views._root_layouts
 
-    def misremembered(runner, symvals, observed):
-        layouts = real(runner, symvals, observed)
+    def misremembered(runner, symvals, observed, strides=None):
+        layouts = real(runner, symvals, observed, strides)
         return {i: (shape, tuple(reversed(stride)) if not sure and len(set(stride)) > 1 else stride, dtype, sure)
                 for i, (shape, stride, dtype, sure) in layouts.items()}
 

@@ -294,6 +294,26 @@ def test_a_non_contiguous_input_is_specialized_on_its_strides(options):
     torch.testing.assert_close(run([x, y])[0], x + y)
 
 
+def test_inputs_no_kernel_reads_pass_with_their_strides(options):
+    """`x` and `w` reach only library calls and views: they are used as the caller's tensors,
+    transposed or not, in the general and the specialized run; `b`, read by a kernel, is made
+    contiguous."""
+    from runtime_helpers import extern_program
+
+    run = load_launch(extern_program(), options)
+    assert run.dense_inputs == {2}
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # CPU inputs on a CUDA machine are moved: no fast path
+    torch.manual_seed(0)
+    for call in range(3):  # general, then specialized twice
+        x, w = torch.randn(5, 6, device=dev).t(), torch.randn(5, 7, device=dev).t()
+        b = torch.randn(7, 6, device=dev).t()
+        out, xt, _, _ = run([x, w, b])
+        torch.testing.assert_close(out, x @ w.t() + b)
+        assert torch.equal(xt, x.t())
+        assert xt.data_ptr() == x.data_ptr(), f"call {call}: x was copied"
+    assert run.specialized
+
+
 def test_launch_hooks_are_seen_only_when_set():
     """Triton >= 3.5 keeps an empty `HookChain` in the launch-hook knobs: that is no hook
     (the fast launch path stays on); a profiler's hook in the chain turns it off."""

@@ -10,7 +10,7 @@ Calling convention of a `launch` step (what codegen must emit):
     grid = tuple(cdiv(int(e), config[name]) if name else int(e) for e, name in kernel.grid)
 
 Every tensor argument is contiguous with its buffer's shape and dtype. Per call the
-work is: check and `.contiguous()` the inputs, bind size symbols, allocate the
+work is: check the inputs and `.contiguous()` those a kernel reads, bind size symbols, allocate the
 buffers written by kernels (one uint8 storage per memory-plan slot, viewed as each
 buffer), run the closures, drop intermediates after their last use.
 """
@@ -681,6 +681,12 @@ class ProgramRunner:
         self.input_dtypes = tuple(TORCH_DTYPES[b.type.dtype] for b in self.program.inputs)
         self.input_shapes = tuple(self._shape_fn(b.type.shape) for b in self.program.inputs)
         self.static_shapes = not self.symbols
+        # The inputs a kernel reads or writes, as dense row-major memory: `prepare` makes them
+        # contiguous. The others reach only library calls and views (a backward graph's saved
+        # transposed weights, attention's q, k and v), which take any strides: they pass as the
+        # caller's tensors, as in eager, instead of being copied every call.
+        touched = {n for s in self.program.steps if s.kind == "launch" for n in (*s.inputs, *s.outputs)}
+        self.dense_inputs = frozenset(i for i, b in enumerate(self.program.inputs) if b.name in touched)
 
     def _plan_allocations(self) -> None:
         """Buffers written by launch steps: per slot one storage, else one tensor each."""
@@ -790,7 +796,8 @@ class ProgramRunner:
         raise RuntimeError(f"pipec program {self.name!r}: {message}")
 
     def prepare(self, inputs) -> tuple[list, tuple, torch.device]:
-        """Check the inputs against Program.inputs; -> (contiguous inputs, symbol values, device)."""
+        """Check the inputs against Program.inputs; -> (inputs, contiguous where a kernel reads them
+        (`dense_inputs`), symbol values, device)."""
         specs = self.program.inputs
         if len(inputs) != len(specs):
             self._fail(f"expected {len(specs)} inputs ({', '.join(b.name for b in specs)}), got {len(inputs)}")
@@ -816,7 +823,8 @@ class ProgramRunner:
             if t.device != device and t.device.type != "cpu":
                 first = next(k for k, u in enumerate(inputs) if u.device == device)
                 self._fail(f"input {i} ({specs[i].name}) is on {t.device}, input {first} is on {device}")
-        return [t.to(device).contiguous() for t in inputs], symvals, device
+        dense = self.dense_inputs
+        return [t.to(device).contiguous() if i in dense else t.to(device) for i, t in enumerate(inputs)], symvals, device
 
     def steps_for(self, device: torch.device) -> list:
         plan = self._plans.get(device.type)

@@ -76,7 +76,7 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
     flat = _flatten(plan, symvals, device)
     if flat is None:
         return None
-    flat = drop_dead_views(collapse_view_chains(flat, runner, symvals, observed or {}), runner)
+    flat = drop_dead_views(collapse_view_chains(flat, runner, symvals, observed or {}, strides), runner)
     src = _Source()
     var = [f"v{i}" for i in range(runner.nvals)]
     dev = "DEV"
@@ -295,9 +295,10 @@ def guard_lines(src: _Source, runner, symvals: tuple, device_index: int, names: 
     failing check returns None (the caller then takes its general path).
 
     An input that was not contiguous when the run was specialized (`strides[k]`, its strides
-    then) is guarded on those strides and copied to a contiguous tensor, as `prepare` does:
-    a backward graph's saved tensors (a transposed weight, an attention output) arrive with
-    the same layout every step, and were sending every call down the general path."""
+    then) is guarded on those strides, and copied to a contiguous tensor where a kernel reads
+    it, as `prepare` does: a backward graph's saved tensors (a transposed weight, an attention
+    output) arrive with the same layout every step, and were sending every call down the
+    general path."""
     lines = [f"def {signature}:", f"    if len(inputs) != {len(names)}: return None"]
     if names:
         lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = inputs")
@@ -310,7 +311,8 @@ def guard_lines(src: _Source, runner, symvals: tuple, device_index: int, names: 
             layout = f"not {name}.is_contiguous()"
         else:
             layout = f"{name}.stride() != {src.const('T', stride)}"
-            copies.append(f"    {name} = {name}.contiguous()")
+            if k in runner.dense_inputs:
+                copies.append(f"    {name} = {name}.contiguous()")
         checks.append(f"{name}.dtype is not {d} or {name}.shape != {s} or {name}.get_device() != {device_index} "
                       f"or {layout}")
     for i in range(0, len(checks), 4):  # short lines keep the source readable in a traceback

@@ -53,13 +53,14 @@ class Reinterpret(_Extern):
         self.ir = Step("extern", self.name, (root_name,), last.ir.outputs)
 
 
-def collapse_view_chains(flat: list, runner, symvals: tuple, observed: dict) -> list:
+def collapse_view_chains(flat: list, runner, symvals: tuple, observed: dict, strides: list | None = None) -> list:
     """`flat` (the specialized run's step objects) with each view call whose chain from its root
     can be laid out statically replaced by a `Reinterpret`; the views in between are left for
-    `drop_dead_views`, which drops those nothing else reads."""
+    `drop_dead_views`, which drops those nothing else reads. `strides`: per program input, None
+    or the strides it had (launch.input_strides), which the run's guards check."""
     if REINTERPRET is None:
         return flat
-    layouts = _root_layouts(runner, symvals, observed)
+    layouts = _root_layouts(runner, symvals, observed, strides)
     names = {i: n for n, i in runner.index.items()}
     outputs = {i for i in runner.out_index if i is not None}
     chains: dict[int, tuple[int, list]] = {}  # view value -> (its root, the view calls from the root)
@@ -115,18 +116,22 @@ def _view_source(obj, runner) -> int | None:
     return runner.index[inputs[0]]
 
 
-def _root_layouts(runner, symvals, observed: dict) -> dict[int, tuple]:
+def _root_layouts(runner, symvals, observed: dict, strides: list | None = None) -> dict[int, tuple]:
     """value -> (shape, stride, dtype, whether the run guarantees that layout): the program's
-    inputs (guarded contiguous) and the buffers the run allocates (contiguous) for sure; other
+    inputs (guarded contiguous, or on the strides they had, those no kernel reads) and the
+    buffers the run allocates (contiguous) for sure; other
     values (extern results) as the general run before this specialization saw them, which the
     specialized run checks per call (attention's output is [B, H, T, D] with the strides of
     [B, T, H, D])."""
     layouts = {i: (shape, tuple(stride), dtype, False) for i, (shape, stride, dtype) in observed.items()}
     names = {i: n for n, i in runner.index.items()}
     known = [*runner.program.inputs, *(runner.buffers[names[i]] for i in sorted(runner.allocated))]
-    for buffer in known:
+    for k, buffer in enumerate(known):
         shape = tuple(compile_ints(buffer.type.shape, runner.symbols)(*symvals)) if buffer.type.shape else ()
         stride = tuple(int(s) for s in contiguous_strides([max(n, 1) for n in shape]))
+        given = strides[k] if strides is not None and k < len(runner.program.inputs) else None
+        if given is not None and k not in runner.dense_inputs:  # passed as the caller's tensor
+            stride = tuple(given)
         layouts[runner.index[buffer.name]] = (shape, stride, TORCH_DTYPES[buffer.type.dtype], True)
     return layouts
 
