@@ -331,3 +331,15 @@ def test_layer_norm_backward_rows_held_or_looped(builder, options, constants):
     expected = (gw - gw.sum(-1, keepdim=True) - xhat * (gw * xhat).sum(-1, keepdim=True)) * rstd
     torch.testing.assert_close(dx, expected)
     torch.testing.assert_close(gxhat, gy * xhat)
+
+
+@pytest.mark.parametrize("rows,limit,persistent", [(4096, None, False), (4096, 4096, False), (32, 4096, True),
+                                                   (32, None, True), (32, 16, False)])
+def test_columns_are_held_only_when_short_whatever_the_row_limit(builder, rows, limit, persistent):
+    """A column of 4096 rows loops even under persistent_reduction_limit=4096 (held, layer_norm's
+    weight-gradient sum ran 7x slower on the H200); a short one is held unless the limit is lower."""
+    x = builder.input("x", (rows, 64), "float32")
+    builder.node("total", "sum", [x], (64,), "float32", dims=(0,), keepdim=False)
+    g = builder.graph(["total"])
+    k = kernel("pipec_sum_0", "reduction", ["total"], ["x"], ["total"], (rows, 64), (0,))
+    assert KernelWriter(g, k, persistent_limit=limit).persistent == persistent

@@ -194,20 +194,22 @@ class KernelWriter:
     def _fits_in_registers(self, limit: int | None, budget: int) -> bool:
         """Whether a whole row is reduced in one pass, held in registers ("persistent").
 
-        `limit` (the `persistent_reduction_limit` option) caps the row length in elements when
-        given. Otherwise an innermost row is persistent when its power-of-two block of every
-        row-level input, as the values the kernel holds (fp32 for half types: 4 bytes at least),
-        fits `budget` bytes (128 KiB: one row of 32768 elements, bf16 or fp32, spread over up to
-        32 warps); a column (non-innermost reduction) only when short, since its block spans many
-        columns.
+        A column (non-innermost reduction) is persistent only when short, since its block spans
+        many columns: up to OUTER_PERSISTENT_LIMIT rows, fewer if `limit` says so (holding the
+        4096-row columns of layer_norm's weight gradient took 0.47 ms against 0.07 looped on the
+        H200). An innermost row: `limit` (the `persistent_reduction_limit` option) caps its
+        length in elements when given; otherwise it is persistent when its power-of-two block of
+        every row-level input, as the values the kernel holds (fp32 for half types: 4 bytes at
+        least), fits `budget` bytes (128 KiB: one row of 32768 elements, bf16 or fp32, spread
+        over up to 32 warps).
         """
         if not self.rnumel.is_Integer:
             return False
         rnumel = int(self.rnumel)
+        if self.outer_reduction:
+            return rnumel <= (OUTER_PERSISTENT_LIMIT if limit is None else min(limit, OUTER_PERSISTENT_LIMIT))
         if limit is not None:
             return rnumel <= limit
-        if self.outer_reduction:
-            return rnumel <= OUTER_PERSISTENT_LIMIT
         held = [max(4, ITEMSIZE.get(self.types[i].dtype, 4)) for i in self.kernel.inputs
                 if tuple(self.types[i].shape) == self.domain]
         return pow2_at_least(rnumel) * max(sum(held), 4) <= budget
