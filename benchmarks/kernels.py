@@ -170,7 +170,10 @@ def summary(row: dict) -> str:
 
 
 def parse_option(text: str):
-    key, _, value = text.partition("=")
+    """`KEY=VALUE` (a --pipec-option) -> (key, value as an int, a float or the string)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--pipec-option wants KEY=VALUE, got {text!r}")
     for cast in (int, float):
         try:
             return key, cast(value)

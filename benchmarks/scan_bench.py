@@ -21,6 +21,7 @@ import argparse
 import json
 
 import torch
+from kernels import parse_option
 
 CASES = [
     # (name, function, shape, dim, dtype)
@@ -74,12 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("scan_bench.py needs CUDA")
-    options = {}
-    for text in args.pipec_option:
-        key, sep, value = text.partition("=")
-        if not sep:
-            raise SystemExit(f"--pipec-option wants KEY=VALUE, got {text!r}")
-        options[key] = int(value) if value.lstrip("-").isdigit() else value
+    options = dict(parse_option(text) for text in args.pipec_option)
     wanted = args.cases.split(",") if args.cases else None
     cases = [c for c in CASES if wanted is None or any(w in c[0] for w in wanted)]
     if not cases:

@@ -19,9 +19,9 @@ H200, 2026-12-01 (torch 2.11, triton 3.6): the steps are host-bound. Eager's ste
 ±30% between rounds (0.368-0.681 ms). Kernel times, per step, of layer_norm's backward row
 kernel: fp32 4096 x 16384 0.266 ms held against 0.382 looped; fp32 4096 x 8192 0.131 against
 0.154; bf16 4096 x 16384 0.133 either way. That is why the row budget counts inputs, not the
-values live across a reduction (configs.py). The recompute of layer_norm's fp32 gradient in the
-weight and bias column sums (fusion, recompute_stored.py) made those sums 0.069 + 0.034 ms at
-bf16 4096 x 16384.
+values live across a reduction (configs.py). With the weight and bias column sums recomputing
+layer_norm's fp32 gradient from the bf16 tensors (fusion, recompute_stored.py), those sums take
+0.069 + 0.034 ms at bf16 4096 x 16384.
 """
 
 from __future__ import annotations

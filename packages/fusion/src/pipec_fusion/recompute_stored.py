@@ -45,7 +45,7 @@ def find_candidates(an: GraphAnalysis, groups: dict, owner: dict, heuristics: He
     """Every (stored value, reading kernel) pair the heuristics want recomputed."""
     out = []
     for value in an.compute:
-        if value not in owner or an.nodes[value].op in ("getitem",):
+        if value not in owner or an.nodes[value].op == "getitem":
             continue
         home = owner[value]
         by_group: dict[int, list[str]] = {}
