@@ -352,7 +352,10 @@ class Lowerer:
                 item = value.item()
             self.env[node] = self.emit("full", [], shape, dtype, hint=node.name, value=scalar_value(item, dtype))
             return
-        name = node.target if node.target not in self.used else self.fresh(node.target)
+        # named by its attribute path, which is how constant_bindings finds its value again
+        name = node.target
+        if name in self.used:
+            raise CaptureError(f"{self.where(node)}: graph attribute {name!r} has the name of another input")
         self.used.add(name)
         t = TensorType(tuple(sympy.Integer(s) for s in value.shape), dtype)
         self.inputs.append(GraphInput(name=name, type=t, role="buffer"))
@@ -571,14 +574,16 @@ def _fetch_attr(gm: torch.nn.Module, target: str):
 
 
 def constant_bindings(gm: torch.fx.GraphModule, graph: Graph) -> dict[str, torch.Tensor]:
-    """Values of the graph inputs that came from get_attr constants of `gm` (role "buffer")."""
+    """Values of the graph inputs that came from get_attr constants of `gm` (role "buffer",
+    named by the attribute's path): real tensors, read outside any active fake mode."""
+    targets = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
     out = {}
-    for i in graph.inputs:
-        if i.role == "buffer":
-            try:
-                out[i.name] = _fetch_attr(gm, i.name)
-            except AttributeError:
-                continue
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        for i in graph.inputs:
+            if i.role == "buffer" and i.name in targets:
+                value = _fetch_attr(gm, i.name)
+                if isinstance(value, torch.Tensor):
+                    out[i.name] = value
     return out
 
 

@@ -9,7 +9,7 @@ from pipec_ir import CompileOptions, Graph
 
 from .aot import core_decompositions, make_dynamo_backend
 from .export import export_graph
-from .lower import lower_graph
+from .lower import constant_bindings, lower_graph
 
 
 class DynamoCapture:
@@ -19,6 +19,12 @@ class DynamoCapture:
         name = options.get("graph_name") or "graph"
         return lower_graph(gm, example_inputs, name=name, fullgraph=options.fullgraph,
                            model_name=options.get("model_name"))
+
+    def constants(self, gm: torch.fx.GraphModule, graph: Graph) -> dict[str, torch.Tensor]:
+        """{graph input name: value} for the inputs that `capture` made of `gm`'s own tensor
+        attributes (`torch.tensor([...])` in a forward, a KV cache's `torch.tensor([])`): the
+        caller of the compiled graph does not pass them, so whoever runs it binds these."""
+        return constant_bindings(gm, graph)
 
     def dynamo_backend(self, compile_aten_graph, options: CompileOptions | None = None):
         """A torch.compile backend calling compile_aten_graph(aten_gm, example_inputs, kind)."""

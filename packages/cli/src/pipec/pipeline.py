@@ -19,6 +19,7 @@ import pipec_ir
 from pipec_ir import CompileOptions
 
 from .cache import open_cache, source_digest, stage_key, text_digest
+from .constants import bind_constants, graph_constants
 from .errors import PipecError, PipecFallbackWarning
 from .plugins import get_plugin_manager, get_registry
 
@@ -374,6 +375,8 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
     session.graphs.append(stats)
     doc = source
     digest = None  # of the current stage's input, for cache keys
+    constants: dict = {}  # tensor constants of the captured graph, bound to the runtime's callable
+    captured = None
     stages = PIPELINE
     if type(source) in FIRST_STAGE_FOR:
         first = FIRST_STAGE_FOR[type(source)]
@@ -411,6 +414,8 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
         if stage.name == "capture":
             stats.name = session.unique_name(name or doc.name)
             warn_fallbacks(doc, stats.name)
+            constants = graph_constants(entry.impl, source, doc)
+            captured = doc
         _add_stats(stats, doc)
         if stage.kind is not None and options.dump_dir:
             dump_document(options.dump_dir, stats.name, stage.name, doc)
@@ -421,4 +426,6 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
             session.on_stage(stage.name, impl_name, stats.name, "end")
         if stop_after == stage.name:
             return doc
+    if constants:
+        doc = bind_constants(doc, captured, constants)
     return doc
