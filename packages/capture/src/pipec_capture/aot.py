@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from .attention import choose_attention_kernels
 from .decompositions import DECOMPOSITIONS
 from .lower import LIBRARY_OPS, LOWERINGS, base_name
 
@@ -86,8 +87,11 @@ _PRODUCES_PRIMS = frozenset({
 
 
 def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],
-                        *, decompositions: dict | None = None):
+                        *, decompositions: dict | None = None, fused_attention: bool = True):
     """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
+
+    With `fused_attention`, masked attention on CUDA is sent to a fused kernel first
+    (attention.choose_attention_kernels: under AOTAutograd torch would pick its math path).
 
     compile_aten_graph(aten_gm, example_inputs, kind) with kind "forward" / "backward" /
     "inference" returns a callable taking ONE list of tensors (the graph's inputs) and
@@ -107,9 +111,16 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
         compile_fn.__name__ = f"pipec_{kind}_compiler"
         return compile_fn
 
-    return aot_autograd(
+    aot_backend = aot_autograd(
         fw_compiler=compiler("forward"),
         bw_compiler=compiler("backward"),
         inference_compiler=compiler("inference"),
         decompositions=decompositions if decompositions is not None else core_decompositions(),
     )
+    if not fused_attention:
+        return aot_backend
+
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        return aot_backend(choose_attention_kernels(gm), example_inputs)
+
+    return backend

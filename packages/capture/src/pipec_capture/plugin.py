@@ -30,7 +30,8 @@ class DynamoCapture:
         """A torch.compile backend calling compile_aten_graph(aten_gm, example_inputs, kind)."""
         decompose = bool(options.get("decompose_attention", False)) if options is not None else False
         return make_dynamo_backend(compile_aten_graph,
-                                   decompositions=core_decompositions(decompose_attention=decompose))
+                                   decompositions=core_decompositions(decompose_attention=decompose),
+                                   fused_attention=not decompose)
 
 
 class ExportCapture:

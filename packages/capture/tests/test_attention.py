@@ -1,0 +1,113 @@
+"""Masked attention keeps a fused kernel (attention.py): under AOTAutograd torch picks its fp32
+math path for a masked CUDA call, so capture sends such calls to the memory-efficient kernel."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipec_capture.attention import attention_bias, efficient_attention_applies, masked_attention
+from conftest import dynamo_capture
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def attend(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def transformers_like_mask(batch, length, device="cpu"):
+    """A boolean [batch, 1, q, k] mask made by expanding, as transformers' masking utils do under
+    tracing (strides of 0), with a few padded keys."""
+    keep = torch.ones(batch, length, dtype=torch.bool, device=device)
+    keep[0, -3:] = False
+    return keep[:, None, None, :].expand(batch, 1, length, length)
+
+
+def externs(records):
+    return [str(n.attr("target")) for graph, _, _ in records for n in graph.nodes if n.op == "extern"]
+
+
+def test_cpu_calls_keep_torchs_choice():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 8, 8) for _ in range(3))
+    mask = transformers_like_mask(2, 8)
+    out, records = dynamo_capture(attend, (q, k, v, mask))
+    torch.testing.assert_close(out, attend(q, k, v, mask))
+    assert not any("efficient" in t for t in externs(records))
+
+
+def test_applies_only_to_layouts_the_kernel_takes():
+    meta = dict(device="meta")
+    q = torch.empty(2, 4, 16, 64, **meta)
+    mask = torch.empty(2, 1, 16, 16, dtype=torch.bool, **meta)
+    # meta tensors are not CUDA: never rewritten, whatever the layout
+    assert not efficient_attention_applies(q, q, q, mask, 0.0, False, False)
+    assert not efficient_attention_applies(q, q, q, None, 0.0, False, False)
+
+
+def test_bias_rows_are_aligned_and_match_the_mask():
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 5, 8)
+    k = torch.randn(2, 3, 20, 8)
+    mask = torch.rand(2, 1, 5, 20) > 0.3
+    bias = attention_bias(mask, q, k)
+    assert bias.shape == (2, 3, 5, 20)
+    assert bias.stride(-1) == 1 and bias.stride(-2) % 16 == 0
+    expected = torch.where(mask, 0.0, float("-inf")).expand(2, 3, 5, 20)
+    torch.testing.assert_close(bias, expected)
+
+
+def test_masked_attention_falls_back_off_cuda():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 8) for _ in range(3))
+    mask = torch.rand(1, 1, 6, 6) > 0.2
+    mask[..., 0] = True
+    torch.testing.assert_close(masked_attention(q, k, v, mask), attend(q, k, v, mask))
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("length", [64, 20])
+def test_cuda_masked_attention_runs_the_efficient_kernel(dtype, length):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, length, 64, device="cuda", dtype=dtype) for _ in range(3))
+    mask = transformers_like_mask(2, length, "cuda")
+    out, records = dynamo_capture(attend, (q, k, v, mask), check=False)
+    expected = attend(q.double(), k.double(), v.double(), mask).to(dtype)
+    tol = {torch.float32: dict(atol=1e-4, rtol=1e-4)}.get(dtype, dict(atol=2e-2, rtol=2e-2))
+    torch.testing.assert_close(out, expected, **tol)
+    assert any("_scaled_dot_product_efficient_attention" in t for t in externs(records))
+
+
+@cuda
+def test_cuda_masked_attention_trains():
+    torch.manual_seed(0)
+    leaves = [torch.randn(2, 4, 32, 64, device="cuda", requires_grad=True) for _ in range(3)]
+    mask = transformers_like_mask(2, 32, "cuda")
+    out, records = dynamo_capture(attend, (*leaves, mask), grad=True, check=False)
+    out.pow(2).sum().backward()
+    got = [t.grad for t in leaves]
+    twins = [t.detach().clone().requires_grad_() for t in leaves]
+    attend(*twins, mask).pow(2).sum().backward()
+    for g, t in zip(got, twins):
+        torch.testing.assert_close(g, t.grad, atol=1e-4, rtol=1e-4)
+    assert any("_scaled_dot_product_efficient_attention_backward" in t for t in externs(records))
+
+
+def test_dynamo_graph_calls_are_rewritten():
+    from pipec_capture.attention import choose_attention_kernels
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(choose_attention_kernels(gm))
+        return gm.forward
+
+    q = torch.randn(1, 2, 4, 8)
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    torch._dynamo.reset()
+    out = torch.compile(attend, backend=backend)(q, q, q, mask)
+    torch.testing.assert_close(out, attend(q, q, q, mask))
+    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert masked_attention in targets
+    assert F.scaled_dot_product_attention not in targets
