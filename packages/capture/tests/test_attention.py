@@ -111,3 +111,80 @@ def test_dynamo_graph_calls_are_rewritten():
     targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert masked_attention in targets
     assert F.scaled_dot_product_attention not in targets
+
+
+class MaskedByFactories(torch.nn.Module):
+    """As transformers' encoders under tracing: a padding mask of ones (no padding given) made
+    into a [batch, 1, q, k] boolean mask from factories and static sizes."""
+
+    def __init__(self, pad: bool = False):
+        super().__init__()
+        self.pad = pad
+
+    def forward(self, q, k, v):
+        batch, length = q.shape[0], q.shape[2]
+        keep = torch.ones(batch, length, dtype=torch.bool, device=q.device)
+        if self.pad:
+            keep = keep & (torch.arange(length, device=q.device) < length - 2)
+        positions = torch.arange(length, device=q.device)
+        mask = keep[:, None, None, :] & (positions[None, :] >= 0)[None, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.expand(batch, 1, length, length))
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_constant_mask_that_passes_everything_is_dropped(pad):
+    from pipec_capture.attention import choose_attention_kernels
+
+    masks = []
+
+    def backend(gm, example_inputs):
+        choose_attention_kernels(gm)
+        for n in gm.graph.nodes:
+            if n.target is masked_attention:
+                masks.append(n.kwargs.get("attn_mask", n.args[3] if len(n.args) > 3 else None))
+        return gm.forward
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
+    model = MaskedByFactories(pad)
+    torch._dynamo.reset()
+    out = torch.compile(model, backend=backend)(q, k, v)
+    torch.testing.assert_close(out, model(q, k, v))
+    assert (masks[0] is None) != pad  # a mask that hides positions is kept
+
+
+class CausalByFactories(torch.nn.Module):
+    """A decoder's mask as transformers builds it under tracing: causal & no padding."""
+
+    def __init__(self, as_float: bool = False):
+        super().__init__()
+        self.as_float = as_float
+
+    def forward(self, q, k, v):
+        length = q.shape[2]
+        positions = torch.arange(length, device=q.device)
+        mask = (positions[:, None] >= positions[None, :])[None, None].expand(q.shape[0], 1, length, length)
+        if self.as_float:
+            mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, torch.finfo(q.dtype).min)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("as_float", [False, True])
+def test_constant_causal_mask_becomes_is_causal(as_float):
+    from pipec_capture.attention import choose_attention_kernels
+
+    calls = []
+
+    def backend(gm, example_inputs):
+        choose_attention_kernels(gm)
+        calls.extend(n for n in gm.graph.nodes if n.target is masked_attention)
+        return gm.forward
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
+    model = CausalByFactories(as_float)
+    torch._dynamo.reset()
+    out = torch.compile(model, backend=backend)(q, k, v)
+    torch.testing.assert_close(out, model(q, k, v))
+    assert calls[0].kwargs.get("is_causal") is True
+    assert calls[0].kwargs.get("attn_mask", calls[0].args[3] if len(calls[0].args) > 3 else None) is None

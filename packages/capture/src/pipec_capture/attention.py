@@ -91,12 +91,106 @@ _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.
 
 def choose_attention_kernels(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Send every scaled_dot_product_attention call of a Dynamo graph through masked_attention
-    (which decides per call, when AOTAutograd traces it). Returns `gm`, changed in place."""
+    (which decides per call, when AOTAutograd traces it), after dropping masks that are
+    constants letting every position through. Returns `gm`, changed in place."""
     changed = False
-    for node in gm.graph.nodes:
+    for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target in _SDPA_TARGETS:
+            drop_constant_mask(gm, node)
             node.target = masked_attention
             changed = True
     if changed:
+        gm.graph.eliminate_dead_code()
         gm.recompile()
     return gm
+
+
+# ---------------------------------------------------------------- masks known at compile time
+
+# Ops whose value is not a function of their arguments: never evaluated at compile time
+_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "poisson", "uniform", "exponential")
+
+
+def drop_constant_mask(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+    """transformers builds an attention mask under tracing even where none is needed (no
+    padding: eager passes none), from factories and the input's static sizes alone. Such a mask
+    is a constant: it is evaluated here once, and one that lets every position through is
+    dropped, so torch's own choice (cuDNN, flash) runs the call as in eager; a decoder's causal
+    mask becomes is_causal=True, which the flash kernels take."""
+    mask = node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None)
+    if not isinstance(mask, torch.fx.Node):
+        return
+    value = evaluate_constant(gm, mask)
+    if value is None or not isinstance(value, torch.Tensor):
+        return
+    keep = value if value.dtype == torch.bool else value == 0
+    if bool(keep.all()):
+        _set_mask(node, None, causal=False)
+    elif _is_causal_mask(node, keep):
+        _set_mask(node, None, causal=True)
+
+
+def _is_causal_mask(node: torch.fx.Node, keep: torch.Tensor) -> bool:
+    """A decoder's mask: query i sees keys 0..i, the same for every batch and head, with as many
+    queries as keys (is_causal's meaning in torch); its float form holds -inf or the dtype's
+    least value elsewhere, which the softmax makes 0 either way (no row is all masked)."""
+    q, k = (a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None for a in node.args[:2])
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)) or keep.dim() < 2:
+        return False
+    length = q.shape[-2]
+    if length != k.shape[-2] or keep.shape[-2:] != (length, length) or node.kwargs.get("is_causal"):
+        return False
+    lower = torch.ones(length, length, dtype=torch.bool, device=keep.device).tril()
+    return bool((keep == lower).all())
+
+
+def _set_mask(node: torch.fx.Node, mask, causal: bool) -> None:
+    kwargs = dict(node.kwargs)
+    if "attn_mask" in kwargs:
+        kwargs["attn_mask"] = mask
+    else:
+        node.args = (*node.args[:3], mask, *node.args[4:])
+    if causal:
+        if len(node.args) > 5:
+            node.args = (*node.args[:5], True, *node.args[6:])
+        else:
+            kwargs["is_causal"] = True
+    node.kwargs = kwargs
+
+
+# evaluate a mask only if it is small: a constant beyond this is left as it is
+MAX_CONSTANT_ELEMENTS = 1 << 24
+
+
+def evaluate_constant(gm: torch.fx.GraphModule, target: torch.fx.Node):
+    """The value of `target` if it depends on no graph input and no random op (run now, on the
+    devices its factories name), else None."""
+    needed: list[torch.fx.Node] = []
+    seen: set[torch.fx.Node] = set()
+    stack = [target]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op not in ("call_function", "call_method", "get_attr"):
+            return None  # a graph input (placeholder), a submodule call
+        name = getattr(n.target, "__name__", str(n.target)).lower()
+        if any(word in name for word in _RANDOM_WORDS):
+            return None
+        example = n.meta.get("example_value")
+        if isinstance(example, torch.Tensor) and example.numel() > MAX_CONSTANT_ELEMENTS:
+            return None
+        needed.append(n)
+        stack.extend(n.all_input_nodes)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    graph = torch.fx.Graph()
+    env: dict = {}
+    for n in sorted(needed, key=order.__getitem__):
+        env[n] = graph.node_copy(n, lambda a: env[a])
+    graph.output(env[target])
+    try:
+        with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.no_grad():
+            return torch.fx.GraphModule(gm, graph)()
+    except Exception:  # noqa: BLE001 - what cannot run now is simply not a known constant
+        return None
