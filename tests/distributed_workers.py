@@ -1,0 +1,143 @@
+"""Worker processes of test_distributed.py: 2 ranks on gloo (CPU), each scenario comparing a
+pipec-compiled model with the same model uncompiled, under the same parallelism."""
+
+from __future__ import annotations
+
+import copy
+import os
+import traceback
+
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+
+
+WIDTH = 32
+
+
+class Block(torch.nn.Module):
+    """A pre-norm MLP block: LayerNorm, Linear, GELU, Linear, residual."""
+
+    def __init__(self, d: int = WIDTH) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.up = torch.nn.Linear(d, 2 * d)
+        self.down = torch.nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, blocks: int = 2) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(blocks))
+        self.head = torch.nn.Linear(WIDTH, 4)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+class Stack(torch.nn.Module):
+    """Three 1 MiB Linear layers with GELU: with 1 MiB buckets, DDPOptimizer splits after each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(512, 512) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = F.gelu(layer(x))
+        return x
+
+
+def pipec_backend():
+    """A pipec torch.compile backend and the Session recording what it compiled."""
+    from pipec.api import make_options
+    from pipec.backend import make_backend
+    from pipec.pipeline import Session
+
+    session = Session()
+    return make_backend(make_options(), session), session
+
+
+def matmuls_compiled(session) -> int:
+    """Matrix products that pipec generated code for (a kernel of kind matmul)."""
+    return sum(1 for g in session.graphs for unit in (g.units or []) if unit["kind"] == "matmul")
+
+
+def batch(rank: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(100 + rank))
+
+
+def compare_grads(model, reference, full=lambda t: t):
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(full(p.grad), full(q.grad), msg=lambda m, name=name: f"{name}: {m}")
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def ddp(rank: int) -> dict:
+    """DDP with the model compiled by pipec; buckets of 1 MiB over 1 MiB layers make Dynamo's
+    DDPOptimizer split the graph at each bucket (one graph per bucket, forward and backward)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    # the user's own module class: Dynamo does not trace into torch's own modules' frames (a
+    # bare nn.Sequential of torch layers under DDP reaches no backend at all)
+    net = Stack()
+    reference = DDP(copy.deepcopy(net))
+    model = DDP(net, bucket_cap_mb=1)
+    backend, session = pipec_backend()
+    compiled = torch.compile(model, backend=backend)
+    for step in range(2):
+        x = batch(rank + 10 * step, 4, 512)
+        compiled(x).pow(2).mean().backward()
+        reference(x).pow(2).mean().backward()
+        compare_grads(model, reference)
+    return {"kinds": [g.kind for g in session.graphs], "matmuls": matmuls_compiled(session)}
+
+
+def fsdp2_per_block(rank: int) -> dict:
+    """FSDP2 as torchtitan runs it: fully_shard each block and the root, each block compiled."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model, reference = Net(), Net()
+    reference.load_state_dict(model.state_dict())
+    backend, session = pipec_backend()
+    for block, twin in zip(model.blocks, reference.blocks):
+        fully_shard(block)
+        block.compile(backend=backend)
+        fully_shard(twin)
+    fully_shard(model)
+    fully_shard(reference)
+    x = batch(rank, 4, 8, WIDTH)
+    model(x).pow(2).sum().backward()
+    reference(x).pow(2).sum().backward()
+    compare_grads(model, reference, full=lambda t: t.full_tensor())
+    return {"kinds": [g.kind for g in session.graphs], "matmuls": matmuls_compiled(session)}
+
+
+SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block}
+
+
+def run(rank: int, world: int, port: int, names: list[str], queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        for name in names:
+            torch._dynamo.reset()
+            try:
+                queue.put((rank, name, SCENARIOS[name](rank)))
+            except Exception:  # noqa: BLE001 - reported to the test, which fails with it
+                queue.put((rank, name, {"error": traceback.format_exc()}))
+    finally:
+        dist.destroy_process_group()
+
+
+

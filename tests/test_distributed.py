@@ -1,0 +1,57 @@
+"""pipec under torch.distributed on the CPU: 2 gloo processes, each scenario's gradients equal
+to the same model run uncompiled under the same parallelism (docs/distributed.md)."""
+
+import socket
+import sys
+
+import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or sys.platform == "win32",
+                                reason="needs torch.distributed with gloo")
+
+WORLD = 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results():
+    """Every scenario in one pair of processes (each start costs seconds of imports)."""
+    import distributed_workers
+
+    names = list(distributed_workers.SCENARIOS)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    mp.start_processes(distributed_workers.run, args=(WORLD, free_port(), names, queue), nprocs=WORLD,
+                       start_method="spawn")
+    out: dict = {}
+    for _ in range(WORLD * len(names)):
+        rank, name, result = queue.get(timeout=60)
+        out.setdefault(name, {})[rank] = result
+    return out
+
+
+def check(results, name):
+    for rank in range(WORLD):
+        assert "error" not in results[name][rank], results[name][rank]["error"]
+    return results[name][0]
+
+
+def test_ddp_with_ddpoptimizer_splits(results):
+    r = check(results, "ddp")
+    # DDPOptimizer split the model at its buckets: several forward graphs, each compiled by pipec
+    assert r["kinds"].count("forward") >= 2 and r["kinds"].count("backward") >= 2, r["kinds"]
+    assert r["matmuls"] >= 3
+
+
+def test_fsdp2_per_block_compile(results):
+    r = check(results, "fsdp2_per_block")
+    assert r["kinds"].count("forward") == 2 and r["kinds"].count("backward") == 2, r["kinds"]
+    # each block's two Linear layers forward, and their input and weight gradients backward
+    assert r["matmuls"] >= 2 * 2, r
