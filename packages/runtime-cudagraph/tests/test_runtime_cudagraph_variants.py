@@ -306,3 +306,16 @@ def test_records_per_key_are_bounded(options):
     slot = run.slot()
     assert slot.records == MAX_RECORDS and slot.private_records == cudagraph.MAX_PRIVATE
     assert len(slot.shared) <= MAX_SHARED
+
+
+def test_one_element_outputs_are_copies(options):
+    """A loss the caller keeps in a list: cloned (for free), so the graph stays free."""
+    run = Sim(add_program(1), options)
+    x, y = torch.randn(1), torch.randn(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses = [run([x, y * k])[0] for k in range(6)]
+    for k, loss in enumerate(losses):
+        torch.testing.assert_close(loss, x + y * k)
+    (g,) = run.slot().shared
+    assert not g.tracked and run.slot().private is None

@@ -27,7 +27,8 @@ records one (at most MAX_RECORDS per key; past that, inputs are copied).
 Outputs are not copied: the caller gets aliases (`detach()`) of the graph's own output memory.
 A variant replays only when the caller holds nothing of its previous outputs: the use count
 of each output storage (every tensor and view on it counts) is back to what the runtime
-holds itself, the check Inductor's CUDA Graph trees make. A loop `y = model(x)` still holds
+holds itself, the check Inductor's CUDA Graph trees make. Outputs of one element (a loss,
+which a training loop keeps in a list) are cloned: that costs nothing and keeps the graph free. A loop `y = model(x)` still holds
 the last `y` during the next call, so a key alternates between two variants (MAX_SHARED):
 twice the memory, no copy. When the caller holds the outputs of both (it keeps outputs in a
 list), the call replays a *private* variant whose outputs are cloned, with one warning naming
@@ -154,13 +155,14 @@ class _Graph:
     accounts for) of each output storage the graph writes: the caller holds a tensor on it
     while the count is above that."""
 
-    __slots__ = ("graph", "pinned", "buffers", "outputs", "private", "tracked", "__weakref__")
+    __slots__ = ("graph", "pinned", "buffers", "outputs", "private", "copied", "tracked", "__weakref__")
 
     def __init__(self, graph, pinned: dict, buffers: dict, outputs: list, private: bool, pinned_inputs: dict):
         self.graph, self.pinned, self.buffers, self.private = graph, pinned, buffers, private
         views: dict[int, object] = {}
         storages: dict[int, object] = {}
         self.outputs = []
+        self.copied: set[int] = set()  # ids of the outputs handed out as clones
         for t in outputs:
             if t is not None and id(t) not in views:
                 s = t.untyped_storage()  # kept: one Python storage object per storage, counted below
@@ -169,9 +171,12 @@ class _Graph:
                     views[id(t)] = _InputView(base[0], t, base[1])
                 else:
                     views[id(t)] = t
-                    storages.setdefault(s._cdata, s)
+                    if private or t.numel() <= 1:  # a loss: callers keep those (a list of losses), for free
+                        self.copied.add(id(t))
+                    else:
+                        storages.setdefault(s._cdata, s)
             self.outputs.append(None if t is None else views[id(t)])
-        self.tracked = [] if private else [(s, _use_count(s._cdata)) for s in storages.values()]
+        self.tracked = [(s, _use_count(s._cdata)) for s in storages.values()]
         for s, _ in self.tracked:
             if s.data_ptr():
                 _OWNED[s.data_ptr()] = self
@@ -186,18 +191,18 @@ class _Graph:
         return any(_use_count(s._cdata) > n for s, n in self.tracked)
 
     def hand_out(self, real: list, inputs: list) -> list:
-        """The caller's outputs from the graph's (`real`: at the call's sizes): aliases (clones
-        for a private variant); an output returned twice is one tensor twice."""
+        """The caller's outputs from the graph's (`real`: the same at the call's sizes): aliases,
+        clones of the `copied` ones; an output returned twice is one tensor twice."""
         made: dict[int, torch.Tensor] = {}
         out = []
-        for t in real:
+        for t, r in zip(self.outputs, real):
             if t is None:
                 out.append(None)
                 continue
-            a = made.get(id(t))
+            a = made.get(id(r))
             if a is None:
-                a = t.of(inputs[t.index]) if isinstance(t, _InputView) else t.detach()
-                made[id(t)] = a = a.clone() if self.private else a
+                a = r.of(inputs[r.index]) if isinstance(r, _InputView) else r.detach()
+                made[id(r)] = a = a.clone() if self.private or id(t) in self.copied else a
             out.append(a)
         return out
 
@@ -527,7 +532,7 @@ class CudaGraphProgram:
                 expr = f"{expr}.detach()"
             if key not in made:
                 made[key] = f"o{len(made)}"
-                lines.append(f"        {made[key]} = {expr}{'.clone()' if g.private else ''}")
+                lines.append(f"        {made[key]} = {expr}{'.clone()' if g.private or id(t) in g.copied else ''}")
             outs.append(made[key])
         lines.append(f"        return [{', '.join(outs)}]")
 
