@@ -66,7 +66,7 @@ def main() -> None:
                 backends["inductor reduce-overhead"] = torch.compile(model, mode="reduce-overhead")
             for label, fn in backends.items():
                 for _ in range(3):  # compile, record, settle
-                    torch.testing.assert_close(fn(*inputs), want, **tol, msg=lambda m, label=label: f"{name}, {label}: {m}")
+                    torch.testing.assert_close(fn(*inputs), want, **tol, msg=lambda m, label=label, name=name: f"{name}, {label}: {m}")
             times: dict[tuple, list] = {}
             for r in range(3):
                 labels = list(backends)
@@ -74,10 +74,10 @@ def main() -> None:
                     fn = backends[label]
                     held = [None]
 
-                    def dropped(fn=fn):
+                    def dropped(fn=fn, inputs=inputs):
                         fn(*inputs)
 
-                    def keep(fn=fn, held=held):
+                    def keep(fn=fn, held=held, inputs=inputs):
                         held[0] = fn(*inputs)
 
                     for loop, call in (("dropped", dropped), ("held", keep)):
