@@ -52,6 +52,10 @@ def cases():
     yield "MLP8 fp32 32x64 (launch-bound)", overhead.MLP8().cuda().eval(), (torch.randn(32, 64, device="cuda"),), {}
 
 
+def times_of(rows: list, backend: str, loop: str) -> float:
+    return next(r["ms"] for r in rows if r["backend"] == backend and r["loop"] == loop)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inductor", action="store_true", help="also time torch.compile(mode='reduce-overhead')")
@@ -84,14 +88,15 @@ def main() -> None:
                         ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
                         times.setdefault((label, loop), []).append(ms)
                     held[0] = None
-        for (label, loop), samples in times.items():
-            rows.append({"case": name, "backend": label, "loop": loop, "ms": statistics.median(samples)})
+        if not rows:
+            print(f"{'case':32} {'backend':26} {'loop':8} {'ms':>9} {'/ launch':>9}", flush=True)
+        new = [{"case": name, "backend": label, "loop": loop, "ms": statistics.median(samples)}
+               for (label, loop), samples in times.items()]
+        for r in new:
+            r["vs_launch"] = r["ms"] / times_of(new, "launch", r["loop"])
+            print(f"{r['case']:32} {r['backend']:26} {r['loop']:8} {r['ms']:9.4f} {r['vs_launch']:9.3f}", flush=True)
+        rows += new
         torch._dynamo.reset()
-    launch = {(r["case"], r["loop"]): r["ms"] for r in rows if r["backend"] == "launch"}
-    print(f"{'case':32} {'backend':26} {'loop':8} {'ms':>9} {'/ launch':>9}")
-    for r in rows:
-        r["vs_launch"] = r["ms"] / launch[(r["case"], r["loop"])]
-        print(f"{r['case']:32} {r['backend']:26} {r['loop']:8} {r['ms']:9.4f} {r['vs_launch']:9.3f}")
     if args.out:
         Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                                               "rows": rows}, indent=1))

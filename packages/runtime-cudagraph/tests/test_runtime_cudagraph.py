@@ -116,6 +116,7 @@ from pipec_runtime_cudagraph import load_cudagraph
 
 m, k, n = 64, 1 << 15, 64  # a skinny GEMM: cuBLAS splits K, with its workspace
 a, b = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda")
+a @ b.T  # cuBLAS's handle is made outside any capture
 g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g):  # torch's default capture stream: its workspace is cached, in g's pool
     y = a @ b.T
