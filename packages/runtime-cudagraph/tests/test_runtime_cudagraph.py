@@ -138,11 +138,13 @@ print("replays ok")
 @cuda
 def test_a_workspace_of_another_capture_is_never_baked_in(tmp_path):
     """A GEMM captured on torch's default capture stream (Triton's do_bench_cudagraph times
-    alternatives so) leaves its cuBLAS workspace cached for that stream, in its own pool. That
-    workspace is freed when its graph dies or when anyone clears the workspaces (Inductor's
-    CUDA Graph trees do), and `empty_cache` unmaps it: a pipec graph that had borrowed it then
-    fails at replay with an illegal memory access, which ends the CUDA context, hence the
-    subprocess."""
+    alternatives so) leaves its cuBLAS workspace cached for that stream, in its own pool; that
+    graph dies, the workspaces are cleared (as Inductor's CUDA Graph trees do) and the pool's
+    memory goes back to the driver. A pipec graph that had borrowed that workspace would write
+    to unmapped memory at its next replay ("illegal memory access", which ends the CUDA context:
+    hence the subprocess). On the H200 with torch 2.11 this GEMM replayed fine under the old
+    runtime too (its kernel may not touch the workspace): the capture-side mechanism is checked
+    by test_each_graph_has_its_own_pool_and_captures_on_pipecs_stream."""
     import os
     import pathlib
     import subprocess
