@@ -119,9 +119,10 @@ def test_held_outputs_alternate_between_two_graphs(options):
     between two graphs; no output the caller holds is ever overwritten."""
     run = Sim(add_program(40), options)
     x, y = torch.randn(40), torch.randn(40)
+    ys = [y + k for k in range(8)]  # all alive: a new address each call (one reused would be pinned)
     prev = None
     for k in range(8):
-        (out,) = run([x, y + k])
+        (out,) = run([x, ys[k]])
         torch.testing.assert_close(out, x + y + k)
         if prev is not None:
             torch.testing.assert_close(prev, x + y + k - 1)  # the previous output survived the replay
@@ -300,8 +301,9 @@ def test_records_per_key_are_bounded(options):
     y = torch.randn(10)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        for _ in range(MAX_RECORDS + cudagraph.MAX_PRIVATE + 2):
-            w = torch.nn.Parameter(torch.randn(10), requires_grad=False)
+        params = [torch.nn.Parameter(torch.randn(10), requires_grad=False)  # all alive: new addresses
+                  for _ in range(MAX_RECORDS + cudagraph.MAX_PRIVATE + 2)]
+        for w in params:
             torch.testing.assert_close(run([y, w])[0], y + w)
     slot = run.slot()
     assert slot.records == MAX_RECORDS and slot.private_records == cudagraph.MAX_PRIVATE
