@@ -39,27 +39,22 @@ class PadPolicy:
 
     def padded_inputs(self, inputs: list, graph_values: tuple) -> list:
         """Fresh contiguous copies of `inputs` at the graph's sizes (zeros beyond the real prefix)."""
-        out = []
-        for t, shape_fn in zip(inputs, self.runner.input_shapes):
-            shape = tuple(shape_fn(*graph_values))
-            if shape == tuple(t.shape):
-                out.append(t.clone(memory_format=torch.contiguous_format))
-            else:
-                buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
-                buf[_prefix(t.shape)].copy_(t)
-                out.append(buf)
-        return out
+        return [self.padded_input(i, t, graph_values) for i, t in enumerate(inputs)]
+
+    def padded_input(self, index: int, t, graph_values: tuple):
+        """A fresh contiguous copy of input `index` (`t`) at the graph's sizes (zeros beyond its prefix)."""
+        shape = tuple(self.runner.input_shapes[index](*graph_values))
+        if shape == tuple(t.shape):
+            return t.clone(memory_format=torch.contiguous_format)
+        buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
+        buf[_prefix(t.shape)].copy_(t)
+        return buf
 
     @staticmethod
     def copy_inputs(static_inputs: list, inputs: list) -> None:
         """Copy a call's inputs into a graph's static inputs (into their prefix when padded)."""
         for static, t in zip(static_inputs, inputs):
-            if static.data_ptr() == t.data_ptr() and static.shape == t.shape:
-                continue
-            if static.shape == t.shape:
-                static.copy_(t)
-            else:
-                static[_prefix(t.shape)].copy_(t)
+            copy_input(static, t)
 
     def real_outputs(self, outputs: list, symvals: tuple, graph_values: tuple) -> list:
         """The real prefix of each output of a run at `graph_values` (views, not copies)."""
@@ -83,6 +78,15 @@ class PadPolicy:
         values = self.graph_values(symvals)
         outputs = self.runner.run(self.padded_inputs(inputs, values), values, device)
         return [None if t is None else t.clone() for t in self.real_outputs(outputs, symvals, values)]
+
+
+def copy_input(static, t) -> None:
+    """Copy `t` into a graph's input buffer `static` (into its prefix when the graph is padded),
+    unless `t` is that buffer."""
+    if static.shape != t.shape:
+        static[_prefix(t.shape)].copy_(t)
+    elif static.data_ptr() != t.data_ptr():
+        static.copy_(t)
 
 
 def _prefix(shape) -> tuple:

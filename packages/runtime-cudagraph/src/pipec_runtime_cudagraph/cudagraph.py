@@ -1,37 +1,61 @@
-"""The ``cudagraph`` runtime: the whole step list captured once into a CUDA Graph.
+"""The ``cudagraph`` runtime: the whole step list captured into CUDA Graphs and replayed.
 
-Per graph key (the size-symbol values a graph is recorded at: the size bucket along
-the program's `pad_symbols`, the exact value along the others, see `buckets.py`): one
-warm-up run on a side stream (compiles and autotunes the kernels), capture into the
-model's memory pool, then replay.
+Graph keys. A graph is recorded per *graph key*: the size-symbol values it runs at (the size
+bucket along the program's `pad_symbols`, the exact value along the others, see `buckets.py`).
+A program's first key is free; each later one is charged to the model's recompile budget
+(option `recompile_budget`, shared with Dynamo recompiles; else a private one of
+`recompile_limit`, default 8). Past the budget new sizes run as plain launches (one warning),
+or raise under fullgraph=True. A key holds a few recorded graphs of the same computation
+("variants"), which differ in where they read their inputs and write their outputs.
 
-Inputs. A *static* input — an `nn.Parameter`, or a tensor Dynamo marked static
-(`_dynamo_static_input_type`) — is captured at its own address and never copied: a
-replay reads whatever it holds then (an optimizer's in-place update included). If a
-later call passes a static input at another address, the graph is recorded again
-(charged to the budget, below) or, past the budget, the call runs as plain launches.
-Every other input is copied into the graph's own input buffer (into its prefix when
-the graph was recorded at a larger bucket size), unless the caller passes that very
-buffer.
+Inputs. A variant reads each input either
+* in place ("pinned"): the graph reads the caller's memory at the address it was recorded
+  at, and a call passing a tensor at that address, with those strides, copies nothing. Pinned
+  are static inputs (`nn.Parameter`s, tensors Dynamo marked static: an optimizer's in-place
+  update is seen by the next replay), inputs at the same address as in the previous call of
+  the key (a model called again on the same tensors, a buffer the caller refills in place),
+  and outputs of another pipec graph (a training step's saved activations read by its
+  backward graph, the tensors passed across a graph break), whose addresses are stable.
+  Nothing of a pinned tensor is kept but its address: a replay happens only for a call that
+  passes a tensor at that address, so the memory the graph reads is that tensor's.
+* or from a buffer of its own, which the call's tensor is copied into (into its prefix when the
+  graph was recorded at a larger bucket), unless the call passes that very buffer.
+A call whose input would be copied although it stayed where it was in the previous call
+records a variant that pins it; a call whose pinned address moved takes another variant or
+records one (at most MAX_RECORDS per key; past that, inputs are copied).
 
-Outputs are copies (`clone`) of the graph's static outputs, made right after the
-replay: a tensor handed to the caller is never overwritten by a later replay. That
-also makes one memory pool per compiled model safe (the forward and backward graphs
-of a training step, the graphs of every size bucket): what a graph leaves in the
-pool after its replay is read before any other graph of the pool replays.
-The pool is shared through the model's recompile budget object (`recompile_budget`
-option; `pipec.compile` makes one per model), else one pool per program.
+Outputs are not copied: the caller gets aliases (`detach()`) of the graph's own output memory.
+A variant replays only when the caller holds nothing of its previous outputs: the use count
+of each output storage (every tensor and view on it counts) is back to what the runtime
+holds itself, the check Inductor's CUDA Graph trees make. Outputs of one element (a loss,
+which a training loop keeps in a list) are cloned: that costs nothing and keeps the graph free. A loop `y = model(x)` still holds
+the last `y` during the next call, so a key alternates between two variants (MAX_SHARED):
+twice the memory, no copy. When the caller holds the outputs of both (it keeps outputs in a
+list), the call replays a *private* variant whose outputs are cloned, with one warning naming
+the trade-off; past MAX_PRIVATE of those records, it runs as plain launches.
 
-The first graph of a program is free; every later one is a re-record charged to the
-model's recompile budget (option `recompile_budget`, shared with Dynamo recompiles;
-else a private one of `recompile_limit`, default 8). Past the budget new sizes run as
-plain launches (one warning), or raise under fullgraph=True.
-Without CUDA, for CPU inputs, or when capture fails (a host sync, out of memory, an op
-that cannot be captured), it runs as ``launch``, with one warning naming the reason.
+Memory pools and capture. Every graph has a memory pool of its own. A replay writes memory
+its capture freed again (intermediates, the cuBLAS workspace); in a pool shared with other
+graphs, a graph recorded later can hold its outputs there, which the caller now keeps.
+Captures run on pipec's own stream, with the cuBLAS workspaces cleared before and after:
+PyTorch caches one workspace per (handle, stream), so a capture on a shared stream
+(torch.cuda.graph's default one, which Triton's do_bench_cudagraph also captures on) bakes in
+a workspace that another capture allocated in another pool. That workspace is freed when its
+graph dies or when anyone clears the workspaces (Inductor's CUDA Graph trees do, around each
+recording), the next `empty_cache` hands its memory back to the driver, and the replay that
+still uses it fails with "an illegal memory access was encountered": what mixing pipec and
+Inductor under reduce-overhead did. Cleared before, a capture allocates its own workspace in
+its own pool (which lives as long as the graph); cleared after, no other capture borrows it.
+Warm-up runs and captures leave the RNG state as they found it, so a record, whenever it
+happens, draws nothing a replay would not.
+
+Without CUDA, for CPU inputs, or when capture fails (a host sync, out of memory, an op that
+cannot be captured), it runs as ``launch``, with one warning naming the reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
 from collections.abc import Callable
@@ -40,9 +64,9 @@ import torch
 
 from pipec_ir import CompileOptions, Program
 
-from .buckets import GraphTable, PadPolicy, _prefix, budget_from
+from .buckets import GraphTable, PadPolicy, _prefix, budget_from, copy_input
 from .launch import ProgramRunner
-from .specialize import _Source, compile_source, guard_lines
+from .specialize import _Source, compile_source
 
 NO_CUDA_MESSAGE = "cudagraph runtime: no CUDA device, running as 'launch'"
 
@@ -54,39 +78,192 @@ HOST_SYNC_TARGETS = frozenset({
     "aten.repeat_interleave.Tensor", "aten.index.Tensor_bool", "aten.equal.default", "aten.is_nonzero.default",
 })
 
-# recompile budget (one per compiled model) -> the model's CUDA Graph memory pool
-_model_pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+MAX_SHARED = 2  # variants per key whose outputs go to the caller: two serve a `y = model(x)` loop
+MAX_RECORDS = 6  # shared variants recorded per key in all (pins that moved, double buffers)
+MAX_PRIVATE = 2  # private (output-copying) variants recorded per key
+
+_use_count = torch._C._storage_Use_Count
+
+# storage address -> the variant whose output lives there (inputs found there are pinned)
+_OWNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# device index -> the stream pipec warms up and captures on
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
-def model_pool(options: CompileOptions):
-    """The memory pool shared by every graph of one compiled model (keyed by its budget)."""
-    budget = options.get("recompile_budget")
-    if budget is None:
-        return torch.cuda.graph_pool_handle()
-    pool = _model_pools.get(budget)
-    if pool is None:
-        pool = _model_pools[budget] = torch.cuda.graph_pool_handle()
-    return pool
+def _current_device() -> int:
+    """The current CUDA device's index (what `Tensor.get_device()` gives for a tensor on it)."""
+    return torch._C._cuda_getDevice()
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else (-1 if device.type == "cpu" else _current_device())
 
 
 def is_static_input(t: torch.Tensor) -> bool:
-    """Captured at its own address: parameters, and tensors Dynamo marked static."""
+    """Always pinned: parameters, and tensors Dynamo marked static."""
     return isinstance(t, torch.nn.Parameter) or getattr(t, "_dynamo_static_input_type", None) is not None
 
 
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """pipec's own warm-up and capture stream on `device` (see the module docstring)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _CAPTURE_STREAMS.get(index)
+    if stream is None:
+        stream = _CAPTURE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return stream
+
+
+def clear_cublas_workspaces() -> None:
+    """Drop PyTorch's cached cuBLAS/cuBLASLt workspaces (each is allocated again at its next use)."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+
+
+@contextlib.contextmanager
+def preserved_rng(device: torch.device):
+    """The CPU and `device`'s CUDA generator states, restored on exit."""
+    cpu, cuda = torch.random.get_rng_state(), torch.cuda.get_rng_state(device)
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(cpu)
+        torch.cuda.set_rng_state(cuda, device)
+
+
+class _InputView:
+    """An output that is a view of a pinned input (`x.T` returned as it is): rebuilt from the
+    call's tensor, so that no graph keeps a reference to memory it does not own (a reference
+    to another graph's output would count as the caller's and keep that graph `held`)."""
+
+    __slots__ = ("index", "size", "stride", "offset")
+
+    def __init__(self, index: int, view: torch.Tensor, base: torch.Tensor):
+        self.index, self.size, self.stride = index, tuple(view.shape), tuple(view.stride())
+        self.offset = view.storage_offset() - base.storage_offset()
+
+    def of(self, x: torch.Tensor) -> torch.Tensor:
+        return x.detach().as_strided_(self.size, self.stride, x.storage_offset() + self.offset)
+
+
 class _Graph:
-    """One recorded graph: its inputs (static ones are the caller's own tensors), outputs,
-    and the addresses the static inputs had."""
+    """One recorded variant of a key.
 
-    __slots__ = ("graph", "static_inputs", "static_outputs", "pinned")
+    `pinned`: input index -> (address, strides) it reads in place; `buffers`: input index ->
+    its own input tensor (graph-sized); `outputs`: the graph's outputs at the key's sizes (an
+    `_InputView` for a view of a pinned input); `tracked`: (storage, use count the runtime
+    accounts for) of each output storage the graph writes: the caller holds a tensor on it
+    while the count is above that."""
 
-    def __init__(self, graph, static_inputs, static_outputs, pinned):
-        self.graph, self.static_inputs, self.static_outputs = graph, static_inputs, static_outputs
-        self.pinned = pinned  # input index -> data_ptr captured at
+    __slots__ = ("graph", "pinned", "buffers", "outputs", "private", "copied", "tracked", "__weakref__")
+
+    def __init__(self, graph, pinned: dict, buffers: dict, outputs: list, private: bool, pinned_inputs: dict):
+        self.graph, self.pinned, self.buffers, self.private = graph, pinned, buffers, private
+        views: dict[int, object] = {}
+        storages: dict[int, object] = {}
+        self.outputs = []
+        self.copied: set[int] = set()  # ids of the outputs handed out as clones
+        for t in outputs:
+            if t is not None and id(t) not in views:
+                s = t.untyped_storage()  # kept: one Python storage object per storage, counted below
+                base = pinned_inputs.get(s.data_ptr()) if s.data_ptr() else None
+                if base is not None and base[1].dtype == t.dtype:  # the caller's memory: no replay writes it
+                    views[id(t)] = _InputView(base[0], t, base[1])
+                else:
+                    views[id(t)] = t
+                    if private or t.numel() <= 1:  # a loss: callers keep those (a list of losses), for free
+                        self.copied.add(id(t))
+                    else:
+                        storages.setdefault(s._cdata, s)
+            self.outputs.append(None if t is None else views[id(t)])
+        self.tracked = [(s, _use_count(s._cdata)) for s in storages.values()]
+        for s, _ in self.tracked:
+            if s.data_ptr():
+                _OWNED[s.data_ptr()] = self
+
+    def accepts(self, ptrs: list, strides: list) -> bool:
+        """Whether a call with these input addresses and strides (None: not usable in place)
+        finds every pinned input where this graph reads it."""
+        return all(ptrs[i] == p and strides[i] == s for i, (p, s) in self.pinned.items())
+
+    def held(self) -> bool:
+        """Whether the caller still holds a tensor on one of this graph's outputs."""
+        return any(_use_count(s._cdata) > n for s, n in self.tracked)
+
+    def hand_out(self, real: list, inputs: list) -> list:
+        """The caller's outputs from the graph's (`real`: the same at the call's sizes): aliases,
+        clones of the `copied` ones; an output returned twice is one tensor twice."""
+        made: dict[int, torch.Tensor] = {}
+        out = []
+        for t, r in zip(self.outputs, real):
+            if t is None:
+                out.append(None)
+                continue
+            a = made.get(id(r))
+            if a is None:
+                a = r.of(inputs[r.index]) if isinstance(r, _InputView) else r.detach()
+                made[id(r)] = a = a.clone() if self.private or id(t) in self.copied else a
+            out.append(a)
+        return out
+
+    def release(self) -> None:
+        for s, _ in self.tracked:
+            if _OWNED.get(s.data_ptr()) is self:
+                del _OWNED[s.data_ptr()]
+
+
+class _Slot:
+    """The variants of one graph key: `shared` (most recently used first) and `private`, how many
+    were recorded, and `last`: each input's address at the key's previous call (a list the
+    generated replays update in place)."""
+
+    __slots__ = ("shared", "private", "records", "private_records", "last")
+
+    def __init__(self, n_inputs: int):
+        self.shared: list[_Graph] = []
+        self.private: _Graph | None = None
+        self.records = 0
+        self.private_records = 0
+        self.last: list = [None] * n_inputs
+
+    def graphs(self) -> list[_Graph]:
+        return self.shared + ([self.private] if self.private is not None else [])
+
+
+class _Call:
+    """One call on the general path: the prepared inputs, sizes, and per input its address and
+    strides where the caller's tensor can be read in place (else None), the inputs a new
+    variant should pin (`want`) and the static ones."""
+
+    __slots__ = ("prepared", "symvals", "values", "device", "ptrs", "strides", "want", "static")
+
+    def __init__(self, runner, slot: _Slot, inputs, prepared, symvals, values, device):
+        self.prepared, self.symvals, self.values, self.device = prepared, symvals, values, device
+        self.ptrs, self.strides, self.want, self.static = [], [], set(), set()
+        own = set(map(id, slot.graphs()))
+        for i, (t, p, shape) in enumerate(zip(inputs, prepared, runner.input_shapes)):
+            if p is not t or tuple(p.shape) != tuple(shape(*values)):  # copied by `prepare`, or padded
+                self.ptrs.append(None)
+                self.strides.append(None)
+                continue
+            ptr = p.data_ptr()
+            self.ptrs.append(ptr)
+            self.strides.append(tuple(p.stride()))
+            if is_static_input(p):
+                self.static.add(i)
+                self.want.add(i)
+            elif ptr == slot.last[i]:
+                self.want.add(i)
+            else:
+                producer = _OWNED.get(p.untyped_storage().data_ptr())
+                if producer is not None and id(producer) not in own:  # not fed back: `x = f(x)` alternates
+                    self.want.add(i)
 
 
 class CudaGraphProgram:
     """A loaded Program replayed through CUDA Graphs: `prog(list_of_tensors) -> list`."""
+
+    device_type = "cuda"  # the device whose calls are graphed (the CPU tests simulate graphs)
 
     def __init__(self, program: Program, options: CompileOptions | None = None):
         options = options or CompileOptions()
@@ -96,9 +273,10 @@ class CudaGraphProgram:
         self.padding = PadPolicy(self.runner, self.runner.bucket_policy)
         self.graphs = GraphTable(budget_from(options, program.name), program.name)
         self.options = options
-        self._pool = None  # taken at the first capture
         self.fallback: str | None = None  # why we run as launch, once capture failed
         self.replays: dict[tuple, Callable] = {}  # exact symbol values -> generated replay
+        self._warmed: set[tuple] = set()  # graph keys whose kernels the warm-up compiled and tuned
+        self._warned = False  # the one warning about copied outputs or plain launches
         sync = [st.target for st in program.steps if st.kind == "extern" and st.target in HOST_SYNC_TARGETS]
         self._not_capturable = f"{sync[0]} synchronizes with the host" if sync else None
 
@@ -116,103 +294,247 @@ class CudaGraphProgram:
         return self._call(inputs)
 
     def _call(self, inputs) -> list:
-        """The general path: check the inputs, record a graph when needed, replay."""
+        """The general path: check the inputs, pick (or record) a variant, replay."""
         runner = self.runner
         if self.fallback is not None:
             return runner(inputs)
-        inputs, symvals, device = runner.prepare(inputs)
-        if device.type != "cuda":
-            return runner.run(inputs, symvals, device)
+        prepared, symvals, device = runner.prepare(inputs)
+        if device.type != self.device_type:
+            return runner.run(prepared, symvals, device)
         values = self.padding.graph_values(symvals)
         key = (device.index, values)
-        entry = self.graphs.get(key)
-        if entry is not None and any(inputs[i].data_ptr() != p for i, p in entry.pinned.items()):
-            # a static input moved: record again (charged), at the new addresses
-            self.graphs.entries.pop(key)
-            self.replays.clear()
-            entry = None
-        if entry is None:
-            entry = self.graphs.record(key, lambda: self._capture(inputs, values, device))
-            if entry is None:  # over budget, or capture failed
-                return runner.run(inputs, symvals, device)
-        self.padding.copy_inputs(entry.static_inputs, inputs)
-        entry.graph.replay()
-        out = _clone_outputs(self.padding.real_outputs(entry.static_outputs, symvals, values))
-        if device.index == torch.cuda.current_device():
-            self.replays[symvals] = self._build_replay(entry, symvals, values, device)
+        slot = self.graphs.get(key)
+        if slot is None:
+            slot = self.graphs.record(key, lambda: _Slot(len(prepared)))  # a new size: charged
+            if slot is None:  # over budget
+                return runner.run(prepared, symvals, device)
+        call = _Call(runner, slot, inputs, prepared, symvals, values, device)
+        slot.last[:] = call.ptrs
+        graph = self._pick(slot, call)
+        if graph is None:  # every variant's outputs held and no record left, or capture failed
+            return runner.run(prepared, symvals, device)
+        out = self._replay(graph, prepared, symvals, values)
+        if symvals not in self.replays and _device_index(device) == _current_device():
+            self.replays[symvals] = self._build_replay(slot, symvals, values, device)
         return out
+
+    # ------------------------------------------------------------------ picking a variant
+    def _pick(self, slot: _Slot, call: _Call) -> _Graph | None:
+        """A variant this call can replay, recorded if needed (see the module docstring)."""
+        free = [g for g in slot.shared if g.accepts(call.ptrs, call.strides) and not g.held()]
+        for g in free:
+            if call.want <= g.pinned.keys():
+                return self._touch(slot, g)
+        if slot.records < MAX_RECORDS:
+            victim = free[0] if free else None  # it copies an input the new variant pins: superseded
+            if victim is None and len(slot.shared) >= MAX_SHARED:
+                victim = next((g for g in reversed(slot.shared) if not g.held()), None)
+            if victim is not None or len(slot.shared) < MAX_SHARED:
+                if victim is not None:
+                    self._drop(slot, victim)
+                return self._record(slot, call, call.want, private=False)
+        if free:
+            return self._touch(slot, free[0])
+        return self._private(slot, call)
+
+    def _private(self, slot: _Slot, call: _Call) -> _Graph | None:
+        """The variant whose outputs are cloned, for a caller that holds the shared ones' outputs."""
+        g = slot.private
+        if g is None or not g.accepts(call.ptrs, call.strides):
+            if slot.private_records >= MAX_PRIVATE:
+                self._warn("this call and others like it run as plain launches")
+                return None
+            if g is not None:
+                g.release()
+                slot.private = None
+            g = self._record(slot, call, call.static, private=True)
+        if g is not None:
+            self._warn("while it does, outputs are copies (a clone each)")
+        return g
+
+    def _warn(self, consequence: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"cudagraph runtime: program {self.name!r}: the caller still holds outputs of its last "
+                f"{MAX_SHARED} calls at these sizes, which a replay would overwrite; {consequence}. Drop the "
+                "outputs you no longer need, or clone those you keep, to avoid it", RuntimeWarning, stacklevel=5)
+
+    @staticmethod
+    def _touch(slot: _Slot, g: _Graph) -> _Graph:
+        if slot.shared[0] is not g:
+            slot.shared.remove(g)
+            slot.shared.insert(0, g)
+        return g
+
+    def _drop(self, slot: _Slot, g: _Graph) -> None:
+        slot.shared.remove(g)
+        g.release()
+        self.replays.clear()
+
+    # ------------------------------------------------------------------ recording
+    def _record(self, slot: _Slot, call: _Call, pin: set, private: bool) -> _Graph | None:
+        if self._not_capturable:
+            self._give_up(self._not_capturable)
+            return None
+        warmups = 1 if call.values in self._warmed else 2  # the first compiles and tunes, the second settles
+        g = self._capture(call, pin, private, warmups)
+        if g is None:
+            return None
+        self._warmed.add(call.values)
+        if private:
+            slot.private_records += 1
+            slot.private = g
+        else:
+            slot.records += 1
+            slot.shared.insert(0, g)
+        self.replays.clear()
+        return g
 
     def _give_up(self, reason: str) -> None:
         self.fallback = reason
         self.replays.clear()
         warnings.warn(f"cudagraph runtime: capturing program {self.name!r} failed ({reason}); "
-                      f"running as 'launch'", RuntimeWarning, stacklevel=5)
+                      f"running as 'launch'", RuntimeWarning, stacklevel=6)
 
-    def _capture(self, inputs, symvals, device) -> _Graph | None:
-        """Record a graph at `symvals` (the graph key's values: inputs padded up to them)."""
-        runner = self.runner
-        if self._not_capturable:
-            self._give_up(self._not_capturable)
-            return None
+    def _capture(self, call: _Call, pin: set, private: bool, warmups: int) -> _Graph | None:
+        """Record a graph at the call's graph key, reading the inputs in `pin` in place and the
+        others from buffers of its own; None (and the program runs as launch) if it fails."""
+        graph_inputs, buffers, pinned = [], {}, {}
+        for i, t in enumerate(call.prepared):
+            if i in pin:
+                graph_inputs.append(t)
+                pinned[i] = (call.ptrs[i], call.strides[i])
+            else:
+                buffers[i] = self.padding.padded_input(i, t, call.values)
+                graph_inputs.append(buffers[i])
         try:
-            with torch.cuda.device(device):
-                static_inputs = self.padding.padded_inputs(inputs, symvals)
-                pinned = {}
-                for i, t in enumerate(inputs):
-                    if is_static_input(t) and t.shape == static_inputs[i].shape and t.is_contiguous():
-                        static_inputs[i] = t  # captured at its own address: never copied
-                        pinned[i] = t.data_ptr()
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(2):  # first run compiles and autotunes, second settles allocations
-                        runner.run(static_inputs, symvals, device)
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                if self._pool is None:
-                    self._pool = model_pool(self.options)
-                with torch.cuda.graph(graph, pool=self._pool):
-                    static_outputs = runner.run(static_inputs, symvals, device)
+            graph, outputs = self._record_graph(graph_inputs, call.values, call.device, warmups)
         except Exception as e:  # noqa: BLE001 - any capture failure falls back to plain launches
-            _recover_from_failed_capture(device)
+            _recover_from_failed_capture(call.device)
             self._give_up(f"{type(e).__name__}: {e}".splitlines()[0])
             return None
-        return _Graph(graph, static_inputs, static_outputs, pinned)
+        caller = {call.prepared[i].untyped_storage().data_ptr(): (i, call.prepared[i]) for i in pinned}
+        return _Graph(graph, pinned, buffers, outputs, private, caller)
 
-    def _build_replay(self, entry: _Graph, symvals: tuple, values: tuple, device):
-        """`replay(inputs) -> outputs | None` for calls at exactly `symvals`: the guards,
-        the pinned-address checks, the input copies, the replay and the output clones as one
-        generated function (None: take the general path)."""
+    def _record_graph(self, graph_inputs: list, values: tuple, device, warmups: int):
+        """(CUDA graph, its outputs) of the program run on `graph_inputs` at `values`: warm-up
+        runs, then the capture, on pipec's stream, in a pool of its own (module docstring)."""
+        runner = self.runner
+        with torch.cuda.device(device), preserved_rng(device):
+            stream = capture_stream(device)
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(warmups):
+                    runner.run(graph_inputs, values, device)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            clear_cublas_workspaces()  # the capture allocates its own, in its own pool
+            try:
+                with torch.cuda.graph(graph, pool=torch.cuda.graph_pool_handle(), stream=stream,
+                                      capture_error_mode="thread_local"):
+                    outputs = runner.run(graph_inputs, values, device)
+            finally:
+                clear_cublas_workspaces()  # no later capture borrows this graph's
+        return graph, outputs
+
+    # ------------------------------------------------------------------ replaying
+    def _replay(self, g: _Graph, prepared: list, symvals: tuple, values: tuple) -> list:
+        for i, buf in g.buffers.items():
+            copy_input(buf, prepared[i])
+        g.graph.replay()
+        graph_outputs = [t if isinstance(t, torch.Tensor) else None for t in g.outputs]
+        real = self.padding.real_outputs(graph_outputs, symvals, values)
+        return g.hand_out([v if r is None else r for r, v in zip(real, g.outputs)], prepared)
+
+    def _build_replay(self, slot: _Slot, symvals: tuple, values: tuple, device):
+        """`replay(inputs) -> outputs | None` for calls at exactly `symvals`, generated: the input
+        guards, then per variant (in the order the general path would pick them) the pinned
+        addresses, whether the caller holds its outputs, the input copies, the replay and the
+        output aliases (clones for the private one). None: take the general path, which also
+        records when a copied input stayed where it was (`LAST`) and another record is allowed.
+
+        The source holds the graphs' output tensors, never views of them (a prefix is sliced
+        per call): its references must not change the use counts `held` compares with."""
         runner = self.runner
         src = _Source()
-        names = [f"x{i}" for i in range(len(runner.program.inputs))]
-        lines = guard_lines(src, runner, symvals, device.index, names, "replay(inputs)")
-        if entry.pinned:
-            moved = " or ".join(f"x{i}.data_ptr() != {p}" for i, p in entry.pinned.items())
-            lines.append(f"    if {moved}: return None")
-        for i, static in enumerate(entry.static_inputs):
-            if i in entry.pinned:
-                continue
-            buf = src.const("IN", static)
-            if tuple(static.shape) == tuple(runner.input_shapes[i](*symvals)):
-                lines.append(f"    if x{i}.data_ptr() != {static.data_ptr()}: {buf}.copy_(x{i})")
-            else:  # the graph was recorded at a larger bucket: copy into the prefix
-                view = src.const("IN", static[_prefix(runner.input_shapes[i](*symvals))])
-                lines.append(f"    {view}.copy_(x{i})")
-        lines.append(f"    {src.const('REPLAY', entry.graph.replay)}()")
-        real = self.padding.real_outputs(entry.static_outputs, symvals, values)
-        seen: dict[int, str] = {}
+        n = len(runner.program.inputs)
+        call_shapes = [tuple(int(d) for d in fn(*symvals)) for fn in runner.input_shapes]
+        graph_shapes = [tuple(int(d) for d in fn(*values)) for fn in runner.input_shapes]
+        in_place = [a == b for a, b in zip(call_shapes, graph_shapes)]
+        lines = ["def replay(inputs):", f"    if len(inputs) != {n}: return None"]
+        if n:
+            lines.append(f"    {', '.join(f'x{i}' for i in range(n))}{',' if n == 1 else ''} = inputs")
+        index = _device_index(device)
+        checks = [f"x{i}.dtype is not {src.const('D', dtype)} or x{i}.shape != {src.const('S', torch.Size(shape))} "
+                  f"or x{i}.get_device() != {index}"
+                  for i, (dtype, shape) in enumerate(zip(runner.input_dtypes, call_shapes))]
+        for k in range(0, len(checks), 4):
+            lines.append(f"    if {' or '.join(checks[k:k + 4])}: return None")
+        lines.append(f"    if {src.const('DEVICE', _current_device)}() != {index}: return None")
+        use, last = src.const("USE", _use_count), src.const("LAST", slot.last)
+        promote = slot.records < MAX_RECORDS
+
+        def held(g: _Graph) -> str:
+            return " or ".join(f"{use}({s._cdata}) > {count}" for s, count in g.tracked)
+
+        shared = [g for g in slot.shared if all(in_place[i] for i in g.pinned)]
+        for g in shared:
+            free = " and ".join(f"{use}({s._cdata}) <= {count}" for s, count in g.tracked)
+            self._emit_variant(lines, src, g, free, symvals, values, call_shapes, in_place,
+                               promote, last)
+        priv = slot.private
+        if priv is not None and all(in_place[i] for i in priv.pinned):
+            if not promote:  # the general path would take it once no shared variant serves
+                self._emit_variant(lines, src, priv, "", symvals, values, call_shapes, in_place, False, last)
+            elif len(slot.shared) >= MAX_SHARED and len(shared) == len(slot.shared) \
+                    and all(g.tracked for g in shared):  # it takes it when every shared one is held
+                self._emit_variant(lines, src, priv, " and ".join(f"({held(g)})" for g in shared), symvals,
+                                   values, call_shapes, in_place, False, last)
+        lines.append("    return None")
+        return compile_source(lines, src.namespace, f"<pipec replay {self.name} {symvals}>")
+
+    def _emit_variant(self, lines, src, g: _Graph, condition: str, symvals, values, call_shapes,
+                      in_place, promote: bool, last: str) -> None:
+        runner = self.runner
+        conds = [f"x{i}.data_ptr() == {p} and x{i}.stride() == {src.const('T', s)}" for i, (p, s) in g.pinned.items()]
+        if condition:
+            conds.append(condition)
+        lines.append(f"    if {' and '.join(conds) or 'True'}:")
+        for i in g.buffers:
+            lines.append(f"        p{i} = x{i}.data_ptr()")
+            if promote and in_place[i]:  # before any update of LAST: the general path reads it
+                contiguous = f" and x{i}.is_contiguous()" if i in runner.dense_inputs else ""
+                lines.append(f"        if p{i} == {last}[{i}]{contiguous}: return None")
+        for i, buf in g.buffers.items():
+            lines.append(f"        {last}[{i}] = p{i}")
+            b = src.const("IN", buf)
+            if in_place[i]:
+                lines.append(f"        if p{i} != {buf.data_ptr()}: {b}.copy_(x{i})")
+            else:  # recorded at a larger bucket: into the prefix
+                lines.append(f"        {b}[{src.const('SL', _prefix(call_shapes[i]))}].copy_(x{i})")
+        lines.append(f"        {src.const('REPLAY', g.graph.replay)}()")
+        made: dict[tuple, str] = {}
         outs = []
-        for t in real:
+        for t, shape_fn in zip(g.outputs, runner.output_shapes):
             if t is None:
                 outs.append("None")
                 continue
-            if id(t) not in seen:
-                seen[id(t)] = f"o{len(seen)}"
-                lines.append(f"    {seen[id(t)]} = {src.const('OUT', t)}.clone()")
-            outs.append(seen[id(t)])
-        lines.append(f"    return [{', '.join(outs)}]")
-        return compile_source(lines, src.namespace, f"<pipec replay {self.name} {symvals}>")
+            if isinstance(t, _InputView):
+                key = (id(t), None)
+                expr = f"{src.const('VIEW', t.of)}(x{t.index})"
+            else:
+                shape = tuple(t.shape) if shape_fn is None else tuple(int(d) for d in shape_fn(*symvals))
+                key = (id(t), shape)
+                expr = src.const("OUT", t)
+                if shape != tuple(t.shape):
+                    expr = f"{expr}[{src.const('SL', _prefix(shape))}]"
+                expr = f"{expr}.detach()"
+            if key not in made:
+                made[key] = f"o{len(made)}"
+                lines.append(f"        {made[key]} = {expr}{'.clone()' if g.private or id(t) in g.copied else ''}")
+            outs.append(made[key])
+        lines.append(f"        return [{', '.join(outs)}]")
 
 
 def _recover_from_failed_capture(device) -> None:
@@ -230,20 +552,6 @@ def _recover_from_failed_capture(device) -> None:
             pass
 
 
-def _clone_outputs(outputs: list) -> list:
-    clones: dict[int, torch.Tensor] = {}
-    result = []
-    for t in outputs:
-        if t is None:
-            result.append(None)
-            continue
-        c = clones.get(id(t))
-        if c is None:
-            c = clones[id(t)] = t.clone()
-        result.append(c)
-    return result
-
-
 def load_cudagraph(program: Program, options: CompileOptions | None = None) -> Callable[[list], list]:
     """The ``cudagraph`` runtime's `load`: CUDA Graph replay on CUDA, else ``launch``."""
     if not torch.cuda.is_available():
@@ -252,4 +560,5 @@ def load_cudagraph(program: Program, options: CompileOptions | None = None) -> C
     return CudaGraphProgram(program, options)
 
 
-__all__ = ["CudaGraphProgram", "load_cudagraph", "model_pool", "is_static_input", "NO_CUDA_MESSAGE"]
+__all__ = ["CudaGraphProgram", "load_cudagraph", "is_static_input", "capture_stream", "clear_cublas_workspaces",
+           "NO_CUDA_MESSAGE"]

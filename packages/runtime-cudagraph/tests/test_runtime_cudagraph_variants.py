@@ -1,0 +1,323 @@
+"""The `cudagraph` runtime's variants (pinned inputs, outputs handed out without a copy, double
+buffers, the private copying variant), on the CPU: the capture is simulated by a graph that
+reads pinned inputs by address only (it checks that every replay finds them there) and writes
+its outputs at fixed addresses, as a CUDA Graph does."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import sympy
+import torch
+
+from pipec_ir import Buffer, CompileOptions, Program, Step
+from runtime_helpers import T, add_kernel, add_program, extern_program
+
+from pipec_runtime_cudagraph import cudagraph
+from pipec_runtime_cudagraph.buckets import PadPolicy
+from pipec_runtime_cudagraph.cudagraph import MAX_RECORDS, MAX_SHARED, CudaGraphProgram
+
+
+class FakeGraph:
+    """A recorded graph on the CPU: replays run the program again on the inputs of the call
+    being served (pinned ones, checked to be at the recorded address) or on the graph's own
+    buffers, and copy the results into the outputs captured at record time."""
+
+    current: list = []  # the inputs of the call in progress (set by `Sim.__call__`)
+
+    def __init__(self, runner, graph_inputs, values, device):
+        self.runner, self.values, self.device = runner, values, device
+        self.pinned = {i: t.data_ptr() for i, t in enumerate(graph_inputs)
+                       if i < len(FakeGraph.current) and t is FakeGraph.current[i]}
+        self.buffers = {i: t for i, t in enumerate(graph_inputs) if i not in self.pinned}
+        self.outputs = runner.run(graph_inputs, values, device)
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+        inputs = []
+        for i in range(len(self.runner.program.inputs)):
+            if i in self.pinned:
+                x = FakeGraph.current[i]
+                assert x.data_ptr() == self.pinned[i], "replayed with a pinned input somewhere else"
+                inputs.append(x)
+            else:
+                inputs.append(self.buffers[i])
+        for dst, src in zip(self.outputs, self.runner.run(inputs, self.values, self.device)):
+            if dst is not None and dst.data_ptr() != src.data_ptr():  # a view of an input is one already
+                dst.copy_(src)
+
+
+class Sim:
+    """A CudaGraphProgram whose graphs are `FakeGraph`s, on the CPU."""
+
+    def __init__(self, program: Program, options: CompileOptions):
+        self.prog = CudaGraphProgram(program, options)
+        self.prog.device_type = "cpu"
+        self.graphs: list[FakeGraph] = []
+        self.general = 0
+        general = self.prog._call
+
+        def counting_call(inputs):
+            self.general += 1
+            return general(inputs)
+
+        def record_graph(graph_inputs, values, device, warmups):
+            g = FakeGraph(self.prog.runner, graph_inputs, values, device)
+            self.graphs.append(g)
+            return g, g.outputs
+
+        self.prog._call = counting_call
+        self.prog._record_graph = record_graph
+
+    def __call__(self, inputs):
+        FakeGraph.current = list(inputs)
+        try:
+            return self.prog(inputs)
+        finally:
+            FakeGraph.current = []
+
+    def slot(self):
+        (slot,) = self.prog.graphs.entries.values()
+        return slot
+
+
+@pytest.fixture(autouse=True)
+def _cpu_device(monkeypatch):
+    monkeypatch.setattr(cudagraph, "_current_device", lambda: -1)
+
+
+@pytest.fixture()
+def options(tmp_path):
+    return CompileOptions(runtime="cudagraph").with_extra(kernel_dir=str(tmp_path / "kernels"))
+
+
+def test_same_inputs_dropped_outputs_no_copy_no_clone(options):
+    """A model called on the same tensors, its outputs dropped each time (a benchmark loop): the
+    second call records a graph that reads both inputs in place, and every later call replays it
+    through the generated fast path with no input copy and no output copy."""
+    run = Sim(add_program(50), options)
+    x, y = torch.randn(50), torch.randn(50)
+    ptrs = []
+    for k in range(6):
+        if k == 4:
+            x.mul_(3)  # the caller refills its tensor: the replay reads it where it is
+        (out,) = run([x, y])
+        torch.testing.assert_close(out, x + y)
+        ptrs.append(out.data_ptr())
+        del out
+    (variant,) = run.slot().shared
+    assert variant.pinned.keys() == {0, 1} and not variant.buffers
+    assert len(run.graphs) == 2  # the first graph copied its inputs: the second one replaced it
+    assert len(set(ptrs[1:])) == 1  # outputs alias the graph's memory: no copy
+    assert run.general == 2  # every call after the second took the fast path
+
+
+def test_held_outputs_alternate_between_two_graphs(options):
+    """`y = model(x)`: the last output is still held during the next call, so the key alternates
+    between two graphs; no output the caller holds is ever overwritten."""
+    run = Sim(add_program(40), options)
+    x, y = torch.randn(40), torch.randn(40)
+    ys = [y + k for k in range(8)]  # all alive: a new address each call (one reused would be pinned)
+    prev = None
+    for k in range(8):
+        (out,) = run([x, ys[k]])
+        torch.testing.assert_close(out, x + y + k)
+        if prev is not None:
+            torch.testing.assert_close(prev, x + y + k - 1)  # the previous output survived the replay
+            assert prev.data_ptr() != out.data_ptr()
+        prev = out
+    assert len(run.slot().shared) == MAX_SHARED
+    assert run.slot().records == 3  # copying inputs, then two reading them in place
+    assert run.general == 3  # then the fast path alternates by itself
+
+
+def test_outputs_kept_in_a_list_are_copied_with_one_warning(options):
+    run = Sim(add_program(30), options)
+    x, y = torch.randn(30), torch.randn(30)
+    kept = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(7):
+            kept.append(run([x, y * k])[0])
+    for k, out in enumerate(kept):
+        torch.testing.assert_close(out, x + y * k)
+    assert len({t.data_ptr() for t in kept}) == len(kept)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1 and "still holds outputs" in msgs[0] and "copies" in msgs[0]
+    assert run.slot().private is not None
+
+
+def test_fresh_inputs_each_call(options):
+    run = Sim(add_program(64), options)
+    outs = []
+    for k in range(6):
+        x, y = torch.full((64,), float(k)), torch.randn(64)
+        (out,) = run([x, y])
+        torch.testing.assert_close(out, x + y)
+        outs.append((out, x + y))
+        if k % 2:
+            outs.clear()
+    for out, want in outs:
+        torch.testing.assert_close(out, want)
+    assert run.slot().records <= MAX_RECORDS
+
+
+def test_output_fed_back_as_input(options):
+    """`x = f(x, y)`: each call reads the previous one's output; two graphs (both reading `y` in
+    place) alternate, copying `x`, without recording a graph per call."""
+    run = Sim(add_program(16), options)
+    x, y = torch.zeros(16), torch.randn(16)
+    records = []
+    for k in range(1, 11):
+        (x,) = run([x, y])
+        torch.testing.assert_close(x, k * y)
+        records.append(run.slot().records)
+    assert records[3] == records[-1] == 3 and run.slot().private is None
+    assert [g.pinned.keys() for g in run.slot().shared] == [{1}, {1}]
+    assert run.general == 3
+
+
+def test_views_of_pinned_inputs_are_rebuilt_from_the_call(options):
+    """extern_program returns `x.T`: once `x` is pinned, the output is a view of the caller's own
+    tensor, and the graph keeps no reference to it."""
+    run = Sim(extern_program(), options)
+    x, w, b = torch.randn(6, 5), torch.randn(7, 5), torch.randn(6, 7)
+    for k in range(4):
+        out, xt, none, out2 = run([x, w, b])
+        torch.testing.assert_close(out, x @ w.T + b)
+        assert out2 is out and none is None
+        assert xt.shape == (5, 6) and torch.equal(xt, x.T)
+        assert (xt.data_ptr() == x.data_ptr()) == (k > 0)  # first call: a view of the graph's own copy
+    for variant in run.slot().shared:  # two: the caller held the last outputs at each call
+        assert variant.pinned.keys() == {0, 1, 2}
+        assert isinstance(variant.outputs[1], cudagraph._InputView)
+        assert all(not isinstance(t, torch.Tensor) or t.untyped_storage().data_ptr() != x.data_ptr()
+                   for t in variant.outputs)
+
+
+def chain(n=24):
+    """in -> in + in: the second program of a chain reads the first one's output."""
+    return Program(name="double", inputs=(Buffer("x", T([n])),), outputs=("out",),
+                   buffers=(Buffer("out", T([n])),), kernels=(add_kernel("pipec_add_c", n),),
+                   steps=(Step("launch", "pipec_add_c", ("x", "x"), ("out",)),))
+
+
+def test_outputs_of_another_graph_are_read_in_place(options):
+    """Program B reads program A's output (a graph break, a backward reading saved activations):
+    pinned at first sight, no copy; A's graph is free again once the caller drops B's input."""
+    a, b = Sim(add_program(24), options), Sim(chain(24), options)
+    x, y = torch.randn(24), torch.randn(24)
+    for _ in range(5):
+        (h,) = a([x, y])
+        (out,) = b([h])
+        del h
+        torch.testing.assert_close(out, 2 * (x + y))
+        del out
+    va, vb = a.slot().shared[0], b.slot().shared[0]  # the ones used last
+    assert va.pinned.keys() == {0, 1} and vb.pinned.keys() == {0} and not vb.buffers
+    assert b.slot().records == 2  # one per graph of `a` it read from (a's first one was replaced)
+    assert b.general == 2 and not va.held()
+
+
+def test_padded_bucket_copies_into_the_prefix(options, monkeypatch):
+    from test_runtime_buckets import tunable_add  # pad_symbols=("s0",)
+
+    run = Sim(tunable_add(), options.with_extra(autotune=False))
+    for n in (17, 20, 17, 32, 20):
+        x, y = torch.randn(n), torch.randn(n)
+        (out,) = run([x, y])
+        assert out.shape == (n,)
+        torch.testing.assert_close(out, x + y)
+        del out
+    assert len(run.prog.graphs) == 1
+
+
+def test_storage_use_count_sees_views_the_caller_makes(options):
+    """What `held` relies on: every tensor or view the caller keeps on an output counts, the
+    runtime's own references do not."""
+    run = Sim(add_program(8), options)
+    x, y = torch.randn(8), torch.randn(8)
+    (out,) = run([x, y])
+    (g,) = run.slot().shared
+    assert g.held()
+    v = out[2:]
+    del out
+    assert g.held()
+    del v
+    assert not g.held()
+
+
+def test_pad_policy_padded_input_is_a_fresh_copy(options):
+    from test_runtime_buckets import tunable_add
+
+    pad = PadPolicy(CudaGraphProgram(tunable_add(), options).runner, "pow2")
+    x = torch.randn(5)
+    buf = pad.padded_input(0, x, (8,))
+    assert buf.shape == (8,) and torch.equal(buf[:5], x) and not buf[5:].any()
+    same = pad.padded_input(0, x, (5,))
+    assert torch.equal(same, x) and same.data_ptr() != x.data_ptr()
+    assert sympy.Integer(8) == buf.shape[0]
+
+
+def test_parameters_are_pinned_from_the_first_call(options):
+    run = Sim(add_program(12), options)
+    w = torch.nn.Parameter(torch.randn(12), requires_grad=False)
+    x = torch.randn(12)
+    torch.testing.assert_close(run([x, w])[0], x + w)
+    (g,) = run.slot().shared
+    assert g.pinned.keys() == {1} and g.buffers.keys() == {0}
+    with torch.no_grad():
+        w.mul_(2)  # an optimizer's in-place update: the next replay reads it
+    torch.testing.assert_close(run([x, w])[0], x + w)
+    w2 = torch.nn.Parameter(torch.randn(12), requires_grad=False)
+    torch.testing.assert_close(run([x, w2])[0], x + w2)  # moved: a graph pinned at the new address
+    assert any(g.pinned.get(1, (None,))[0] == w2.data_ptr() for g in run.slot().shared)
+
+
+def test_past_every_record_limit_calls_run_as_launches(options, monkeypatch):
+    monkeypatch.setattr(cudagraph, "MAX_PRIVATE", 1)
+    run = Sim(add_program(10), options)
+    y = torch.randn(10)
+    params = [torch.nn.Parameter(torch.randn(10), requires_grad=False) for _ in range(MAX_RECORDS + 3)]
+    kept = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for w in params:  # a parameter at a new address each call, every output kept
+            (out,) = run([y, w])
+            kept.append((out, y + w))
+    for out, want in kept:
+        torch.testing.assert_close(out, want)
+    slot = run.slot()  # two graphs whose outputs the caller keeps, one copying: the rest ran as launches
+    assert slot.records == MAX_SHARED and slot.private_records == 1 and len(run.graphs) == 3
+    assert len([w for w in caught if "still holds outputs" in str(w.message)]) == 1
+
+
+def test_records_per_key_are_bounded(options):
+    """A parameter at a new address every call (outputs dropped): graphs are recorded up to
+    MAX_RECORDS, then copying ones up to MAX_PRIVATE, then the calls run as launches."""
+    run = Sim(add_program(10), options)
+    y = torch.randn(10)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        params = [torch.nn.Parameter(torch.randn(10), requires_grad=False)  # all alive: new addresses
+                  for _ in range(MAX_RECORDS + cudagraph.MAX_PRIVATE + 2)]
+        for w in params:
+            torch.testing.assert_close(run([y, w])[0], y + w)
+    slot = run.slot()
+    assert slot.records == MAX_RECORDS and slot.private_records == cudagraph.MAX_PRIVATE
+    assert len(slot.shared) <= MAX_SHARED
+
+
+def test_one_element_outputs_are_copies(options):
+    """A loss the caller keeps in a list: cloned (for free), so the graph stays free."""
+    run = Sim(add_program(1), options)
+    x, y = torch.randn(1), torch.randn(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses = [run([x, y * k])[0] for k in range(6)]
+    for k, loss in enumerate(losses):
+        torch.testing.assert_close(loss, x + y * k)
+    (g,) = run.slot().shared
+    assert not g.tracked and run.slot().private is None
