@@ -173,10 +173,13 @@ class EpilogueWriter(KernelWriter):
         used = {self.axes.get(self.names.get(sym)) for sym in sympy.sympify(offset).free_symbols}
         mask = {frozenset("mn"): "xmask", frozenset("n"): "nmask", frozenset("m"): "mmask"}.get(
             frozenset(used & {"m", "n"}))
-        if mask is None or mask == "xmask":
+        if mask == "xmask" or (mask is None and not used):
             return super()._load(name, index)
         where = self.check_bounds(self.outer, name, self.print_index(offset), mask, "load", offset)
-        text = f"tl.load({self.in_ptr[name]} + ({where}), mask={mask}, other=0)"
+        if mask is None:  # the batch (pid_b) only: one element per tile, and every pid_b is a batch
+            text = f"tl.broadcast_to(tl.load({self.in_ptr[name]} + ({where})), {self.block})"
+        else:
+            text = f"tl.load({self.in_ptr[name]} + ({where}), mask={mask}, other=0)"
         if self.types[name].dtype in ("float16", "bfloat16"):
             text += ".to(tl.float32)"
         return self.emit(self._scope(False), text), False
