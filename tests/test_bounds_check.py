@@ -18,6 +18,7 @@ from pipec_capture import core_decompositions
 from pipec_runtime_cudagraph.launch import ProgramRunner
 
 ACCESS = re.compile(r"\btl\.(load|store)\(")
+GPU = torch.cuda.is_available()
 
 
 def _sources(compiled) -> list[str]:
@@ -46,7 +47,8 @@ def test_bounds_checked_kernels_assert_every_access_and_match_eager(fusion):
         assert "load of arg0_1 out of bounds" in template and "load of arg1_1 out of bounds" in template
 
 
-def test_without_the_option_kernels_are_unchanged():
+def test_without_the_option_kernels_are_unchanged(monkeypatch):
+    monkeypatch.delenv("PIPEC_BOUNDS_CHECK", raising=False)  # gpu_sanitize.sh sets it
     args = (torch.randn(5, 16), torch.randn(16, 8), torch.randn(8), torch.randint(0, 8, (5, 3)))
     compiled = pipec.compile(every_kind)
     compiled(*args)
@@ -67,10 +69,46 @@ def _program_with_wrong_numel(bounds_check: bool):
     return dataclasses.replace(program, kernels=(kernel,)), options, x
 
 
+@pytest.mark.skipif(GPU, reason="CPU tensors run on the GPU here: test_gpu_* checks it in a child process")
 def test_the_interpreter_catches_an_out_of_bounds_access():
     program, options, x = _program_with_wrong_numel(bounds_check=True)
     with pytest.raises(Exception, match=r"pipec_fused_mul_add_0: load of \w+ out of bounds"):
         ProgramRunner(program, options)([x])  # (unchecked, it writes past the output: heap corruption)
+
+
+_CHILD = """
+import sys
+sys.path.insert(0, {tests!r})
+import torch
+from test_bounds_check import _program_with_wrong_numel
+from pipec_runtime_cudagraph.launch import ProgramRunner
+program, options, x = _program_with_wrong_numel(bounds_check=True)
+ProgramRunner(program, options)([x.cuda()])
+torch.cuda.synchronize()
+print("no assertion failed")
+"""
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA device")
+def test_gpu_out_of_bounds_access_trips_a_device_assert():
+    """A failed device assertion leaves the CUDA context unusable: the kernel runs in a child process."""
+    import pathlib
+    import subprocess
+    import sys
+
+    child = _CHILD.format(tests=str(pathlib.Path(__file__).parent))
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "no assertion failed" not in done.stdout, done.stdout + done.stderr
+    # the device prints the failed assertion (naming kernel, access and buffer); CUDA then reports it
+    assert "out of bounds" in done.stderr and "assert" in done.stderr.lower(), done.stderr[-3000:]
+
+
+def test_environment_variable_turns_it_on_for_every_compile(monkeypatch):
+    monkeypatch.setenv("PIPEC_BOUNDS_CHECK", "1")
+    assert pipec.make_options().get("bounds_check") is True
+    assert pipec.make_options(bounds_check=False).get("bounds_check") is False
+    monkeypatch.setenv("PIPEC_BOUNDS_CHECK", "0")
+    assert pipec.make_options().get("bounds_check") is None
 
 
 def test_a_constant_offset_outside_its_buffer_fails_at_compile_time():

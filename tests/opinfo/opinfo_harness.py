@@ -208,8 +208,10 @@ def _pipeline(gm, example_inputs):
     from pipec import plugins
     from pipec_capture import constant_bindings, lower_graph
 
+    from pipec import make_options
+
     registry = plugins.get_registry()
-    options = pipec_ir.CompileOptions()
+    options = make_options()  # the defaults (PIPEC_BOUNDS_CHECK=1: bounds-checked kernels, gpu_sanitize.sh)
     graph = _round_trip(lower_graph(gm, example_inputs, name="opinfo"), "graph")
     constants = constant_bindings(gm, graph)  # tensor constants of the trace: trailing inputs
     plan = _round_trip(registry.get("fusion", "default").fuse(graph, options), "kernel_plan")

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from .plugins import get_registry
 from .trace_settings import call_settings, settings_scope
 
 MODES = {"default": "launch", "reduce-overhead": "cudagraph"}
+BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
 
 
@@ -37,6 +39,8 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
     limit = options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise ValueError(f"recompile_limit must be a non-negative integer, got {limit!r}")
+    if "bounds_check" not in options and os.environ.get(BOUNDS_CHECK_ENV, "0") not in ("", "0"):
+        options["bounds_check"] = True  # every compile of this process bounds-checked (gpu_sanitize.sh)
     if not isinstance(options.get("bounds_check", False), bool):
         raise ValueError(f"bounds_check must be True or False, got {options['bounds_check']!r}")
     fields = {k: options.pop(k) for k in list(options) if k in _OPTION_FIELDS}
