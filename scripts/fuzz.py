@@ -45,7 +45,7 @@ def main() -> int:
     from hypothesis import HealthCheck, given, seed, settings
     from hypothesis import strategies as st
 
-    from fuzz_graphs import families, programs
+    from fuzz_graphs import families, features, programs
     from fuzz_pipeline import check_program
 
     cuda = args.device.startswith("cuda")
@@ -77,7 +77,7 @@ def main() -> int:
             failures.append(prog)
             raise
         done["graphs"] += 1
-        done[_family(prog)] += 1
+        done.update(features(prog))
         if done["graphs"] % 50 == 0:
             print(f"{done['graphs']} graphs ok ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
 
@@ -91,7 +91,7 @@ def main() -> int:
         print(f"fuzz: mismatch after {done['graphs']} graphs (shrunk repros above)", file=sys.stderr)
         status = 1
     seconds = time.perf_counter() - start
-    kinds = {k: v for k, v in sorted(done.items()) if k != "graphs"}
+    kinds = {k: v for k, v in sorted(done.items()) if k != "graphs"}  # graphs that exercised each feature
     if status == 0:
         print(f"fuzz: {done['graphs']} graphs on {args.device}, 0 mismatches "
               f"({', '.join(f'{k} {v}' for k, v in kinds.items())}; bounds check {'on' if bounds_check else 'off'}; "
@@ -102,21 +102,6 @@ def main() -> int:
             "count": args.count, "family": args.family, "device": args.device, "bounds_check": bounds_check,
             "seconds": round(seconds), "first_failure": str(failures[0]) if failures else None}, indent=1) + "\n")
     return status
-
-
-def _family(prog) -> str:
-    """What kind of graph `prog` is, for the tally."""
-    if prog.train:
-        return "train"
-    if prog.sizes:
-        return "dynamic"
-    if prog.dtype != "float32":
-        return "half"
-    if any(s.op in ("matmul", "matmul_t", "linear", "addmm") for s in prog.steps):
-        return "matmul"
-    if prog.through_dynamo:
-        return "pipec.compile"
-    return "make_fx"
 
 
 if __name__ == "__main__":

@@ -650,3 +650,21 @@ def families(device: str = "cpu") -> dict:
         "views": view_chain_programs(device),
         "mixed": rich_programs(device, half=None, max_steps=14, n_policies=2),
     }
+
+
+def features(prog: Program) -> list[str]:
+    """What a program exercises, for the fuzzer's tally (a program counts under each)."""
+    ops = {s.op for s in prog.steps}
+    found = [name for name, hit in (
+        ("matmul", ops & set(MATMULS)),
+        ("half", prog.dtype != "float32"),
+        ("train", prog.train),
+        ("dynamic", prog.sizes),
+        ("constant", ops & {"const", "index_select_const"}),
+        ("gather", ops & {"gather", "index_select_const"}),
+        ("scatter", ops & {"index_add", "scatter_add"}),
+        ("views", ops & set(MORE_VIEWS)),
+        ("random_policy", any(p.startswith("random:") for p in prog.policies)),
+        ("aggressive", "aggressive" in prog.policies),
+    ) if hit]
+    return found + ["pipec.compile" if prog.through_dynamo else "make_fx"]
