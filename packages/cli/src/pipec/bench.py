@@ -24,6 +24,8 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   `kernel_count`, plus extern library calls; Inductor: `torch._inductor.metrics`).
   **launches**: GPU kernels one call launches, counted by `torch.profiler` (CUDA only;
   library kernels such as cuBLAS included, memcpy/memset not).
+* **peak MiB**: peak GPU memory of one call above the memory allocated before it (after
+  warm-up and timing; CUDA only): what the call's intermediates and outputs add to what is at rest.
 * **compile cold / warm** (seconds): wall time of the first call of a freshly compiled
   model (Dynamo, the backend, kernel compilation, autotuning and that first run), with
   empty caches; warm is the same for a fresh copy of the model after `torch._dynamo.reset()`,
@@ -31,6 +33,11 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   the run uses private, empty cache directories (pipec, Inductor, Triton) so that *cold*
   really is cold. A tiny function is compiled by every backend first, so one-time costs of
   the process (imports, first Dynamo trace) land on no backend's compile time.
+
+pipec runs in its `--mode`, and again in each extra mode asked for (`pipec_modes`, e.g.
+reduce-overhead), one row each, like Inductor's modes. With `keep_going`, a compiled backend that
+fails (compile error or outputs unlike eager's) keeps its row with the error, and the other
+backends are still timed.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ class BenchOptions:
     warmup_ms: float = 25.0
     rep_ms: float = 100.0  # per backend and round
     rounds: int = 3  # timing rounds over all backends, each in a rotated order
+    pipec_modes: tuple[tuple[str, CompileOptions], ...] = ()  # extra pipec rows: (mode, its options)
+    keep_going: bool = False  # a failing backend keeps its row with `error`; the others are still timed
     atol: float | None = None  # with rtol: the numerics check's tolerance (None: the dtype's)
     rtol: float | None = None
     keep_caches: bool = False
@@ -80,12 +89,14 @@ class BackendResult:
     kernels: int | None = None
     extern_ops: int | None = None
     launches: int | None = None
+    peak_mib: float | None = None  # peak memory of one call above the memory at rest (CUDA only)
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
     cache_hits: dict[str, int] | None = None  # pipec's warm compile
     # pipec's cold compile: what autotuning picked, one line per kernel and choice group timed
     # (the runtime's "pipec.tuning" log: every config's time, each choice group's alternatives)
     tuning: list[str] | None = None
+    error: str | None = None  # keep_going: why this backend has no time (compile error, mismatch)
 
     @property
     def is_inductor(self) -> bool:
@@ -254,6 +265,20 @@ def count_launches(fn: Callable[[], Any], device: str) -> int | None:
         return None
 
 
+def peak_memory_mib(fn: Callable[[], Any], device: str) -> float | None:
+    """Peak GPU memory (MiB) of one call above the memory allocated before it; None off CUDA."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats(device)
+    at_rest = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated(device) - at_rest) / 2**20
+
+
 # ---------------------------------------------------------------- caches and the process
 
 
@@ -365,9 +390,19 @@ def time_rounds(pending: list[Timed], device: str, options: BenchOptions,
     for r in range(rounds):
         progress(f"timing round {r + 1} of {rounds}")
         for timed in pending[r % len(pending):] + pending[:r % len(pending)]:
-            timed.result.ms_rounds.append(measure_ms(timed.call, device, options.warmup_ms, options.rep_ms))
+            if timed.result.error:
+                continue
+            try:
+                timed.result.ms_rounds.append(measure_ms(timed.call, device, options.warmup_ms, options.rep_ms))
+            except Exception as exc:
+                if not options.keep_going:
+                    raise
+                timed.result.error = f"timing: {_error_line(exc)}"
     for timed in pending:
-        timed.result.ms = statistics.median(timed.result.ms_rounds)
+        if timed.result.error:
+            timed.result.ms_rounds = []
+        else:
+            timed.result.ms = statistics.median(timed.result.ms_rounds)
 
 
 def bench_eager(model, inputs) -> Timed:
@@ -395,14 +430,16 @@ def record_tuning() -> Iterator[list[str]]:
         log.setLevel(level)
 
 
-def bench_pipec(model, fresh_model, inputs, expected, device: str, options: BenchOptions, name: str) -> Timed:
-    """pipec compiled cold and checked; its warm compile (of `fresh_model`) is `Timed.warm`."""
+def bench_pipec(model, fresh_model, inputs, expected, device: str, options: BenchOptions, name: str,
+                opts: CompileOptions | None = None, backend: str = "pipec") -> Timed:
+    """pipec (with `opts`, default `options.pipec`) compiled cold and checked; its warm compile (of
+    `fresh_model`) is `Timed.warm`. `backend` names the row ("pipec", "pipec-reduce-overhead")."""
     from .api import compile_with_session, report_from_session
     from .pipeline import Session
 
-    opts = options.pipec  # its compile cache (default: local) serves the warm compile
+    opts = opts or options.pipec  # its compile cache (default: local) serves the warm compile
     label = f"pipec ({opts.fusion}, {opts.runtime})"
-    result = BackendResult("pipec", label)
+    result = BackendResult(backend, label)
     sessions: list[Session] = []
 
     def make(m):
@@ -469,11 +506,12 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
               on_update: Callable[[BenchResult], None] = lambda result: None) -> BenchResult:
     """Check and time eager, pipec and Inductor on `inputs` (already on their device).
 
-    Backends are compiled (cold) and checked in the order eager, pipec, Inductor modes (the
-    slowest compiles last), then timed together (`time_rounds`), then their launches counted,
-    then each is compiled again from its caches (warm); `on_update` sees the result after each
-    step. Raises BenchMismatch when a backend's
-    outputs differ from eager; compile failures propagate.
+    Backends are compiled (cold) and checked in the order eager, pipec (its mode, then
+    `pipec_modes`), Inductor modes (the slowest compiles last), then timed together
+    (`time_rounds`), then their launches counted and peak memory measured, then each is compiled
+    again from its caches (warm); `on_update` sees the result after each step. Raises
+    BenchMismatch when a backend's outputs differ from eager; compile failures propagate; with
+    `keep_going` both are recorded as the backend's `error` instead.
     """
     import torch
 
@@ -481,9 +519,11 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     device = str(tensors[0].device) if tensors else ("cuda" if torch.cuda.is_available() else "cpu")
     inductor = options.inductor if options.inductor is not None else device.startswith("cuda")
     modes = options.inductor_modes if inductor else ()
+    pipecs = [("pipec", options.pipec)] + [(f"pipec-{mode}", opts) for mode, opts in options.pipec_modes]
     # every compiled backend gets its own copy for the cold compile and one for the warm compile
-    cold = {backend: _fresh(model) for backend in ("pipec", *modes)}
-    fresh = {backend: _fresh(model) for backend in ("pipec", *modes)}
+    backends = [name for name, _ in pipecs] + list(modes)
+    cold = {backend: _fresh(model) for backend in backends}
+    fresh = {backend: _fresh(model) for backend in backends}
     with torch.no_grad():
         expected = model(*inputs)
     result = BenchResult(
@@ -506,16 +546,28 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
         pending = [bench_eager(model, inputs)]
         result.backends.append(pending[-1].result)
         on_update(result)
-        progress("pipec: compiling (cold)")
-        pending.append(bench_pipec(cold["pipec"], fresh["pipec"], inputs, expected, device, options, name))
-        result.backends.append(pending[-1].result)
-        on_update(result)
-        for mode in modes:
-            progress(f"inductor ({mode}): compiling (cold)")
-            pending.append(bench_inductor(cold[mode], fresh[mode], inputs, expected, device, options, mode))
+        compiles = [(backend, lambda b=backend, o=opts: bench_pipec(cold[b], fresh[b], inputs, expected, device,
+                                                                   options, name, o, b))
+                    for backend, opts in pipecs]
+        compiles += [(f"inductor ({mode})", lambda m=mode: bench_inductor(cold[m], fresh[m], inputs, expected,
+                                                                           device, options, m))
+                     for mode in modes]
+        for backend, compile_backend in compiles:
+            progress(f"{backend}: compiling (cold)")
+            try:
+                pending.append(compile_backend())
+            except Exception as exc:
+                if not options.keep_going:
+                    raise
+                failed = BackendResult(backend, backend, error=_error_line(exc))
+                result.backends.append(failed)
+                progress(f"{backend}: failed: {failed.error}")
+                on_update(result)
+                continue
             result.backends.append(pending[-1].result)
             on_update(result)
         time_rounds(pending, device, options, progress)
+        pending = [timed for timed in pending if not timed.result.error]  # keep_going: failed while timed
         on_update(result)
         # torch.profiler may leave Triton launch hooks set for the rest of the process, and a launch
         # with hooks takes Triton's full path (pipec's direct launchers step aside for the hooks):
@@ -523,12 +575,31 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
         progress("counting each backend's launches (torch.profiler, after all timings)")
         for timed in pending:
             timed.result.launches = count_launches(timed.call, device)
+        progress("measuring each backend's peak memory")
+        for timed in pending:
+            timed.result.peak_mib = peak_memory_mib(timed.call, device)
         for timed in pending[1:]:
             progress(f"{timed.result.label}: compiling again (warm)")
-            timed.warm()
+            try:
+                timed.warm()
+            except Exception as exc:
+                if not options.keep_going:
+                    raise
+                timed.result.error = f"warm compile: {_error_line(exc)}"
             on_update(result)
         torch._dynamo.reset()
     return result
+
+
+def _error_line(exc: BaseException) -> str:
+    """One line saying why a backend failed: a pipec error found in the chain, else the exception's first line."""
+    from .errors import find_pipec_error
+
+    found = find_pipec_error(exc)
+    if found is not None:
+        return " ".join(str(found).split("\n")[0].split())
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 # ---------------------------------------------------------------- the table
@@ -554,6 +625,9 @@ def bench_table(result: BenchResult):
         table.add_column("TFLOP/s", justify="right")
     table.add_column("kernels", justify="right", no_wrap=True)
     table.add_column("launches", justify="right")
+    memory = any(b.peak_mib is not None for b in result.backends)
+    if memory:
+        table.add_column("peak MiB", justify="right")
     table.add_column("compile cold s", justify="right")
     table.add_column("warm s", justify="right")
     table.add_column("max err", justify="right")
@@ -565,10 +639,13 @@ def bench_table(result: BenchResult):
                _fmt(d["speedup_vs_inductor"], ".3g", "×"), tbps]
         if result.flops:
             row.append(_fmt(d["tflop_per_s"], ".3g"))
-        row += [kernels, _fmt(b.launches, "d"), _fmt(b.compile_cold_s, ".2f"), _fmt(b.compile_warm_s, ".2f"),
-                _fmt(b.max_error, ".3g")]
+        row += [kernels, _fmt(b.launches, "d")]
+        if memory:
+            row.append(_fmt(b.peak_mib, ".4g"))
+        row += [_fmt(b.compile_cold_s, ".2f"), _fmt(b.compile_warm_s, ".2f"), _fmt(b.max_error, ".3g")]
         table.add_row(*row)
-    notes = [f"{result.bytes / 1e6:.4g} MB moved per call (inputs, weights, outputs once each)"]
+    notes = [f"{b.name} failed: {b.error}" for b in result.backends if b.error]
+    notes += [f"{result.bytes / 1e6:.4g} MB moved per call (inputs, weights, outputs once each)"]
     if result.copy_tb_per_s:
         notes.append(f"copy of the same bytes: {result.copy_tb_per_s:.3f} TB/s")
     if result.flops:
@@ -591,4 +668,4 @@ def write_json(result: BenchResult, path: str) -> None:
 
 
 __all__ = ["BenchMismatch", "BenchOptions", "BenchResult", "BackendResult", "run_bench", "bench_table",
-           "io_bytes", "count_flops", "measure_ms", "write_json"]
+           "io_bytes", "count_flops", "measure_ms", "peak_memory_mib", "write_json"]

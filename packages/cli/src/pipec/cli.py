@@ -3,7 +3,8 @@
     pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead]
                            [--dynamic] [--fullgraph] [--dump-ir DIR] [--output-code] [--json]
     pipec explain MODEL.py [same options]
-    pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--json] [-o FILE]
+    pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--pipec-mode MODE]
+                         [--keep-going] [--json] [-o FILE]
     pipec capture MODEL.py -o graph.json [--exporter export|dynamo]
     pipec fuse graph.json -o plan.json [--fusion NAME]
     pipec codegen plan.json -o program.json [--codegen NAME]
@@ -492,6 +493,12 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
               inductor_mode: Annotated[list[str] | None, typer.Option(
                   "--inductor-mode", help="Also measure this torch.compile mode (repeatable), "
                   "e.g. max-autotune-no-cudagraphs.")] = None,
+              pipec_mode: Annotated[list[Mode] | None, typer.Option(
+                  "--pipec-mode", help="Also measure pipec in this mode (repeatable), e.g. "
+                  "reduce-overhead.")] = None,
+              keep_going: Annotated[bool, typer.Option(
+                  "--keep-going", help="A backend that fails (compile error, outputs unlike eager's) gets its "
+                  "error in its row and the others are still timed; the exit code is still 1.")] = False,
               warmup: Annotated[float, typer.Option("--warmup", help="Warm-up per measurement, ms.")] = 25.0,
               rep: Annotated[float, typer.Option("--rep", help="Measuring time per measurement, ms.")] = 100.0,
               rounds: Annotated[int, typer.Option(
@@ -522,6 +529,8 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     if rounds < 1:
         fail("--rounds must be at least 1")
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime)
+    extra = [m.value for m in dict.fromkeys(pipec_mode or []) if m != mode]
+    pipec_modes = tuple((m, _options(mode=m, fusion=fusion)) for m in extra)  # --runtime: the main row's
     model_obj, example, name, module = load_model_module(model_file, model, inputs)
     atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
     device = _resolve_device(device)
@@ -536,7 +545,8 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     except Exception as exc:
         fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
     bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
-                                 rep_ms=rep, rounds=rounds, atol=atol, rtol=rtol, keep_caches=keep_caches)
+                                 rep_ms=rep, rounds=rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
+                                 pipec_modes=pipec_modes, keep_going=keep_going)
     step = ["setting up"]
 
     def save(result) -> None:
@@ -571,6 +581,9 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     if result.interpreter:
         stderr.print("note: no CUDA device: CPU wall times, pipec's kernels in Triton's interpreter "
                      "(a smoke test, not a performance number)")
+    failed = [b for b in result.backends if b.error]
+    if failed:
+        fail(f"{name}: {len(failed)} backend(s) failed; {failed[0].name}: {failed[0].error}", 1)
 
 
 # ---------------------------------------------------------------- stage by stage
