@@ -199,6 +199,13 @@ COLUMNS = ("case", "model", "inputs", "status",
            "pipec kernels", "error")
 
 
+def _short(error: str | None, limit: int = 160) -> str:
+    """An error for the table (the JSON keeps it whole)."""
+    if not error:
+        return ""
+    return error if len(error) <= limit else error[:limit - 1] + "…"
+
+
 def table_rows(records: list[dict]) -> list[list[str]]:
     out = []
     for r in records:
@@ -206,7 +213,7 @@ def table_rows(records: list[dict]) -> list[list[str]]:
         kernels = rows.get("pipec", {})
         kernel_text = "-" if kernels.get("kernels") is None else (
             f"{kernels['kernels']}" + (f" +{kernels['extern_ops']} extern" if kernels.get("extern_ops") else ""))
-        error = "; ".join(f"{LABELS.get(n, n)}: {e}" for n, e in r["errors"].items()) or (r["error"] or "")
+        error = "; ".join(f"{LABELS.get(n, n)}: {_short(e)}" for n, e in r["errors"].items()) or _short(r["error"])
         if r.get("note"):
             error = f"{error} ({r['note']})" if error else r["note"]
         out.append([

@@ -17,8 +17,8 @@ REPO = HERE.parents[2]
 QUICK = ["--warmup", "1", "--rep", "3", "--device", "cpu"]
 
 
-def _load_suite():
-    spec = importlib.util.spec_from_file_location("pipec_bench_suite", REPO / "benchmarks" / "suite.py")
+def _load_suite(name: str = "suite"):
+    spec = importlib.util.spec_from_file_location(f"pipec_bench_{name}", REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
@@ -59,6 +59,21 @@ def test_time_rounds_rotates_the_order_and_takes_each_backends_median(monkeypatc
     assert order == list("abc" "bca" "cab")
     assert [t.result.ms for t in pending] == [1.2, 2.1, 3.1]
     assert pending[0].result.ms_rounds == [1.0, 9.0, 1.2]
+
+
+def test_time_rounds_keep_going_drops_a_backend_that_fails_while_timed(monkeypatch):
+    """With keep_going, a call that raises costs its backend's time (the error is kept), not the others'."""
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: call())
+
+    def broken():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore detail")
+
+    pending = [Timed(BackendResult("a", "a"), lambda: 1.0), Timed(BackendResult("b", "b"), broken)]
+    time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=2, keep_going=True))
+    assert pending[0].result.ms == 1.0 and pending[1].result.ms is None
+    assert pending[1].result.error == "timing: RuntimeError: CUDA error: an illegal memory access was encountered"
+    with pytest.raises(RuntimeError, match="illegal memory access"):  # without keep_going it propagates
+        time_rounds([Timed(BackendResult("b", "b"), broken)], "cpu", BenchOptions(pipec=None))
 
 
 def test_backends_are_timed_as_compiled_not_recompiled(monkeypatch):
@@ -145,6 +160,30 @@ def test_bench_mismatch_is_exit_1(fake_stages, capsys, model_file):
     assert out == ""
 
 
+def test_bench_extra_pipec_mode_is_a_row_of_its_own(fake_stages, capsys, model_file):
+    code, out, err = run(["bench", model_file, *QUICK, "--pipec-mode", "reduce-overhead", "--json"], capsys)
+    assert code == 0, err
+    backends = json.loads(out)["backends"]
+    assert [(b["name"], b["label"]) for b in backends] == [
+        ("eager", "eager"), ("pipec", "pipec (default, launch)"), ("pipec-reduce-overhead", "pipec (default, cudagraph)")]
+    assert all(b["ms"] > 0 and b["error"] is None for b in backends)
+    assert all(b["peak_mib"] is None for b in backends)  # peak memory is measured on CUDA only
+
+
+def test_bench_keep_going_keeps_the_other_rows(fake_stages, capsys, model_file, tmp_path):
+    """--keep-going: the failing backend's row has its error, the others are still timed; exit 1."""
+    saved = tmp_path / "bench.json"
+    code, out, err = run(["bench", model_file, *QUICK, "--runtime", "wrong", "--pipec-mode", "reduce-overhead",
+                          "--keep-going", "-o", saved], capsys)
+    assert code == 1
+    line = one_error_line(err)
+    assert line.startswith("error: tiny: 1 backend(s) failed; pipec: pipec (default, wrong) differs from eager")
+    assert "pipec failed: pipec (default, wrong) differs from eager" in out  # the table's caption
+    eager, wrong, graphs = json.loads(saved.read_text())["backends"]
+    assert wrong["name"] == "pipec" and "differs from eager" in wrong["error"] and wrong["ms"] is None
+    assert eager["ms"] > 0 and graphs["ms"] > 0 and graphs["error"] is None
+
+
 def test_bench_tolerance_from_the_model_file(fake_stages, capsys, tmp_path):
     path = tmp_path / "tol.py"
     path.write_text("import torch\nmodel = torch.relu\nexample_inputs = (torch.randn(3, 4),)\n"
@@ -216,3 +255,60 @@ def test_suite_smoke_run(tmp_path):
     assert case["bench"]["inputs"] == ["f32[4, 100]"]
     assert case["targets"][0]["target"] == "≥ 3.4 TB/s" and case["targets"][0]["met"] is False
     assert "issue 6 suite" in proc.stdout and "softmax_bf16" in proc.stdout
+
+
+# ---------------------------------------------------------------- the real-model suite (issue 19)
+
+
+def _row(name, ms, **extra):
+    return {"name": name, "ms": ms, "error": None, "compile_cold_s": 2.0, "max_error": 1e-3, "peak_mib": 10.0,
+            **extra}
+
+
+def test_real_models_table_ratios_and_failures():
+    """One row per case: times, pipec's ratios to eager and to Inductor in the same mode, failures with their
+    reasons (a case whose pipec failed keeps eager's and Inductor's numbers)."""
+    suite = _load_suite("real_models")
+    case = {"arch": "bert", "family": "encoder", "what": "bert-base-uncased", "shape": "8 × 512 bfloat16"}
+    ok = {**case, "case": "bert", "status": "ok", "error": None, "errors": {}, "note": None, "rows": {
+        "eager": _row("eager", 5.0), "inductor": _row("inductor", 4.0),
+        "inductor-reduce-overhead": _row("inductor-reduce-overhead", 3.0),
+        "pipec": _row("pipec", 2.0, kernels=7, extern_ops=2), "pipec-reduce-overhead": _row("pipec-ro", 3.0)}}
+    failed = {**case, "case": "gpt2", "status": "failed", "error": "RuntimeError: boom",
+              "errors": {"pipec": "RuntimeError: boom | pipe"}, "note": "split into two processes after: x",
+              "rows": {"eager": _row("eager", 5.0), "pipec": {"name": "pipec", "error": "RuntimeError: boom | pipe"}}}
+    (first, second) = suite.table_rows([ok, failed])
+    column = dict(zip(suite.COLUMNS, first))
+    assert column["pipec × eager"] == "2.5×" and column["pipec × Inductor"] == "2×"
+    assert column["pipec RO × Inductor RO"] == "1×" and column["pipec kernels"] == "7 +2 extern"
+    assert column["eager ms"] == "5" and column["error"] == ""
+    column = dict(zip(suite.COLUMNS, second))
+    assert column["status"] == "failed" and column["pipec ms"] == "-" and column["pipec × eager"] == "-"
+    assert column["error"] == "pipec: RuntimeError: boom \\| pipe (split into two processes after: x)"
+    text = suite.markdown([ok, failed], {"size": "real", "device": "cuda", "started": "t", "host": "h"})
+    assert text.count("\n| bert |") == 1 and "1 of 2 cases ok." in text
+
+
+def test_real_models_reruns_split_only_after_a_crash():
+    suite = _load_suite("real_models")
+    rows = {"backends": [{"name": "pipec", "error": "timing: AcceleratorError: CUDA error: an illegal memory access"}]}
+    assert suite._poisoned({"exit": 1, "bench": rows})
+    assert suite._poisoned({"exit": -11, "bench": {}})  # killed by a signal
+    assert not suite._poisoned({"exit": 1, "bench": {"backends": [{"name": "pipec", "error": "differs from eager"}]}})
+    assert not suite._poisoned({"exit": "timed out", "bench": {}})
+
+
+def test_real_models_smoke_run(tmp_path):
+    """benchmarks/real_models.py end to end on one tiny model on the CPU: child `pipec bench`, both pipec modes,
+    the JSON and the markdown table."""
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "real_models.py"), "--size", "tiny",
+                           "--device", "cpu", "--cases", "resnet", "--out", str(out), "--warmup", "1", "--rep", "3",
+                           "--rounds", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    (case,) = results["cases"]
+    assert case["status"] == "ok" and case["shape"] == "2 × 32 float32", case
+    assert set(case["rows"]) == {"eager", "pipec", "pipec-reduce-overhead"}
+    assert case["rows"]["pipec"]["max_error"] < 1e-4
+    assert "| resnet | resnet-50 (conv) | 2 × 32 float32 | ok |" in out.with_suffix(".md").read_text()

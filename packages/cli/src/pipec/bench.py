@@ -595,6 +595,8 @@ def _error_line(exc: BaseException) -> str:
     """One line saying why a backend failed: a pipec error found in the chain, else the exception's first line."""
     from .errors import find_pipec_error
 
+    if isinstance(exc, BenchMismatch):
+        return str(exc)
     found = find_pipec_error(exc)
     if found is not None:
         return " ".join(str(found).split("\n")[0].split())
