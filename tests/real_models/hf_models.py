@@ -206,7 +206,7 @@ ARCHS: tuple[Arch, ...] = (
     Arch("qwen2", "decoder", "Qwen2-0.5B",
          _cfg("Qwen2Config", dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32),
-              dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=14,
+              dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                    num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                    rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
          "Qwen2ForCausalLM", lm_inputs, ("logits",),
@@ -300,6 +300,14 @@ ARCHS: tuple[Arch, ...] = (
          tiny=Shape(2, 400), real={"hubert": Shape(4, 32000, BF16)}),
 )
 
+# Parameters (millions) of the published checkpoints the real sizes copy, as their model cards
+# give them (test_real_models.py checks each real config against its count)
+PUBLISHED_MILLIONS = {
+    "bert": 110, "roberta": 125, "distilbert": 66, "gpt2": 124, "llama": 1240, "gpt_neox": 162, "qwen2": 494,
+    "phi": 1420, "opt": 125, "t5": 223, "bart": 139, "whisper": 74, "vit": 86, "deit": 22, "swin": 28,
+    "resnet": 25.6, "convnext": 28.6, "wav2vec2": 95, "hubert": 95,
+}
+
 BY_NAME = {a.name: a for a in ARCHS}
 TRAINING = tuple(a.name for a in ARCHS if a.train_class)
 
@@ -329,6 +337,12 @@ def _make(arch: Arch, cls: str, tiny: bool, device: str | torch.device, seed: in
     torch.manual_seed(seed)
     with torch.device(device):
         return getattr(transformers, cls)(config)
+
+
+def parameter_count(name: str, size: str = REAL) -> int:
+    """Parameters of the inference model of architecture `name` at `size` (built on the meta device: no memory)."""
+    arch = BY_NAME[name]
+    return sum(p.numel() for p in _make(arch, arch.model_class, size == TINY, "meta", 0).parameters())
 
 
 def build(name: str, size: str = TINY, device: str | torch.device = "cpu", seed: int = 0) -> Built:

@@ -60,3 +60,11 @@ def test_training_step(name):
     torch.testing.assert_close(grads, expected_grads)
     torch.testing.assert_close(dict(model.named_buffers()), dict(eager.named_buffers()))
     assert [g.kind for g in compiled.pipec_session.graphs] == ["forward", "backward"]
+
+
+def test_real_sizes_are_the_published_models():
+    """Each real config has its checkpoint's parameter count (within 3%: heads and tied embeddings vary)."""
+    counts = {name: hf_models.parameter_count(name) / 1e6 for name in hf_models.BY_NAME}
+    off = {name: f"{count:.1f}M, published {hf_models.PUBLISHED_MILLIONS[name]}M" for name, count in counts.items()
+           if abs(count / hf_models.PUBLISHED_MILLIONS[name] - 1) > 0.03}
+    assert not off, off
