@@ -10,7 +10,10 @@ from .budget import (
     BUCKET_POLICIES, DEFAULT_RECOMPILE_LIMIT, RecompileBudget, RecompileLimitError, RecompileLimitWarning,
     bucket_of,
 )
-from .errors import IRError, MalformedIRError, UnsupportedVersionError, VerifyError, WrongKindError
+from .errors import (
+    AttributeTypeError, IRError, MalformedIRError, TypeMismatchError, UnsupportedVersionError, VerifyError,
+    WrongKindError,
+)
 from .hookspecs import hookimpl, hookspec
 from .ops import OPS, OpDef, kind_of
 from .options import CompileOptions
@@ -30,7 +33,8 @@ __version__ = "0.1.0"
 __all__ = [
     "BUCKET_POLICIES", "DEFAULT_RECOMPILE_LIMIT", "RecompileBudget", "RecompileLimitError",
     "RecompileLimitWarning", "bucket_of",
-    "IRError", "MalformedIRError", "UnsupportedVersionError", "VerifyError", "WrongKindError",
+    "AttributeTypeError", "IRError", "MalformedIRError", "TypeMismatchError", "UnsupportedVersionError",
+    "VerifyError", "WrongKindError",
     "hookimpl", "hookspec", "OPS", "OpDef", "kind_of", "CompileOptions",
     "Cache", "Capture", "Codegen", "Fusion", "Runtime", "Entry", "Registry", "UnknownStageError",
     "FORMAT", "VERSION", "digest", "dumps", "loads", "format_document",
