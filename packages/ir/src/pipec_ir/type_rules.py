@@ -16,19 +16,20 @@ a rule never raises a false alarm on a symbolic size it cannot decide.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import sympy
 
 from . import types as ir
 from .errors import AttributeTypeError, TypeMismatchError
+from .symbolic import numel
 
 Shape = tuple  # of sympy.Expr, or None where the node decides
 
 
-@dataclass(frozen=True)
-class Inferred:
+class Inferred(NamedTuple):
     shape: tuple | None  # None: any shape; else one entry per dim, None = any size
     dtype: str | None  # None: any dtype
 
@@ -51,6 +52,12 @@ class Context:
         if found is None:
             found = self._same[key] = _same_size(a, b, self.hints)
         return found
+
+    def same_shape(self, a: tuple, b: tuple) -> bool:
+        """Shapes a and b (entries of a may be None: any size) are not certainly different."""
+        if a == b:  # parsed sizes are shared objects: usually settled here, by identity
+            return True
+        return len(a) == len(b) and all(x is None or self.same(x, y) for x, y in zip(a, b))
 
 
 def _same_size(a, b, hints) -> bool:
@@ -149,7 +156,7 @@ def _operand_shapes_equal(node: ir.Node, ins, ctx: Context) -> None:
     """Pointwise operands have one shape: the IR has no implicit broadcasting."""
     first = ins[0]
     for name, t in zip(node.inputs[1:], ins[1:]):
-        if t.rank != first.rank or not all(ctx.same(a, b) for a, b in zip(t.shape, first.shape)):
+        if not ctx.same_shape(t.shape, first.shape):
             raise _mismatch(f"operand {name} is {fmt_type(t)} but operand {node.inputs[0]} is {fmt_type(first)} "
                             "(no implicit broadcasting: capture inserts expand)")
 
@@ -221,11 +228,14 @@ def reduction(node, ins, ctx) -> Inferred:
         raise AttributeTypeError(f"attribute dims={list(dims)} must be sorted and without repeats")
     keepdim = attr_bool(node, "keepdim")
     if keepdim:
-        shape = tuple(sympy.Integer(1) if d in dims else s for d, s in enumerate(x.shape))
+        shape = tuple(_ONE if d in dims else s for d, s in enumerate(x.shape))
     else:
         shape = tuple(s for d, s in enumerate(x.shape) if d not in dims)
-    dtype = {"argmax": "int64", "argmin": "int64", "any": "bool"}.get(node.op, x.dtype)
-    return Inferred(shape, dtype)
+    return Inferred(shape, _REDUCTION_DTYPE.get(node.op, x.dtype))
+
+
+_ONE = sympy.Integer(1)
+_REDUCTION_DTYPE = {"argmax": "int64", "argmin": "int64", "any": "bool"}  # else: the input's
 
 
 def scan(node, ins, ctx) -> Inferred:
@@ -239,10 +249,18 @@ def scan(node, ins, ctx) -> Inferred:
 
 def reshape(node, ins, ctx) -> Inferred:
     x = ins[0]
-    if not ctx.same(x.numel, node.type.numel):
+    if not _same_numel(x.shape, node.type.shape, ctx):
         raise _mismatch(f"reshape of {fmt_type(x)} ({x.numel} elements) to {fmt_shape(node.type.shape)} "
                         f"({node.type.numel} elements)")
     return Inferred(None, x.dtype)
+
+
+def _same_numel(a: tuple, b: tuple, ctx: Context) -> bool:
+    if a == b:
+        return True
+    if all(s.is_Integer for s in a) and all(s.is_Integer for s in b):
+        return math.prod(map(int, a)) == math.prod(map(int, b))
+    return ctx.same(numel(a), numel(b))
 
 
 def permute(node, ins, ctx) -> Inferred:
@@ -261,8 +279,10 @@ def expand(node, ins, ctx) -> Inferred:
                         f"{fmt_shape(out)}")
     shape = []
     for d, (a, b) in enumerate(zip(x.shape, out)):
-        if a == 1:
-            shape.append(None)  # a broadcast dim: any size
+        if a is b:
+            shape.append(a)
+        elif a == 1:
+            shape.append(b)  # a broadcast dim: any size
         elif not ctx.same(a, b):
             raise _mismatch(f"expand of {fmt_type(x)} to {fmt_shape(out)}: dim {d} of size {a} is not 1")
         else:
@@ -275,17 +295,16 @@ def slice_(node, ins, ctx) -> Inferred:
     dim = attr_int(node, "dim", lo=0, hi=x.rank)
     start = attr_size(node, "start")
     step = attr_int(node, "step", lo=1)
-    if node.type.rank == x.rank:
-        length = node.type.shape[dim]
-        last = _at_hints(start + step * (length - 1), ctx)
-        size = _at_hints(x.shape[dim], ctx)
-        n = _at_hints(length, ctx)
-        start_value = _at_hints(start, ctx)
-        if n is not None and n > 0 and size is not None and (
-                (last is not None and last >= size) or (start_value is not None and start_value < 0)):
-            raise _mismatch(f"slice [{start}:{start + step * length}:{step}] of dim {dim} of {fmt_type(x)} "
-                            "reads outside it")
-    return Inferred(tuple(None if d == dim else s for d, s in enumerate(x.shape)), x.dtype)
+    if node.type.rank != x.rank:
+        return Inferred(x.shape, x.dtype)  # a rank mismatch: reported as such
+    length = node.type.shape[dim]
+    n, first, size = _at_hints(length, ctx), _at_hints(start, ctx), _at_hints(x.shape[dim], ctx)
+    if n is not None and n > 0 and first is not None and size is not None and (
+            first < 0 or first + step * (n - 1) >= size):
+        raise _mismatch(f"slice [{start}:{start + step * length}:{step}] of dim {dim} of {fmt_type(x)} "
+                        "reads outside it")
+    # the length along `dim` is the node's own (checked against the input's size above)
+    return Inferred(tuple(node.type.shape[d] if d == dim else s for d, s in enumerate(x.shape)), x.dtype)
 
 
 def select(node, ins, ctx) -> Inferred:
@@ -300,7 +319,6 @@ def select(node, ins, ctx) -> Inferred:
 
 def _at_hints(expr, ctx: Context) -> int | None:
     """An integer expression's value at the symbols' example values, if it has one."""
-    expr = sympy.sympify(expr)
     if expr.is_Integer:
         return int(expr)
     free = expr.free_symbols

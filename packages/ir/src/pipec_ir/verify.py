@@ -60,18 +60,15 @@ def _check_rule(n: ir.Node, rule, ins: list[ir.TensorType], ctx: Context, where:
     """The node's declared type against its op's type rule: one line naming node, op and mismatch."""
     if n.op != "getitem":
         for name, t in zip(n.inputs, ins):
-            if t.dtype == "tuple":
+            if t.dtype == "tuple":  # a multi-result extern
                 raise TypeMismatchError(f"{where}: reads {name}, a multi-result extern (only getitem may)")
     try:
         got = rule(n, ins, ctx)
     except (TypeMismatchError, AttributeTypeError) as exc:
         raise type(exc)(f"{where}: {exc}") from None
     declared = n.type
-    wrong = got.dtype is not None and declared.dtype != got.dtype
-    if got.shape is not None and not wrong:
-        wrong = len(got.shape) != declared.rank or not all(
-            g is None or ctx.same(g, d) for g, d in zip(got.shape, declared.shape))
-    if wrong:
+    if (got.dtype is not None and declared.dtype != got.dtype) or (
+            got.shape is not None and not ctx.same_shape(got.shape, declared.shape)):
         given = ", ".join(f"{name}: {fmt_type(t)}" for name, t in zip(n.inputs, ins))
         shape = "[...]" if got.shape is None else fmt_shape(got.shape)  # ? / ...: any size / shape
         raise TypeMismatchError(f"{where}: declared {fmt_type(declared)}, but {n.op}({given}) gives "
