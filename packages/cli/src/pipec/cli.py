@@ -597,7 +597,7 @@ def _read_ir(path: Path, kind: str):
     except OSError as exc:
         fail(f"cannot read {str(path)!r}: {exc.strerror or exc}")
     try:
-        return pipec_ir.verify(pipec_ir.loads(text, kind=kind))
+        return pipec_ir.loads(text, kind=kind)  # verified too
     except pipec_ir.IRError as exc:
         fail(f"{path}: {exc}")
 

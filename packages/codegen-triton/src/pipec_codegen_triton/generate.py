@@ -86,6 +86,7 @@ def _count_option(options: CompileOptions, name: str) -> int | None:
 
 
 def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
+    verify(plan)  # every node's declared type is what its op gives: codegen trusts node types
     graph = plan.graph
     nodes = graph.node_map()
     types = graph.types()

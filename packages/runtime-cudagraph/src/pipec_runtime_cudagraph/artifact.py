@@ -496,9 +496,9 @@ def read_artifact(source: str | os.PathLike | bytes, *, sha256: str | None = Non
             raise ArtifactError(f"{where}: {required} is missing")
 
     try:
-        graph = pipec_ir.verify(pipec_ir.loads(contents[GRAPH], kind="graph"))
-        plan = pipec_ir.verify(pipec_ir.loads(contents[PLAN], kind="kernel_plan"))
-        program = pipec_ir.verify(pipec_ir.loads(contents[PROGRAM], kind="program"))
+        graph = pipec_ir.loads(contents[GRAPH], kind="graph")
+        plan = pipec_ir.loads(contents[PLAN], kind="kernel_plan")
+        program = pipec_ir.loads(contents[PROGRAM], kind="program")
     except pipec_ir.IRError as exc:
         raise ArtifactError(f"{where}: {exc}") from None
     _check_documents(graph, plan, program, where)
