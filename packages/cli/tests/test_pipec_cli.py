@@ -121,6 +121,57 @@ def test_broken_ir_file_exits_2_with_one_line(graph_file, capsys, tmp_path, dama
     assert not (tmp_path / "x.json").exists()
 
 
+def _set_node(data, name, **fields):
+    for node in data["nodes"]:
+        if node["name"] == name:
+            node.update(fields)
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("output shape", "node add (add): declared float32[3, 3], but add(mul: float32[4, 5], arg0: float32[4, 5]) "
+                     "gives float32[4, 5]"),
+    ("dtype", "node relu (relu): declared float16[4, 5], but relu(arg0: float32[4, 5]) gives float32[4, 5]"),
+    ("input shape", "node relu (relu): declared float32[4, 5], but relu(arg0: float32[4, 6]) gives float32[4, 6]"),
+    ("attribute", "node s (sum): attribute dims='two' must be a list of integers"),
+])
+def test_self_contradicting_ir_file_exits_2_naming_the_node(graph_file, capsys, tmp_path, damage, needle):
+    """A Graph whose declared types disagree with its ops is bad input (exit 2, one line), not a
+    fusion failure, and never reaches codegen (which would return a [3, 3] tensor)."""
+    data = json.loads(graph_file.read_text())
+    doc = data["document"]
+    if damage == "output shape":
+        _set_node(doc, "add", type={"shape": ["3", "3"], "dtype": "float32"})
+    elif damage == "dtype":
+        _set_node(doc, "relu", type={"shape": ["4", "5"], "dtype": "float16"})
+    elif damage == "input shape":
+        doc["inputs"][0]["type"]["shape"] = ["4", "6"]
+    else:
+        doc["nodes"].append({"name": "s", "op": "sum", "inputs": ["add"], "type": {"shape": ["4"], "dtype": "float32"},
+                             "attrs": [["dims", "two"], ["keepdim", False]]})
+        doc["outputs"] = ["s"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    code, _, err = run(["fuse", bad, "-o", tmp_path / "p.json"], capsys)
+    assert code == 2, err
+    assert one_error_line(err) == f"error: {bad}: graph fake, {needle}"
+    assert not (tmp_path / "p.json").exists()
+    with pytest.raises(pipec_ir.VerifyError, match=re.escape(needle)):
+        pipec_ir.loads(bad.read_text())
+
+
+def test_plan_with_a_self_contradicting_graph_exits_2_in_codegen(graph_file, capsys, tmp_path):
+    plan = tmp_path / "plan.json"
+    code, _, err = run(["fuse", graph_file, "-o", plan], capsys)
+    assert code == 0, err
+    data = json.loads(plan.read_text())
+    _set_node(data["document"]["graph"], "mul", type={"shape": ["4", "5"], "dtype": "int64"})
+    plan.write_text(json.dumps(data))
+    code, _, err = run(["codegen", plan, "-o", tmp_path / "prog.json"], capsys)
+    assert code == 2, err
+    assert one_error_line(err).startswith(f"error: {plan}: graph fake, node mul (mul): declared int64[4, 5], but mul(")
+    assert not (tmp_path / "prog.json").exists()
+
+
 def test_missing_ir_file(fake_stages, capsys, tmp_path):
     code, _, err = run(["fuse", tmp_path / "none.json", "-o", tmp_path / "x.json"], capsys)
     assert code == 2
