@@ -26,8 +26,6 @@ from . import types as ir
 from .errors import AttributeTypeError, TypeMismatchError
 from .symbolic import numel
 
-Shape = tuple  # of sympy.Expr, or None where the node decides
-
 
 class Inferred(NamedTuple):
     shape: tuple | None  # None: any shape; else one entry per dim, None = any size
@@ -35,8 +33,8 @@ class Inferred(NamedTuple):
 
 
 class Context:
-    """What a rule may look at besides the node: the types of values defined so far,
-    the nodes by name (`getitem` reads its extern's `results`) and the symbols' hints."""
+    """What a rule may look at besides the node and its inputs' types: the nodes defined so
+    far by name (`getitem` reads its extern's `results`) and the symbols' example values."""
 
     def __init__(self, hints: dict, nodes: dict[str, ir.Node]) -> None:
         self.hints = hints
@@ -54,7 +52,7 @@ class Context:
         return found
 
     def same_shape(self, a: tuple, b: tuple) -> bool:
-        """Shapes a and b (entries of a may be None: any size) are not certainly different."""
+        """Shapes a and b are not certainly different (an entry None in a: any size)."""
         if a == b:  # parsed sizes are shared objects: usually settled here, by identity
             return True
         return len(a) == len(b) and all(x is None or self.same(x, y) for x, y in zip(a, b))
