@@ -556,8 +556,8 @@ def _bench_tolerance(module, name: str, atol: float | None, rtol: float | None) 
     if tolerance is None:
         return None, None
     if not (isinstance(tolerance, dict) and set(tolerance) == {"atol", "rtol"}
-            and all(isinstance(v, int | float) for v in tolerance.values())):
-        fail(f"`tolerance` in {name} must be dict(atol=FLOAT, rtol=FLOAT)")
+            and all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in tolerance.values())):
+        fail(f"`tolerance` in {name} must be dict(atol=FLOAT, rtol=FLOAT), finite numbers >= 0")
     return float(tolerance["atol"]), float(tolerance["rtol"])
 
 
