@@ -106,10 +106,15 @@ def test_libdevice_binary_runs_in_the_interpreter(fn, tmp_path):
     torch.testing.assert_close(out[:n, :n], expected, equal_nan=True)
 
 
-def test_every_libdevice_function_codegen_emits_has_an_interpreter_twin():
-    from pipec_runtime_cudagraph import interpreter_math
+def test_every_stand_in_is_tested_here():
+    assert set(UNARY) | set(BINARY) == set(vars(LIBDEVICE))
 
-    assert set(UNARY) | set(BINARY) == set(vars(LIBDEVICE)) == set(interpreter_math._FUNCTIONS)
+
+def test_a_bf16_operand_is_refused_as_on_the_gpu(tmp_path):
+    kernel = load_kernel(_kernel(UNARY_SOURCE, "unary_bf16", "sinh"), interpret=True, cache_dir=tmp_path)
+    x = torch.randn(8).bfloat16()
+    with interpreter_scope(True), pytest.raises(Exception, match="libdevice.sinh: a bfloat16 operand"):
+        kernel[(1,)](x, torch.empty_like(x), 8, BLOCK=8)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

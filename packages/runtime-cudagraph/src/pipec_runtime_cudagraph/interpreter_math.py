@@ -47,6 +47,9 @@ def _elementwise(name: str, np_fn, arity: int):
         tensors = [a for a in args if isinstance(a, tl.tensor)]
         if not tensors:
             raise TypeError(f"libdevice.{name}: no tensor operand")
+        if any(t.handle.dtype.scalar == tl.bfloat16 for t in tensors):
+            # held as uint16 bit patterns here; libdevice has no bf16 version on the GPU either
+            raise TypeError(f"libdevice.{name}: a bfloat16 operand (compute in fp32)")
         first = next((t for t in tensors if t.handle.dtype.scalar.is_floating()), tensors[0])
         dtype = first.handle.dtype.scalar
         np_dtype = first.handle.data.dtype
@@ -68,7 +71,7 @@ def _elementwise(name: str, np_fn, arity: int):
 
 
 # libdevice's name -> (numpy function, operand count): every libdevice function codegen emits
-# (pipec_codegen_triton.pointwise_ops.NEEDS_LIBDEVICE); a test keeps the two lists equal.
+# (tests/test_interpreter_ops.py checks the templates of pointwise_ops.NEEDS_LIBDEVICE against it)
 _FUNCTIONS = {
     "expm1": (np.expm1, 1),
     "log1p": (np.log1p, 1),
