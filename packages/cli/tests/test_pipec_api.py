@@ -1,4 +1,7 @@
+import copy
+import io
 import json
+import pickle
 
 import pytest
 import torch
@@ -16,6 +19,33 @@ def test_compile_matches_eager(fake_stages):
     compiled = pipec.compile(f)
     torch.testing.assert_close(compiled(a, b), f(a, b))
     assert compiled.pipec_session.kernel_count == 1
+
+
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 5))
+
+    def forward(self, a):
+        return f(a, self.weight)
+
+
+def test_compile_leaves_the_module_as_it_was(fake_stages):
+    model, twin = Scale(), Scale()
+    compiled = pipec.compile(model, recompile_limit=3)
+    a = torch.randn(4, 5)
+    torch.testing.assert_close(compiled(a), model(a))
+    # pipec's state lives on the compiled wrapper, where explain-style stats and the budget are read
+    assert compiled.pipec_session.kernel_count == 1 and compiled.pipec_budget.limit == 3
+    torch.compile(twin, backend="eager")
+    assert set(vars(model)) == set(vars(twin))  # only what torch.compile itself leaves
+    for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        torch.testing.assert_close(copied(a), model(a))
+    saved = io.BytesIO()
+    torch.save(model, saved)
+    torch.save(model.state_dict(), io.BytesIO())
+    saved.seek(0)
+    torch.testing.assert_close(torch.load(saved, weights_only=False)(a), model(a))
 
 
 def test_compile_as_decorator(fake_stages):

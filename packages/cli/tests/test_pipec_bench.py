@@ -197,7 +197,7 @@ def test_bench_tolerance_from_the_model_file(fake_stages, capsys, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--inductor-mode", "fastest"], "unknown --inductor-mode 'fastest'"),
     (["--atol", "1e-3"], "give --atol and --rtol together"),
-    (["--rep", "0"], "--rep > 0"),
+    (["--rep", "0"], "--rep must be a finite number > 0"),
 ])
 def test_bench_usage_errors(fake_stages, capsys, model_file, argv, message):
     code, _, err = run(["bench", model_file, *argv], capsys)
@@ -205,12 +205,14 @@ def test_bench_usage_errors(fake_stages, capsys, model_file, argv, message):
     assert message in one_error_line(err)
 
 
-def test_bench_bad_tolerance_in_file(fake_stages, capsys, tmp_path):
+@pytest.mark.parametrize("tolerance", ["1e-3", "dict(atol=float('nan'), rtol=0.0)", "dict(atol=0.1, rtol=-1)"])
+def test_bench_bad_tolerance_in_file(fake_stages, capsys, tmp_path, tolerance):
     path = tmp_path / "bad.py"
-    path.write_text("import torch\nmodel = torch.relu\nexample_inputs = (torch.ones(2),)\ntolerance = 1e-3\n")
+    path.write_text(f"import torch\nmodel = torch.relu\nexample_inputs = (torch.ones(2),)\ntolerance = {tolerance}\n")
     code, _, err = run(["bench", path, *QUICK], capsys)
     assert code == 2
-    assert one_error_line(err) == "error: `tolerance` in bad.py must be dict(atol=FLOAT, rtol=FLOAT)"
+    assert one_error_line(err) == ("error: `tolerance` in bad.py must be dict(atol=FLOAT, rtol=FLOAT), "
+                                   "finite numbers >= 0")
 
 
 # ---------------------------------------------------------------- the suite

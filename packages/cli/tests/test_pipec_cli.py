@@ -68,6 +68,127 @@ def test_unknown_plugin_name(fake_stages, capsys, model_file, flag):
     assert "unknown" in one_error_line(err) and "'zzz' (registered:" in err
 
 
+# ---------------------------------------------------------------- bad option values: exit 2 before any work
+
+
+@pytest.fixture
+def watched_model(tmp_path):
+    """A model file that leaves a marker when it is imported: (path, marker)."""
+    marker = tmp_path / "imported"
+    path = tmp_path / "watched.py"
+    path.write_text(f"import pathlib\nimport torch\npathlib.Path({str(marker)!r}).write_text('yes')\n"
+                    "def model(a):\n    return torch.relu(a)\nexample_inputs = (torch.randn(3),)\n")
+    return path, marker
+
+
+@pytest.mark.parametrize("command", ["compile", "explain", "bench", "export", "run"])
+def test_bad_device_is_refused_before_any_work(fake_stages, capsys, watched_model, tmp_path, command):
+    path, marker = watched_model
+    argv = {"export": ["export", path, "-o", tmp_path / "m.pipec"],
+            "run": ["run", tmp_path / "missing.pipec", "--random"]}.get(command, [command, path])
+    code, _, err = run([*argv, "--device", "tpu"], capsys)
+    assert code == 2
+    assert one_error_line(err) == "error: --device 'tpu': expected auto, cpu, cuda or cuda:N"
+    assert not marker.exists()
+
+
+def test_unwritable_dump_ir_is_one_line_naming_the_path(fake_stages, capsys, watched_model, tmp_path):
+    path, marker = watched_model
+    (tmp_path / "plain").write_text("a file")  # a directory below a file: unwritable even for root
+    for command in (["compile", path], ["explain", path], ["export", path, "-o", tmp_path / "m.pipec"]):
+        code, _, err = run([*command, "--dump-ir", tmp_path / "plain" / "ir"], capsys)
+        assert code == 2
+        assert one_error_line(err) == (f"error: --dump-ir '{tmp_path / 'plain' / 'ir'}': cannot create the "
+                                       f"directory (Not a directory)")
+        code, _, err = run([*command, "--dump-ir", tmp_path / "plain"], capsys)
+        assert code == 2
+        assert one_error_line(err) == f"error: --dump-ir '{tmp_path / 'plain'}' is a file, not a directory"
+    assert not marker.exists()
+
+
+def test_unwritable_dump_dir_through_the_api_names_the_path(fake_stages, tmp_path):
+    import pipec
+    import torch
+
+    (tmp_path / "plain").write_text("a file")
+    compiled = pipec.compile(torch.relu, dump_dir=str(tmp_path / "plain" / "ir"))
+    with pytest.raises(Exception, match=r"cannot write the IR of graph relu_0 to dump_dir '.*/plain/ir': "
+                                        r"Not a directory"):
+        compiled(torch.randn(3))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--warmup", "nan"], "--warmup must be a finite number >= 0, got nan"),
+    (["--rep", "inf"], "--rep must be a finite number > 0, got inf"),  # timed forever before
+    (["--rep", "0"], "--rep must be a finite number > 0, got 0.0"),
+    (["--atol", "-1", "--rtol", "0"], "--atol must be a finite number >= 0, got -1.0"),
+    (["--atol", "0", "--rtol", "nan"], "--rtol must be a finite number >= 0, got nan"),
+])
+def test_bench_refuses_non_finite_times_and_tolerances(fake_stages, capsys, watched_model, argv, message):
+    path, marker = watched_model
+    code, _, err = run(["bench", path, *argv], capsys)
+    assert code == 2
+    assert one_error_line(err) == f"error: {message}"
+    assert not marker.exists()
+
+
+def test_unwritable_output_files_are_refused_before_any_work(fake_stages, capsys, watched_model, tmp_path):
+    path, marker = watched_model
+    (tmp_path / "plain").write_text("a file")
+    bad = tmp_path / "plain" / "out"
+    for argv, flag in ((["bench", path, "-o", bad], "--output"), (["export", path, "-o", bad], "--output"),
+                       (["run", tmp_path / "missing.pipec", "--random", "--save-outputs", bad], "--save-outputs")):
+        code, _, err = run(argv, capsys)
+        assert code == 2
+        assert one_error_line(err) == f"error: {flag} '{bad}': '{tmp_path / 'plain'}' is not a directory"
+    code, _, err = run(["run", tmp_path / "missing.pipec", "--random", "--save-outputs", tmp_path], capsys)
+    assert code == 2
+    assert one_error_line(err) == f"error: --save-outputs '{tmp_path}' is a directory, not a file"
+    assert not marker.exists()
+
+
+def test_run_seed_out_of_range(fake_stages, capsys, tmp_path):
+    code, _, err = run(["run", tmp_path / "m.pipec", "--random", "--seed", str(2**64)], capsys)
+    assert code == 2
+    assert "--seed" in one_error_line(err)
+
+
+def test_compile_with_a_capture_dynamo_cannot_run_is_a_usage_error(capsys, watched_model):
+    path, marker = watched_model  # the built-in stages: capture 'export' is torch.export only
+    code, _, err = run(["compile", path, "--capture", "export"], capsys)
+    assert code == 2
+    assert one_error_line(err).startswith("error: --capture export: it cannot run under torch.compile")
+    assert not marker.exists()
+
+
+def test_an_error_wrapped_by_dynamo_is_reported_by_its_inner_line():
+    from pipec.cli import _one_line
+
+    class BackendCompilerFailed(Exception):
+        def __init__(self, inner):
+            super().__init__("backend='backend' raised:\n" + f"{type(inner).__name__}: {inner}")
+            self.inner_exception = inner
+
+    assert _one_line(BackendCompilerFailed(OSError("disk full"))) == "OSError: disk full"
+
+
+def test_unexpected_error_is_one_line_and_the_traceback_only_on_request(fake_stages, capsys, monkeypatch,
+                                                                        model_file):
+    import pipec.cli
+
+    def broken(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(pipec.cli, "load_model_file", broken)
+    code, _, err = run(["compile", model_file], capsys)
+    assert code == 1
+    assert one_error_line(err) == ("error: KeyError: 'surprise' (unexpected; PIPEC_TRACEBACK=1 prints "
+                                   "the traceback)")
+    monkeypatch.setenv("PIPEC_TRACEBACK", "1")
+    code, _, err = run(["compile", model_file], capsys)
+    assert code == 1 and "Traceback" in err and "KeyError: 'surprise'" in err
+
+
 # ---------------------------------------------------------------- IR files
 
 

@@ -81,9 +81,16 @@ def compile_with_session(model, options: CompileOptions, session: Session | None
     backend = make_backend(options, session, prefix=name or _model_name(model))
     compiled = torch.compile(model, backend=backend, fullgraph=options.fullgraph, dynamic=options.dynamic)
     compiled = _in_call_context(compiled, options, budget)
-    with contextlib.suppress(Exception):  # some wrappers refuse attributes
-        compiled.pipec_budget = budget
+    _keep_on_wrapper(compiled, "pipec_budget", budget)
     return compiled, session
+
+
+def _keep_on_wrapper(compiled, name: str, value) -> None:
+    """Store pipec's state on the object torch.compile returned, never on the user's module: an
+    OptimizedModule forwards setattr to the module it wraps, and a Session (it holds a lock)
+    there would stop the module being deep-copied, pickled or saved."""
+    with contextlib.suppress(AttributeError, TypeError):  # an object without a __dict__
+        object.__setattr__(compiled, name, value)
 
 
 def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget):
@@ -137,10 +144,7 @@ def compile(model=None, *, mode: str = "default", fusion: str = "default", runti
     if model is None:  # used as @pipec.compile(...)
         return lambda fn: compile_with_session(fn, opts)[0]
     compiled, session = compile_with_session(model, opts)
-    try:
-        compiled.pipec_session = session
-    except Exception:  # pragma: no cover - some wrappers refuse attributes
-        pass
+    _keep_on_wrapper(compiled, "pipec_session", session)
     return compiled
 
 

@@ -26,8 +26,11 @@ from __future__ import annotations
 import enum
 import importlib.util
 import json
+import math
 import os
+import re
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -62,6 +65,9 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _one_line(exc: BaseException) -> str:
+    inner = getattr(exc, "inner_exception", None)
+    if isinstance(inner, BaseException):  # Dynamo's BackendCompilerFailed: "backend='x' raised:", then it
+        return _one_line(inner)
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     return f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
 
@@ -141,13 +147,75 @@ def load_model_module(path: Path, model_name: str = "model", inputs_name: str = 
 
 
 def _resolve_device(device: str) -> str:
+    """--device: auto (cuda when there is one), cpu, cuda or cuda:N; anything else is a usage
+    error (exit 2). Commands call it before any work."""
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        fail("--device cuda, but no CUDA device is available")
+    if re.fullmatch(r"cpu(:0)?", device):
+        return "cpu"
+    match = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if match is None:
+        fail(f"--device {device!r}: expected auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        fail(f"--device {device}, but no CUDA device is available")
+    count = torch.cuda.device_count()
+    if match.group(1) is not None and int(match.group(1)) >= count:
+        fail(f"--device {device}: this machine has {count} CUDA device{'s' if count != 1 else ''} "
+             f"(cuda:0 to cuda:{count - 1})")
     return device
+
+
+def _cannot_write_in(directory: Path) -> str | None:
+    """Why no file can be created in `directory` (None: one can). Tried for real: permission bits
+    say nothing to root, or of a read-only or special file system."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".pipec-probe-"):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def _check_dump_dir(path: Path | None) -> None:
+    """--dump-ir (or PIPEC_DUMP_IR): a directory pipec can write in, made now; else exit 2."""
+    if path is None:
+        return
+    if path.exists() and not path.is_dir():
+        fail(f"--dump-ir {str(path)!r} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--dump-ir {str(path)!r}: cannot create the directory ({exc.strerror or exc})")
+    why = _cannot_write_in(path)
+    if why:
+        fail(f"--dump-ir {str(path)!r}: cannot write in the directory ({why})")
+
+
+def _check_output_file(path: Path | None, flag: str, *, make_parents: bool = False) -> None:
+    """An output file option that cannot be written is a usage error found before any work
+    (`make_parents`: the writer creates missing directories)."""
+    if path is None:
+        return
+    if path.is_dir():
+        fail(f"{flag} {str(path)!r} is a directory, not a file")
+    directory = path.parent
+    if make_parents:
+        while not directory.exists() and directory != directory.parent:
+            directory = directory.parent
+    if not directory.is_dir():
+        fail(f"{flag} {str(path)!r}: {str(directory)!r} is not a directory" if directory.exists() else
+             f"{flag} {str(path)!r}: the directory {str(directory)!r} does not exist")
+    why = _cannot_write_in(directory)
+    if why:
+        fail(f"{flag} {str(path)!r}: cannot write in {str(directory)!r} ({why})")
+
+
+def _check_finite(value: float | None, flag: str, *, positive: bool = False) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        fail(f"{flag} must be a finite number {'> 0' if positive else '>= 0'}, got {value}")
 
 
 def _to_device(model, inputs, device: str):
@@ -221,6 +289,15 @@ def _check_cache(options) -> None:
         fail(str(exc))
 
 
+def _check_dynamo_capture(options) -> None:
+    """compile/explain/bench run the model under torch.compile: the capture must plug into Dynamo."""
+    from .plugins import get_registry
+
+    if getattr(get_registry().get("capture", options.capture), "dynamo_backend", None) is None:
+        fail(f"--capture {options.capture}: it cannot run under torch.compile (it has no dynamo_backend); "
+             f"use a Dynamo capture such as 'dynamo' (or `pipec export` for a torch.export capture)")
+
+
 def _options(**kwargs):
     from .api import make_options
 
@@ -278,9 +355,11 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime, dynamic=True if dynamic else None,
                        fullgraph=fullgraph, capture=capture, codegen=codegen,
                        dump_dir=str(dump_ir) if dump_ir else None, cache=cache)
+    device = _resolve_device(device)
+    _check_dynamo_capture(options)
+    _check_dump_dir(dump_ir)
     _check_cache(options)
     model, inputs, name = load_model_file(model_file, model_name, inputs_name)
-    device = _resolve_device(device)
     interpreted = _use_interpreter(device)
     model, inputs = _to_device(model, inputs, device)
 
@@ -478,8 +557,8 @@ def _bench_tolerance(module, name: str, atol: float | None, rtol: float | None) 
     if tolerance is None:
         return None, None
     if not (isinstance(tolerance, dict) and set(tolerance) == {"atol", "rtol"}
-            and all(isinstance(v, int | float) for v in tolerance.values())):
-        fail(f"`tolerance` in {name} must be dict(atol=FLOAT, rtol=FLOAT)")
+            and all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in tolerance.values())):
+        fail(f"`tolerance` in {name} must be dict(atol=FLOAT, rtol=FLOAT), finite numbers >= 0")
     return float(tolerance["atol"]), float(tolerance["rtol"])
 
 
@@ -524,16 +603,20 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     unknown = [m for m in modes if m not in INDUCTOR_MODES]
     if unknown:
         fail(f"unknown --inductor-mode {unknown[0]!r} (expected one of: {', '.join(INDUCTOR_MODES)})")
-    if warmup < 0 or rep <= 0:
-        fail("--warmup must be >= 0 and --rep > 0 (milliseconds)")
+    _check_finite(warmup, "--warmup")
+    _check_finite(rep, "--rep", positive=True)
+    _check_finite(atol, "--atol")
+    _check_finite(rtol, "--rtol")
     if rounds < 1:
         fail("--rounds must be at least 1")
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime)
     extra = [m.value for m in dict.fromkeys(pipec_mode or []) if m != mode]
     pipec_modes = tuple((m, _options(mode=m, fusion=fusion)) for m in extra)  # --runtime: the main row's
+    device = _resolve_device(device)
+    _check_dynamo_capture(options)
+    _check_output_file(output, "--output")
     model_obj, example, name, module = load_model_module(model_file, model, inputs)
     atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
-    device = _resolve_device(device)
     model_obj, example = _to_device(model_obj, example, device)
     if dtype is not None:
         model_obj, example = _to_dtype(model_obj, example, dtype.value)
@@ -737,12 +820,15 @@ def export_cmd(model_file: ModelFile,
     from .artifact import ExportError, check_artifact, export_artifact, export_options
     from .pipeline import Session
 
-    module, example, name = load_model_file(model_file, model, inputs)
     try:
-        export_options(name=name, fusion=fusion, runtime=runtime, mode=mode.value, codegen=codegen,
+        export_options(name=model_file.stem, fusion=fusion, runtime=runtime, mode=mode.value, codegen=codegen,
                        dump_dir=str(dump_ir) if dump_ir else None)
     except ValueError as exc:
         fail(str(exc))
+    device = _resolve_device(device)  # used by --check; a bad value is refused either way
+    _check_dump_dir(dump_ir)
+    _check_output_file(output, "--output", make_parents=True)
+    module, example, name = load_model_file(model_file, model, inputs)
     if not all(isinstance(t, torch.Tensor) for t in example):
         fail(f"`{inputs}` in {model_file.name} must hold tensors only to be exported")
     try:
@@ -768,7 +854,8 @@ def export_cmd(model_file: ModelFile,
             traceback.print_exc()
         found = find_pipec_error(exc)
         fail(str(found) if found else f"exporting {name} failed: {_one_line(exc)}", 1)
-    device = _resolve_device(device) if check else None
+    if not check:
+        device = None  # nothing ran
     if check:
         try:
             _, moved = _to_device(None, example, device)
@@ -850,7 +937,8 @@ def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `
                 "--inputs", help="safetensors file of the inputs, keyed by input name (or 0, 1, ...).")] = None,
             random: Annotated[bool, typer.Option("--random", help="Random inputs from the recorded specs "
                                                  "(symbols at their example sizes).")] = False,
-            seed: Annotated[int, typer.Option("--seed", help="Seed for --random.")] = 0,
+            seed: Annotated[int, typer.Option("--seed", help="Seed for --random.", min=-2**63,
+                                              max=2**64 - 1)] = 0,
             device: DeviceOpt = "auto",
             runtime: Annotated[ArtifactRuntime | None, typer.Option(
                 "--runtime", help="Override the runtime recorded in the artifact.")] = None,
@@ -866,6 +954,7 @@ def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `
     if (inputs_file is None) == (not random):
         fail("give either --inputs FILE.safetensors or --random")
     device = _resolve_device(device)
+    _check_output_file(save_outputs, "--save-outputs")
     try:
         loaded = load_artifact(artifact, runtime.value if runtime else None, sha256=sha256)
     except ArtifactError as exc:
@@ -901,7 +990,7 @@ def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `
         try:
             save_file({str(i): t.detach().to("cpu").contiguous() for i, t in enumerate(outputs)
                        if isinstance(t, torch.Tensor)}, str(save_outputs))
-        except (OSError, ValueError, RuntimeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - safetensors' SafetensorError is none of OSError, ValueError
             fail(f"cannot write {str(save_outputs)!r}: {_one_line(exc)}")
     interpreted = device == "cpu" and bool(loaded.manifest["kernels"])
     if json_out:
@@ -1048,7 +1137,11 @@ def main(argv: list[str] | None = None) -> None:
         # click's ClickException / UsageError (typer vendors click in recent versions: match by shape)
         code = getattr(exc, "exit_code", None)
         if not (isinstance(code, int) and hasattr(exc, "format_message")):
-            raise
+            # a failure no command turned into its own line: still one line, the traceback on request
+            if os.environ.get("PIPEC_TRACEBACK"):
+                traceback.print_exc()
+            print(f"error: {_one_line(exc)} (unexpected; PIPEC_TRACEBACK=1 prints the traceback)", file=sys.stderr)
+            sys.exit(1)
         message = exc.format_message()
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pipec`: the help text
             print(message, file=sys.stderr)

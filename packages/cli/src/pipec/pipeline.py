@@ -259,9 +259,13 @@ def serialize_boundary(doc, kind: str):
 
 def dump_document(dump_dir: str, name: str, stage: str, doc) -> None:
     directory = Path(dump_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{name}.{stage}.json").write_text(pipec_ir.dumps(doc))
-    (directory / f"{name}.{stage}.txt").write_text(pipec_ir.format_document(doc) + "\n")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{name}.{stage}.json").write_text(pipec_ir.dumps(doc))
+        (directory / f"{name}.{stage}.txt").write_text(pipec_ir.format_document(doc) + "\n")
+    except OSError as exc:
+        raise PipecError(f"cannot write the IR of graph {name} to dump_dir {str(directory)!r}: "
+                         f"{exc.strerror or exc}", stage=stage, graph=name) from exc
 
 
 def warn_fallbacks(graph: pipec_ir.Graph, name: str) -> None:
