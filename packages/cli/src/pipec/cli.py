@@ -271,7 +271,7 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
          inputs_name: str, device: str, capture: str, codegen: str, cache: str | None = None) -> None:
     import torch
 
-    from .api import dynamo_break_reasons, report_from_session, run_and_compare
+    from .api import report_from_session, run_and_compare
     from .pipeline import Session
 
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime, dynamic=True if dynamic else None,
@@ -289,10 +289,6 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
     except Exception as exc:
         fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
 
-    break_count, reasons = (None, [])
-    if explain:
-        break_count, reasons = dynamo_break_reasons(model, inputs)
-
     progress = StageProgress(enabled=True)
     session = Session(on_stage=progress)
     try:
@@ -308,8 +304,7 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
         fail(str(found) if found else f"compiling {name} failed: {_one_line(exc)}",
              2 if isinstance(found, CacheError) else 1)  # an unusable cache is a usage error
 
-    report = report_from_session(session, break_reasons=reasons, graph_break_count=break_count,
-                                 max_error=max_error, mismatch=mismatch)
+    report = report_from_session(session, max_error=max_error, mismatch=mismatch)  # breaks: as the backend saw them
     interpreted = interpreted and report.kernel_count > 0  # Triton kernels ran in the interpreter
     if json_out:
         data = report.to_dict(with_code=output_code)
@@ -357,6 +352,7 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
     stdout.print(table)
     if not explain:
         return
+    _print_profile(report.compile_profile)
     if report.break_reasons:
         stdout.print("[bold]graph breaks[/]")
         for r in report.break_reasons:
@@ -380,6 +376,14 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
                      f"{g['fusion_count']} fusions", markup=False)
         if g.get("kernels"):
             stdout.print(_kernel_table(g["kernels"]))
+
+
+def _print_profile(data: dict) -> None:
+    from .profile import profile_table
+
+    table = profile_table(data)
+    if table is not None:
+        stdout.print(table)
 
 
 def _kernel_table(rows: list[dict]):
