@@ -528,7 +528,7 @@ def compile_all(jobs: list[tuple], profile: CompileProfile | None = None) -> Non
     if not jobs:
         return
     profile = profile if profile is not None else CompileProfile()
-    for fn, args, sizes, grid, kwargs in jobs:  # a config built before is a lookup in Triton's cache
+    for fn, args, sizes, _grid, kwargs in jobs:  # a config built before is a lookup in Triton's cache
         profile.distinct("triton_compiles", compile_key(fn, args, sizes, kwargs))
     with profile.part("triton_compile"):
         _compile_jobs(jobs)
