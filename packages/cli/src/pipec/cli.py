@@ -515,7 +515,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     """Time eager, TorchInductor and pipec on MODEL.py, after checking their outputs against eager."""
     import torch
 
-    from .bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, bench_table, run_bench, write_json
+    from .bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, bench_table, profile_table, run_bench, write_json
 
     modes = ["default"] + [m for m in (inductor_mode or []) if m != "default"]
     unknown = [m for m in modes if m not in INDUCTOR_MODES]
@@ -572,6 +572,9 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     else:
         wide = stdout if stdout.is_terminal else Console(highlight=False, width=160)  # piped: not squeezed to 80
         wide.print(bench_table(result), markup=False)
+        profile = profile_table(result)
+        if profile is not None:
+            wide.print(profile, markup=False)
     if result.interpreter:
         stderr.print("note: no CUDA device: CPU wall times, pipec's kernels in Triton's interpreter "
                      "(a smoke test, not a performance number)")
