@@ -16,12 +16,12 @@ from pipec_ir import BUCKET_POLICIES, DEFAULT_RECOMPILE_LIMIT, CompileOptions, R
 
 from .backend import make_backend
 from .errors import PipecError, find_error, find_pipec_error
+from .modes import MODES, mode_options
 from .pipeline import Session
 from .plugins import get_registry
 from .profile import first_call
 from .trace_settings import call_settings, settings_scope
 
-MODES = {"default": "launch", "reduce-overhead": "cudagraph"}
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
 
 
@@ -30,6 +30,7 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
     """CompileOptions from pipec.compile's keywords; unknown stage names raise ValueError at once."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (expected one of: {', '.join(MODES)})")
+    options = mode_options(mode, options)  # max-autotune: exhaustive tuning (modes.py)
     if dynamic not in (None, True, False):
         raise ValueError(f"dynamic must be None, True or False, got {dynamic!r}")
     bucket = options.get("bucket", "pow2")
@@ -123,7 +124,9 @@ def compile(model=None, *, mode: str = "default", fusion: str = "default", runti
             dynamic: bool | None = None, fullgraph: bool = False, **options: Any):
     """Like torch.compile, with pipec as the backend.
 
-    `mode="reduce-overhead"` selects the CUDA Graph runtime; `fusion` and
+    `mode="reduce-overhead"` selects the CUDA Graph runtime, `"max-autotune"` the CUDA Graph
+    runtime with exhaustive tuning, `"max-autotune-no-cudagraphs"` exhaustive tuning with plain
+    launches (modes.py; README, "Modes"); `fusion` and
     `runtime` name registered implementations (unknown names raise ValueError
     here, listing the registered ones); other keywords are CompileOptions fields
     (capture, codegen, cache, autotune, dump_dir) or plugin options (`extra`).

@@ -1,6 +1,6 @@
 """The `pipec` command (typer).
 
-    pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead]
+    pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead|max-autotune|...]
                            [--dynamic] [--fullgraph] [--dump-ir DIR] [--output-code] [--json]
     pipec explain MODEL.py [same options]
     pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--json] [-o FILE]
@@ -175,6 +175,8 @@ def _use_interpreter(device: str) -> bool:
 class Mode(str, enum.Enum):
     default = "default"
     reduce_overhead = "reduce-overhead"
+    max_autotune = "max-autotune"
+    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
 
 
 class Exporter(str, enum.Enum):
@@ -187,7 +189,8 @@ ModelFile = Annotated[Path, typer.Argument(help="Python file defining `model` an
 FusionOpt = Annotated[str, typer.Option("--fusion", help="Fusion policy (see `pipec plugins`).")]
 RuntimeOpt = Annotated[str | None, typer.Option("--runtime", help="Runtime (default: launch; "
                                                    "cudagraph with --mode reduce-overhead).")]
-ModeOpt = Annotated[Mode, typer.Option("--mode", help="reduce-overhead selects the CUDA Graph runtime.")]
+ModeOpt = Annotated[Mode, typer.Option("--mode", help="reduce-overhead selects the CUDA Graph runtime; "
+                                       "max-autotune(-no-cudagraphs) tunes exhaustively (README, Modes).")]
 DynamicOpt = Annotated[bool, typer.Option("--dynamic", help="Compile with symbolic sizes.")]
 FullgraphOpt = Annotated[bool, typer.Option("--fullgraph", help="Fail on any graph break.")]
 DumpOpt = Annotated[Path | None, typer.Option("--dump-ir", envvar="PIPEC_DUMP_IR",
