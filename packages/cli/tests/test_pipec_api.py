@@ -70,6 +70,11 @@ def test_mode_reduce_overhead_selects_cudagraph(fake_stages):
     assert make_options().runtime == "launch"
     assert make_options(mode="reduce-overhead").runtime == "cudagraph"
     assert make_options(mode="reduce-overhead", runtime="launch").runtime == "launch"
+    exhaustive = make_options(mode="max-autotune")  # torch.compile's max-autotune: CUDA Graphs, every candidate
+    assert (exhaustive.runtime, exhaustive.get("max_autotune")) == ("cudagraph", True)
+    plain = make_options(mode="max-autotune-no-cudagraphs")
+    assert (plain.runtime, plain.get("max_autotune")) == ("launch", True)
+    assert make_options().get("max_autotune") is None
     opts = make_options(dump_dir="/tmp/x", autotune=False, my_plugin_knob=3)
     assert (opts.dump_dir, opts.autotune, opts.get("my_plugin_knob")) == ("/tmp/x", False, 3)
 

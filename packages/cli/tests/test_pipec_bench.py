@@ -109,9 +109,11 @@ def test_bench_table_on_cpu(capsys, model_file):
     code, out, err = run(["bench", model_file, *QUICK], capsys)
     assert code == 0, err
     assert "pipec bench · tiny" in out and "perf_counter" in out
-    rows = [ln for ln in out.splitlines() if ln.startswith("│")]
+    timings, profile = out.split("pipec compile-time profile · tiny")
+    rows = [ln for ln in timings.splitlines() if ln.startswith("│")]
     assert [r.split("│")[1].strip() for r in rows] == ["eager", "pipec (default, launch)"]  # no Inductor on CPU
     assert "Triton's interpreter" in err
+    assert "Triton compilation" in profile and "first call (wall)" in profile
 
 
 def test_bench_json(capsys, model_file, tmp_path):
@@ -133,6 +135,12 @@ def test_bench_json(capsys, model_file, tmp_path):
         {"capture": 1, "fusion": 1, "codegen": 1}  # the warm compile came from the compile cache
     assert pipec["max_error"] < 1e-6
     assert pipec["tuning"] == [] and eager["tuning"] is None  # the CPU interpreter tunes nothing
+    for profile in (pipec["compile_profile"], pipec["compile_profile_warm"]):  # where each first call went
+        assert sum(profile["seconds"].values()) == pytest.approx(profile["wall_s"], rel=0.05)
+        assert all(s >= 0 for s in profile["seconds"].values()) and profile["counts"]["graphs"] == 1
+    assert pipec["compile_profile"]["wall_s"] >= pipec["compile_cold_s"]  # the window holds the timed call
+    assert pipec["compile_profile"]["seconds"]["codegen"] > 0
+    assert eager["compile_profile"] is None
 
 
 def test_record_tuning_keeps_what_the_runtime_logs_while_it_runs():

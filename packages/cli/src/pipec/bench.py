@@ -93,6 +93,10 @@ class BackendResult:
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
     cache_hits: dict[str, int] | None = None  # pipec's warm compile
+    # pipec's cold and warm compiles: where the first call's time went (ExplainReport.compile_profile:
+    # {"wall_s", "seconds": {part: s, ..., "other": s}, "counts": {...}})
+    compile_profile: dict | None = None
+    compile_profile_warm: dict | None = None
     # pipec's cold compile: what autotuning picked, one line per kernel and choice group timed
     # (the runtime's "pipec.tuning" log: every config's time, each choice group's alternatives)
     tuning: list[str] | None = None
@@ -353,6 +357,12 @@ def _first_call(make: Callable[[], Callable], inputs, device: str, reset: bool):
     return compiled, outputs, time.perf_counter() - start
 
 
+def _reset_dynamo() -> None:
+    import torch
+
+    torch._dynamo.reset()
+
+
 def _check(label: str, outputs, expected, options: BenchOptions) -> float | None:
     from .api import compare_outputs
 
@@ -436,26 +446,31 @@ def bench_pipec(model, fresh_model, inputs, expected, device: str, options: Benc
     `fresh_model`) is `Timed.warm`. `backend` names the row ("pipec", "pipec-reduce-overhead")."""
     from .api import compile_with_session, report_from_session
     from .pipeline import Session
+    from .profile import first_call
 
     opts = opts or options.pipec  # its compile cache (default: local) serves the warm compile
     label = f"pipec ({opts.fusion}, {opts.runtime})"
     result = BackendResult(backend, label)
-    sessions: list[Session] = []
 
-    def make(m):
-        compiled, session = compile_with_session(m, opts, Session(), name=name)
-        sessions.append(session)
-        return compiled
+    def make(m, session: Session):
+        return compile_with_session(m, opts, session, name=name)[0]
 
-    with record_tuning() as result.tuning:
-        compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
-    report = report_from_session(sessions[-1])
+    cold = Session()
+    with record_tuning() as result.tuning, first_call(cold.profile):
+        compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model, cold), inputs, device, reset=False)
+    report = report_from_session(cold)
     result.kernels, result.extern_ops = report.kernel_count, len(report.extern_ops)
+    result.compile_profile = report.compile_profile
     result.max_error = _check(label, outputs, expected, options)
 
     def warm():
-        _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device, reset=True)
-        result.cache_hits = sessions[-1].cache_hits
+        session = Session()
+        _reset_dynamo()  # as _first_call(reset=True) would, before the window opens
+        with first_call(session.profile):
+            _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model, session), inputs, device,
+                                                            reset=False)
+        result.cache_hits = session.cache_hits
+        result.compile_profile_warm = session.profile.to_dict()
         _check(f"{label} (warm compile)", outputs, expected, options)
     return _timed(result, compiled, inputs, warm)
 
@@ -660,6 +675,39 @@ def bench_table(result: BenchResult):
     return table
 
 
+def profile_table(result: BenchResult):
+    """A rich Table of pipec's compile-time profile, cold and warm: one row per part (seconds and
+    share of that compile's first call), the counts as caption; None without a pipec compile."""
+    from rich.table import Table
+
+    from .profile import PART_LABELS, format_seconds, profile_counts
+
+    pipec = result.backend("pipec")
+    cold = pipec.compile_profile if pipec is not None else None
+    if not cold:
+        return None
+    warm = pipec.compile_profile_warm or {}
+    table = Table(title=f"pipec compile-time profile · {result.model} (first call: compile and run)",
+                  title_justify="left")
+    table.add_column("part")
+    table.add_column("cold", justify="right")
+    table.add_column("warm", justify="right")
+
+    def cell(data: dict, part: str) -> str:
+        seconds = data.get("seconds", {}).get(part) if data else None
+        if seconds is None:
+            return "-"
+        return f"{format_seconds(seconds)} ({seconds / data['wall_s']:.0%})" if data["wall_s"] > 0 else "-"
+
+    for part in cold["seconds"]:
+        table.add_row(PART_LABELS.get(part, part), cell(cold, part), cell(warm, part))
+    table.add_row("first call (wall)", format_seconds(cold["wall_s"]),
+                  format_seconds(warm["wall_s"]) if warm else "-")
+    table.caption = "cold: " + profile_counts(cold)
+    table.caption_justify = "left"
+    return table
+
+
 def write_json(result: BenchResult, path: str) -> None:
     """Write the result as JSON, atomically (a reader never sees half a file)."""
     import json
@@ -669,5 +717,5 @@ def write_json(result: BenchResult, path: str) -> None:
     atomic_write(path, json.dumps(result.to_dict(), indent=2).encode())
 
 
-__all__ = ["BenchMismatch", "BenchOptions", "BenchResult", "BackendResult", "run_bench", "bench_table",
+__all__ = ["BenchMismatch", "BenchOptions", "BenchResult", "BackendResult", "run_bench", "bench_table", "profile_table",
            "io_bytes", "count_flops", "measure_ms", "peak_memory_mib", "write_json"]

@@ -1,6 +1,6 @@
 """The `pipec` command (typer).
 
-    pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead]
+    pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead|max-autotune|...]
                            [--dynamic] [--fullgraph] [--dump-ir DIR] [--output-code] [--json]
     pipec explain MODEL.py [same options]
     pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--pipec-mode MODE]
@@ -244,6 +244,8 @@ def _use_interpreter(device: str) -> bool:
 class Mode(str, enum.Enum):
     default = "default"
     reduce_overhead = "reduce-overhead"
+    max_autotune = "max-autotune"
+    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
 
 
 class Exporter(str, enum.Enum):
@@ -256,7 +258,8 @@ ModelFile = Annotated[Path, typer.Argument(help="Python file defining `model` an
 FusionOpt = Annotated[str, typer.Option("--fusion", help="Fusion policy (see `pipec plugins`).")]
 RuntimeOpt = Annotated[str | None, typer.Option("--runtime", help="Runtime (default: launch; "
                                                    "cudagraph with --mode reduce-overhead).")]
-ModeOpt = Annotated[Mode, typer.Option("--mode", help="reduce-overhead selects the CUDA Graph runtime.")]
+ModeOpt = Annotated[Mode, typer.Option("--mode", help="reduce-overhead selects the CUDA Graph runtime; "
+                                       "max-autotune(-no-cudagraphs) tunes exhaustively (README, Modes).")]
 DynamicOpt = Annotated[bool, typer.Option("--dynamic", help="Compile with symbolic sizes.")]
 FullgraphOpt = Annotated[bool, typer.Option("--fullgraph", help="Fail on any graph break.")]
 DumpOpt = Annotated[Path | None, typer.Option("--dump-ir", envvar="PIPEC_DUMP_IR",
@@ -349,7 +352,7 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
          inputs_name: str, device: str, capture: str, codegen: str, cache: str | None = None) -> None:
     import torch
 
-    from .api import dynamo_break_reasons, report_from_session, run_and_compare
+    from .api import report_from_session, run_and_compare
     from .pipeline import Session
 
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime, dynamic=True if dynamic else None,
@@ -369,10 +372,6 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
     except Exception as exc:
         fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
 
-    break_count, reasons = (None, [])
-    if explain:
-        break_count, reasons = dynamo_break_reasons(model, inputs)
-
     progress = StageProgress(enabled=True)
     session = Session(on_stage=progress)
     try:
@@ -388,8 +387,7 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
         fail(str(found) if found else f"compiling {name} failed: {_one_line(exc)}",
              2 if isinstance(found, CacheError) else 1)  # an unusable cache is a usage error
 
-    report = report_from_session(session, break_reasons=reasons, graph_break_count=break_count,
-                                 max_error=max_error, mismatch=mismatch)
+    report = report_from_session(session, max_error=max_error, mismatch=mismatch)  # breaks: as the backend saw them
     interpreted = interpreted and report.kernel_count > 0  # Triton kernels ran in the interpreter
     if json_out:
         data = report.to_dict(with_code=output_code)
@@ -437,6 +435,7 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
     stdout.print(table)
     if not explain:
         return
+    _print_profile(report.compile_profile)
     if report.break_reasons:
         stdout.print("[bold]graph breaks[/]")
         for r in report.break_reasons:
@@ -460,6 +459,14 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
                      f"{g['fusion_count']} fusions", markup=False)
         if g.get("kernels"):
             stdout.print(_kernel_table(g["kernels"]))
+
+
+def _print_profile(data: dict) -> None:
+    from .profile import profile_table
+
+    table = profile_table(data)
+    if table is not None:
+        stdout.print(table)
 
 
 def _kernel_table(rows: list[dict]):
@@ -597,7 +604,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     """Time eager, TorchInductor and pipec on MODEL.py, after checking their outputs against eager."""
     import torch
 
-    from .bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, bench_table, run_bench, write_json
+    from .bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, bench_table, profile_table, run_bench, write_json
 
     modes = ["default"] + [m for m in (inductor_mode or []) if m != "default"]
     unknown = [m for m in modes if m not in INDUCTOR_MODES]
@@ -661,6 +668,9 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     else:
         wide = stdout if stdout.is_terminal else Console(highlight=False, width=160)  # piped: not squeezed to 80
         wide.print(bench_table(result), markup=False)
+        profile = profile_table(result)
+        if profile is not None:
+            wide.print(profile, markup=False)
     if result.interpreter:
         stderr.print("note: no CUDA device: CPU wall times, pipec's kernels in Triton's interpreter "
                      "(a smoke test, not a performance number)")

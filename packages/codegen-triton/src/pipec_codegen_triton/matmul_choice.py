@@ -195,14 +195,18 @@ def matmul_with_epilogue(graph: Graph, kernel: Kernel, options: CompileOptions):
     """(Triton kernels, steps, {value: type} of values only an alternative makes) of a matmul
     kernel that holds an epilogue.
 
-    Codegen option `matmul_template` (default True): False emits only the library alternative."""
+    Codegen option `matmul_template` (default True): False emits only the library alternative.
+    Option `max_autotune` (the max-autotune modes): every alternative and config, none left out to
+    save compile time (`write_template`'s `exhaustive`)."""
     libraries = library_alternatives(graph, kernel, options)
     if not options.get("matmul_template", True):
         return libraries["library"]
+    exhaustive = bool(options.get("max_autotune", False))
     # Where cuBLASLt applies the activation in its own epilogue ("library_act": ReLU, tanh-GELU)
     # the ping-pong kernel has nothing to hide and only costs compile time: GPT-2's bf16 fc GEMM
     # (8192 x 768 @ 768 x 3072 + tanh-GELU) took 0.0684 ms there against 0.0742 (H200, 2026-12-01)
-    template = write_template(graph, kernel, pingpong="library_act" not in libraries)
+    template = write_template(graph, kernel, pingpong=exhaustive or "library_act" not in libraries,
+                              exhaustive=exhaustive)
     if template is None and len(libraries) == 1:
         return libraries["library"]
     kernels, steps, own_values = [], [], {}

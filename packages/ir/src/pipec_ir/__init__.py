@@ -17,6 +17,7 @@ from .errors import (
 from .hookspecs import hookimpl, hookspec
 from .ops import OPS, OpDef, kind_of
 from .options import CompileOptions
+from .profile import CompileProfile
 from .protocols import Cache, Capture, Codegen, Fusion, Runtime
 from .registry import Entry, Registry, UnknownStageError
 from .serialize import FORMAT, VERSION, digest, dumps, loads
@@ -35,7 +36,7 @@ __all__ = [
     "RecompileLimitWarning", "bucket_of",
     "AttributeTypeError", "IRError", "MalformedIRError", "TypeMismatchError", "UnsupportedVersionError",
     "VerifyError", "WrongKindError",
-    "hookimpl", "hookspec", "OPS", "OpDef", "kind_of", "CompileOptions",
+    "hookimpl", "hookspec", "OPS", "OpDef", "kind_of", "CompileOptions", "CompileProfile",
     "Cache", "Capture", "Codegen", "Fusion", "Runtime", "Entry", "Registry", "UnknownStageError",
     "FORMAT", "VERSION", "digest", "dumps", "loads", "format_document",
     "DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "Buffer", "Device", "Dtype", "FusionDecision", "Graph",

@@ -296,6 +296,10 @@ class CudaGraphProgram:
     def _call(self, inputs) -> list:
         """The general path: check the inputs, pick (or record) a variant, replay."""
         runner = self.runner
+        if runner.first_call_pending:  # the first call's warm-ups and capture: the profile's first run
+            runner.first_call_pending = False
+            with runner.profile.part("first_run"):
+                return self._call(inputs)
         if self.fallback is not None:
             return runner(inputs)
         prepared, symvals, device = runner.prepare(inputs)

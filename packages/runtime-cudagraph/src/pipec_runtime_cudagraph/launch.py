@@ -17,6 +17,7 @@ buffer), run the closures, drop intermediates after their last use.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -26,7 +27,7 @@ from collections.abc import Callable
 import sympy
 import torch
 
-from pipec_ir import BUCKET_POLICIES, MAXNREG_CONSTANT, TMA_CONSTANT, CompileOptions, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
+from pipec_ir import BUCKET_POLICIES, MAXNREG_CONSTANT, TMA_CONSTANT, CompileOptions, CompileProfile, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
 
 from . import extern_ops  # noqa: F401 - registers the pipec.* extern targets
 from .choices import group_choices
@@ -419,43 +420,53 @@ class _Launch:
         chosen = self.known_config(bucket, device)
         shared_key, disk_key = self._tuning_keys(bucket, device)
         if chosen is None:
-            from triton.testing import do_bench
-
-            # outputs go to scratch tensors while timing: an in-place launch (output in its
-            # input's slot) run again would read what it wrote the time before
-            args = [vals[i] for i in self.ptrs]
-            for j in range(self.n_inputs, len(args)):
-                args[j] = torch.empty_like(args[j])
-            # autotune_configs=N: time only the first N candidates (fast compiles; 1 = none)
-            candidates = self.kernel.configs[:runner.autotune_configs]
-            if self.tma and misaligned(args, self.maybe_unaligned):  # TMA needs aligned pointers
-                candidates = [c for c in candidates if not uses_tma(c)]
-            self._compile_candidates(candidates, args, symvals)
-            calls, timed_configs = {}, self.kernel.configs[:runner.autotune_configs]
-            for j, config in enumerate(timed_configs):
-                if config in candidates:
-                    self.set_config(config)
-                    sizes, grid = self.dims if self.static else self.dims(*symvals)
-                    calls[j] = lambda g=grid, a=args, s=sizes, k=self.kwargs: self.fn[g](*a, *s, **k)
-            # each config's time is its mean over rounds of alternating order (rounds.py: clock drift)
-            timed, errors = time_in_rounds(calls, lambda call: do_bench(call, warmup=1, rep=5))
-            times = [timed.get(j, math.inf) for j in range(len(timed_configs))]
-            for j, e in errors.items():
-                tuning_log.info("%s: config %s failed: %s: %s", self.kernel.name,
-                                describe_config(self.kernel.configs[j]), type(e).__name__,
-                                str(e).splitlines()[0][:200] if str(e) else "")
-            if all(t == math.inf for t in times):
-                raise next(iter(errors.values()), RuntimeError(f"no config of {self.kernel.name} could be timed"))
-            chosen = min(range(len(times)), key=times.__getitem__)
-            _TUNED[shared_key] = chosen
-            tuning_log.info("%s%s: config %d of %d (%s), %.4f ms; all: %s", self.kernel.name,
-                            f" bucket {bucket}" if bucket else "", chosen, len(times),
-                            describe_config(self.kernel.configs[chosen]), times[chosen],
-                            " ".join(f"{t:.4f}" for t in times))
-            if disk_key is not None and len(times) > 1:
-                runner.tuning_cache.put(disk_key, chosen, times)
+            with runner.profile.part("autotune"):
+                chosen = self._time_configs(vals, symvals, bucket, shared_key, disk_key)
         runner.tuned[(self.kernel.name, bucket)] = chosen
         self.set_config(self.kernel.configs[chosen])
+
+    def _time_configs(self, vals, symvals, bucket: tuple, shared_key: tuple, disk_key: str | None) -> int:
+        """Index of the fastest config at `symvals`, timed now (`autotune`), stored for the
+        process and in the tuning cache."""
+        from triton.testing import do_bench
+
+        runner = self.runner
+        # outputs go to scratch tensors while timing: an in-place launch (output in its
+        # input's slot) run again would read what it wrote the time before
+        args = [vals[i] for i in self.ptrs]
+        for j in range(self.n_inputs, len(args)):
+            args[j] = torch.empty_like(args[j])
+        # autotune_configs=N: time only the first N candidates (fast compiles; 1 = none)
+        candidates = self.kernel.configs[:runner.autotune_configs]
+        if self.tma and misaligned(args, self.maybe_unaligned):  # TMA needs aligned pointers
+            candidates = [c for c in candidates if not uses_tma(c)]
+        self._compile_candidates(candidates, args, symvals)
+        calls, timed_configs = {}, self.kernel.configs[:runner.autotune_configs]
+        for j, config in enumerate(timed_configs):
+            if config in candidates:
+                self.set_config(config)
+                sizes, grid = self.dims if self.static else self.dims(*symvals)
+                calls[j] = lambda g=grid, a=args, s=sizes, k=self.kwargs: self.fn[g](*a, *s, **k)
+        runner.profile.count("kernels_timed")
+        runner.profile.count("configs_tried", len(calls))
+        # each config's time is its mean over rounds of alternating order (rounds.py: clock drift)
+        timed, errors = time_in_rounds(calls, lambda call: do_bench(call, warmup=1, rep=5))
+        times = [timed.get(j, math.inf) for j in range(len(timed_configs))]
+        for j, e in errors.items():
+            tuning_log.info("%s: config %s failed: %s: %s", self.kernel.name,
+                            describe_config(self.kernel.configs[j]), type(e).__name__,
+                            str(e).splitlines()[0][:200] if str(e) else "")
+        if all(t == math.inf for t in times):
+            raise next(iter(errors.values()), RuntimeError(f"no config of {self.kernel.name} could be timed"))
+        chosen = min(range(len(times)), key=times.__getitem__)
+        _TUNED[shared_key] = chosen
+        tuning_log.info("%s%s: config %d of %d (%s), %.4f ms; all: %s", self.kernel.name,
+                        f" bucket {bucket}" if bucket else "", chosen, len(times),
+                        describe_config(self.kernel.configs[chosen]), times[chosen],
+                        " ".join(f"{t:.4f}" for t in times))
+        if disk_key is not None and len(times) > 1:
+            runner.tuning_cache.put(disk_key, chosen, times)
+        return chosen
 
     def known_config(self, bucket: tuple, device: torch.device) -> int | None:
         """The config already chosen for this kernel and size bucket: by this runner, for the
@@ -482,7 +493,7 @@ class _Launch:
 
     def _compile_candidates(self, configs, args: list, symvals: tuple) -> None:
         """Compile every candidate config at once, before any is timed (`compile_all`)."""
-        compile_all(self.compile_jobs(configs, args, symvals))
+        compile_all(self.compile_jobs(configs, args, symvals), self.runner.profile)
 
     def compile_jobs(self, configs, args: list, symvals: tuple) -> list[tuple]:
         """(fn, args, sizes, grid, kwargs) of each of `configs` this launch would compile at
@@ -507,16 +518,32 @@ class _Launch:
         return self.kernel.configs[:self.runner.autotune_configs] if known is None else (self.kernel.configs[known],)
 
 
-def compile_all(jobs: list[tuple]) -> None:
+def compile_all(jobs: list[tuple], profile: CompileProfile | None = None) -> None:
     """Compile `jobs` (fn, args, sizes, grid, kwargs: `_Launch.compile_jobs`) at once: Triton's
     AsyncCompileMode runs the compiles in a thread pool (ptxas is a subprocess, LLVM releases
     the GIL), where one after another they were most of a cold compile (the GPT-2 block: 82
-    compiles, ~17 s of 28, on the H200). Best effort: a config that fails to compile fails
-    again, and loses, when it is timed."""
+    compiles, ~17 s of 28, on the H200). A lone job is compiled here too, so that its compile
+    is Triton compilation in `profile` rather than part of the launch that would compile it.
+    Best effort: a config that fails to compile fails again, and loses, when it is timed."""
+    if not jobs:
+        return
+    profile = profile if profile is not None else CompileProfile()
+    for fn, args, sizes, _grid, kwargs in jobs:  # a config built before is a lookup in Triton's cache
+        profile.distinct("triton_compiles", compile_key(fn, args, sizes, kwargs))
+    with profile.part("triton_compile"):
+        _compile_jobs(jobs)
+
+
+def _compile_jobs(jobs: list[tuple]) -> None:
     import triton
 
+    if len(jobs) == 1:
+        fn, args, sizes, grid, kwargs = jobs[0]
+        with contextlib.suppress(Exception):  # see compile_all
+            fn.warmup(*args, *sizes, grid=grid, **kwargs)
+        return
     async_mode = getattr(triton, "AsyncCompileMode", None)  # triton >= 3.4
-    if async_mode is None or len(jobs) < 2:
+    if async_mode is None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
@@ -527,10 +554,18 @@ def compile_all(jobs: list[tuple]) -> None:
             with mode:
                 for fn, args, sizes, grid, kwargs in jobs:
                     fn.warmup(*args, *sizes, grid=grid, **kwargs)
-    except Exception:  # noqa: BLE001, S110 - see the docstring
+    except Exception:  # noqa: BLE001, S110 - see compile_all
         pass
     finally:
         _leave_async_mode(mode)
+
+
+def compile_key(fn, args, sizes, kwargs) -> tuple:
+    """What Triton specializes one compile of `fn` on, roughly: the constexprs and launch options,
+    the pointers' dtypes, and for each integer argument whether it is 1 or a multiple of 16."""
+    dtypes = tuple(str(getattr(a, "dtype", type(a).__name__)) for a in args)
+    ints = tuple((int(v) == 1, int(v) % 16 == 0) for v in sizes)
+    return (id(fn), tuple(sorted(kwargs.items())), dtypes, ints)
 
 
 def _leave_async_mode(mode) -> None:
@@ -575,6 +610,10 @@ class ProgramRunner:
         options = options or CompileOptions()
         self.program = program
         self.name = program.name
+        # the compile-time profile (pipec_ir.profile): what loading, compiling, tuning and the first
+        # call cost, recorded while a window measures a model's first call (else nothing is kept)
+        self.profile = options.get("compile_profile") or CompileProfile()
+        self.first_call_pending = True  # the next call through __call__ is the program's first
         self.autotune = bool(options.autotune)
         self.kernel_dir = options.get("kernel_dir")
         # autotuning: results kept on disk per (kernel, size bucket, GPU) unless tuning_cache=False;
@@ -749,6 +788,8 @@ class ProgramRunner:
                 if kernel is None:
                     raise ProgramLoadError(f"program {self.name}: step {k} launches unknown kernel {s.target!r}")
                 fn = load_kernel(kernel, interpret=interpret, cache_dir=self.kernel_dir)
+                self.profile.distinct("kernels", (self.name, kernel.name))
+                self.profile.distinct("unique_kernels", body_digest(kernel))  # identical layers: one
                 steps.append((_Launch(self, s, kernel, fn, interpret, tune), self.release[k]))
             elif s.kind == "extern":
                 steps.append((_Extern(s, self.index, reads_by_launch, self.symbols), self.release[k]))
@@ -789,7 +830,7 @@ class ProgramRunner:
                 launches += bool(found)
         if len(jobs) > 1:
             tuning_log.info("%s: compiling %d kernel configs of %d launches at once", self.name, len(jobs), launches)
-            compile_all(jobs)
+        compile_all(jobs, self.profile)
 
     # ---------------------------------------------------------- per call
     def _fail(self, message: str):
@@ -935,6 +976,10 @@ class ProgramRunner:
             out = self._run_specialized(inputs)
             if out is not None:
                 return out
+        if self.first_call_pending:
+            self.first_call_pending = False
+            with self.profile.part("first_run"):
+                return self(inputs)
         may_specialize = self.specialize and len(self.specialized) < MAX_SPECIALIZED
         strides = input_strides(inputs) if may_specialize else None  # before `prepare` copies any
         inputs, symvals, device = self.prepare(inputs)
