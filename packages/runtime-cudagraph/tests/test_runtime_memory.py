@@ -197,3 +197,37 @@ def test_profile_in_place_output_shares_its_input_storage():
                    kernels=prog.kernels, steps=steps, slots=prog.slots)
     assert memory_profile(prog).per_step == (32, 32)
     assert memory_profile(prog, slots=True).per_step == (32, 32)
+
+
+def test_launch_writes_over_a_library_result(tmp_path):
+    """`inplace` naming a library result (no slot): the output is that result's storage, bound
+    right before the launch; nothing is allocated for it, on the general path or a specialized run."""
+    import torch
+
+    from pipec_runtime_cudagraph import load_launch
+    from pipec_runtime_cudagraph.launch import written_over
+    from pipec_runtime_cudagraph.memory import memory_profile
+    from runtime_helpers import extern_program
+
+    base = extern_program(m=6, k=5, n=7)
+    steps = list(base.steps)
+    steps[2] = Step("launch", "pipec_add_mm", ("mm", "b"), ("out",), make_attrs(inplace=(("out", "mm"),)))
+    prog = Program(name=base.name, inputs=base.inputs, outputs=base.outputs, buffers=base.buffers,
+                   kernels=base.kernels, steps=tuple(steps))
+    plan_check(prog)
+    assert memory_profile(prog).per_step == (0, 6 * 7 * 4, 6 * 7 * 4, 6 * 7 * 4)  # base: twice that at step 2
+    run = load_launch(prog, CompileOptions().with_extra(kernel_dir=str(tmp_path)))
+    assert run.index["out"] not in run.allocated
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x, w, b = (torch.randn(6, 5, device=device), torch.randn(7, 5, device=device), torch.randn(6, 7, device=device))
+    for _ in range(2):  # general path, then the specialized one
+        out, xt, _, out2 = run([x, w, b])
+        torch.testing.assert_close(out, x @ w.t() + b)
+        assert out2 is out and xt.data_ptr() == x.data_ptr()
+    [(_, specialized)] = run.specialized.values()
+    assert "WRITTEN_OVER" in specialized.source and "EMPTY" not in specialized.source
+    # a result of another layout than the Program says gets a fresh output (values still right)
+    odd = torch.randn(7, 6).t()
+    fresh = written_over(odd, (6, 7), torch.float32)
+    assert fresh.data_ptr() != odd.data_ptr() and fresh.shape == (6, 7)
+    assert written_over(odd.contiguous(), (42,), torch.float32).shape == (42,)
