@@ -253,7 +253,7 @@ class _Launch:
 
     __slots__ = ("runner", "kernel", "fn", "ptrs", "interpret", "config", "kwargs", "dims", "static",
                  "skip", "tune", "sym_index", "bucket", "prepared", "compiled", "maybe_unaligned", "writes",
-                 "n_inputs", "tma")
+                 "n_inputs", "tma", "binds", "allocates")
 
     def __init__(self, runner, step, kernel, fn, interpret, tune):
         self.runner, self.kernel, self.fn, self.interpret = runner, kernel, fn, interpret
@@ -267,6 +267,11 @@ class _Launch:
         self.ptrs = tuple(runner.index[v] for v in (*step.inputs, *step.outputs))
         self.n_inputs = len(step.inputs)
         self.writes = tuple(runner.index[v] for v in step.outputs)
+        # outputs written over a library call's result that dies here (`inplace` naming a value
+        # without a slot): bound to that result's storage right before the launch, never allocated
+        self.binds = runner.result_binds(step)
+        bound = {o for o, _, _, _ in self.binds}
+        self.allocates = tuple(i for i in self.writes if i not in bound)
         used = set()
         for e in [e for _, e in kernel.sizes] + [e for e, _ in kernel.grid]:
             used |= {x.name for x in sympy.sympify(e).free_symbols}
@@ -371,6 +376,8 @@ class _Launch:
         return self.runner.bucket_key(symvals, self.sym_index)
 
     def __call__(self, vals, symvals, device):
+        for out, donor, shape, dtype in self.binds:
+            vals[out] = written_over(vals[donor], shape(*symvals), dtype)
         if self.tune:
             bucket = self.bucket_of(symvals) if self.sym_index else ()
             if bucket != self.bucket:
@@ -516,6 +523,15 @@ class _Launch:
             return (self.config,)
         known = self.known_config(self.bucket_of(symvals) if self.sym_index else (), device)
         return self.kernel.configs[:self.runner.autotune_configs] if known is None else (self.kernel.configs[known],)
+
+
+def written_over(result: torch.Tensor, shape, dtype: torch.dtype) -> torch.Tensor:
+    """The output of an in-place launch over the library result `result`: that storage, viewed
+    with the output's shape; a fresh tensor where it cannot be (a library that returned another
+    layout or dtype than the Program says: the launch then still computes the right values)."""
+    if result.dtype == dtype and result.is_contiguous() and result.numel() == math.prod(shape):
+        return result.view(shape)
+    return torch.empty(shape, dtype=dtype, device=result.device)
 
 
 def compile_all(jobs: list[tuple], profile: CompileProfile | None = None) -> None:
@@ -727,14 +743,30 @@ class ProgramRunner:
         touched = {n for s in self.program.steps if s.kind == "launch" for n in (*s.inputs, *s.outputs)}
         self.dense_inputs = frozenset(i for i, b in enumerate(self.program.inputs) if b.name in touched)
 
+    def result_binds(self, step) -> tuple:
+        """(output index, library result index, shape function, dtype) of each output `step`
+        writes in place of a library call's result (`inplace` naming a value without a slot)."""
+        return tuple((self.index[out], self.index[donor], self._shape_fn(self.buffers[out].type.shape),
+                      TORCH_DTYPES[self.buffers[out].type.dtype]) for out, donor in self._bind_names(step))
+
     def _plan_allocations(self) -> None:
-        """Buffers written by launch steps: per slot one storage, else one tensor each."""
+        """Buffers written by launch steps: per slot one storage, else one tensor each (none for a
+        buffer every launch writing it writes over a library result: `result_binds`)."""
         program = self.program
         inputs = {b.name for b in program.inputs}
+        self._input_names = inputs
+        bound_by: dict[str, list[bool]] = {}
+        for s in program.steps:
+            if s.kind == "launch":
+                over = {out for out, _ in self._bind_names(s)}
+                for o in s.outputs:
+                    bound_by.setdefault(o, []).append(o in over)
         written: list[str] = []
         for s in program.steps:
             if s.kind == "launch":
                 for o in s.outputs:
+                    if all(bound_by.get(o, [False])):
+                        continue
                     if o not in inputs and o not in written:
                         if o not in self.buffers:
                             raise ProgramLoadError(f"program {program.name}: launch of {s.target} writes "
@@ -757,6 +789,17 @@ class ProgramRunner:
             views = tuple((self.index[b.name], TORCH_DTYPES[b.type.dtype], self._shape_fn(b.type.shape),
                            self._shape_fn([buffer_nbytes(b)])) for b in bufs)
             self.slot_allocs.append((nbytes, views))
+
+    def _bind_names(self, step) -> list[tuple[str, str]]:
+        """(output, library result) pairs of a launch's `inplace` whose input has no slot."""
+        if step.kind != "launch":
+            return []
+        names = []
+        for out, donor in tuple(get_attr(step.attrs, "inplace", ()) or ()):
+            d = self.buffers.get(donor)
+            if out in self.buffers and d is not None and d.slot is None and donor not in self._input_names:
+                names.append((out, donor))
+        return names
 
     def _plan_release(self) -> None:
         """After step k, drop the values whose last use is step k (not outputs, not inputs)."""
@@ -910,7 +953,7 @@ class ProgramRunner:
             alternatives = getattr(step, "alternatives", None)
             objs = [o for alt in alternatives.values() for o in alt] if alternatives else [step]
             for obj in objs:
-                for i in getattr(obj, "writes", ()):
+                for i in getattr(obj, "allocates", getattr(obj, "writes", ())):
                     first.setdefault(i, k)
         schedule: list[list] = [[] for _ in steps] or [[]]
         for nbytes, views in self.slot_allocs:
