@@ -127,6 +127,20 @@ def test_linear_on_a_batch_of_one_keeps_its_epilogue(act):
         torch.testing.assert_close(forced(args)[0], want)
 
 
+@pytest.mark.parametrize("fusion", ["default", "aggressive"])
+def test_linear_with_one_output_column_and_a_constant_scale(fusion):
+    """N = 1: the product and its epilogue are [M, 1]; the cuBLAS alternative's pointwise pass
+    indexes its [M, 1] domain (it failed with "mul's shape [5, 1] is no reshape of the
+    epilogue's domain [5, 1]"; found by the fuzzer)."""
+    def f(x, w, b):
+        return nn.functional.linear(x, w, b) * torch.tensor([0.5])
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(5, 3), torch.randn(1, 3), torch.randn(1)
+    compiled = pipec.compile(f, fusion=fusion, cache="none")
+    torch.testing.assert_close(compiled(x, w, b), f(x, w, b))
+
+
 def test_specialized_run_drops_views_only_unpicked_alternatives_read():
     """The Linear's permuted weight feeds cuBLAS; the template reads the weight itself, so the
     specialized run of the template leaves the permute out, and that of "library" keeps it."""

@@ -65,3 +65,17 @@ def test_refine_shapes_and_coarse_index_of_contiguous_reshapes():
     i, j, k = sympy.symbols("i j k", integer=True, nonnegative=True)
     assert coarse_index((i, j, k), (2, 16, 3072), (32, 3072)) == (16 * i + j, k)
     assert coarse_index((i, j, k), (2, 16, 3072), (2, 16, 3072)) == (i, j, k)
+
+
+def test_coarse_index_of_a_domain_ending_in_size_one_dims():
+    # a GEMM with N = 1 keeps its [M, 1] domain: its epilogue values index it as themselves
+    import sympy
+
+    from pipec_ir.indexing import coarse_index
+
+    i = sympy.Symbol("i", integer=True, nonnegative=True)
+    zero = sympy.Integer(0)
+    assert coarse_index((i, zero), (5, 1), (5, 1)) == (i, zero)
+    assert coarse_index((i, zero), (5, 1), (5,)) == (i,)
+    assert coarse_index((i, zero, zero), (5, 1, 1), (5, 1)) == (i, zero)
+    assert coarse_index((i, zero), (5, 2), (5, 1)) is None  # a dim left over that is no size-1 dim

@@ -161,4 +161,6 @@ def coarse_index(index: tuple, refined, shape) -> tuple | None:
             expr, prod = expr * refined[k] + index[k], prod * refined[k]
             k += 1
         out.append(sympy.expand(expr))
+    while k < len(refined) and refined[k] == 1:  # trailing size-1 dims (a plain domain keeps them): index 0
+        k += 1
     return tuple(out) if k == len(refined) else None
