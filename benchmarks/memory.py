@@ -10,7 +10,7 @@ specialized run), then one more call is measured under `torch.no_grad()`:
 
 * on CUDA: `torch.cuda.max_memory_allocated()` during that call, minus `memory_allocated()` just
   before it (weights, inputs and whatever the backend keeps at rest are not counted: what a call
-  adds on top of them), in MiB;
+  adds on top of them);
 * without CUDA: eager's peak from torch.profiler's CPU memory events, and pipec's from its
   Programs (`pipec_runtime_cudagraph.memory.peak_report`: the plan compiled for these inputs,
   every value allocated at its first write and freed after its last reader; no kernel runs),
@@ -37,10 +37,13 @@ MIB = 1 << 20
 
 
 def load(path: str, inputs_name: str):
-    sys.path.insert(0, str(ROOT / "packages" / "cli" / "src"))
-    from pipec.cli import load_model_file
+    """(model, inputs) of a model file: its `inputs_name` where it has one, else example_inputs."""
+    from pipec.cli import load_model_module
 
-    model, inputs, _ = load_model_file(Path(path), "model", inputs_name)
+    model, inputs, _, module = load_model_module(Path(path), "model", "example_inputs")
+    chosen = getattr(module, inputs_name, None)
+    if chosen is not None:
+        inputs = chosen() if callable(chosen) else chosen
     return model, tuple(inputs)
 
 
@@ -77,11 +80,11 @@ def _cpu_peak(fn, inputs) -> int:
     return peak
 
 
-def _programs_of_runners() -> list:
-    """The Programs of every pipec runner alive in this process (the ones just compiled)."""
+def _runners() -> dict:
+    """{id: runner} of every pipec ProgramRunner alive in this process."""
     from pipec_runtime_cudagraph.launch import ProgramRunner
 
-    return [o.program for o in gc.get_objects() if type(o) is ProgramRunner]
+    return {id(o): o for o in gc.get_objects() if type(o) is ProgramRunner}
 
 
 def compiled_programs(model, inputs, **compile_kwargs) -> list:
@@ -137,9 +140,10 @@ def measure_cuda(model, inputs, mode: str, backends: list[str]) -> dict:
                 fn = torch.compile(model, mode=None if mode == "default" else mode)
             else:
                 fn = pipec.compile(model, mode=mode)
+            before = _runners() if backend == "pipec" else {}
             out[backend] = _cuda_peak(fn, inputs)
-            if backend == "pipec":
-                out["pipec_plan"] = plan_figures(_programs_of_runners())
+            if backend == "pipec":  # the runners this model's compile made
+                out["pipec_plan"] = plan_figures([r.program for k, r in _runners().items() if k not in before])
             del fn
     torch._dynamo.reset()
     return out
@@ -156,13 +160,16 @@ def measure_cpu(model, inputs, backends: list[str]) -> dict:
 
 
 def _mib(n) -> str:
-    return "-" if n is None else f"{n / MIB:.1f}"
+    if n is None:
+        return "-"
+    return f"{n / MIB:.1f} MiB" if n >= MIB else f"{n / 1024:.1f} KiB"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", help="model files (model, example_inputs)")
-    parser.add_argument("--inputs", default="example_inputs", help="the inputs name in each file")
+    parser.add_argument("--inputs", default="example_inputs",
+                        help="the inputs name in each file (a file without it: example_inputs)")
     parser.add_argument("--mode", default="default", choices=("default", "reduce-overhead"))
     parser.add_argument("--backends", default="eager,inductor,pipec")
     parser.add_argument("--json", help="write the results here")
@@ -177,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         results["models"][path] = r
         plan = r.get("pipec_plan", {})
         measured = "  ".join(f"{b} {_mib(r.get(b))}" for b in backends if b in r)
-        print(f"{Path(path).stem}: {measured or '(nothing measured)'} MiB"
+        print(f"{Path(path).stem}: {measured or '(nothing measured)'}"
               + (f"  | pipec plan: default {_mib(plan['planned_default'])} (bound {_mib(plan['bound_default'])}),"
-                 f" worst alternative {_mib(plan['planned_worst'])} MiB" if plan else ""))
+                 f" worst alternative {_mib(plan['planned_worst'])}" if plan else ""))
         if "eager" in r and plan:
             worst = plan["planned_worst"] if not cuda else r.get("pipec", plan["planned_worst"])
             print(f"  pipec <= eager: {worst <= r['eager']}")

@@ -160,3 +160,19 @@ def test_library_epilogue_proposes_writing_over_its_product():
     assert steps[0].target == "aten.addmm.default" and steps[0].outputs == ("s",)
     assert get_attr(steps[1].attrs, "inplace") == (("g", "s"),)
     assert get_attr(alts["library_mm"][1][1].attrs, "inplace") == (("g", "p"),)
+
+
+def test_a_matmul_argument_dies_at_the_call():
+    """cuBLAS's result is fresh memory: its argument `a` need not live as long as the result
+    (an unknown library call may return a view of an argument: its arguments stay live)."""
+    def plan(target):
+        steps = (launch("k1", ["x"], ["a"]), Step("extern", target, ("a", "w"), ("m",), make_attrs()),
+                 launch("k2", ["m"], ["b"]), launch("k3", ["b", "m"], ["out"]))
+        types = {"x": T(8, 8), "a": T(8, 8), "w": T(8, 8), "m": T(8, 8), "b": T(8, 8), "out": T(8, 8)}
+        buffers, _, _ = plan_memory(steps, types, {"out"})
+        return {b.name: b.slot for b in buffers}
+
+    slot = plan("aten.mm.default")
+    assert slot["b"] == slot["a"]
+    slot = plan("aten.some_unknown_op.default")
+    assert slot["b"] != slot["a"]

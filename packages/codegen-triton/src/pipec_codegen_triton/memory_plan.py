@@ -2,7 +2,8 @@
 
 A buffer is live from the step that writes it to the last step that reads it.
 Library calls may return views of their inputs, so an extern's inputs stay live
-as long as its outputs do. Graph outputs never share storage.
+as long as its outputs do (except calls known to return fresh memory: matmuls,
+convolution, attention). Graph outputs never share storage.
 
 Reuse, in order of preference:
 * in place: a pointwise kernel's output takes the slot of one of its inputs that dies
@@ -16,9 +17,15 @@ The runtime allocates a slot's storage at the first step writing one of its buff
 frees it after the last use of its last buffer; library (extern) results are allocated
 by the library when produced and freed after their last use, as in eager. `peak_bytes`
 is the largest number of bytes live at any step under that model (symbols at their
-hints when the plan is compared, a sympy expression in the Program). A plan whose peak
-would exceed eager's (every intermediate allocated when produced, freed after its last
-use) is replaced by the eager-shaped one: one slot per buffer, so never above eager.
+hints when the plan is compared, a sympy expression in the Program). A slot reused across
+a gap holds memory nothing uses meanwhile, so the plan is kept only where its peak is no
+higher than that of a slot per buffer (each held from its write to its last reader, in-place
+pairs still sharing): the liveness bound of this step order, never above eager's (every
+intermediate allocated when produced, freed after its last use).
+
+* over a library result: a launch codegen proposes (`inplace`) to write its output over a
+  library call's result (a matmul's epilogue kernel after cuBLAS) does, where the result dies
+  there and was made in the same alternative; that output then has no slot of its own.
 """
 
 from __future__ import annotations
@@ -38,6 +45,21 @@ _VIEW_OPS = frozenset({
     "unsqueeze", "squeeze", "alias", "narrow", "unfold", "diagonal", "view_as", "expand_as", "unbind", "split",
     "chunk", "split_with_sizes",
 })
+
+
+# Library calls whose results are always fresh memory, never a view of an argument: their
+# arguments need not outlive the call (matmuls, convolution, attention, pipec's own targets).
+_FRESH_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "convolution", "scaled_dot_product_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_cudnn_attention",
+    "_efficient_attention_forward", "_flash_attention_forward",
+})
+
+
+def _is_fresh(target: str) -> bool:
+    parts = target.split(".")
+    return parts[0] == "pipec" or (len(parts) >= 2 and parts[0] == "aten" and parts[1] in _FRESH_OPS)
 
 
 def _nbytes(t: TensorType) -> sympy.Expr:
@@ -75,15 +97,14 @@ def plan_program_memory(steps: tuple[Step, ...], types: dict[str, TensorType], o
     peak bytes). `plan` (the KernelPlan) enables in-place reuse and gives the symbols' hints."""
     inplace = inplace_candidates(plan) if plan is not None else {}
     hints = {size_symbol(s.name): s.hint for s in plan.graph.symbols} if plan is not None else {}
-    buffers, slots, pairs = plan_memory(steps, types, outputs, inplace=inplace)
-    marked = _mark_inplace(steps, pairs)
-    planned = peak_bytes(marked, types, outputs, buffers, slots)
-    eager = peak_bytes(steps, types, outputs)
-    if _at(planned, hints) > _at(eager, hints):
-        buffers, slots, pairs = plan_memory(steps, types, outputs, reuse=False)
+    best = None
+    for reuse in (True, False):  # slots reused best-fit; or a slot per buffer (in-place pairs still share)
+        buffers, slots, pairs = plan_memory(steps, types, outputs, inplace=inplace, reuse=reuse)
         marked = _mark_inplace(steps, pairs)
         planned = peak_bytes(marked, types, outputs, buffers, slots)
-    return marked, buffers, slots, planned
+        if best is None or _at(planned, hints) < _at(best[3], hints):
+            best = (marked, buffers, slots, planned)
+    return best
 
 
 def _mark_inplace(steps, pairs: dict[int, tuple]) -> tuple[Step, ...]:
@@ -109,7 +130,8 @@ def _at(expr: sympy.Expr, hints: dict) -> int:
 
 def last_uses(steps: tuple[Step, ...], outputs: set[str]) -> dict[str, int]:
     """Value -> the last step its storage is needed (len(steps) for graph outputs); an
-    extern's inputs live as long as its outputs (it may return views of them)."""
+    extern's inputs live as long as its outputs (it may return views of them), unless it is a
+    library call known to return fresh memory (`_is_fresh`)."""
     last_use: dict[str, int] = {}
     for i, step in enumerate(steps):
         for name in step.inputs:
@@ -120,7 +142,7 @@ def last_uses(steps: tuple[Step, ...], outputs: set[str]) -> dict[str, int]:
         last_use[name] = len(steps)
     for i in reversed(range(len(steps))):
         step = steps[i]
-        if step.kind != "extern":
+        if step.kind != "extern" or _is_fresh(step.target):
             continue
         end = max((last_use.get(o, i) for o in step.outputs), default=i)
         for name in step.inputs:
@@ -130,7 +152,9 @@ def last_uses(steps: tuple[Step, ...], outputs: set[str]) -> dict[str, int]:
 
 def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: set[str], *,
                 inplace: dict[str, frozenset[str]] | None = None, reuse: bool = True):
-    """Returns (buffers with slots, slots, {step index: ((output, input), ...) in place})."""
+    """Returns (buffers with slots, slots, {step index: ((output, input), ...) in place}).
+    `reuse=False`: no slot is reused once freed (each buffer has its own, or its in-place
+    input's), so each is held exactly from its write to its last reader."""
     inplace = inplace or {}
     last_use = last_uses(steps, outputs)
     free: list[tuple[sympy.Expr, int]] = []  # (nbytes, slot index) of freed slots
@@ -145,6 +169,11 @@ def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: 
         if step.kind == "extern" and not _is_view(step.target):
             for name in step.outputs:
                 made_by.setdefault(name, step)
+    over_results = [_over_library_result(step, i, made_by, types, last_use, outputs) for i, step in enumerate(steps)]
+    # a value some alternative writes over a library result has no slot: the other alternatives
+    # (the template's kernel) give it storage of its own, freed after its last reader, as a slot
+    # held across that alternative would hold it beside the library result that now carries it
+    unslotted = {out for over in over_results for out in over}
     for i, step in enumerate(steps):
         # release slots whose buffers died before this step
         for idx, end in list(live_until.items()):
@@ -156,18 +185,17 @@ def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: 
         # (never inside a choice group: the runtime re-runs an alternative to time it, and a
         # step that overwrote its input would then compute from its own output)
         dying = [name for name in step.inputs
-                 if reuse and name in slot_of and name in inplace.get(step.target, ())
+                 if name in slot_of and name in inplace.get(step.target, ())
                  and get_attr(step.attrs, "choice") is None
                  and last_use.get(name) == i and live_until.get(slot_of[name]) == i]
-        over_result = _over_library_result(step, i, made_by, types, last_use, outputs) if reuse else {}
-        for out, donor in over_result.items():
+        for out, donor in over_results[i].items():
             pairs.setdefault(i, []).append((out, donor))
         for out in step.outputs:
             if out in declared:  # another alternative of a choice group wrote it first: same buffer
                 continue
             declared.add(out)
             t = types[out]
-            if step.kind != "launch" or out in outputs or out in over_result:
+            if step.kind != "launch" or out in outputs or out in unslotted:
                 buffers.append(Buffer(out, t, None))
                 continue
             need = _nbytes(t)
