@@ -18,6 +18,12 @@ import hf_models
 import pipec
 
 THROUGH_TORCH_COMPILE = ("bert", "gpt2")
+# Training graphs Dynamo splits, and why (each model is otherwise one forward and one backward graph)
+TRAINING_BREAKS = {
+    # GPT2LMHeadModel has no loss_type, so its loss_function property calls logger.warning_once,
+    # and Dynamo breaks the graph at logging calls: the loss is a graph of its own
+    "gpt2": 1,
+}
 
 
 def _run_inference(built, compiled):
@@ -59,7 +65,9 @@ def test_training_step(name):
     assert not missing, f"{name}: no gradient for {missing[:3]}"
     torch.testing.assert_close(grads, expected_grads)
     torch.testing.assert_close(dict(model.named_buffers()), dict(eager.named_buffers()))
-    assert [g.kind for g in compiled.pipec_session.graphs] == ["forward", "backward"]
+    kinds = sorted(g.kind for g in compiled.pipec_session.graphs)
+    graphs = 1 + TRAINING_BREAKS.get(name, 0)
+    assert kinds == ["backward"] * graphs + ["forward"] * graphs, kinds
 
 
 def test_real_sizes_are_the_published_models():

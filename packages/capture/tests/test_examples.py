@@ -84,6 +84,20 @@ def test_export_with_bindings(name):
     torch.testing.assert_close(got[0], ex.model(*ex.example_inputs()))
 
 
+def test_export_of_a_dtype_cast():
+    """torch.export checks a tensor's dtype before `.to(dtype)` with aten._assert_tensor_metadata, an op
+    with no result (so no meta["val"]): it lowers to nothing (was "the fx graph has no meta['val']")."""
+    class Cast(torch.nn.Module):
+        def forward(self, ids, x):
+            return x * ids.to(torch.float32)
+
+    ids, x = torch.arange(6).reshape(2, 3), torch.randn(2, 3)
+    graph, bindings = export_graph(Cast(), [ids, x])
+    check_graph(graph)
+    assert bindings == {} and "extern" not in op_set(graph) and "cast" in op_set(graph)
+    torch.testing.assert_close(run_graph(graph, [ids, x])[0], x * ids.to(torch.float32))
+
+
 def test_plugin_registers_both_captures():
     reg = pipec_ir.Registry()
     pipec_register(reg)
