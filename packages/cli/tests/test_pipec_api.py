@@ -99,6 +99,8 @@ def test_explain_reports_graph_breaks_and_stats(fake_stages):
     assert report.graph_count == 2
     assert report.graph_break_count == 1
     assert len(report.break_reasons) == 1
+    # as torch._dynamo.explain words it, read off the graph the backend got (no second trace)
+    assert report.break_reasons[0].endswith(f"({__file__}:{broken.__code__.co_firstlineno + 2})")
     assert report.op_count == 3
     assert report.kernel_count == 2
     assert report.fusion_count == 1  # the relu*mul kernel

@@ -176,6 +176,25 @@ def test_bench_extra_pipec_mode_is_a_row_of_its_own(fake_stages, capsys, model_f
         ("eager", "eager"), ("pipec", "pipec (default, launch)"), ("pipec-reduce-overhead", "pipec (default, cudagraph)")]
     assert all(b["ms"] > 0 and b["error"] is None for b in backends)
     assert all(b["peak_mib"] is None for b in backends)  # peak memory is measured on CUDA only
+    assert all(b["compile_profile"]["counts"]["graphs"] == 1 for b in backends[1:])  # each pipec row's own
+
+
+def test_bench_profile_table_has_a_column_pair_per_pipec_row():
+    from pipec.bench import BackendResult, BenchResult, profile_table
+
+    def profile(wall):
+        return {"wall_s": wall, "seconds": {"dynamo": wall / 2, "other": wall / 2}, "counts": {"graphs": 1}}
+
+    result = BenchResult("m", "cpu", "cpu", "t", True, [], 0, 0, None, {}, {}, backends=[
+        BackendResult("eager", "eager"),
+        BackendResult("pipec", "p", compile_profile=profile(2.0), compile_profile_warm=profile(1.0)),
+        BackendResult("pipec-max-autotune", "p", compile_profile=profile(4.0))])
+    table = profile_table(result)
+    assert [c.header for c in table.columns] == ["part", "pipec cold", "pipec warm", "pipec-max-autotune cold",
+                                                 "pipec-max-autotune warm"]
+    assert list(table.columns[3].cells) == ["2.00 s (50%)", "2.00 s (50%)", "4.00 s"]
+    assert list(table.columns[4].cells) == ["-", "-", "-"]  # no warm compile measured
+    assert profile_table(BenchResult("m", "cpu", "cpu", "t", True, [], 0, 0, None, {}, {})) is None
 
 
 def test_bench_keep_going_keeps_the_other_rows(fake_stages, capsys, model_file, tmp_path):

@@ -289,26 +289,6 @@ def report_from_session(session: Session, *, break_reasons=None, graph_break_cou
     )
 
 
-def dynamo_break_reasons(model, example_inputs) -> tuple[int | None, list[str]]:
-    """Graph breaks as torch._dynamo.explain sees them (its own eager backend; nothing is compiled)."""
-    import torch
-
-    try:
-        torch._dynamo.reset()
-        out = torch._dynamo.explain(model)(*example_inputs)
-    except Exception:
-        return None, []
-    finally:
-        torch._dynamo.reset()
-    reasons = []
-    for r in getattr(out, "break_reasons", []) or []:
-        text = str(getattr(r, "reason", r)).strip().splitlines()
-        stack = getattr(r, "user_stack", None) or []
-        where = f" ({stack[-1].filename}:{stack[-1].lineno})" if stack else ""
-        reasons.append((text[0] if text else "graph break") + where)
-    return getattr(out, "graph_break_count", None), reasons
-
-
 def run_and_compare(model, example_inputs, options: CompileOptions, session: Session | None = None, *,
                     name: str | None = None, expected: Any = None, training: bool | None = None):
     """Compile with pipec, run on the inputs and eagerly (unless `expected` is given);

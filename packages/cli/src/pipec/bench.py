@@ -704,34 +704,37 @@ def bench_table(result: BenchResult):
 
 
 def profile_table(result: BenchResult):
-    """A rich Table of pipec's compile-time profile, cold and warm: one row per part (seconds and
-    share of that compile's first call), the counts as caption; None without a pipec compile."""
+    """A rich Table of pipec's compile-time profiles, cold and warm, for every pipec row (each
+    mode): one row per part (seconds and share of that compile's first call), the cold counts as
+    caption; None without a pipec compile."""
     from rich.table import Table
 
     from .profile import PART_LABELS, format_seconds, profile_counts
 
-    pipec = result.backend("pipec")
-    cold = pipec.compile_profile if pipec is not None else None
-    if not cold:
+    rows = [b for b in result.backends if b.name.startswith("pipec") and b.compile_profile]
+    if not rows:
         return None
-    warm = pipec.compile_profile_warm or {}
     table = Table(title=f"pipec compile-time profile · {result.model} (first call: compile and run)",
                   title_justify="left")
     table.add_column("part")
-    table.add_column("cold", justify="right")
-    table.add_column("warm", justify="right")
+    for b in rows:
+        prefix = "" if len(rows) == 1 else f"{b.name} "
+        table.add_column(f"{prefix}cold", justify="right")
+        table.add_column(f"{prefix}warm", justify="right")
 
-    def cell(data: dict, part: str) -> str:
+    def cell(data: dict | None, part: str) -> str:
         seconds = data.get("seconds", {}).get(part) if data else None
         if seconds is None:
             return "-"
         return f"{format_seconds(seconds)} ({seconds / data['wall_s']:.0%})" if data["wall_s"] > 0 else "-"
 
-    for part in cold["seconds"]:
-        table.add_row(PART_LABELS.get(part, part), cell(cold, part), cell(warm, part))
-    table.add_row("first call (wall)", format_seconds(cold["wall_s"]),
-                  format_seconds(warm["wall_s"]) if warm else "-")
-    table.caption = "cold: " + profile_counts(cold)
+    parts = list(dict.fromkeys(p for b in rows for p in b.compile_profile["seconds"]))
+    for part in parts:
+        table.add_row(PART_LABELS.get(part, part),
+                      *(cell(profile, part) for b in rows for profile in (b.compile_profile, b.compile_profile_warm)))
+    table.add_row("first call (wall)", *(format_seconds(profile["wall_s"]) if profile else "-"
+                                         for b in rows for profile in (b.compile_profile, b.compile_profile_warm)))
+    table.caption = " · ".join(f"{b.name} cold: {profile_counts(b.compile_profile)}" for b in rows)
     table.caption_justify = "left"
     return table
 
