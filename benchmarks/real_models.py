@@ -16,8 +16,10 @@ row, with the reason.
 
 The table: each backend's time; pipec's ratio to eager and to Inductor in the same mode
 (> 1: pipec is faster); compile times (cold: empty caches); max error vs eager; peak memory
-of one call above the memory at rest (CUDA only). Results are written after every case
-(an interrupted run keeps them): --out (JSON) and the same path with .md.
+of one call above the memory at rest and the memory each compiled backend holds between calls
+(CUDA only). Warm compiles (from the caches) are skipped unless --warm: they are not in the
+table and cost a compile per backend. Results are written after every case (an interrupted
+run keeps them): --out (JSON) and the same path with .md.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def bench_command(args: argparse.Namespace, part: Path, pipec_modes: list[str], 
            "--warmup", str(args.warmup), "--rep", str(args.rep), "--rounds", str(args.rounds),
            "--fusion", args.fusion, "--device", args.device]
     cmd += ["--inductor"] if inductor else ["--no-inductor"]
+    cmd += ["--warm"] if args.warm else ["--no-warm"]
     for mode in inductor_modes:
         cmd += ["--inductor-mode", mode]
     if pipec_modes and pipec_modes[0] != "default":
@@ -158,6 +161,8 @@ def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
     timed_out = any(a["exit"] == "timed out" for a in attempts)
     status = "ok" if not missing and not errors else ("timed out" if timed_out else "failed")
     error = next(iter(errors.values()), None) or next((a["error"] for a in attempts if a["error"]), None)
+    if status == "ok" and timed_out:  # every backend was timed; the budget ran out in what comes after
+        error = f"{error}, after every backend was timed (launch counts, memory or warm compiles missing)"
     record = {**case, "size": args.size, "status": status, "error": error, "errors": errors, "note": note,
               "missing": missing, "seconds": sum(a["seconds"] for a in attempts), "rows": rows,
               "bench": {k: v for k, v in bench.items() if k != "backends"},
@@ -196,6 +201,7 @@ COLUMNS = ("case", "model", "inputs", "status",
            "compile s: pipec / RO / Inductor / RO",
            "max err: pipec / RO / Inductor",
            "peak MiB: eager / Inductor / RO / pipec / RO",
+           "held MiB: Inductor / RO / pipec / RO",
            "pipec kernels", "error")
 
 
@@ -227,6 +233,8 @@ def table_rows(records: list[dict]) -> list[list[str]]:
             " / ".join(_field(rows, b, "max_error", ".2g") for b in ("pipec", "pipec-reduce-overhead", "inductor")),
             " / ".join(_field(rows, b, "peak_mib", ".0f")
                        for b in ("eager", "inductor", "inductor-reduce-overhead", "pipec", "pipec-reduce-overhead")),
+            " / ".join(_field(rows, b, "held_mib", ".0f")
+                       for b in ("inductor", "inductor-reduce-overhead", "pipec", "pipec-reduce-overhead")),
             kernel_text, error.replace("|", "\\|"),
         ])
     return out
@@ -238,7 +246,10 @@ def markdown(records: list[dict], meta: dict) -> str:
              + ", ".join(f"{k} {v}" for k, v in (meta.get("versions") or {}).items()), "",
              f"Timer: {meta.get('timer') or '-'}. Ratios: the other backend's time / pipec's (> 1: pipec "
              "faster), from one process. RO: mode reduce-overhead (CUDA Graphs). compile: the first call, "
-             "empty caches. peak MiB: one call's peak memory above the memory at rest (CUDA only).", "",
+             "empty caches. peak MiB: one call's peak memory above the memory at rest; held MiB: what a "
+             "compiled backend keeps between calls beyond the weights (CUDA Graph pools, preallocated "
+             "buffers), the allocator's reserved memory grown across its compile (CUDA only; under "
+             "reduce-overhead the peak is ~0 and held is the figure).", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(records)]
     ok = sum(r["status"] == "ok" for r in records)
@@ -270,6 +281,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms")
     parser.add_argument("--rep", type=float, default=100.0, help="do_bench measuring time, ms")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds over all backends")
+    parser.add_argument("--warm", action="store_true", help="also time warm compiles (from the caches; not in the "
+                        "table, in the JSON): more device time per case")
     parser.add_argument("--fusion", default="default", help="pipec fusion policy")
     parser.add_argument("--atol", type=float, help="numerics check (with --rtol; default: the case's tolerance)")
     parser.add_argument("--rtol", type=float)

@@ -175,8 +175,16 @@ def test_bench_extra_pipec_mode_is_a_row_of_its_own(fake_stages, capsys, model_f
     assert [(b["name"], b["label"]) for b in backends] == [
         ("eager", "eager"), ("pipec", "pipec (default, launch)"), ("pipec-reduce-overhead", "pipec (default, cudagraph)")]
     assert all(b["ms"] > 0 and b["error"] is None for b in backends)
-    assert all(b["peak_mib"] is None for b in backends)  # peak memory is measured on CUDA only
+    assert all(b["peak_mib"] is None and b["held_mib"] is None for b in backends)  # memory: on CUDA only
     assert all(b["compile_profile"]["counts"]["graphs"] == 1 for b in backends[1:])  # each pipec row's own
+    assert all(b["compile_warm_s"] is not None for b in backends[1:])
+
+
+def test_bench_no_warm_skips_the_warm_compiles(fake_stages, capsys, model_file):
+    code, out, err = run(["bench", model_file, *QUICK, "--no-warm", "--json"], capsys)
+    assert code == 0, err
+    eager, pipec = json.loads(out)["backends"]
+    assert pipec["ms"] > 0 and pipec["compile_cold_s"] > 0 and pipec["compile_warm_s"] is None
 
 
 def test_bench_profile_table_has_a_column_pair_per_pipec_row():

@@ -26,6 +26,12 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   library kernels such as cuBLAS included, memcpy/memset not).
 * **peak MiB**: peak GPU memory of one call above the memory allocated before it (after
   warm-up and timing; CUDA only): what the call's intermediates and outputs add to what is at rest.
+  **held MiB**: the GPU memory a compiled backend keeps between calls, beyond the model's weights
+  (CUDA Graph pools, preallocated buffers, static copies of inputs): the growth of the memory the
+  allocator reserves across its cold compile (caches emptied before and after; the float64
+  reference of the numerics check, when one is made then, not counted). A CUDA Graph replay
+  allocates nothing outside its pool, so under reduce-overhead the peak is ~0 and the held memory
+  is the figure to read.
 * **compile cold / warm** (seconds): wall time of the first call of a freshly compiled
   model (Dynamo, the backend, kernel compilation, autotuning and that first run), with
   empty caches; warm is the same for a fresh copy of the model after `torch._dynamo.reset()`,
@@ -74,6 +80,7 @@ class BenchOptions:
     rounds: int = 3  # timing rounds over all backends, each in a rotated order
     pipec_modes: tuple[tuple[str, CompileOptions], ...] = ()  # extra pipec rows: (mode, its options)
     keep_going: bool = False  # a failing backend keeps its row with `error`; the others are still timed
+    warm: bool = True  # compile every backend again from its caches after the timing (compile_warm_s)
     atol: float | None = None  # with rtol: the numerics check's tolerance (None: the dtype's)
     rtol: float | None = None
     keep_caches: bool = False
@@ -90,6 +97,7 @@ class BackendResult:
     extern_ops: int | None = None
     launches: int | None = None
     peak_mib: float | None = None  # peak memory of one call above the memory at rest (CUDA only)
+    held_mib: float | None = None  # memory the compiled backend keeps between calls (CUDA only)
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
     cache_hits: dict[str, int] | None = None  # pipec's warm compile
@@ -292,6 +300,33 @@ def peak_memory_mib(fn: Callable[[], Any], device: str) -> float | None:
     fn()
     torch.cuda.synchronize()
     return (torch.cuda.max_memory_allocated(device) - at_rest) / 2**20
+
+
+def reserved_bytes(device: str) -> int | None:
+    """Bytes the CUDA caching allocator holds once its unused cached blocks are released; None off CUDA."""
+    if not device.startswith("cuda"):
+        return None
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device)
+
+
+def _float64_bytes(expected) -> int:
+    """Bytes of the float64 reference run's tensors, once the numerics check has made it (else 0)."""
+    made = getattr(expected.float64, "cache_info", None)  # a function (no float64 run) has none
+    if made is None or made().currsize == 0:
+        return 0
+    run = expected.float64()
+    if run is None:
+        return 0
+    tensors = _tensors([run.outputs, run.gradients, run.buffers])
+    return sum(t.untyped_storage().nbytes() for t in {t.untyped_storage().data_ptr(): t for t in tensors}.values()
+               if t.is_cuda)
 
 
 # ---------------------------------------------------------------- caches and the process
@@ -597,8 +632,14 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                      for mode in modes]
         for backend, compile_backend in compiles:
             progress(f"{backend}: compiling (cold)")
+            before = reserved_bytes(device)
+            float64_before = _float64_bytes(expected) if before is not None else 0
             try:
                 pending.append(compile_backend())
+                after = reserved_bytes(device)
+                if before is not None:
+                    held = after - before - (_float64_bytes(expected) - float64_before)
+                    pending[-1].result.held_mib = max(held, 0) / 2**20
             except Exception as exc:
                 if not options.keep_going:
                     raise
@@ -621,7 +662,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
         progress("measuring each backend's peak memory")
         for timed in pending:
             timed.result.peak_mib = peak_memory_mib(timed.call, device)
-        for timed in pending[1:]:
+        for timed in pending[1:] if options.warm else ():
             progress(f"{timed.result.label}: compiling again (warm)")
             try:
                 timed.warm()
@@ -673,6 +714,7 @@ def bench_table(result: BenchResult):
     memory = any(b.peak_mib is not None for b in result.backends)
     if memory:
         table.add_column("peak MiB", justify="right")
+        table.add_column("held MiB", justify="right")
     table.add_column("compile cold s", justify="right")
     table.add_column("warm s", justify="right")
     table.add_column("max err", justify="right")
@@ -686,7 +728,7 @@ def bench_table(result: BenchResult):
             row.append(_fmt(d["tflop_per_s"], ".3g"))
         row += [kernels, _fmt(b.launches, "d")]
         if memory:
-            row.append(_fmt(b.peak_mib, ".4g"))
+            row += [_fmt(b.peak_mib, ".4g"), _fmt(b.held_mib, ".4g")]
         row += [_fmt(b.compile_cold_s, ".2f"), _fmt(b.compile_warm_s, ".2f"), _fmt(b.max_error, ".3g")]
         table.add_row(*row)
     notes = [f"{b.name} failed: {b.error}" for b in result.backends if b.error]
@@ -749,4 +791,4 @@ def write_json(result: BenchResult, path: str) -> None:
 
 
 __all__ = ["BenchMismatch", "BenchOptions", "BenchResult", "BackendResult", "run_bench", "bench_table", "profile_table",
-           "io_bytes", "count_flops", "measure_ms", "peak_memory_mib", "write_json"]
+           "io_bytes", "count_flops", "measure_ms", "peak_memory_mib", "reserved_bytes", "write_json"]

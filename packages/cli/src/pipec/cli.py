@@ -582,6 +582,9 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
               pipec_mode: Annotated[list[Mode] | None, typer.Option(
                   "--pipec-mode", help="Also measure pipec in this mode (repeatable), e.g. "
                   "reduce-overhead.")] = None,
+              warm: Annotated[bool, typer.Option(
+                  "--warm/--no-warm", help="Compile every backend again from its caches after the timing "
+                  "(the warm compile time).")] = True,
               keep_going: Annotated[bool, typer.Option(
                   "--keep-going", help="A backend that fails (compile error, outputs unlike eager's) gets its "
                   "error in its row and the others are still timed; the exit code is still 1.")] = False,
@@ -636,7 +639,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
         fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
     bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
                                  rep_ms=rep, rounds=rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
-                                 pipec_modes=pipec_modes, keep_going=keep_going)
+                                 pipec_modes=pipec_modes, keep_going=keep_going, warm=warm)
     step = ["setting up"]
 
     def save(result) -> None:
