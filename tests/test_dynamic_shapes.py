@@ -196,6 +196,19 @@ def test_extern_with_a_symbolic_argument():
     assert compiled.pipec_session.dynamo_graphs == 1
 
 
+def test_an_int_argument_under_dynamic_true():
+    """dynamic=True makes an int argument a symbol whose range has no bounds ([-int_oo, int_oo]);
+    capture read its lower bound with int(), which raises AttributeError on -int_oo (found by the
+    fuzzer: its programs' int parameters are such arguments)."""
+    def f(x, k):
+        return x * k + torch.arange(x.shape[0]) % k
+
+    compiled = pipec.compile(f, dynamic=True)
+    for n, k in ((4, 3), (6, 5)):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x, k), f(x, k))
+
+
 @pytest.fixture()
 def unbacked_slices(monkeypatch):
     """torch 2.11's fake slice: where the length of `x[:, -3:]` on a dynamic dim needs Max(...),

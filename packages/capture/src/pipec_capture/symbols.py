@@ -140,7 +140,7 @@ class SymbolTable:
             if rng is not None:
                 try:
                     lower = max(0, int(rng.lower))
-                except (TypeError, ValueError, OverflowError):
+                except (TypeError, ValueError, OverflowError, AttributeError):  # -int_oo: int() raises AttributeError
                     lower = 0
                 try:
                     up = rng.upper
