@@ -251,9 +251,11 @@ class ExplainReport:
     # where the first call's time went: {"wall_s", "seconds": {part: s, ..., "other": s}, "counts": {...}}
     # (pipec_ir.CompileProfile.to_dict; README, "Compile-time profile"); empty when not measured
     compile_profile: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what a user should know (e.g. nothing was compiled)
 
     def to_dict(self, with_code: bool = False) -> dict:
         out = {
+            "notes": list(self.notes),
             "graph_count": self.graph_count, "graph_break_count": self.graph_break_count,
             "break_reasons": list(self.break_reasons), "op_count": self.op_count,
             "kernel_count": self.kernel_count, "fusion_count": self.fusion_count,
@@ -286,7 +288,21 @@ def report_from_session(session: Session, *, break_reasons=None, graph_break_cou
         cache=session.cache, cache_hits=session.cache_hits, cache_misses=session.cache_misses,
         training=any(g.kind in ("forward", "backward") for g in session.graphs),
         compile_profile=session.profile.to_dict(),
+        notes=session_notes(session),
     )
+
+
+# Why Dynamo can hand a backend nothing, said where it did (docs/distributed.md)
+NOTHING_COMPILED = (
+    "Dynamo handed pipec no graph: nothing was compiled and the model ran eagerly. Dynamo does "
+    "not trace torch's own module code behind one of torch's wrappers (torch layers wrapped in "
+    "DDP, or used as FSDP units): put the layers in a module class of your own")
+
+
+def session_notes(session: Session) -> list[str]:
+    if session.dynamo_graphs == 0 and not session.graphs:
+        return [NOTHING_COMPILED]
+    return []
 
 
 def run_and_compare(model, example_inputs, options: CompileOptions, session: Session | None = None, *,

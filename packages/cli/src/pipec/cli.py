@@ -433,6 +433,8 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
     for stage, seconds in report.stage_seconds.items():
         table.add_row(f"time {stage}", f"{seconds * 1e3:.1f} ms")
     stdout.print(table)
+    for note in report.notes:
+        stdout.print(f"note: {note}", markup=False)
     if not explain:
         return
     _print_profile(report.compile_profile)
