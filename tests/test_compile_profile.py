@@ -71,6 +71,12 @@ def test_explain_command_shows_the_profile(capsys):
 
     data = json.loads(run("explain", MLP, "--json", "--no-cache"))
     check_sums(data["compile_profile"])
+    # the whole command, lap by lap (its `startup` is this test process's age here)
+    command = data["command_seconds"]["seconds"]
+    assert [lap for lap in command if lap != "startup"] == [
+        "import torch", "plugins and options", "model file and eager run", "first call", "check against eager"]
+    assert command["first call"] == pytest.approx(data["compile_profile"]["wall_s"])
+    assert all(s >= 0 for s in command.values())
     out = run("explain", MLP, "--no-cache")
     assert "compile-time profile of the first call" in out and "first call (wall)" in out
-    assert "AOTAutograd" in out and "other" in out
+    assert "AOTAutograd" in out and "other" in out and "command up to this report" in out

@@ -350,11 +350,15 @@ class StageProgress:
 def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, mode: Mode, dynamic: bool,
          fullgraph: bool, dump_ir: Path | None, output_code: bool, json_out: bool, model_name: str,
          inputs_name: str, device: str, capture: str, codegen: str, cache: str | None = None) -> None:
+    from .profile import CommandClock
+
+    clock = CommandClock()  # where the command's time goes (JSON `command_seconds`, explain's table)
     import torch
 
     from .api import report_from_session, run_and_compare
     from .pipeline import Session
 
+    clock.lap("import torch")
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime, dynamic=True if dynamic else None,
                        fullgraph=fullgraph, capture=capture, codegen=codegen,
                        dump_dir=str(dump_ir) if dump_ir else None, cache=cache)
@@ -362,6 +366,7 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
     _check_dynamo_capture(options)
     _check_dump_dir(dump_ir)
     _check_cache(options)
+    clock.lap("plugins and options")
     model, inputs, name = load_model_file(model_file, model_name, inputs_name)
     interpreted = _use_interpreter(device)
     model, inputs = _to_device(model, inputs, device)
@@ -371,6 +376,7 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
             expected = model(*inputs)
     except Exception as exc:
         fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
+    clock.lap("model file and eager run")
 
     progress = StageProgress(enabled=True)
     session = Session(on_stage=progress)
@@ -388,17 +394,24 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
              2 if isinstance(found, CacheError) else 1)  # an unusable cache is a usage error
 
     report = report_from_session(session, max_error=max_error, mismatch=mismatch)  # breaks: as the backend saw them
+    clock.lap("check against eager")
+    clock.split("check against eager", "first call", report.compile_profile.get("wall_s", 0.0))
     interpreted = interpreted and report.kernel_count > 0  # Triton kernels ran in the interpreter
     if json_out:
         data = report.to_dict(with_code=output_code)
         stages = {"capture": options.capture, "fusion": options.fusion, "codegen": options.codegen,
                   "runtime": options.runtime}
         data.update(model=name, device=device, interpreter=interpreted, ok=mismatch is None, **stages,
+                    command_seconds=clock.to_dict(),
                     options={**stages, "dynamic": options.dynamic, "fullgraph": options.fullgraph,
                              "cache": report.cache or "none"})
         print(json.dumps(data, indent=2))
     else:
         _print_report(report, name, options, device, interpreted, explain=explain)
+        if explain:
+            from .profile import command_line
+
+            stdout.print(command_line(clock.to_dict()), markup=False)
         if output_code:
             _print_code(report.kernels)
     if interpreted and not json_out:

@@ -13,6 +13,7 @@ Where torch has no such timer, Dynamo's time is left in `other`.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 from pipec_ir import CompileProfile
@@ -117,4 +118,55 @@ def profile_table(data: dict, title: str = "compile-time profile of the first ca
     return table
 
 
-__all__ = ["PART_LABELS", "first_call", "profile_counts", "profile_rows", "profile_table"]
+def process_started() -> float | None:
+    """When this process started, as time.time() (Linux: /proc; None elsewhere)."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, after the command name
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+class CommandClock:
+    """Where a `pipec compile` / `pipec explain` command's time went, lap by lap: from the process's
+    start (Python and the CLI's own imports: `startup`) to each `lap(name)`. A lap that holds a
+    model's first call is split into the first call (its compile-time profile's wall time) and
+    the rest (`split`)."""
+
+    def __init__(self) -> None:
+        started = process_started()
+        self.last = time.time()
+        self.seconds: dict[str, float] = {}
+        if started is not None and started <= self.last:
+            self.seconds["startup"] = self.last - started
+
+    def lap(self, name: str) -> None:
+        now = time.time()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def split(self, name: str, part: str, part_seconds: float) -> None:
+        """Lap `name` as `part` (`part_seconds` of it) and the rest of it."""
+        whole = self.seconds.pop(name, 0.0)
+        part_seconds = min(max(part_seconds, 0.0), whole)
+        self.seconds[part] = part_seconds
+        self.seconds[name] = whole - part_seconds
+
+    def to_dict(self) -> dict:
+        return {"wall_s": sum(self.seconds.values()), "seconds": dict(self.seconds)}
+
+
+def command_line(data: dict) -> str:
+    """`command up to this report 9.1 s: startup 1.2 s, import torch 2.4 s, ...` from
+    `CommandClock.to_dict()`."""
+    parts = ", ".join(f"{name} {format_seconds(s)}" for name, s in data["seconds"].items())
+    return f"command up to this report {format_seconds(data['wall_s'])}: {parts}"
+
+
+__all__ = ["PART_LABELS", "CommandClock", "command_line", "first_call", "profile_counts", "profile_rows",
+           "profile_table"]
