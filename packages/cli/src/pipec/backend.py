@@ -66,7 +66,7 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
                 stats.kind = kind or "inference"
             return with_size_outputs(tensors_only(fn, aten_inputs), aten_gm, aten_inputs, name)
 
-        return dynamo_backend(compile_aten_graph)(gm, example_inputs)
+        return aten_backend(dynamo_backend, compile_aten_graph, options)(gm, example_inputs)
 
     backend.pipec_options = options
     backend.pipec_session = session
@@ -84,6 +84,19 @@ def break_reason(gm) -> str | None:
     stack = getattr(why, "user_stack", None) or []
     where = f" ({stack[-1].filename}:{stack[-1].lineno})" if stack else ""
     return (text[0] if text else "graph break") + where
+
+
+def aten_backend(dynamo_backend, compile_aten_graph, options: CompileOptions):
+    """`capture.dynamo_backend(compile_aten_graph, options)`; a capture whose dynamo_backend takes
+    no options (the older form) is called without them. The options carry what the capture
+    needs before AOTAutograd runs (decompose_attention)."""
+    import inspect
+
+    try:
+        takes_options = len(inspect.signature(dynamo_backend).parameters) >= 2
+    except (TypeError, ValueError):
+        takes_options = False
+    return dynamo_backend(compile_aten_graph, options) if takes_options else dynamo_backend(compile_aten_graph)
 
 
 def tensors_only(fn, example_inputs):

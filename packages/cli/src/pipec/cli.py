@@ -760,6 +760,7 @@ def capture_cmd(model_file: ModelFile, output: OutputOpt, exporter: Annotated[Ex
 def _capture_with_dynamo(module, example, options, name: str):
     import torch
 
+    from .backend import aten_backend
     from .pipeline import compile_graph
     from .plugins import get_registry
 
@@ -773,7 +774,7 @@ def _capture_with_dynamo(module, example, options, name: str):
         return lambda args: list(_as_tuple(aten_gm(*args)))
 
     def backend(gm, example_inputs, **_):
-        return capture.dynamo_backend(compile_aten_graph)(gm, example_inputs)
+        return aten_backend(capture.dynamo_backend, compile_aten_graph, options)(gm, example_inputs)
 
     try:
         torch._dynamo.reset()
