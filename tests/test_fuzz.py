@@ -1,25 +1,34 @@
-"""Differential fuzzing: random graphs through every fusion preset, against eager.
+"""Differential fuzzing: random graphs through pipec, against eager.
 
-The suite runs a fixed set of programs (SHARDS x EXAMPLES, each shard seeded, so the
-set is the same on every run and spreads over pytest-xdist workers);
-`python scripts/fuzz.py --count N` runs as many more as you like. Hypothesis
-shrinks a failing program to a small repro and prints it.
+The suite runs a fixed set of programs (each shard seeded, so the set is the same on every
+run and spreads over pytest-xdist workers): classic float32 pointwise/reduction graphs under
+every fusion preset, then a few of each newer family (tests/fuzz_graphs.py: matmul epilogues,
+bf16/fp16, training, tensor constants, dynamic sizes, view chains, mixed) under the policies
+each draws, random ones included. `python scripts/fuzz.py --count N` runs as many more as you
+like. Hypothesis shrinks a failing program to a small repro and prints it.
 """
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
-from fuzz_graphs import programs
+from fuzz_graphs import families, programs
 from fuzz_pipeline import check_program
 
-SHARDS = 6
-EXAMPLES = int(os.environ.get("PIPEC_FUZZ_EXAMPLES", "35"))  # per shard: 210 programs in all
+SCALE = float(os.environ.get("PIPEC_FUZZ_SCALE", "1"))  # more (or fewer) examples per shard
+CLASSIC_SHARDS, CLASSIC_EXAMPLES = 4, 20
+FAMILY_EXAMPLES = {"matmul": 12, "half": 12, "train": 10, "constants": 10, "dynamic": 10, "views": 12, "mixed": 10}
 
 
-def _shard(k):
+def _examples(n: int) -> int:
+    return max(1, round(n * SCALE))
+
+
+def _classic(k):
     @seed(1000 + k)
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=_examples(CLASSIC_EXAMPLES), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
     @given(programs())
     def test(prog):
         counts = check_program(prog)
@@ -29,5 +38,17 @@ def _shard(k):
     return test
 
 
-for _k in range(SHARDS):
-    globals()[f"test_random_graphs_match_eager_shard{_k}"] = _shard(_k)
+for _k in range(CLASSIC_SHARDS):
+    globals()[f"test_random_graphs_match_eager_shard{_k}"] = _classic(_k)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_EXAMPLES))
+def test_family_matches_eager(family):
+    @seed(2000 + sorted(FAMILY_EXAMPLES).index(family))
+    @settings(max_examples=_examples(FAMILY_EXAMPLES[family]), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(families("cpu")[family])
+    def run(prog):
+        check_program(prog)
+
+    run()

@@ -141,6 +141,20 @@ def test_linear_with_one_output_column_and_a_constant_scale(fusion):
     torch.testing.assert_close(compiled(x, w, b), f(x, w, b))
 
 
+@pytest.mark.parametrize("fusion", ["default", "aggressive"])
+def test_batched_epilogue_reading_a_value_per_batch(fusion):
+    """bmm of [2, 1, 1] operands with a residual indexed by the batch only (pid_b, a scalar per
+    tile): its load had the tile's block mask on a scalar pointer, which Triton rejects ("Mask
+    argument cannot be block type if pointer argument is not a block"; found by the fuzzer)."""
+    def f(x, y, b):
+        return x + ((x @ y) + b)
+
+    torch.manual_seed(0)
+    x, y, b = torch.randn(2, 1, 1), torch.randn(2, 1, 1), torch.randn(1)
+    compiled = pipec.compile(f, fusion=fusion, cache="none")
+    torch.testing.assert_close(compiled(x, y, b), f(x, y, b))
+
+
 def test_specialized_run_drops_views_only_unpicked_alternatives_read():
     """The Linear's permuted weight feeds cuBLAS; the template reads the weight itself, so the
     specialized run of the template leaves the permute out, and that of "library" keeps it."""

@@ -39,6 +39,8 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
     limit = options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise ValueError(f"recompile_limit must be a non-negative integer, got {limit!r}")
+    if not isinstance(options.get("bounds_check", False), bool):
+        raise ValueError(f"bounds_check must be True or False, got {options['bounds_check']!r}")
     fields = {k: options.pop(k) for k in list(options) if k in _OPTION_FIELDS}
     opts = CompileOptions(fusion=fusion, runtime=runtime or MODES[mode], dynamic=dynamic,
                           fullgraph=fullgraph, **fields)

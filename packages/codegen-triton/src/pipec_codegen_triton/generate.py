@@ -85,6 +85,14 @@ def _count_option(options: CompileOptions, name: str) -> int | None:
     return count
 
 
+def _flag_option(options: CompileOptions, name: str) -> bool:
+    """An on/off option: True or False (absent: False)."""
+    value = options.get(name, False)
+    if not isinstance(value, bool):
+        raise CodegenError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     verify(plan)  # every node's declared type is what its op gives: codegen trusts node types
     graph = plan.graph
@@ -92,13 +100,15 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     types = graph.types()
     limit = _count_option(options, "persistent_reduction_limit")  # rows up to this many elements; default: by bytes
     row_bytes = _count_option(options, "persistent_reduction_bytes")  # default: the kernel kind's
+    bounds_check = _flag_option(options, "bounds_check")  # assert every load's and store's range
     kernels, steps = [], []
     for kernel in plan.kernels:
         if kernel.kind in ("pointwise", "reduction", "scan"):
             writer = ScanWriter if kernel.kind == "scan" else KernelWriter
             default_bytes = PERSISTENT_SCAN_BYTES if kernel.kind == "scan" else PERSISTENT_ROW_BYTES
             src = writer(graph, kernel, persistent_limit=limit,
-                         persistent_bytes=default_bytes if row_bytes is None else row_bytes).write()
+                         persistent_bytes=default_bytes if row_bytes is None else row_bytes,
+                         bounds_check=bounds_check).write()
             sizes = dict(src.sizes)
             if kernel.kind == "pointwise":
                 configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))
@@ -120,7 +130,7 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
             kernels.extend(more_kernels)
             steps.extend(more_steps)
         elif kernel.kind == "scatter":  # an init launch, then the scatter launch (scatter.py)
-            more_kernels, more_steps = scatter_launches(graph, kernel)
+            more_kernels, more_steps = scatter_launches(graph, kernel, bounds_check)
             kernels.extend(more_kernels)
             steps.extend(more_steps)
         elif kernel.kind in ("view", "matmul", "extern"):

@@ -45,6 +45,7 @@ def take_value(writer, node, index) -> tuple[str, bool]:
     where = writer.print_index(offset)
     if pos not in sympy.sympify(offset).free_symbols:  # a one-element source: a block of its one offset
         where += f" + tl.zeros_like({position})"
+    where = writer.check_bounds(writer._scope(inner), value, where, mask, f"take {node.name}")
     text = f"tl.load({writer.in_ptr[value]} + ({where}), mask={mask}, other=0)"
     if writer.types[value].dtype in ("float16", "bfloat16"):
         text += ".to(tl.float32)"

@@ -107,7 +107,8 @@ def _activation_of(graph: Graph, kernel: Kernel, add: str):
     return None
 
 
-def _library_steps(graph: Graph, kernel: Kernel, product: str, call: Step, folded: tuple[str, ...], suffix: str):
+def _library_steps(graph: Graph, kernel: Kernel, product: str, call: Step, folded: tuple[str, ...], suffix: str,
+                   bounds_check: bool = False):
     """`call` (the library matmul computing the nodes `folded`, product first; it writes the
     last of them) plus one pointwise kernel for the rest of the kernel's nodes."""
     nodes = graph.node_map()
@@ -121,7 +122,7 @@ def _library_steps(graph: Graph, kernel: Kernel, product: str, call: Step, folde
         inputs = (written, *inputs)
     refined = epilogue_refinement(graph, rest, product)
     ep = Kernel(f"{kernel.name}{suffix}", "pointwise", tuple(rest), outputs, inputs, tuple(refined or kernel.domain))
-    src = (ReshapedEpilogueWriter if refined else KernelWriter)(graph, ep).write()
+    src = (ReshapedEpilogueWriter if refined else KernelWriter)(graph, ep, bounds_check=bounds_check).write()
     xnumel = dict(src.sizes)["xnumel"]
     launch = TritonKernel(
         name=ep.name, source=src.source,
@@ -176,16 +177,17 @@ def library_alternatives(graph: Graph, kernel: Kernel, options: CompileOptions) 
     nodes = graph.node_map()
     product = next(n for n in kernel.nodes if nodes[n].op in MATMUL_OPS)
     a, b = nodes[product].inputs
+    checked = bool(options.get("bounds_check", False))
     plain = Step("extern", library_target(nodes[product], graph.types()), (a, b), (product,),
                  make_attrs(args=(Ref(a), Ref(b)), kwargs=()))
     bias = _row_vector_bias(graph, kernel, product)
     if bias is None:
-        return {"library": (*_library_steps(graph, kernel, product, plain, (product,), "_epilogue"), {})}
+        return {"library": (*_library_steps(graph, kernel, product, plain, (product,), "_epilogue", checked), {})}
     add, bias_value = bias
     addmm = Step("extern", "aten.addmm.default", (bias_value, a, b), (add,),
                  make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=()))
-    out = {"library": (*_library_steps(graph, kernel, product, addmm, (product, add), "_epilogue"), {}),
-           "library_mm": (*_library_steps(graph, kernel, product, plain, (product,), "_mm_epilogue"), {})}
+    out = {"library": (*_library_steps(graph, kernel, product, addmm, (product, add), "_epilogue", checked), {}),
+           "library_mm": (*_library_steps(graph, kernel, product, plain, (product,), "_mm_epilogue", checked), {})}
     activation = _activation_of(graph, kernel, add)
     if activation is not None:
         chain, use_gelu = activation
@@ -200,7 +202,7 @@ def library_alternatives(graph: Graph, kernel: Kernel, options: CompileOptions) 
         else:
             call = Step("extern", "aten._addmm_activation.default", (bias_value, a, b), (result,),
                         make_attrs(args=(Ref(bias_value), Ref(a), Ref(b)), kwargs=(("use_gelu", False),)))
-        kernels, steps = _library_steps(graph, kernel, product, call, (product, *chain), "_act_epilogue")
+        kernels, steps = _library_steps(graph, kernel, product, call, (product, *chain), "_act_epilogue", checked)
         own = {}
         if result != act:
             types = graph.types()
@@ -235,7 +237,7 @@ def matmul_with_epilogue(graph: Graph, kernel: Kernel, options: CompileOptions):
     # the ping-pong kernel has nothing to hide and only costs compile time: GPT-2's bf16 fc GEMM
     # (8192 x 768 @ 768 x 3072 + tanh-GELU) took 0.0684 ms there against 0.0742 (H200, 2026-12-01)
     template = write_template(graph, kernel, pingpong=exhaustive or "library_act" not in libraries,
-                              exhaustive=exhaustive)
+                              exhaustive=exhaustive, bounds_check=bool(options.get("bounds_check", False)))
     if template is None and len(libraries) == 1:
         return libraries["library"]
     kernels, steps, own_values = [], [], {}

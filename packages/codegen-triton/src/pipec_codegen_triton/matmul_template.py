@@ -23,6 +23,7 @@ from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
 from pipec_ir.ops import VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
+from .bounds import check_operands
 from .dtypes import tl_storage
 from .matmul_gluon import gluon_lines, pingpong_config, pingpong_source, store_tile_lines
 from .matmul_tma import (PERSISTENT_PROGRAMS, SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop,
@@ -172,9 +173,13 @@ class EpilogueWriter(KernelWriter):
         used = {self.axes.get(self.names.get(sym)) for sym in sympy.sympify(offset).free_symbols}
         mask = {frozenset("mn"): "xmask", frozenset("n"): "nmask", frozenset("m"): "mmask"}.get(
             frozenset(used & {"m", "n"}))
-        if mask is None or mask == "xmask":
+        if mask == "xmask" or (mask is None and not used):
             return super()._load(name, index)
-        text = f"tl.load({self.in_ptr[name]} + ({self.print_index(offset)}), mask={mask}, other=0)"
+        where = self.check_bounds(self.outer, name, self.print_index(offset), mask, "load", offset)
+        if mask is None:  # the batch (pid_b) only: one element per tile, and every pid_b is a batch
+            text = f"tl.broadcast_to(tl.load({self.in_ptr[name]} + ({where})), {self.block})"
+        else:
+            text = f"tl.load({self.in_ptr[name]} + ({where}), mask={mask}, other=0)"
         if self.types[name].dtype in ("float16", "bfloat16"):
             text += ".to(tl.float32)"
         return self.emit(self._scope(False), text), False
@@ -243,7 +248,7 @@ class TemplateKernel:
 
 
 def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
-                   exhaustive: bool = False) -> TemplateKernel | None:
+                   exhaustive: bool = False, bounds_check: bool = False) -> TemplateKernel | None:
     """The Triton GEMM template for a matmul kernel (with or without an epilogue), or None when the
     operands' dtype or layout has no template (the kernel stays a library call). `pingpong`: may
     a Gluon ping-pong kernel be written beside it (`pingpong_wanted`). `exhaustive` (the
@@ -278,7 +283,7 @@ def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
     refined = epilogue_refinement(graph, epilogue, product)
     ep_kernel = Kernel(kernel.name, "pointwise", tuple(epilogue), kernel.outputs, ep_inputs,
                        tuple(refined or out_shape))
-    w = EpilogueWriter(graph, ep_kernel)
+    w = EpilogueWriter(graph, ep_kernel, bounds_check=bounds_check)
 
     sizes: list[tuple[str, sympy.Expr]] = [("M", M), ("N", N), ("K", K)]
 
@@ -308,6 +313,9 @@ def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
 
     body = _main_loop(batched, " + ".join(a_base), " + ".join(b_base), s_am, s_ak, s_bk, s_bn,
                       even_k, big, dtype)
+    if bounds_check:
+        body = check_operands(w, body, (a_layout.root, " + ".join(a_base[1:]), s_am, s_ak),
+                              (b_layout.root, " + ".join(b_base[1:]), s_bk, s_bn))
     body += _epilogue(w, product, kernel.outputs, out_shape, batched, refined)
     if tma is not None:  # `if TMA:` is resolved when Triton compiles a config: one branch is compiled
         stores = tma_stores(w, kernel.outputs, M, N)
@@ -336,7 +344,7 @@ def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
     ops = [nodes[n].op for n in kernel.nodes if kind_of(nodes[n].op) != VIEW]
     shape_a = "[B, M, K] @ [B, K, N]" if batched else "[M, K] @ [K, N]"
     doc = f"{' -> '.join(ops)}: {shape_a} into an fp32 tile, epilogue on the tile; writes {', '.join(kernel.outputs)}"
-    source = "\n".join(header) + "\n" + KernelWriter._helpers(body) + "\n\n@triton.jit\n"
+    source = "\n".join(header) + "\n" + KernelWriter._helpers(body) + f"\n\n{w.jit}\n"
     source += f"def {kernel.name}({', '.join(params)}):\n"
     source += f'    """{doc}"""\n' + "\n".join(body) + "\n"
 
@@ -474,7 +482,8 @@ def _epilogue(w: EpilogueWriter, product: str, outputs, out_shape, batched, refi
         elif stores and out in stores:  # asynchronous, and the TMA unit drops what is out of bounds
             lines.append(f"    {stores[out]}.store([{at}], tl.broadcast_to({var}, {block}).to({tl_storage(dtype)}))")
         else:
-            lines.append(f"    tl.store({w.out_ptr[out]} + (xindex), {var}.to({tl_storage(dtype)}), xmask)")
+            where = w.check_bounds(w.outer, out, "xindex", "xmask", "store")
+            lines.append(f"    tl.store({w.out_ptr[out]} + ({where}), {var}.to({tl_storage(dtype)}), xmask)")
     return lines
 
 

@@ -55,8 +55,9 @@ class ScanWriter(KernelWriter):
     """KernelWriter for a `scan` kernel: the same index machinery, a row walk in scan order."""
 
     def __init__(self, graph, kernel, persistent_limit: int | None = None,
-                 persistent_bytes: int = PERSISTENT_SCAN_BYTES):
-        super().__init__(graph, kernel, persistent_limit=persistent_limit, persistent_bytes=persistent_bytes)
+                 persistent_bytes: int = PERSISTENT_SCAN_BYTES, bounds_check: bool = False):
+        super().__init__(graph, kernel, persistent_limit=persistent_limit, persistent_bytes=persistent_bytes,
+                         bounds_check=bounds_check)
         scans = [n for n in kernel.nodes if self.nodes[n].op == "scan"]
         if len(scans) != 1 or len(self.reduced) != 1:
             raise CodegenError(f"{kernel.name}: a scan kernel holds one scan along one dim, got {scans} "

@@ -33,8 +33,8 @@ _ATOMIC_DTYPES = ("float32", "float64", "int32", "int64")
 class ScatterWriter(KernelWriter):
     """The scatter launch: one program instance per index element."""
 
-    def __init__(self, graph, kernel: Kernel, scatter_node):
-        super().__init__(graph, kernel)
+    def __init__(self, graph, kernel: Kernel, scatter_node, bounds_check: bool = False):
+        super().__init__(graph, kernel, bounds_check=bounds_check)
         self.scatter = scatter_node
 
     def _write_pointwise(self) -> list[str]:
@@ -54,6 +54,8 @@ class ScatterWriter(KernelWriter):
         position, _ = self.value(index, self.domain_index)
         value, _ = self.value(src, self.domain_index)
         size = self.print_size(numel(self.types[base].shape))
+        # bounds_check: a position outside self (eager raises an index error) fails the assertion
+        position = self.check_bounds(self.outer, self.scatter.name, position, "xmask", "scatter")
         mask = self.emit(self.outer, f"xmask & ({position} >= 0) & ({position} < {size})")
         out = self.out_ptr[self.scatter.name]
         stored = f"{value}.to({tl_storage(dtype)})"
@@ -74,8 +76,8 @@ class ScatterWriter(KernelWriter):
 class InitWriter(KernelWriter):
     """The init launch: self's value stored into the scatter's output."""
 
-    def __init__(self, graph, kernel: Kernel, scatter_node):
-        super().__init__(graph, kernel)
+    def __init__(self, graph, kernel: Kernel, scatter_node, bounds_check: bool = False):
+        super().__init__(graph, kernel, bounds_check=bounds_check)
         self.scatter = scatter_node
 
     def _docstring(self) -> str:
@@ -111,7 +113,7 @@ def _launch(graph, kernel: Kernel, writer: KernelWriter, outputs: tuple[str, ...
     return triton_kernel, Step("launch", kernel.name, tuple(kernel.inputs), outputs)
 
 
-def scatter_launches(graph, kernel: Kernel) -> tuple[list[TritonKernel], list[Step]]:
+def scatter_launches(graph, kernel: Kernel, bounds_check: bool = False) -> tuple[list[TritonKernel], list[Step]]:
     """The init launch and the scatter launch of a `scatter` KernelPlan kernel."""
     nodes = graph.node_map()
     (scatter,) = [nodes[n] for n in kernel.nodes if n in nodes and nodes[n].op == "scatter"]
@@ -122,6 +124,6 @@ def scatter_launches(graph, kernel: Kernel) -> tuple[list[TritonKernel], list[St
                   tuple(graph.types()[base].shape))
     body = Kernel(kernel.name, "pointwise", kernel.nodes, (scatter.name,),
                   _reads(nodes, kernel, scatter.inputs[1:]), tuple(kernel.domain))
-    first = _launch(graph, init, InitWriter(graph, init, scatter), (scatter.name,))
-    second = _launch(graph, body, ScatterWriter(graph, body, scatter), (scatter.name,))
+    first = _launch(graph, init, InitWriter(graph, init, scatter, bounds_check), (scatter.name,))
+    second = _launch(graph, body, ScatterWriter(graph, body, scatter, bounds_check), (scatter.name,))
     return [first[0], second[0]], [first[1], second[1]]

@@ -133,9 +133,10 @@ def _pipec_gelu_half(x):
 
 class KernelWriter:
     def __init__(self, graph: Graph, kernel: Kernel, persistent_limit: int | None = None,
-                 persistent_bytes: int = PERSISTENT_ROW_BYTES):
+                 persistent_bytes: int = PERSISTENT_ROW_BYTES, bounds_check: bool = False):
         self.graph = graph
         self.kernel = kernel
+        self.bounds_check = bounds_check  # codegen option `bounds_check`: assert every access's range
         self.nodes = graph.node_map()
         self.types: dict[str, TensorType] = graph.types()
         self.in_ptr = {name: f"in_ptr{i}" for i, name in enumerate(kernel.inputs)}
@@ -262,6 +263,34 @@ class KernelWriter:
     def emit(self, scope: Scope, text: str) -> str:
         var = self.fresh()
         scope.lines.append(f"{scope.indent}{var} = {text}")
+        return var
+
+    @property
+    def jit(self) -> str:
+        """The kernel's decorator: bounds-checked kernels compile in debug mode, where Triton
+        keeps `tl.device_assert` (and checks int32 arithmetic for overflow); the runtime runs
+        them so in the interpreter too."""
+        return "@triton.jit(debug=True)" if self.bounds_check else "@triton.jit"
+
+    def check_bounds(self, scope: Scope, buffer: str, offset: str, mask: str | None, what: str,
+                     static=None) -> str:
+        """`offset`, after (codegen option `bounds_check`) an assertion that it lies inside
+        `buffer` (its numel) wherever `mask` holds: the offset is bound to a variable, asserted,
+        and the variable returned for the access. `static`: the offset as a sympy expression,
+        when known; a constant one is checked here, at compile time."""
+        if not self.bounds_check:
+            return offset
+        extent = numel(self.types[buffer].shape)
+        if static is not None and sympy.sympify(static).is_Integer and extent.is_Integer:
+            if not 0 <= int(static) < int(extent):
+                raise CodegenError(f"{self.kernel.name}: {what} of {buffer} at {static}, outside its "
+                                   f"{extent} elements")
+            return offset
+        var = self.emit(scope, offset)
+        inside = f"({var} >= 0) & ({var} < ({self.print_size(extent)}))"
+        cond = f"({inside}) | ~({mask})" if mask else inside
+        scope.lines.append(f'{scope.indent}tl.device_assert({cond}, "{self.kernel.name}: {what} of {buffer} '
+                           'out of bounds")')
         return var
 
     # ------------------------------------------------------------ evaluation
@@ -411,7 +440,8 @@ class KernelWriter:
             masks = ["xmask"]
         scope = self._scope(has_r)
         mask = f", mask={' & '.join(masks)}, other=0" if masks else ""
-        text = f"tl.load({self.in_ptr[name]} + ({self.print_index(offset)}){mask}{self._l2_hint(name, has_r)})"
+        where = self.check_bounds(scope, name, self.print_index(offset), " & ".join(masks), "load", offset)
+        text = f"tl.load({self.in_ptr[name]} + ({where}){mask}{self._l2_hint(name, has_r)})"
         if t.dtype in ("float16", "bfloat16"):
             text += ".to(tl.float32)"
         if not masks:  # one element for every point: broadcast it, values are always blocks
@@ -433,7 +463,7 @@ class KernelWriter:
         if self.uses_libdevice:
             header.append("from triton.language.extra import libdevice")
         doc = self._docstring()
-        src = "\n".join(header) + "\n" + self._helpers(body) + "\n\n@triton.jit\n"
+        src = "\n".join(header) + "\n" + self._helpers(body) + f"\n\n{self.jit}\n"
         src += f"def {self.kernel.name}({', '.join(params)}):\n"
         src += f'    """{doc}"""\n'
         src += "\n".join(body) + "\n"
@@ -489,6 +519,7 @@ class KernelWriter:
 
     def _store(self, scope: Scope, name: str, value: str, offset: str, mask: str):
         dtype = self.types[name].dtype
+        offset = self.check_bounds(scope, name, offset, mask, "store")
         scope.lines.append(
             f"{scope.indent}tl.store({self.out_ptr[name]} + ({offset}), {value}.to({tl_storage(dtype)}), {mask})"
         )

@@ -143,3 +143,50 @@ def interpreter_scope(on: bool = True):
                     runtime.__dict__.pop("interpret", None)
                 else:
                     runtime.__dict__["interpret"] = saved_knob
+
+
+def honour_debug(fn):
+    """`fn`, or, for an interpreted kernel decorated ``@triton.jit(debug=True)`` (codegen's
+    bounds-checked kernels), `fn` run with the interpreter's debug mode on: compiled Triton
+    keeps `tl.device_assert` in debug kernels, the interpreter ignores the decorator's flag and
+    drops every assertion unless its builder's options say debug."""
+    if not getattr(fn, "kwargs", {}).get("debug"):
+        return fn
+    return _DebugKernel(fn)
+
+
+class _DebugKernel:
+    """An InterpretedFunction whose runs see the interpreter's debug mode on (`honour_debug`)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __getattr__(self, name):
+        return getattr(self.fn, name)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
+
+    def run(self, *args, **kwargs):
+        with interpreter_debug():
+            return self.fn.run(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def interpreter_debug():
+    """The interpreter's builder in debug mode (device assertions run) for the duration."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if options is None or not hasattr(options, "debug") or options.debug:
+        yield  # already on, or a Triton whose interpreter has no such option
+        return
+    with _lock:
+        builder.options = dataclasses.replace(options, debug=True)
+        try:
+            yield
+        finally:
+            builder.options = options

@@ -33,7 +33,7 @@ from . import extern_ops  # noqa: F401 - registers the pipec.* extern targets
 from .choices import group_choices
 from .exprs import compile_ints, is_static, static_ints
 from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_path_available, hooks_active
-from .interpreter import enable_interpreter, interpreter_active, interpreter_scope
+from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
 from .tuning_cache import TuningCache, tuning_key
 from .memory import buffer_nbytes, is_view_target, plan_check, round_up
@@ -833,6 +833,7 @@ class ProgramRunner:
                 fn = load_kernel(kernel, interpret=interpret, cache_dir=self.kernel_dir)
                 self.profile.distinct("kernels", (self.name, kernel.name))
                 self.profile.distinct("unique_kernels", body_digest(kernel))  # identical layers: one
+                fn = honour_debug(fn) if interpret else fn
                 steps.append((_Launch(self, s, kernel, fn, interpret, tune), self.release[k]))
             elif s.kind == "extern":
                 steps.append((_Extern(s, self.index, reads_by_launch, self.symbols), self.release[k]))
