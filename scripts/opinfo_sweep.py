@@ -121,7 +121,7 @@ def _run_shards(args, argv: list[str], h):
 
 def _entry_from_dict(h, e: dict):
     samples = [h.SampleResult(s["status"], tuple(s["overloads"]), tuple(tuple(x) for x in s["externs"]),
-                              s["detail"], s["checked_by"]) for s in e["samples"]]
+                              s["detail"]) for s in e["samples"]]
     return h.EntryResult(e["name"], e["status"], tuple(e["overloads"]), samples, e["skipped_samples"])
 
 

@@ -70,6 +70,28 @@ def test_example_artifact_matches_eager(exported, path):
     assert made_with["torch"] == importlib.metadata.version("torch") and made_with["pipec"] == pipec.__version__
 
 
+def _kernels(rows):
+    """What each kernel computes and how it runs, names aside (the graphs' names differ)."""
+    return [(r["kind"], tuple(r["ops"]), r["runs_as"]) for r in rows]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_artifact_has_the_kernels_of_compile(exported, path):
+    """torch.export keeps `aten.linear` (and every composite op) unless told otherwise: the artifact
+    must decompose it as Dynamo does, so that bias and GELU fuse into the matmul's epilogue."""
+    model, inputs = load_example_module(path)
+    _, result = exported[path.stem]
+    report = pipec.explain(model, *inputs)
+    assert report.graph_count == 1 and len(result.session.graphs) == 1
+    ours, theirs = result.session.graphs[0], report.graphs[0]
+    assert (ours.kernel_count, ours.fusion_count) == (theirs["kernel_count"], theirs["fusion_count"])
+    assert _kernels(ours.kernel_rows) == _kernels(theirs["kernels"])
+    assert ours.op_count == theirs["op_count"]
+    if path.stem in ("gpt2_block", "mlp_gelu"):
+        assert any(ops[:3] == ("mm", "add", "gelu") for _, ops, _ in _kernels(ours.kernel_rows))
+        assert not any(t.startswith("aten.linear") for t, _ in ours.extern_ops)
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_reexport_gives_identical_bytes(exported, path, tmp_path):
     model, inputs = load_example_module(path)

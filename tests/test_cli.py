@@ -36,6 +36,19 @@ def test_stage_by_stage_files_round_trip(tmp_path):
         doc = loads(text, kind=kind)
         assert loads(dumps(doc)) == doc
         assert json.loads(text)["kind"] == kind
+    # the same captured graph with its first GELU declared [3, 3]: bad input (exit 2, one line
+    # naming the node), where a wrong declared type used to fuse and compile
+    data = json.loads(g.read_text())
+    node = next(n for n in data["document"]["nodes"] if n["op"] == "gelu")
+    node["type"]["shape"] = ["3", "3"]
+    g.write_text(json.dumps(data))
+    r = pipec("fuse", g, "-o", tmp_path / "bad_plan.json")
+    assert r.returncode == 2, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert errors[0].startswith(f"error: {g}: graph {data['document']['name']}, node {node['name']} (gelu): "
+                                "declared float32[3, 3], but gelu("), errors[0]
+    assert errors[0].endswith("gives float32[8, 64]"), errors[0]
 
 
 @pytest.mark.parametrize("damage", ["truncate", "field"])

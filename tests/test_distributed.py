@@ -55,3 +55,26 @@ def test_fsdp2_per_block_compile(results):
     assert r["kinds"].count("forward") == 2 and r["kinds"].count("backward") == 2, r["kinds"]
     # each block's two Linear layers forward, and their input and weight gradients backward
     assert r["matmuls"] >= 2 * 2, r
+
+
+def test_explain_says_when_dynamo_hands_pipec_nothing():
+    """torch's own layers wrapped in DDP: Dynamo compiles nothing, and explain says so."""
+    import os
+
+    import pipec
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import distributed_workers
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        bare = DDP(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
+        report = pipec.explain(bare, torch.randn(2, 4))
+        assert report.graph_count == 0 and "handed pipec no graph" in report.notes[0]
+        torch._dynamo.reset()
+        own = DDP(distributed_workers.Block(4))
+        assert pipec.explain(own, torch.randn(2, 4)).notes == []
+    finally:
+        dist.destroy_process_group()

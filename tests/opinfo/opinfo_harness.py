@@ -11,9 +11,9 @@ For each OpInfo entry and each of its sample inputs:
 
 A sample is "generated" (every op ran as pipec code), "extern" (some op ran as an extern
 fallback), "error" (a stage raised) or "wrong" (ran, but the result differs from eager). An
-entry's status is its worst sample's. On a machine without a GPU, a kernel calling libdevice
-cannot run in Triton's interpreter: its graph is checked with the IR's reference interpreter
-instead (the lowering), and the generated kernel itself is run by the GPU sweep.
+entry's status is its worst sample's. On a machine without a GPU the generated kernels run in
+Triton's interpreter (libdevice calls and bf16 `tl.dot` included: the runtime binds
+interpreter stand-ins for them).
 """
 
 from __future__ import annotations
@@ -92,7 +92,6 @@ class SampleResult:
     overloads: tuple[str, ...]  # Core ATen overloads the sample exercises
     externs: tuple[tuple[str, str], ...] = ()  # (ATen overload, reason) of each extern fallback
     detail: str = ""
-    checked_by: str = "triton"  # or "reference" (libdevice kernels on a machine without a GPU)
 
 
 @dataclass
@@ -113,7 +112,7 @@ class EntryResult:
             "name": self.name, "status": self.status, "overloads": list(self.overloads),
             "skipped_samples": self.skipped, "detail": self.detail,
             "samples": [{"status": s.status, "overloads": list(s.overloads), "externs": [list(e) for e in s.externs],
-                         "detail": s.detail, "checked_by": s.checked_by} for s in self.samples],
+                         "detail": s.detail} for s in self.samples],
         }
 
 
@@ -177,7 +176,7 @@ def compile_pipec(fn):
     (matmul's squeeze_, rms_norm's add_) become out-of-place ops, an input the op mutates comes
     back as an extra output that AOT's runtime wrapper copies into the input, and outputs that
     alias inputs are regenerated as views. Each graph then runs through every pipec stage. The
-    first call compiles: it fills record["graph"] (the lowered Graph) and record["checked_by"].
+    first call compiles: it fills record["graph"] (the lowered Graph).
     """
     from functorch.compile import aot_function
     from pipec_capture import core_decompositions
@@ -185,18 +184,8 @@ def compile_pipec(fn):
     record: dict = {}
 
     def compiler(gm, example_inputs):
-        run, graph, uses_libdevice, extra = _pipeline(gm, example_inputs)
+        call, graph = _pipeline(gm, example_inputs)
         record["graph"] = graph
-        if uses_libdevice and not torch.cuda.is_available():
-            from pipec_capture.reference import run_graph
-
-            record["checked_by"] = "reference"
-
-            def call(args):
-                return run_graph(graph, [*(t.contiguous() for t in args), *extra])
-        else:
-            record["checked_by"] = "triton"
-            call = run
         call._boxed_call = True  # AOT passes one list (boxed calling convention)
         return call
 
@@ -204,7 +193,7 @@ def compile_pipec(fn):
 
 
 def _pipeline(gm, example_inputs):
-    """An ATen graph -> (runner(list of tensors) -> outputs, graph, uses_libdevice, constants)."""
+    """An ATen graph -> (runner(list of tensors) -> outputs, graph)."""
     from pipec import plugins
     from pipec_capture import constant_bindings, lower_graph
 
@@ -216,10 +205,9 @@ def _pipeline(gm, example_inputs):
     constants = constant_bindings(gm, graph)  # tensor constants of the trace: trailing inputs
     plan = _round_trip(registry.get("fusion", "default").fuse(graph, options), "kernel_plan")
     program = _round_trip(registry.get("codegen", "triton").generate(plan, options), "program")
-    uses_libdevice = any("libdevice" in k.source for k in program.kernels)
     extra = [constants[i.name] for i in graph.inputs[len(example_inputs):]]
     program_fn = registry.get("runtime", "launch").load(program, options)
-    return (lambda xs: program_fn([*xs, *extra])), graph, uses_libdevice, extra
+    return (lambda xs: program_fn([*xs, *extra])), graph
 
 
 def _round_trip(doc, kind):
@@ -309,7 +297,7 @@ def run_sample(op, sample, dtype: torch.dtype, device: str) -> SampleResult:
         compiled, record = compile_pipec(fn)
         torch.manual_seed(seed)  # random externs draw from the generator state eager saw (tracing draws none)
         got = pytree.tree_leaves(compiled(*[t.clone() for t in tensors]))
-        externs, checked_by = _externs(record["graph"]), record["checked_by"]
+        externs = _externs(record["graph"])
         got = [g for g in got if g is not None] if len(got) != len(expected) else list(got)
     except Exception as exc:  # noqa: BLE001 - any stage's failure is recorded, not raised
         last = traceback.extract_tb(exc.__traceback__)[-1]
@@ -328,13 +316,13 @@ def run_sample(op, sample, dtype: torch.dtype, device: str) -> SampleResult:
         problem = topk_problem(got, expected, tensors[0], sample, dtype)
         got, expected = got[:0], expected[:0]  # compared above
         if problem is not None:
-            return SampleResult(WRONG, overloads, externs, problem, checked_by)
+            return SampleResult(WRONG, overloads, externs, problem)
     problem = compare(got, expected, dtype, reference=float64_outputs)
     if problem is not None:
-        return SampleResult(WRONG, overloads, externs, problem, checked_by)
+        return SampleResult(WRONG, overloads, externs, problem)
     status = EXTERN if externs else GENERATED
     detail = "; ".join(f"{t}: {r}" for t, r in externs)
-    return SampleResult(status, overloads, externs, detail, checked_by)
+    return SampleResult(status, overloads, externs, detail)
 
 
 def run_entry(op, dtype: torch.dtype = torch.float32, device: str = "cpu", max_samples: int | None = None,

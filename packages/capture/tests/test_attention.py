@@ -131,26 +131,34 @@ class MaskedByFactories(torch.nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.expand(batch, 1, length, length))
 
 
-@pytest.mark.parametrize("pad", [False, True])
-def test_constant_mask_that_passes_everything_is_dropped(pad):
+def rewritten_calls(model):
+    """Compile `model` on random q, k, v with a backend that runs choose_attention_kernels; the
+    output is checked against eager; returns the rewritten attention calls (fx nodes)."""
     from pipec_capture.attention import choose_attention_kernels
 
-    masks = []
+    calls = []
 
     def backend(gm, example_inputs):
         choose_attention_kernels(gm)
-        for n in gm.graph.nodes:
-            if n.target is masked_attention:
-                masks.append(n.kwargs.get("attn_mask", n.args[3] if len(n.args) > 3 else None))
+        calls.extend(n for n in gm.graph.nodes if n.target is masked_attention)
         return gm.forward
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
-    model = MaskedByFactories(pad)
     torch._dynamo.reset()
     out = torch.compile(model, backend=backend)(q, k, v)
     torch.testing.assert_close(out, model(q, k, v))
-    assert (masks[0] is None) != pad  # a mask that hides positions is kept
+    return calls
+
+
+def mask_of(call):
+    return call.kwargs.get("attn_mask", call.args[3] if len(call.args) > 3 else None)
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_constant_mask_that_passes_everything_is_dropped(pad):
+    calls = rewritten_calls(MaskedByFactories(pad))
+    assert (mask_of(calls[0]) is None) != pad  # a mask that hides positions is kept
 
 
 class CausalByFactories(torch.nn.Module):
@@ -171,20 +179,6 @@ class CausalByFactories(torch.nn.Module):
 
 @pytest.mark.parametrize("as_float", [False, True])
 def test_constant_causal_mask_becomes_is_causal(as_float):
-    from pipec_capture.attention import choose_attention_kernels
-
-    calls = []
-
-    def backend(gm, example_inputs):
-        choose_attention_kernels(gm)
-        calls.extend(n for n in gm.graph.nodes if n.target is masked_attention)
-        return gm.forward
-
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
-    model = CausalByFactories(as_float)
-    torch._dynamo.reset()
-    out = torch.compile(model, backend=backend)(q, k, v)
-    torch.testing.assert_close(out, model(q, k, v))
+    calls = rewritten_calls(CausalByFactories(as_float))
     assert calls[0].kwargs.get("is_causal") is True
-    assert calls[0].kwargs.get("attn_mask", calls[0].args[3] if len(calls[0].args) > 3 else None) is None
+    assert mask_of(calls[0]) is None

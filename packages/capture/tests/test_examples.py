@@ -84,6 +84,20 @@ def test_export_with_bindings(name):
     torch.testing.assert_close(got[0], ex.model(*ex.example_inputs()))
 
 
+def test_export_of_a_dtype_cast():
+    """torch.export checks a tensor's dtype before `.to(dtype)` with aten._assert_tensor_metadata, an op
+    with no result (so no meta["val"]): it lowers to nothing (was "the fx graph has no meta['val']")."""
+    class Cast(torch.nn.Module):
+        def forward(self, ids, x):
+            return x * ids.to(torch.float32)
+
+    ids, x = torch.arange(6).reshape(2, 3), torch.randn(2, 3)
+    graph, bindings = export_graph(Cast(), [ids, x])
+    check_graph(graph)
+    assert bindings == {} and "extern" not in op_set(graph) and "cast" in op_set(graph)
+    torch.testing.assert_close(run_graph(graph, [ids, x])[0], x * ids.to(torch.float32))
+
+
 def test_plugin_registers_both_captures():
     reg = pipec_ir.Registry()
     pipec_register(reg)
@@ -151,3 +165,47 @@ def test_dynamo_dynamic_shapes():
     graph = records[-1]
     assert graph.symbols and all(s.name.startswith("s") for s in graph.symbols)
     assert pipec_ir.loads(pipec_ir.dumps(graph)) == graph
+
+
+class _Composites(torch.nn.Module):
+    """Composite (CompositeImplicitAutograd) ops that Dynamo decomposes as it traces and
+    torch.export keeps unless its table says otherwise."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x, y):
+        h = self.conv(x).flatten(2)[..., :8]  # [2, 4, 8]
+        h = torch.nn.functional.gelu(self.fc(h))  # linear on a 3-D input
+        h = torch.matmul(h, y).square()
+        return torch.where(h > 1, 1.0, h).type_as(y)
+
+
+def _ops(graph):
+    return sorted((n.op, n.attr("target") if n.op == "extern" else "") for n in graph.nodes)
+
+
+@pytest.mark.parametrize("name", EXAMPLES + ["composites", "frozen"])
+def test_export_lowers_like_dynamo(name):
+    """The export capture's Graph holds the ops of the Dynamo capture's (`aten.linear` as
+    view + addmm + view, `conv2d` as `convolution`, ...), so both fuse alike; the attention
+    library call stays the portable op in an export."""
+    if name in ("composites", "frozen"):  # frozen: no weight requires grad (matmul folds otherwise)
+        torch.manual_seed(0)
+        model = _Composites().eval().requires_grad_(name == "composites")
+        inputs = (torch.randn(2, 3, 4, 4), torch.randn(5, 6))
+    else:
+        ex = load_example(name)
+        model, inputs = ex.model, ex.example_inputs()
+    _, records = dynamo_capture(model, inputs, check=False)
+    exported, bindings = export_graph(model, inputs, pipec_ir.CompileOptions().with_extra(export_strict=False))
+    user = iter(inputs)
+    got = run_graph(exported, [bindings[i.name] if i.role != "input" else next(user) for i in exported.inputs])
+    with torch.no_grad():
+        torch.testing.assert_close(got[0], model(*inputs))
+    portable = {"aten._scaled_dot_product_flash_attention_for_cpu.default": "aten.scaled_dot_product_attention.default"}
+    dynamo_ops = sorted((op, portable.get(t, t)) for op, t in _ops(records[0][0]) if op != "getitem")
+    assert [o for o in _ops(exported) if o[0] != "getitem"] == dynamo_ops
+    assert not any(t.startswith(("aten.linear", "aten.conv2d", "aten.matmul")) for _, t in _ops(exported))

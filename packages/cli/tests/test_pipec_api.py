@@ -1,4 +1,7 @@
+import copy
+import io
 import json
+import pickle
 
 import pytest
 import torch
@@ -16,6 +19,33 @@ def test_compile_matches_eager(fake_stages):
     compiled = pipec.compile(f)
     torch.testing.assert_close(compiled(a, b), f(a, b))
     assert compiled.pipec_session.kernel_count == 1
+
+
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 5))
+
+    def forward(self, a):
+        return f(a, self.weight)
+
+
+def test_compile_leaves_the_module_as_it_was(fake_stages):
+    model, twin = Scale(), Scale()
+    compiled = pipec.compile(model, recompile_limit=3)
+    a = torch.randn(4, 5)
+    torch.testing.assert_close(compiled(a), model(a))
+    # pipec's state lives on the compiled wrapper, where explain-style stats and the budget are read
+    assert compiled.pipec_session.kernel_count == 1 and compiled.pipec_budget.limit == 3
+    torch.compile(twin, backend="eager")
+    assert set(vars(model)) == set(vars(twin))  # only what torch.compile itself leaves
+    for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        torch.testing.assert_close(copied(a), model(a))
+    saved = io.BytesIO()
+    torch.save(model, saved)
+    torch.save(model.state_dict(), io.BytesIO())
+    saved.seek(0)
+    torch.testing.assert_close(torch.load(saved, weights_only=False)(a), model(a))
 
 
 def test_compile_as_decorator(fake_stages):
@@ -40,6 +70,11 @@ def test_mode_reduce_overhead_selects_cudagraph(fake_stages):
     assert make_options().runtime == "launch"
     assert make_options(mode="reduce-overhead").runtime == "cudagraph"
     assert make_options(mode="reduce-overhead", runtime="launch").runtime == "launch"
+    exhaustive = make_options(mode="max-autotune")  # torch.compile's max-autotune: CUDA Graphs, every candidate
+    assert (exhaustive.runtime, exhaustive.get("max_autotune")) == ("cudagraph", True)
+    plain = make_options(mode="max-autotune-no-cudagraphs")
+    assert (plain.runtime, plain.get("max_autotune")) == ("launch", True)
+    assert make_options().get("max_autotune") is None
     opts = make_options(dump_dir="/tmp/x", autotune=False, my_plugin_knob=3)
     assert (opts.dump_dir, opts.autotune, opts.get("my_plugin_knob")) == ("/tmp/x", False, 3)
 
@@ -64,6 +99,8 @@ def test_explain_reports_graph_breaks_and_stats(fake_stages):
     assert report.graph_count == 2
     assert report.graph_break_count == 1
     assert len(report.break_reasons) == 1
+    # as torch._dynamo.explain words it, read off the graph the backend got (no second trace)
+    assert report.break_reasons[0].endswith(f"({__file__}:{broken.__code__.co_firstlineno + 2})")
     assert report.op_count == 3
     assert report.kernel_count == 2
     assert report.fusion_count == 1  # the relu*mul kernel

@@ -17,8 +17,8 @@ REPO = HERE.parents[2]
 QUICK = ["--warmup", "1", "--rep", "3", "--device", "cpu"]
 
 
-def _load_suite():
-    spec = importlib.util.spec_from_file_location("pipec_bench_suite", REPO / "benchmarks" / "suite.py")
+def _load_suite(name: str = "suite"):
+    spec = importlib.util.spec_from_file_location(f"pipec_bench_{name}", REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
@@ -61,6 +61,21 @@ def test_time_rounds_rotates_the_order_and_takes_each_backends_median(monkeypatc
     assert pending[0].result.ms_rounds == [1.0, 9.0, 1.2]
 
 
+def test_time_rounds_keep_going_drops_a_backend_that_fails_while_timed(monkeypatch):
+    """With keep_going, a call that raises costs its backend's time (the error is kept), not the others'."""
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: call())
+
+    def broken():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore detail")
+
+    pending = [Timed(BackendResult("a", "a"), lambda: 1.0), Timed(BackendResult("b", "b"), broken)]
+    time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=2, keep_going=True))
+    assert pending[0].result.ms == 1.0 and pending[1].result.ms is None
+    assert pending[1].result.error == "timing: RuntimeError: CUDA error: an illegal memory access was encountered"
+    with pytest.raises(RuntimeError, match="illegal memory access"):  # without keep_going it propagates
+        time_rounds([Timed(BackendResult("b", "b"), broken)], "cpu", BenchOptions(pipec=None))
+
+
 def test_backends_are_timed_as_compiled_not_recompiled(monkeypatch):
     """Timing comes after every cold compile, and no Dynamo reset in between: a timed call must
     not re-trace (a reset drops the entries of every model compiled before it)."""
@@ -94,9 +109,11 @@ def test_bench_table_on_cpu(capsys, model_file):
     code, out, err = run(["bench", model_file, *QUICK], capsys)
     assert code == 0, err
     assert "pipec bench · tiny" in out and "perf_counter" in out
-    rows = [ln for ln in out.splitlines() if ln.startswith("│")]
+    timings, profile = out.split("pipec compile-time profile · tiny")
+    rows = [ln for ln in timings.splitlines() if ln.startswith("│")]
     assert [r.split("│")[1].strip() for r in rows] == ["eager", "pipec (default, launch)"]  # no Inductor on CPU
     assert "Triton's interpreter" in err
+    assert "Triton compilation" in profile and "first call (wall)" in profile
 
 
 def test_bench_json(capsys, model_file, tmp_path):
@@ -118,6 +135,12 @@ def test_bench_json(capsys, model_file, tmp_path):
         {"capture": 1, "fusion": 1, "codegen": 1}  # the warm compile came from the compile cache
     assert pipec["max_error"] < 1e-6
     assert pipec["tuning"] == [] and eager["tuning"] is None  # the CPU interpreter tunes nothing
+    for profile in (pipec["compile_profile"], pipec["compile_profile_warm"]):  # where each first call went
+        assert sum(profile["seconds"].values()) == pytest.approx(profile["wall_s"], rel=0.05)
+        assert all(s >= 0 for s in profile["seconds"].values()) and profile["counts"]["graphs"] == 1
+    assert pipec["compile_profile"]["wall_s"] >= pipec["compile_cold_s"]  # the window holds the timed call
+    assert pipec["compile_profile"]["seconds"]["codegen"] > 0
+    assert eager["compile_profile"] is None
 
 
 def test_record_tuning_keeps_what_the_runtime_logs_while_it_runs():
@@ -145,6 +168,57 @@ def test_bench_mismatch_is_exit_1(fake_stages, capsys, model_file):
     assert out == ""
 
 
+def test_bench_extra_pipec_mode_is_a_row_of_its_own(fake_stages, capsys, model_file):
+    code, out, err = run(["bench", model_file, *QUICK, "--pipec-mode", "reduce-overhead", "--json"], capsys)
+    assert code == 0, err
+    backends = json.loads(out)["backends"]
+    assert [(b["name"], b["label"]) for b in backends] == [
+        ("eager", "eager"), ("pipec", "pipec (default, launch)"), ("pipec-reduce-overhead", "pipec (default, cudagraph)")]
+    assert all(b["ms"] > 0 and b["error"] is None for b in backends)
+    assert all(b["peak_mib"] is None and b["held_mib"] is None for b in backends)  # memory: on CUDA only
+    assert all(b["compile_profile"]["counts"]["graphs"] == 1 for b in backends[1:])  # each pipec row's own
+    assert all(b["compile_warm_s"] is not None for b in backends[1:])
+
+
+def test_bench_no_warm_skips_the_warm_compiles(fake_stages, capsys, model_file):
+    code, out, err = run(["bench", model_file, *QUICK, "--no-warm", "--json"], capsys)
+    assert code == 0, err
+    eager, pipec = json.loads(out)["backends"]
+    assert pipec["ms"] > 0 and pipec["compile_cold_s"] > 0 and pipec["compile_warm_s"] is None
+
+
+def test_bench_profile_table_has_a_column_pair_per_pipec_row():
+    from pipec.bench import BackendResult, BenchResult, profile_table
+
+    def profile(wall):
+        return {"wall_s": wall, "seconds": {"dynamo": wall / 2, "other": wall / 2}, "counts": {"graphs": 1}}
+
+    result = BenchResult("m", "cpu", "cpu", "t", True, [], 0, 0, None, {}, {}, backends=[
+        BackendResult("eager", "eager"),
+        BackendResult("pipec", "p", compile_profile=profile(2.0), compile_profile_warm=profile(1.0)),
+        BackendResult("pipec-max-autotune", "p", compile_profile=profile(4.0))])
+    table = profile_table(result)
+    assert [c.header for c in table.columns] == ["part", "pipec cold", "pipec warm", "pipec-max-autotune cold",
+                                                 "pipec-max-autotune warm"]
+    assert list(table.columns[3].cells) == ["2.00 s (50%)", "2.00 s (50%)", "4.00 s"]
+    assert list(table.columns[4].cells) == ["-", "-", "-"]  # no warm compile measured
+    assert profile_table(BenchResult("m", "cpu", "cpu", "t", True, [], 0, 0, None, {}, {})) is None
+
+
+def test_bench_keep_going_keeps_the_other_rows(fake_stages, capsys, model_file, tmp_path):
+    """--keep-going: the failing backend's row has its error, the others are still timed; exit 1."""
+    saved = tmp_path / "bench.json"
+    code, out, err = run(["bench", model_file, *QUICK, "--runtime", "wrong", "--pipec-mode", "reduce-overhead",
+                          "--keep-going", "-o", saved], capsys)
+    assert code == 1
+    line = one_error_line(err)
+    assert line.startswith("error: tiny: 1 backend(s) failed; pipec: pipec (default, wrong) differs from eager")
+    assert "pipec failed: pipec (default, wrong) differs from eager" in out  # the table's caption
+    eager, wrong, graphs = json.loads(saved.read_text())["backends"]
+    assert wrong["name"] == "pipec" and "differs from eager" in wrong["error"] and wrong["ms"] is None
+    assert eager["ms"] > 0 and graphs["ms"] > 0 and graphs["error"] is None
+
+
 def test_bench_tolerance_from_the_model_file(fake_stages, capsys, tmp_path):
     path = tmp_path / "tol.py"
     path.write_text("import torch\nmodel = torch.relu\nexample_inputs = (torch.randn(3, 4),)\n"
@@ -158,7 +232,7 @@ def test_bench_tolerance_from_the_model_file(fake_stages, capsys, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--inductor-mode", "fastest"], "unknown --inductor-mode 'fastest'"),
     (["--atol", "1e-3"], "give --atol and --rtol together"),
-    (["--rep", "0"], "--rep > 0"),
+    (["--rep", "0"], "--rep must be a finite number > 0"),
 ])
 def test_bench_usage_errors(fake_stages, capsys, model_file, argv, message):
     code, _, err = run(["bench", model_file, *argv], capsys)
@@ -166,12 +240,14 @@ def test_bench_usage_errors(fake_stages, capsys, model_file, argv, message):
     assert message in one_error_line(err)
 
 
-def test_bench_bad_tolerance_in_file(fake_stages, capsys, tmp_path):
+@pytest.mark.parametrize("tolerance", ["1e-3", "dict(atol=float('nan'), rtol=0.0)", "dict(atol=0.1, rtol=-1)"])
+def test_bench_bad_tolerance_in_file(fake_stages, capsys, tmp_path, tolerance):
     path = tmp_path / "bad.py"
-    path.write_text("import torch\nmodel = torch.relu\nexample_inputs = (torch.ones(2),)\ntolerance = 1e-3\n")
+    path.write_text(f"import torch\nmodel = torch.relu\nexample_inputs = (torch.ones(2),)\ntolerance = {tolerance}\n")
     code, _, err = run(["bench", path, *QUICK], capsys)
     assert code == 2
-    assert one_error_line(err) == "error: `tolerance` in bad.py must be dict(atol=FLOAT, rtol=FLOAT)"
+    assert one_error_line(err) == ("error: `tolerance` in bad.py must be dict(atol=FLOAT, rtol=FLOAT), "
+                                   "finite numbers >= 0")
 
 
 # ---------------------------------------------------------------- the suite
@@ -216,3 +292,94 @@ def test_suite_smoke_run(tmp_path):
     assert case["bench"]["inputs"] == ["f32[4, 100]"]
     assert case["targets"][0]["target"] == "≥ 3.4 TB/s" and case["targets"][0]["met"] is False
     assert "issue 6 suite" in proc.stdout and "softmax_bf16" in proc.stdout
+
+
+# ---------------------------------------------------------------- the real-model suite (issue 19)
+
+
+def _row(name, ms, **extra):
+    return {"name": name, "ms": ms, "error": None, "compile_cold_s": 2.0, "max_error": 1e-3, "peak_mib": 10.0,
+            **extra}
+
+
+def test_real_models_table_ratios_and_failures():
+    """One row per case: times, pipec's ratios to eager and to Inductor in the same mode, failures with their
+    reasons (a case whose pipec failed keeps eager's and Inductor's numbers)."""
+    suite = _load_suite("real_models")
+    case = {"arch": "bert", "family": "encoder", "what": "bert-base-uncased", "shape": "8 × 512 bfloat16"}
+    ok = {**case, "case": "bert", "status": "ok", "error": None, "errors": {}, "note": None, "rows": {
+        "eager": _row("eager", 5.0), "inductor": _row("inductor", 4.0),
+        "inductor-reduce-overhead": _row("inductor-reduce-overhead", 3.0),
+        "pipec": _row("pipec", 2.0, kernels=7, extern_ops=2), "pipec-reduce-overhead": _row("pipec-ro", 3.0)}}
+    failed = {**case, "case": "gpt2", "status": "failed", "error": "RuntimeError: boom",
+              "errors": {"pipec": "RuntimeError: boom | pipe"}, "note": "split into two processes after: x",
+              "rows": {"eager": _row("eager", 5.0), "pipec": {"name": "pipec", "error": "RuntimeError: boom | pipe"}}}
+    (first, second) = suite.table_rows([ok, failed])
+    column = dict(zip(suite.COLUMNS, first))
+    assert column["pipec × eager"] == "2.5×" and column["pipec × Inductor"] == "2×"
+    assert column["pipec RO × Inductor RO"] == "1×" and column["pipec kernels"] == "7 +2 extern"
+    assert column["eager ms"] == "5" and column["error"] == ""
+    column = dict(zip(suite.COLUMNS, second))
+    assert column["status"] == "failed" and column["pipec ms"] == "-" and column["pipec × eager"] == "-"
+    assert column["error"] == "pipec: RuntimeError: boom \\| pipe (split into two processes after: x)"
+    text = suite.markdown([ok, failed], {"size": "real", "device": "cuda", "started": "t", "host": "h"})
+    assert text.count("\n| bert |") == 1 and "1 of 2 cases ok." in text
+
+
+def test_real_models_reruns_split_only_after_a_crash():
+    suite = _load_suite("real_models")
+    rows = {"backends": [{"name": "pipec", "error": "timing: AcceleratorError: CUDA error: an illegal memory access"}]}
+    assert suite._poisoned({"exit": 1, "bench": rows})
+    assert suite._poisoned({"exit": -11, "bench": {}})  # killed by a signal
+    assert not suite._poisoned({"exit": 1, "bench": {"backends": [{"name": "pipec", "error": "differs from eager"}]}})
+    assert not suite._poisoned({"exit": "timed out", "bench": {}})
+
+
+def test_real_models_smoke_run(tmp_path):
+    """benchmarks/real_models.py end to end on one tiny model on the CPU: child `pipec bench`, both pipec modes,
+    the JSON and the markdown table."""
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "real_models.py"), "--size", "tiny",
+                           "--device", "cpu", "--cases", "resnet", "--out", str(out), "--warmup", "1", "--rep", "3",
+                           "--rounds", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    (case,) = results["cases"]
+    assert case["status"] == "ok" and case["shape"] == "2 × 32 float32", case
+    assert set(case["rows"]) == {"eager", "pipec", "pipec-reduce-overhead"}
+    assert case["rows"]["pipec"]["max_error"] < 1e-4
+    assert "| resnet | resnet-50 (conv) | 2 × 32 float32 | ok |" in out.with_suffix(".md").read_text()
+
+
+def test_check_judges_a_low_precision_miss_against_float64():
+    """A bf16 output outside the tolerance vs eager passes when it is as close to the float64 run
+    as eager's own (BERT, T5 and ResNet in bf16 missed eager by one bf16 step, Inductor too)."""
+    import torch
+
+    from pipec.bench import BenchMismatch, BenchOptions, Expected, _check
+    from pipec.reference import Float64Run
+
+    exact = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    eager = torch.tensor([1.0, 2.0, 3.0625], dtype=torch.bfloat16)   # one step above the truth
+    close = torch.tensor([1.0, 2.0, 2.9688], dtype=torch.bfloat16)   # one step below it
+    far = torch.tensor([1.0, 2.0, 3.5], dtype=torch.bfloat16)
+    expected = Expected(eager, lambda: Float64Run(exact, {}, {}))
+    options = BenchOptions(pipec=None)
+    assert _check("close", close, expected, options) > 0
+    with pytest.raises(BenchMismatch):
+        _check("far", far, expected, options)
+    without_reference = Expected(eager, lambda: None)
+    with pytest.raises(BenchMismatch):
+        _check("close", close, without_reference, options)
+
+
+def test_count_flops_is_none_when_the_counter_refuses():
+    import torch
+
+    from pipec.bench import count_flops
+
+    class Refused(torch.nn.Module):
+        def forward(self, x):
+            raise AssertionError("sdpa_flop_count: query/key/value shapes are incompatible")
+
+    assert count_flops(Refused(), (torch.randn(2),)) is None

@@ -117,6 +117,109 @@ def test_stage_keys_change_with_stage_implementation_version_options_and_input()
     assert stage_key("fusion", entry, CompileOptions(dump_dir="/tmp/x", cache="redis"), digest) == base
 
 
+# ---------------------------------------------------------------- a plugin's code is in the key
+
+
+TINY_PLUGIN = """
+import dataclasses
+
+import pipec_ir
+from fake_stages import FakeFusion
+
+
+class TinyFusion(FakeFusion):
+    def fuse(self, graph, options):
+        return dataclasses.replace(super().fuse(graph, options), policy={policy!r})
+
+
+@pipec_ir.hookimpl
+def pipec_register(registry):
+    registry.add_fusion("tiny", TinyFusion())
+"""
+
+
+def tiny_plugin_wheel(tmp_path: Path, policy: str) -> Path:
+    """A wheel of the distribution pipec-tiny-plugin 0.1.0 whose fusion "tiny" names its plans `policy`."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = "pipec_tiny_plugin-0.1.0.dist-info"
+    files = {
+        "pipec_tiny_plugin/__init__.py": TINY_PLUGIN.format(policy=policy),
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: pipec-tiny-plugin\nVersion: 0.1.0\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: pipec-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/entry_points.txt": "[pipec]\ntiny = pipec_tiny_plugin\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
+    wheel = tmp_path / policy / "pipec_tiny_plugin-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return wheel
+
+
+def pip_install_into(target: Path, wheel: Path) -> None:
+    """A real, non-editable `pip install` of `wheel` into `target` (replacing what is there)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--upgrade",
+                        "--disable-pip-version-check", "--quiet", "--target", str(target), str(wheel)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_plugin_reinstalled_non_editable_with_changed_code_misses(use_entry_points, monkeypatch, tmp_path):
+    """A third-party fusion policy reinstalled (not editable) at the same version with changed
+    code: the next compile runs the new code instead of serving the old plan from the cache."""
+    import importlib
+    import sys
+
+    target = tmp_path / "site"
+    monkeypatch.syspath_prepend(str(target))
+    monkeypatch.delitem(sys.modules, "pipec_tiny_plugin", raising=False)
+
+    def install(policy: str):
+        pip_install_into(target, tiny_plugin_wheel(tmp_path, policy))
+        sys.modules.pop("pipec_tiny_plugin", None)  # as a new process would import it
+        importlib.invalidate_caches()
+        (tiny,) = importlib.metadata.distribution("pipec-tiny-plugin").entry_points
+        use_entry_points([entry_point("fake", "fake_stages"), entry_point("cache", "pipec.cache.plugin"), tiny])
+
+    def compile_plan():
+        s = Session()
+        plan = compile_graph(*traced(), CompileOptions(fusion="tiny"), session=s, stop_after="fusion")
+        return plan.policy, s.cache_hits["fusion"]
+
+    install("tiny-v1")
+    assert compile_plan() == ("tiny-v1", 0)
+    assert compile_plan() == ("tiny-v1", 1)  # warm: served from the cache
+    install("tiny-v2")  # same distribution, same version 0.1.0, other code
+    assert compile_plan() == ("tiny-v2", 0)
+    install("tiny-v2")  # the same code again (new files, new mtimes): still a hit
+    assert compile_plan() == ("tiny-v2", 1)
+
+
+def test_source_file_digests_are_memoized_by_mtime_and_size(tmp_path, monkeypatch):
+    from pipec.cache import keys
+
+    path = tmp_path / "m.py"
+    path.write_text("a = 1\n")
+    first = keys.file_digest(str(path))
+    reads = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self) or real(self))
+    assert keys.file_digest(str(path)) == first and reads == []  # unchanged: not read again
+    path.write_text("a = 22\n")
+    assert keys.file_digest(str(path)) != first and reads == [path]
+
+
 def test_graph_module_digest_is_stable_and_sees_code_inputs_and_constants():
     gm, inputs = traced()
     d = graph_module_digest(gm, inputs)

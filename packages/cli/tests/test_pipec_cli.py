@@ -68,6 +68,127 @@ def test_unknown_plugin_name(fake_stages, capsys, model_file, flag):
     assert "unknown" in one_error_line(err) and "'zzz' (registered:" in err
 
 
+# ---------------------------------------------------------------- bad option values: exit 2 before any work
+
+
+@pytest.fixture
+def watched_model(tmp_path):
+    """A model file that leaves a marker when it is imported: (path, marker)."""
+    marker = tmp_path / "imported"
+    path = tmp_path / "watched.py"
+    path.write_text(f"import pathlib\nimport torch\npathlib.Path({str(marker)!r}).write_text('yes')\n"
+                    "def model(a):\n    return torch.relu(a)\nexample_inputs = (torch.randn(3),)\n")
+    return path, marker
+
+
+@pytest.mark.parametrize("command", ["compile", "explain", "bench", "export", "run"])
+def test_bad_device_is_refused_before_any_work(fake_stages, capsys, watched_model, tmp_path, command):
+    path, marker = watched_model
+    argv = {"export": ["export", path, "-o", tmp_path / "m.pipec"],
+            "run": ["run", tmp_path / "missing.pipec", "--random"]}.get(command, [command, path])
+    code, _, err = run([*argv, "--device", "tpu"], capsys)
+    assert code == 2
+    assert one_error_line(err) == "error: --device 'tpu': expected auto, cpu, cuda or cuda:N"
+    assert not marker.exists()
+
+
+def test_unwritable_dump_ir_is_one_line_naming_the_path(fake_stages, capsys, watched_model, tmp_path):
+    path, marker = watched_model
+    (tmp_path / "plain").write_text("a file")  # a directory below a file: unwritable even for root
+    for command in (["compile", path], ["explain", path], ["export", path, "-o", tmp_path / "m.pipec"]):
+        code, _, err = run([*command, "--dump-ir", tmp_path / "plain" / "ir"], capsys)
+        assert code == 2
+        assert one_error_line(err) == (f"error: --dump-ir '{tmp_path / 'plain' / 'ir'}': cannot create the "
+                                       f"directory (Not a directory)")
+        code, _, err = run([*command, "--dump-ir", tmp_path / "plain"], capsys)
+        assert code == 2
+        assert one_error_line(err) == f"error: --dump-ir '{tmp_path / 'plain'}' is a file, not a directory"
+    assert not marker.exists()
+
+
+def test_unwritable_dump_dir_through_the_api_names_the_path(fake_stages, tmp_path):
+    import pipec
+    import torch
+
+    (tmp_path / "plain").write_text("a file")
+    compiled = pipec.compile(torch.relu, dump_dir=str(tmp_path / "plain" / "ir"))
+    with pytest.raises(Exception, match=r"cannot write the IR of graph relu_0 to dump_dir '.*/plain/ir': "
+                                        r"Not a directory"):
+        compiled(torch.randn(3))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--warmup", "nan"], "--warmup must be a finite number >= 0, got nan"),
+    (["--rep", "inf"], "--rep must be a finite number > 0, got inf"),  # timed forever before
+    (["--rep", "0"], "--rep must be a finite number > 0, got 0.0"),
+    (["--atol", "-1", "--rtol", "0"], "--atol must be a finite number >= 0, got -1.0"),
+    (["--atol", "0", "--rtol", "nan"], "--rtol must be a finite number >= 0, got nan"),
+])
+def test_bench_refuses_non_finite_times_and_tolerances(fake_stages, capsys, watched_model, argv, message):
+    path, marker = watched_model
+    code, _, err = run(["bench", path, *argv], capsys)
+    assert code == 2
+    assert one_error_line(err) == f"error: {message}"
+    assert not marker.exists()
+
+
+def test_unwritable_output_files_are_refused_before_any_work(fake_stages, capsys, watched_model, tmp_path):
+    path, marker = watched_model
+    (tmp_path / "plain").write_text("a file")
+    bad = tmp_path / "plain" / "out"
+    for argv, flag in ((["bench", path, "-o", bad], "--output"), (["export", path, "-o", bad], "--output"),
+                       (["run", tmp_path / "missing.pipec", "--random", "--save-outputs", bad], "--save-outputs")):
+        code, _, err = run(argv, capsys)
+        assert code == 2
+        assert one_error_line(err) == f"error: {flag} '{bad}': '{tmp_path / 'plain'}' is not a directory"
+    code, _, err = run(["run", tmp_path / "missing.pipec", "--random", "--save-outputs", tmp_path], capsys)
+    assert code == 2
+    assert one_error_line(err) == f"error: --save-outputs '{tmp_path}' is a directory, not a file"
+    assert not marker.exists()
+
+
+def test_run_seed_out_of_range(fake_stages, capsys, tmp_path):
+    code, _, err = run(["run", tmp_path / "m.pipec", "--random", "--seed", str(2**64)], capsys)
+    assert code == 2
+    assert "--seed" in one_error_line(err)
+
+
+def test_compile_with_a_capture_dynamo_cannot_run_is_a_usage_error(capsys, watched_model):
+    path, marker = watched_model  # the built-in stages: capture 'export' is torch.export only
+    code, _, err = run(["compile", path, "--capture", "export"], capsys)
+    assert code == 2
+    assert one_error_line(err).startswith("error: --capture export: it cannot run under torch.compile")
+    assert not marker.exists()
+
+
+def test_an_error_wrapped_by_dynamo_is_reported_by_its_inner_line():
+    from pipec.cli import _one_line
+
+    class BackendCompilerFailed(Exception):
+        def __init__(self, inner):
+            super().__init__("backend='backend' raised:\n" + f"{type(inner).__name__}: {inner}")
+            self.inner_exception = inner
+
+    assert _one_line(BackendCompilerFailed(OSError("disk full"))) == "OSError: disk full"
+
+
+def test_unexpected_error_is_one_line_and_the_traceback_only_on_request(fake_stages, capsys, monkeypatch,
+                                                                        model_file):
+    import pipec.cli
+
+    def broken(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(pipec.cli, "load_model_file", broken)
+    code, _, err = run(["compile", model_file], capsys)
+    assert code == 1
+    assert one_error_line(err) == ("error: KeyError: 'surprise' (unexpected; PIPEC_TRACEBACK=1 prints "
+                                   "the traceback)")
+    monkeypatch.setenv("PIPEC_TRACEBACK", "1")
+    code, _, err = run(["compile", model_file], capsys)
+    assert code == 1 and "Traceback" in err and "KeyError: 'surprise'" in err
+
+
 # ---------------------------------------------------------------- IR files
 
 
@@ -119,6 +240,57 @@ def test_broken_ir_file_exits_2_with_one_line(graph_file, capsys, tmp_path, dama
     line = one_error_line(err)
     assert str(bad) in line
     assert not (tmp_path / "x.json").exists()
+
+
+def _set_node(data, name, **fields):
+    for node in data["nodes"]:
+        if node["name"] == name:
+            node.update(fields)
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("output shape", "node add (add): declared float32[3, 3], but add(mul: float32[4, 5], arg0: float32[4, 5]) "
+                     "gives float32[4, 5]"),
+    ("dtype", "node relu (relu): declared float16[4, 5], but relu(arg0: float32[4, 5]) gives float32[4, 5]"),
+    ("input shape", "node relu (relu): declared float32[4, 5], but relu(arg0: float32[4, 6]) gives float32[4, 6]"),
+    ("attribute", "node s (sum): attribute dims='two' must be a list of integers"),
+])
+def test_self_contradicting_ir_file_exits_2_naming_the_node(graph_file, capsys, tmp_path, damage, needle):
+    """A Graph whose declared types disagree with its ops is bad input (exit 2, one line), not a
+    fusion failure, and never reaches codegen (which would return a [3, 3] tensor)."""
+    data = json.loads(graph_file.read_text())
+    doc = data["document"]
+    if damage == "output shape":
+        _set_node(doc, "add", type={"shape": ["3", "3"], "dtype": "float32"})
+    elif damage == "dtype":
+        _set_node(doc, "relu", type={"shape": ["4", "5"], "dtype": "float16"})
+    elif damage == "input shape":
+        doc["inputs"][0]["type"]["shape"] = ["4", "6"]
+    else:
+        doc["nodes"].append({"name": "s", "op": "sum", "inputs": ["add"], "type": {"shape": ["4"], "dtype": "float32"},
+                             "attrs": [["dims", "two"], ["keepdim", False]]})
+        doc["outputs"] = ["s"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    code, _, err = run(["fuse", bad, "-o", tmp_path / "p.json"], capsys)
+    assert code == 2, err
+    assert one_error_line(err) == f"error: {bad}: graph fake, {needle}"
+    assert not (tmp_path / "p.json").exists()
+    with pytest.raises(pipec_ir.VerifyError, match=re.escape(needle)):
+        pipec_ir.loads(bad.read_text())
+
+
+def test_plan_with_a_self_contradicting_graph_exits_2_in_codegen(graph_file, capsys, tmp_path):
+    plan = tmp_path / "plan.json"
+    code, _, err = run(["fuse", graph_file, "-o", plan], capsys)
+    assert code == 0, err
+    data = json.loads(plan.read_text())
+    _set_node(data["document"]["graph"], "mul", type={"shape": ["4", "5"], "dtype": "int64"})
+    plan.write_text(json.dumps(data))
+    code, _, err = run(["codegen", plan, "-o", tmp_path / "prog.json"], capsys)
+    assert code == 2, err
+    assert one_error_line(err).startswith(f"error: {plan}: graph fake, node mul (mul): declared int64[4, 5], but mul(")
+    assert not (tmp_path / "prog.json").exists()
 
 
 def test_missing_ir_file(fake_stages, capsys, tmp_path):

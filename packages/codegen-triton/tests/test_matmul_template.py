@@ -330,6 +330,22 @@ def test_no_pingpong_where_cublaslt_applies_the_activation():
     assert sum(bool(dict(c.constants).get("TMA")) for c in template.configs) == 2
 
 
+@pytest.mark.parametrize("act", ["relu", "gelu_tanh"])
+def test_max_autotune_offers_every_alternative(act):
+    """`max_autotune` (the max-autotune modes): the ping-pong kernel also beside a cheap epilogue
+    (ReLU) and beside cuBLASLt's activation epilogue (tanh-GELU), with every persistent TMA config
+    of the template kept; default codegen leaves both out to save compile time."""
+    graph, kernels = linear(Builder(), 4096, 512, 4096, act, dtype="bfloat16")
+    default = compile_plan(graph, kernels)
+    exhaustive = compile_plan(graph, kernels, OPTS.with_extra(max_autotune=True))
+    assert _pingpong(default) is None and _pingpong(exhaustive) is not None
+    alternatives = {get_attr(s.attrs, "alternative") for s in exhaustive.steps}
+    assert alternatives == {get_attr(s.attrs, "alternative") for s in default.steps} | {"pingpong"}
+    for program in (default, exhaustive):
+        template = next(k for k in program.kernels if k.name == "pipec_fused_mm_add_1")
+        assert sum(bool(dict(c.constants).get("TMA")) for c in template.configs) == 2
+
+
 def _bias_free_linear(act):
     """x @ w.T -> activation: no bias, so no cuBLASLt activation epilogue to compete with."""
     b = Builder()

@@ -105,3 +105,74 @@ def test_generated_program_with_in_place_steps_verifies_and_runs():
     x = torch.randn(4, 8)
     (out,) = run_program(prog, [x])
     torch.testing.assert_close(out.cpu(), -torch.exp(torch.relu(x)))
+
+
+def _epilogue_steps(also_read_later=False, other_alternative=False, dtype="float32"):
+    """cuBLAS's product p (an extern), then a pointwise kernel writing o over it (codegen's proposal)."""
+    lib = make_attrs(choice="g", alternative="library")
+    ep = make_attrs(choice="g", alternative="library_mm" if other_alternative else "library",
+                    inplace=(("o", "p"),))
+    steps = [Step("extern", "aten.mm.default", ("a", "w"), ("p",), lib),
+             Step("launch", "epilogue", ("p",), ("o",), ep),
+             launch("next", ["o"] + (["p"] if also_read_later else []), ["out"])]
+    types = {"a": T(16, 8), "w": T(8, 16), "p": T(16, 16), "o": T(16, 16, dtype=dtype), "out": T(16)}
+    return tuple(steps), types
+
+
+def test_epilogue_writes_over_the_library_result_where_it_dies():
+    """An activation, not two: the epilogue's output is cuBLAS's storage (no slot of its own)."""
+    steps, types = _epilogue_steps()
+    new_steps, buffers, slots, peak = plan_program_memory(steps, types, {"out"})
+    assert get_attr(new_steps[1].attrs, "inplace") == (("o", "p"),)
+    assert {b.name: b.slot for b in buffers}["o"] is None
+    assert int(peak) == 16 * 16 * 4 + 64  # p (then o in it), and out
+    assert int(peak_bytes(steps, types, {"out"})) == 2 * 16 * 16 * 4  # eager: p and o at once
+
+
+def test_epilogue_proposal_dropped_where_it_is_not_safe():
+    for kwargs in ({"also_read_later": True}, {"other_alternative": True}, {"dtype": "float16"}):
+        steps, types = _epilogue_steps(**kwargs)
+        new_steps, buffers, _, _ = plan_program_memory(steps, types, {"out"})
+        assert get_attr(new_steps[1].attrs, "inplace") is None, kwargs
+
+
+def test_library_epilogue_proposes_writing_over_its_product():
+    """codegen's library alternative of mm + bias + GELU: the epilogue kernel's step proposes its
+    output over the addmm result, through the reshape a Linear on [B, T, K] puts between them."""
+    from pipec_codegen_triton.matmul_choice import library_alternatives
+    from pipec_ir import CompileOptions, Kernel
+
+    b = Builder()
+    x = b.input("x", (16, 8))
+    w = b.input("w", (8, 32))
+    bias = b.input("bias", (32,))
+    b.node("p", "mm", [x, w], (16, 32))
+    b.node("b2", "reshape", [bias], (1, 32))
+    b.node("be", "expand", ["b2"], (16, 32))
+    b.node("s", "add", ["p", "be"], (16, 32))
+    b.node("r", "reshape", ["s"], (2, 8, 32))
+    b.node("g", "gelu", ["r"], (2, 8, 32), approximate="none")
+    g = b.graph(["g"])
+    k = Kernel("k", "matmul", ("p", "b2", "be", "s", "r", "g"), ("g",), ("x", "w", "bias"),
+               g.node_map()["p"].type.shape)
+    alts = library_alternatives(g, k, CompileOptions())
+    steps = alts["library"][1]
+    assert steps[0].target == "aten.addmm.default" and steps[0].outputs == ("s",)
+    assert get_attr(steps[1].attrs, "inplace") == (("g", "s"),)
+    assert get_attr(alts["library_mm"][1][1].attrs, "inplace") == (("g", "p"),)
+
+
+def test_a_matmul_argument_dies_at_the_call():
+    """cuBLAS's result is fresh memory: its argument `a` need not live as long as the result
+    (an unknown library call may return a view of an argument: its arguments stay live)."""
+    def plan(target):
+        steps = (launch("k1", ["x"], ["a"]), Step("extern", target, ("a", "w"), ("m",), make_attrs()),
+                 launch("k2", ["m"], ["b"]), launch("k3", ["b", "m"], ["out"]))
+        types = {"x": T(8, 8), "a": T(8, 8), "w": T(8, 8), "m": T(8, 8), "b": T(8, 8), "out": T(8, 8)}
+        buffers, _, _ = plan_memory(steps, types, {"out"})
+        return {b.name: b.slot for b in buffers}
+
+    slot = plan("aten.mm.default")
+    assert slot["b"] == slot["a"]
+    slot = plan("aten.some_unknown_op.default")
+    assert slot["b"] != slot["a"]

@@ -28,6 +28,9 @@ class GraphBuilder:
     def shape(self, value):
         return self._types[value].shape
 
+    def dtype(self, value) -> str:
+        return self._types[value].dtype
+
     def node(self, op, inputs, shape, dtype="float32", name=None, **attrs) -> str:
         name = name or f"{op}_{self._count}"
         self._count += 1
@@ -49,15 +52,16 @@ class GraphBuilder:
               [s for d, s in enumerate(shape) if d not in dims]
         return self.node(op, (x,), out, dims=tuple(dims), keepdim=keepdim)
 
+    # views: the dtype of their input
     def expand(self, x, shape) -> str:
-        return self.node("expand", (x,), shape)
+        return self.node("expand", (x,), shape, self.dtype(x))
 
     def reshape(self, x, shape) -> str:
-        return self.node("reshape", (x,), shape)
+        return self.node("reshape", (x,), shape, self.dtype(x))
 
     def permute(self, x, dims) -> str:
         shape = self.shape(x)
-        return self.node("permute", (x,), [shape[d] for d in dims], dims=tuple(dims))
+        return self.node("permute", (x,), [shape[d] for d in dims], self.dtype(x), dims=tuple(dims))
 
     def mm(self, a, b) -> str:
         return self.node("mm", (a, b), [self.shape(a)[0], self.shape(b)[1]])

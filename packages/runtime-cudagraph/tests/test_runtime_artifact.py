@@ -351,3 +351,18 @@ def test_symbol_ranges_are_recorded_from_the_program():
     described = art.describe(graph, program)
     assert described["inputs"][0]["shape"] == ["s0"]
     assert described["symbols"] == [{"name": "s0", "min": 2, "max": 4096, "hint": 64}]
+
+
+def test_plan_of_a_rewritten_graph_is_accepted_a_foreign_one_refused():
+    """Fusion may rewrite the graph it plans (recomputing a value in its reader): a plan whose
+    graph has graph.json's inputs and output types packs (tiny OPT and Swin failed to export);
+    a plan of another graph is still refused."""
+    import dataclasses
+
+    graph, plan, program = documents()
+    t = graph.nodes[0].type
+    rewritten = dataclasses.replace(graph, nodes=(Node("y2", "mul", ("y", "y"), t), Node("out", "add", ("x", "y"), t)))
+    pack_artifact(graph=graph, plan=dataclasses.replace(plan, graph=rewritten), program=program, weights={"y": W})
+    other = dataclasses.replace(graph, inputs=(GraphInput("x", t), GraphInput("y", t, "input")))
+    with pytest.raises(ArtifactError, match="not a plan of graph.json"):
+        pack_artifact(graph=graph, plan=dataclasses.replace(plan, graph=other), program=program, weights={"y": W})

@@ -134,3 +134,100 @@ def test_specialized_run_shares_a_slot_only_while_one_of_its_buffers_lives(tmp_p
         torch.testing.assert_close(run([a])[0], 3 * a)
     [(_, specialized)] = run.specialized.values()
     assert sum("EMPTY" in ln for ln in specialized.source.splitlines()) == 1
+
+
+# ---------------------------------------------------------------- memory_profile: what a call holds
+
+
+def test_profile_counts_each_value_from_its_write_to_its_last_reader():
+    from pipec_runtime_cudagraph.memory import memory_profile, peak_report
+    from runtime_helpers import extern_program
+
+    prog = slot_program(rows=8, cols=37)  # t1 [8, 37], then t2 [8] and t3 [8] (returned)
+    big, small = 8 * 37 * 4, 8 * 4
+    bound = memory_profile(prog)
+    assert bound.per_step == (big, big + small, 2 * small)  # t1 freed after the row sum
+    assert bound.peak == big + small and bound.step == 1
+    assert dict(bound.live) == {"t1": big, "t2": small}
+    # with slots, slot 0 (t1, then t3) is held from t1's write to t3's end: the general path
+    planned = memory_profile(prog, slots=True)
+    assert planned.per_step == (big, big + small, big + small)
+    # a library result counts from its call; a view of an input is free; inputs are at rest
+    ext = memory_profile(extern_program(m=6, k=5, n=7))
+    assert ext.per_step == (0, 6 * 7 * 4, 2 * 6 * 7 * 4, 6 * 7 * 4)
+    report = peak_report(prog)
+    assert report["default"] == {"planned": big + small, "bound": big + small, "step": "pipec_sum_rows",
+                                 "live": [["slot 0", big], ["slot 1", small]]}
+    assert report["worst"] == big + small
+
+
+def test_profile_runs_one_alternative_of_each_choice_group():
+    """Alternatives are exclusive: a call holds the values of the one it runs, never of both."""
+    from pipec_runtime_cudagraph.memory import alternatives, memory_profile, peak_report, run_steps
+
+    k = add_kernel("k", 8)
+    big = T([64])
+
+    def tagged(step, alt, default=False):
+        attrs = dict(step.attrs)
+        attrs.update(choice="g", alternative=alt, **({"default": True} if default else {}))
+        return Step(step.kind, step.target, step.inputs, step.outputs, make_attrs(**attrs))
+
+    prog = Program(
+        name="choice", inputs=(Buffer("x", T([8])),), outputs=("y",),
+        buffers=(Buffer("y", T([8])), Buffer("lib", big)),
+        kernels=(k,),
+        steps=(tagged(Step("launch", "k", ("x", "x"), ("y",)), "template", default=True),
+               tagged(Step("extern", "aten.mul.Tensor", ("x",), ("lib",), make_attrs(args=(Ref("x"), 2))), "library"),
+               tagged(Step("launch", "k", ("lib", "x"), ("y",)), "library")),
+    )
+    assert alternatives(prog) == ("template", "library")
+    assert run_steps(prog) == [0] and run_steps(prog, "library") == [1, 2] and run_steps(prog, "other") == [0]
+    assert memory_profile(prog).peak == 32
+    assert memory_profile(prog, alternative="library").peak == 64 * 4 + 32
+    assert peak_report(prog)["worst"] == 64 * 4 + 32
+
+
+def test_profile_in_place_output_shares_its_input_storage():
+    from pipec_runtime_cudagraph.memory import memory_profile
+
+    prog = _two_adds(0, 0)
+    steps = (prog.steps[0], Step("launch", "k", ("a", "x"), ("b",), make_attrs(inplace=(("b", "a"),))))
+    prog = Program(name=prog.name, inputs=prog.inputs, outputs=("b",), buffers=prog.buffers,
+                   kernels=prog.kernels, steps=steps, slots=prog.slots)
+    assert memory_profile(prog).per_step == (32, 32)
+    assert memory_profile(prog, slots=True).per_step == (32, 32)
+
+
+def test_launch_writes_over_a_library_result(tmp_path):
+    """`inplace` naming a library result (no slot): the output is that result's storage, bound
+    right before the launch; nothing is allocated for it, on the general path or a specialized run."""
+    import torch
+
+    from pipec_runtime_cudagraph import load_launch
+    from pipec_runtime_cudagraph.launch import written_over
+    from pipec_runtime_cudagraph.memory import memory_profile
+    from runtime_helpers import extern_program
+
+    base = extern_program(m=6, k=5, n=7)
+    steps = list(base.steps)
+    steps[2] = Step("launch", "pipec_add_mm", ("mm", "b"), ("out",), make_attrs(inplace=(("out", "mm"),)))
+    prog = Program(name=base.name, inputs=base.inputs, outputs=base.outputs, buffers=base.buffers,
+                   kernels=base.kernels, steps=tuple(steps))
+    plan_check(prog)
+    assert memory_profile(prog).per_step == (0, 6 * 7 * 4, 6 * 7 * 4, 6 * 7 * 4)  # base: twice that at step 2
+    run = load_launch(prog, CompileOptions().with_extra(kernel_dir=str(tmp_path)))
+    assert run.index["out"] not in run.allocated
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x, w, b = (torch.randn(6, 5, device=device), torch.randn(7, 5, device=device), torch.randn(6, 7, device=device))
+    for _ in range(2):  # general path, then the specialized one
+        out, xt, _, out2 = run([x, w, b])
+        torch.testing.assert_close(out, x @ w.t() + b)
+        assert out2 is out and xt.data_ptr() == x.data_ptr()
+    [(_, specialized)] = run.specialized.values()
+    assert "WRITTEN_OVER" in specialized.source and "EMPTY" not in specialized.source
+    # a result of another layout than the Program says gets a fresh output (values still right)
+    odd = torch.randn(7, 6).t()
+    fresh = written_over(odd, (6, 7), torch.float32)
+    assert fresh.data_ptr() != odd.data_ptr() and fresh.shape == (6, 7)
+    assert written_over(odd.contiguous(), (42,), torch.float32).shape == (42,)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from .attention import choose_attention_kernels
-from .decompositions import DECOMPOSITIONS
+from .decompositions import DECOMPOSITIONS, matmul_folded
 from .lower import LIBRARY_OPS, LOWERINGS, base_name
 
 # Ops that pipec lowers itself (better fusion than their decompositions) or runs
@@ -47,6 +47,34 @@ def core_decompositions(*, decompose_attention: bool = False) -> dict:
     table = {op: fn for op, fn in items if not kept(str(op))}
     table.update(lowered_by_decomposition())
     table.update(DECOMPOSITIONS)
+    return table
+
+
+def export_decompositions(*, decompose_attention: bool = False, weights_require_grad: bool = True) -> dict:
+    """The table for torch.export's run_decompositions, lowering like the Dynamo path does.
+
+    Under AOTAutograd (Dynamo) every CompositeImplicitAutograd op absent from the table is
+    decomposed by its C++ composite kernel as it is traced: `linear` becomes view + addmm + view,
+    `conv2d` becomes `convolution`, `matmul` mm/bmm. run_decompositions does the opposite: it
+    PRESERVES every composite op its table leaves out, so `core_decompositions` alone would leave
+    `aten.linear` a library call whose bias and activation cannot fuse into the matmul's epilogue.
+    So each composite op left out here gets its own composite kernel as its decomposition, except
+    scaled dot product attention (decompose_attention=False): Dynamo turns it into the attention
+    kernel of the tracing device (`_scaled_dot_product_flash_attention_for_cpu` on the CPU), while
+    an exported artifact keeps the portable op, which picks its kernel where it runs; one library
+    call either way. The retrace sees no tensor requiring grad, which changes how `matmul` (and
+    `linear` on a strided input) decomposes: with `weights_require_grad` (the model's parameters
+    do, as in Dynamo's trace) [..., m, k] @ [k, n] folds into one mm as Dynamo's does.
+    """
+    from torch._export.utils import _collect_all_valid_cia_ops_for_aten_namespace, _get_decomp_for_cia
+
+    table = core_decompositions(decompose_attention=decompose_attention)
+    for op in _collect_all_valid_cia_ops_for_aten_namespace():
+        if op in table or ("attention" in str(op) and not decompose_attention):
+            continue
+        table[op] = _get_decomp_for_cia(op)
+    if weights_require_grad:
+        table[torch.ops.aten.matmul.default] = matmul_folded
     return table
 
 

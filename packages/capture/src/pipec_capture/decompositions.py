@@ -87,6 +87,22 @@ def topk(self: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted
     return values.narrow(dim, 0, k).contiguous(), indices.narrow(dim, 0, k).contiguous()
 
 
+def matmul_folded(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """torch.matmul, with [..., m, k] @ [k, n] always folded into one [(...)*m, k] @ [k, n] mm.
+
+    torch folds the batch dims into the rows when the right operand requires grad (a weight) or
+    the left one is contiguous; else it broadcasts the right operand and calls bmm. Dynamo traces
+    with the model's own tensors, whose weights require grad, so a linear layer on a strided
+    input becomes one mm there; torch.export's retrace sees no tensor requiring grad and would
+    make it a bmm (export_decompositions uses this for models whose weights require grad)."""
+    from torch._decomp.decompositions import matmul as torch_matmul
+
+    if self.dim() >= 3 and other.dim() == 2:
+        rows = self.reshape(-1, self.shape[-1])
+        return torch.mm(rows, other).view(*self.shape[:-1], other.shape[-1])
+    return torch_matmul(self, other)
+
+
 DECOMPOSITIONS = {
     aten.masked_scatter.default: masked_scatter,
     aten.sort.default: sort,

@@ -8,13 +8,14 @@ import torch
 
 from pipec_ir import CompileOptions, Graph
 
-from .aot import core_decompositions
+from .aot import export_decompositions
 from .errors import CaptureError
 from .lower import lower_graph
 
 
 def export_program(model, example_inputs, options: CompileOptions | None = None):
-    """torch.export.export (strict first, non-strict as a fallback) + pipec's decompositions."""
+    """torch.export.export (strict first, non-strict as a fallback) + pipec's decompositions, the
+    same ops as the Dynamo path's (export_decompositions: composite ops such as linear decomposed)."""
     options = options or CompileOptions()
     if not isinstance(model, torch.nn.Module):
         fn = model
@@ -42,7 +43,8 @@ def export_program(model, example_inputs, options: CompileOptions | None = None)
             raise CaptureError(
                 f"model {name}, capture export: torch.export.export failed (strict: {first}; "
                 f"non-strict: {second}); use capture='dynamo', which allows graph breaks") from second
-    decomp = core_decompositions(decompose_attention=bool(options.get("decompose_attention", False)))
+    decomp = export_decompositions(decompose_attention=bool(options.get("decompose_attention", False)),
+                                   weights_require_grad=any(p.requires_grad for p in model.parameters()))
     return ep.run_decompositions(decomp)
 
 

@@ -646,8 +646,14 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "g
     return Lowerer(gm, name=name, input_specs=input_specs, fullgraph=fullgraph, model_name=model_name).run()
 
 
+def _returns_nothing(node: torch.fx.Node) -> bool:
+    """An op with no results (a check such as aten._assert_tensor_metadata): it has no meta["val"] to miss."""
+    return isinstance(node.target, torch._ops.OpOverload) and not node.target._schema.returns
+
+
 def ensure_meta(gm: torch.fx.GraphModule, example_inputs) -> None:
-    missing = any("val" not in n.meta for n in gm.graph.nodes if n.op in ("placeholder", "call_function"))
+    missing = any("val" not in n.meta for n in gm.graph.nodes
+                  if n.op == "placeholder" or (n.op == "call_function" and not _returns_nothing(n)))
     if not missing:
         return
     if example_inputs is None:
@@ -864,6 +870,15 @@ def lower_alias(cx, node, x, *args, **kwargs):
     if tuple(cx.shape(x)) != tuple(t.shape) or cx.dtype(x) != t.dtype:
         return cx.reshape(cx.cast(x, t.dtype), t.shape)
     return x
+
+
+@register("aten._assert_tensor_metadata.default")
+def lower_assert_tensor_metadata(cx, node, x, size=None, stride=None, dtype=None, **kwargs):
+    """torch.export's check before `Tensor.to` that the tensor has the dtype it was traced with.
+    A graph's types are static, so the check is settled here and lowers to nothing."""
+    if dtype is not None and cx.dtype(x) != ir_dtype(dtype):
+        raise CaptureError(f"{cx.where(node)}: the graph asserts dtype {dtype} for a {cx.dtype(x)} tensor")
+    return None
 
 
 # ------------------------------------------------------------ creation

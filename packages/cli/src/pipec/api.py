@@ -17,11 +17,12 @@ from pipec_ir import BUCKET_POLICIES, DEFAULT_RECOMPILE_LIMIT, CompileOptions, R
 
 from .backend import make_backend
 from .errors import PipecError, find_error, find_pipec_error
+from .modes import MODES, mode_options
 from .pipeline import Session
 from .plugins import get_registry
+from .profile import first_call
 from .trace_settings import call_settings, settings_scope
 
-MODES = {"default": "launch", "reduce-overhead": "cudagraph"}
 BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
 
@@ -31,6 +32,7 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
     """CompileOptions from pipec.compile's keywords; unknown stage names raise ValueError at once."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (expected one of: {', '.join(MODES)})")
+    options = mode_options(mode, options)  # max-autotune: exhaustive tuning (modes.py)
     if dynamic not in (None, True, False):
         raise ValueError(f"dynamic must be None, True or False, got {dynamic!r}")
     bucket = options.get("bucket", "pow2")
@@ -84,12 +86,21 @@ def compile_with_session(model, options: CompileOptions, session: Session | None
         budget = RecompileBudget(options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT),
                                  strict=options.fullgraph, name=name or _model_name(model))
         options = options.with_extra(recompile_budget=budget)
+    options = options.with_extra(compile_profile=session.profile)  # the stages record the first call's parts
     backend = make_backend(options, session, prefix=name or _model_name(model))
-    compiled = torch.compile(model, backend=backend, fullgraph=options.fullgraph, dynamic=options.dynamic)
+    with session.profile.part("imports"):  # a process's first torch.compile imports Dynamo's backends
+        compiled = torch.compile(model, backend=backend, fullgraph=options.fullgraph, dynamic=options.dynamic)
     compiled = _in_call_context(compiled, options, budget)
-    with contextlib.suppress(Exception):  # some wrappers refuse attributes
-        compiled.pipec_budget = budget
+    _keep_on_wrapper(compiled, "pipec_budget", budget)
     return compiled, session
+
+
+def _keep_on_wrapper(compiled, name: str, value) -> None:
+    """Store pipec's state on the object torch.compile returned, never on the user's module: an
+    OptimizedModule forwards setattr to the module it wraps, and a Session (it holds a lock)
+    there would stop the module being deep-copied, pickled or saved."""
+    with contextlib.suppress(AttributeError, TypeError):  # an object without a __dict__
+        object.__setattr__(compiled, name, value)
 
 
 def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget):
@@ -126,7 +137,9 @@ def compile(model=None, *, mode: str = "default", fusion: str = "default", runti
             dynamic: bool | None = None, fullgraph: bool = False, **options: Any):
     """Like torch.compile, with pipec as the backend.
 
-    `mode="reduce-overhead"` selects the CUDA Graph runtime; `fusion` and
+    `mode="reduce-overhead"` selects the CUDA Graph runtime, `"max-autotune"` the CUDA Graph
+    runtime with exhaustive tuning, `"max-autotune-no-cudagraphs"` exhaustive tuning with plain
+    launches (modes.py; README, "Modes"); `fusion` and
     `runtime` name registered implementations (unknown names raise ValueError
     here, listing the registered ones); other keywords are CompileOptions fields
     (capture, codegen, cache, autotune, dump_dir) or plugin options (`extra`).
@@ -143,10 +156,7 @@ def compile(model=None, *, mode: str = "default", fusion: str = "default", runti
     if model is None:  # used as @pipec.compile(...)
         return lambda fn: compile_with_session(fn, opts)[0]
     compiled, session = compile_with_session(model, opts)
-    try:
-        compiled.pipec_session = session
-    except Exception:  # pragma: no cover - some wrappers refuse attributes
-        pass
+    _keep_on_wrapper(compiled, "pipec_session", session)
     return compiled
 
 
@@ -244,9 +254,14 @@ class ExplainReport:
     cache_hits: dict[str, int] = field(default_factory=dict)  # stage -> graphs served from the cache
     cache_misses: dict[str, int] = field(default_factory=dict)  # stage -> graphs compiled and stored
     training: bool = False  # forward and backward graphs were compiled (and gradients compared)
+    # where the first call's time went: {"wall_s", "seconds": {part: s, ..., "other": s}, "counts": {...}}
+    # (pipec_ir.CompileProfile.to_dict; README, "Compile-time profile"); empty when not measured
+    compile_profile: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what a user should know (e.g. nothing was compiled)
 
     def to_dict(self, with_code: bool = False) -> dict:
         out = {
+            "notes": list(self.notes),
             "graph_count": self.graph_count, "graph_break_count": self.graph_break_count,
             "break_reasons": list(self.break_reasons), "op_count": self.op_count,
             "kernel_count": self.kernel_count, "fusion_count": self.fusion_count,
@@ -255,7 +270,7 @@ class ExplainReport:
             "stage_seconds": dict(self.stage_seconds), "max_error": self.max_error,
             "mismatch": self.mismatch, "graphs": list(self.graphs),
             "cache": self.cache, "cache_hits": dict(self.cache_hits), "cache_misses": dict(self.cache_misses),
-            "training": self.training,
+            "training": self.training, "compile_profile": self.compile_profile,
         }
         if with_code:
             out["kernels"] = [{"name": n, "source": s} for n, s in self.kernels]
@@ -271,34 +286,29 @@ def report_from_session(session: Session, *, break_reasons=None, graph_break_cou
     return ExplainReport(
         graph_count=graph_count,
         graph_break_count=graph_break_count if graph_break_count is not None else max(graph_count - 1, 0),
-        break_reasons=list(break_reasons or []),
+        break_reasons=list(break_reasons if break_reasons is not None else session.break_reasons),
         op_count=session.op_count, kernel_count=session.kernel_count, fusion_count=session.fusion_count,
         extern_ops=session.extern_ops, not_fused=session.not_fused, stage_seconds=session.stage_seconds,
         max_error=max_error, mismatch=mismatch, graphs=[g.to_dict() for g in session.graphs],
         kernels=session.kernels,
         cache=session.cache, cache_hits=session.cache_hits, cache_misses=session.cache_misses,
         training=any(g.kind in ("forward", "backward") for g in session.graphs),
+        compile_profile=session.profile.to_dict(),
+        notes=session_notes(session),
     )
 
 
-def dynamo_break_reasons(model, example_inputs) -> tuple[int | None, list[str]]:
-    """Graph breaks as torch._dynamo.explain sees them (its own eager backend; nothing is compiled)."""
-    import torch
+# Why Dynamo can hand a backend nothing, said where it did (docs/distributed.md)
+NOTHING_COMPILED = (
+    "Dynamo handed pipec no graph: nothing was compiled and the model ran eagerly. Dynamo does "
+    "not trace torch's own module code behind one of torch's wrappers (torch layers wrapped in "
+    "DDP, or used as FSDP units): put the layers in a module class of your own")
 
-    try:
-        torch._dynamo.reset()
-        out = torch._dynamo.explain(model)(*example_inputs)
-    except Exception:
-        return None, []
-    finally:
-        torch._dynamo.reset()
-    reasons = []
-    for r in getattr(out, "break_reasons", []) or []:
-        text = str(getattr(r, "reason", r)).strip().splitlines()
-        stack = getattr(r, "user_stack", None) or []
-        where = f" ({stack[-1].filename}:{stack[-1].lineno})" if stack else ""
-        reasons.append((text[0] if text else "graph break") + where)
-    return getattr(out, "graph_break_count", None), reasons
+
+def session_notes(session: Session) -> list[str]:
+    if session.dynamo_graphs == 0 and not session.graphs:
+        return [NOTHING_COMPILED]
+    return []
 
 
 def run_and_compare(model, example_inputs, options: CompileOptions, session: Session | None = None, *,
@@ -318,8 +328,9 @@ def run_and_compare(model, example_inputs, options: CompileOptions, session: Ses
     with torch.no_grad():
         if expected is None:
             expected = model(*example_inputs)
-        compiled, session = compile_with_session(model, options, session, name=name)
-        actual = _surfacing_pipec_errors(compiled, *example_inputs)
+        with first_call(session.profile):
+            compiled, session = compile_with_session(model, options, session, name=name)
+            actual = _surfacing_pipec_errors(compiled, *example_inputs)
     max_error, mismatch = compare_outputs(actual, expected, reference=lambda: _field(reference(), "outputs"))
     return actual, max_error, mismatch, session
 
@@ -386,8 +397,10 @@ def train_and_compare(model, example_inputs, options: CompileOptions, session: S
 
     with torch.enable_grad():
         expected = _forward_backward(model, fresh_inputs())
-        compiled, session = compile_with_session(twin, options, session, name=name)
-        actual = _surfacing_pipec_errors(_forward_backward, compiled, fresh_inputs())
+        inputs = fresh_inputs()
+        with first_call(session.profile):  # forward and backward: the backward graph compiles in it
+            compiled, session = compile_with_session(twin, options, session, name=name)
+            actual = _surfacing_pipec_errors(_forward_backward, compiled, inputs)
     max_error, mismatch = compare_outputs(actual, expected, reference=lambda: _field(reference(), "outputs"))
     for what, field_name, ours, theirs in (
         ("gradient", "gradients", _named_grads(twin), _named_grads(model)),
@@ -425,11 +438,10 @@ def explain(model, *example_inputs, **compile_kwargs) -> ExplainReport:
     import torch
 
     opts = make_options(**compile_kwargs)
-    break_count, reasons = dynamo_break_reasons(model, example_inputs)
+    torch._dynamo.reset()  # graphs, breaks and compile times of this model alone
     _, max_error, mismatch, session = run_and_compare(model, example_inputs, opts)
     torch._dynamo.reset()
-    return report_from_session(session, break_reasons=reasons, graph_break_count=break_count,
-                               max_error=max_error, mismatch=mismatch)
+    return report_from_session(session, max_error=max_error, mismatch=mismatch)
 
 
 __all__ = ["ExplainReport", "PipecError", "compile", "explain", "make_options", "compare_outputs"]

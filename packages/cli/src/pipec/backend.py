@@ -26,9 +26,19 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
     """
     session = session if session is not None else Session()
     budget = options.get("recompile_budget")
+    profile = options.get("compile_profile") or session.profile
     charged: set[tuple] = set()
 
     def backend(gm, example_inputs, **_ignored):
+        # Dynamo has traced the graph; what follows, up to the pipeline's own parts (compile_graph),
+        # is AOTAutograd with the capture's graph rewrites before it (aot.make_dynamo_backend)
+        with profile.part("aot_autograd"):
+            return compile_dynamo_graph(gm, example_inputs)
+
+    def compile_dynamo_graph(gm, example_inputs):
+        reason = break_reason(gm)
+        if reason is not None:
+            session.break_reasons.append(reason)
         compile_id = _compile_id()
         if budget is not None and compile_id is not None and compile_id[1]:
             if compile_id not in charged:  # one charge per recompile, however many graphs it breaks into
@@ -56,11 +66,37 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
                 stats.kind = kind or "inference"
             return with_size_outputs(tensors_only(fn, aten_inputs), aten_gm, aten_inputs, name)
 
-        return dynamo_backend(compile_aten_graph)(gm, example_inputs)
+        return aten_backend(dynamo_backend, compile_aten_graph, options)(gm, example_inputs)
 
     backend.pipec_options = options
     backend.pipec_session = session
     return backend
+
+
+def break_reason(gm) -> str | None:
+    """Why Dynamo ended the graph `gm` at a graph break, with the user's source line (None: no
+    break ended it). What torch._dynamo.explain reports, read off the graph every backend receives,
+    so explaining a model needs no second Dynamo trace."""
+    why = getattr(gm, "compile_subgraph_reason", None)
+    if why is None or not getattr(why, "graph_break", False):
+        return None
+    text = str(getattr(why, "reason", why)).strip().splitlines()
+    stack = getattr(why, "user_stack", None) or []
+    where = f" ({stack[-1].filename}:{stack[-1].lineno})" if stack else ""
+    return (text[0] if text else "graph break") + where
+
+
+def aten_backend(dynamo_backend, compile_aten_graph, options: CompileOptions):
+    """`capture.dynamo_backend(compile_aten_graph, options)`; a capture whose dynamo_backend takes
+    no options (the older form) is called without them. The options carry what the capture
+    needs before AOTAutograd runs (decompose_attention)."""
+    import inspect
+
+    try:
+        takes_options = len(inspect.signature(dynamo_backend).parameters) >= 2
+    except (TypeError, ValueError):
+        takes_options = False
+    return dynamo_backend(compile_aten_graph, options) if takes_options else dynamo_backend(compile_aten_graph)
 
 
 def tensors_only(fn, example_inputs):

@@ -24,6 +24,14 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   `kernel_count`, plus extern library calls; Inductor: `torch._inductor.metrics`).
   **launches**: GPU kernels one call launches, counted by `torch.profiler` (CUDA only;
   library kernels such as cuBLAS included, memcpy/memset not).
+* **peak MiB**: peak GPU memory of one call above the memory allocated before it (after
+  warm-up and timing; CUDA only): what the call's intermediates and outputs add to what is at rest.
+  **held MiB**: the GPU memory a compiled backend keeps between calls, beyond the model's weights
+  (CUDA Graph pools, preallocated buffers, static copies of inputs): the growth of the memory the
+  allocator reserves across its cold compile (caches emptied before and after; the float64
+  reference of the numerics check, when one is made then, not counted). A CUDA Graph replay
+  allocates nothing outside its pool, so under reduce-overhead the peak is ~0 and the held memory
+  is the figure to read.
 * **compile cold / warm** (seconds): wall time of the first call of a freshly compiled
   model (Dynamo, the backend, kernel compilation, autotuning and that first run), with
   empty caches; warm is the same for a fresh copy of the model after `torch._dynamo.reset()`,
@@ -31,6 +39,11 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   the run uses private, empty cache directories (pipec, Inductor, Triton) so that *cold*
   really is cold. A tiny function is compiled by every backend first, so one-time costs of
   the process (imports, first Dynamo trace) land on no backend's compile time.
+
+pipec runs in its `--mode`, and again in each extra mode asked for (`pipec_modes`, e.g.
+reduce-overhead), one row each, like Inductor's modes. With `keep_going`, a compiled backend that
+fails (compile error or outputs unlike eager's) keeps its row with the error, and the other
+backends are still timed.
 """
 
 from __future__ import annotations
@@ -65,6 +78,9 @@ class BenchOptions:
     warmup_ms: float = 25.0
     rep_ms: float = 100.0  # per backend and round
     rounds: int = 3  # timing rounds over all backends, each in a rotated order
+    pipec_modes: tuple[tuple[str, CompileOptions], ...] = ()  # extra pipec rows: (mode, its options)
+    keep_going: bool = False  # a failing backend keeps its row with `error`; the others are still timed
+    warm: bool = True  # compile every backend again from its caches after the timing (compile_warm_s)
     atol: float | None = None  # with rtol: the numerics check's tolerance (None: the dtype's)
     rtol: float | None = None
     keep_caches: bool = False
@@ -80,12 +96,19 @@ class BackendResult:
     kernels: int | None = None
     extern_ops: int | None = None
     launches: int | None = None
+    peak_mib: float | None = None  # peak memory of one call above the memory at rest (CUDA only)
+    held_mib: float | None = None  # memory the compiled backend keeps between calls (CUDA only)
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
     cache_hits: dict[str, int] | None = None  # pipec's warm compile
+    # pipec's cold and warm compiles: where the first call's time went (ExplainReport.compile_profile:
+    # {"wall_s", "seconds": {part: s, ..., "other": s}, "counts": {...}})
+    compile_profile: dict | None = None
+    compile_profile_warm: dict | None = None
     # pipec's cold compile: what autotuning picked, one line per kernel and choice group timed
     # (the runtime's "pipec.tuning" log: every config's time, each choice group's alternatives)
     tuning: list[str] | None = None
+    error: str | None = None  # keep_going: why this backend has no time (compile error, mismatch)
 
     @property
     def is_inductor(self) -> bool:
@@ -101,7 +124,7 @@ class BenchResult:
     interpreter: bool  # pipec's kernels ran in Triton's interpreter
     inputs: list[str]
     bytes: int
-    flops: int
+    flops: int | None
     tolerance: dict[str, float] | None
     pipec_options: dict[str, Any]
     versions: dict[str, str]
@@ -162,15 +185,26 @@ def io_bytes(model, inputs, outputs) -> int:
     return sum(seen.values())
 
 
-def count_flops(model, inputs) -> int:
-    """FLOPs of one eager call (matmuls, convolutions, attention), by FlopCounterMode."""
+def count_flops(model, inputs) -> int | None:
+    """FLOPs of one eager call (matmuls, convolutions, attention), by FlopCounterMode; None when
+    the counter cannot count the model (torch 2.11's refuses grouped-query attention's shapes)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        model(*inputs)
+    try:
+        with torch.no_grad(), counter:
+            model(*inputs)
+    except Exception:  # noqa: BLE001 - the count is a figure of the table, never a reason to fail
+        return None
     return int(counter.get_total_flops())
+
+
+def _no_grad_call(fn, inputs):
+    import torch
+
+    with torch.no_grad():
+        return fn(*inputs)
 
 
 def describe_inputs(inputs) -> list[str]:
@@ -254,6 +288,47 @@ def count_launches(fn: Callable[[], Any], device: str) -> int | None:
         return None
 
 
+def peak_memory_mib(fn: Callable[[], Any], device: str) -> float | None:
+    """Peak GPU memory (MiB) of one call above the memory allocated before it; None off CUDA."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats(device)
+    at_rest = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated(device) - at_rest) / 2**20
+
+
+def reserved_bytes(device: str) -> int | None:
+    """Bytes the CUDA caching allocator holds once its unused cached blocks are released; None off CUDA."""
+    if not device.startswith("cuda"):
+        return None
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device)
+
+
+def _float64_bytes(expected) -> int:
+    """Bytes of the float64 reference run's tensors, once the numerics check has made it (else 0)."""
+    made = getattr(expected.float64, "cache_info", None)  # a function (no float64 run) has none
+    if made is None or made().currsize == 0:
+        return 0
+    run = expected.float64()
+    if run is None:
+        return 0
+    tensors = _tensors([run.outputs, run.gradients, run.buffers])
+    return sum(t.untyped_storage().nbytes() for t in {t.untyped_storage().data_ptr(): t for t in tensors}.values()
+               if t.is_cuda)
+
+
 # ---------------------------------------------------------------- caches and the process
 
 
@@ -328,10 +403,30 @@ def _first_call(make: Callable[[], Callable], inputs, device: str, reset: bool):
     return compiled, outputs, time.perf_counter() - start
 
 
-def _check(label: str, outputs, expected, options: BenchOptions) -> float | None:
+def _reset_dynamo() -> None:
+    import torch
+
+    torch._dynamo.reset()
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Eager's outputs, and the float64 run of the model (computed on the first output outside
+    the dtype's tolerances, then shared): a bf16 output outside them still passes when it is
+    about as close to float64 as eager's own (the rule `pipec compile` and `explain` apply)."""
+    outputs: Any
+    float64: Callable[[], Any]
+
+
+def _check(label: str, outputs, expected: Expected, options: BenchOptions) -> float | None:
     from .api import compare_outputs
 
-    max_error, mismatch = compare_outputs(outputs, expected, atol=options.atol, rtol=options.rtol)
+    def reference():
+        run = expected.float64()
+        return None if run is None else run.outputs
+
+    max_error, mismatch = compare_outputs(outputs, expected.outputs, atol=options.atol, rtol=options.rtol,
+                                          reference=reference)
     if mismatch:
         raise BenchMismatch(f"{label} differs from eager: {mismatch}")
     return max_error
@@ -365,9 +460,19 @@ def time_rounds(pending: list[Timed], device: str, options: BenchOptions,
     for r in range(rounds):
         progress(f"timing round {r + 1} of {rounds}")
         for timed in pending[r % len(pending):] + pending[:r % len(pending)]:
-            timed.result.ms_rounds.append(measure_ms(timed.call, device, options.warmup_ms, options.rep_ms))
+            if timed.result.error:
+                continue
+            try:
+                timed.result.ms_rounds.append(measure_ms(timed.call, device, options.warmup_ms, options.rep_ms))
+            except Exception as exc:
+                if not options.keep_going:
+                    raise
+                timed.result.error = f"timing: {_error_line(exc)}"
     for timed in pending:
-        timed.result.ms = statistics.median(timed.result.ms_rounds)
+        if timed.result.error:
+            timed.result.ms_rounds = []
+        else:
+            timed.result.ms = statistics.median(timed.result.ms_rounds)
 
 
 def bench_eager(model, inputs) -> Timed:
@@ -395,30 +500,37 @@ def record_tuning() -> Iterator[list[str]]:
         log.setLevel(level)
 
 
-def bench_pipec(model, fresh_model, inputs, expected, device: str, options: BenchOptions, name: str) -> Timed:
-    """pipec compiled cold and checked; its warm compile (of `fresh_model`) is `Timed.warm`."""
+def bench_pipec(model, fresh_model, inputs, expected, device: str, options: BenchOptions, name: str,
+                opts: CompileOptions | None = None, backend: str = "pipec") -> Timed:
+    """pipec (with `opts`, default `options.pipec`) compiled cold and checked; its warm compile (of
+    `fresh_model`) is `Timed.warm`. `backend` names the row ("pipec", "pipec-reduce-overhead")."""
     from .api import compile_with_session, report_from_session
     from .pipeline import Session
+    from .profile import first_call
 
-    opts = options.pipec  # its compile cache (default: local) serves the warm compile
+    opts = opts or options.pipec  # its compile cache (default: local) serves the warm compile
     label = f"pipec ({opts.fusion}, {opts.runtime})"
-    result = BackendResult("pipec", label)
-    sessions: list[Session] = []
+    result = BackendResult(backend, label)
 
-    def make(m):
-        compiled, session = compile_with_session(m, opts, Session(), name=name)
-        sessions.append(session)
-        return compiled
+    def make(m, session: Session):
+        return compile_with_session(m, opts, session, name=name)[0]
 
-    with record_tuning() as result.tuning:
-        compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
-    report = report_from_session(sessions[-1])
+    cold = Session()
+    with record_tuning() as result.tuning, first_call(cold.profile):
+        compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model, cold), inputs, device, reset=False)
+    report = report_from_session(cold)
     result.kernels, result.extern_ops = report.kernel_count, len(report.extern_ops)
+    result.compile_profile = report.compile_profile
     result.max_error = _check(label, outputs, expected, options)
 
     def warm():
-        _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device, reset=True)
-        result.cache_hits = sessions[-1].cache_hits
+        session = Session()
+        _reset_dynamo()  # as _first_call(reset=True) would, before the window opens
+        with first_call(session.profile):
+            _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model, session), inputs, device,
+                                                            reset=False)
+        result.cache_hits = session.cache_hits
+        result.compile_profile_warm = session.profile.to_dict()
         _check(f"{label} (warm compile)", outputs, expected, options)
     return _timed(result, compiled, inputs, warm)
 
@@ -469,11 +581,12 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
               on_update: Callable[[BenchResult], None] = lambda result: None) -> BenchResult:
     """Check and time eager, pipec and Inductor on `inputs` (already on their device).
 
-    Backends are compiled (cold) and checked in the order eager, pipec, Inductor modes (the
-    slowest compiles last), then timed together (`time_rounds`), then their launches counted,
-    then each is compiled again from its caches (warm); `on_update` sees the result after each
-    step. Raises BenchMismatch when a backend's
-    outputs differ from eager; compile failures propagate.
+    Backends are compiled (cold) and checked in the order eager, pipec (its mode, then
+    `pipec_modes`), Inductor modes (the slowest compiles last), then timed together
+    (`time_rounds`), then their launches counted and peak memory measured, then each is compiled
+    again from its caches (warm); `on_update` sees the result after each step. Raises
+    BenchMismatch when a backend's outputs differ from eager; compile failures propagate; with
+    `keep_going` both are recorded as the backend's `error` instead.
     """
     import torch
 
@@ -481,17 +594,22 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     device = str(tensors[0].device) if tensors else ("cuda" if torch.cuda.is_available() else "cpu")
     inductor = options.inductor if options.inductor is not None else device.startswith("cuda")
     modes = options.inductor_modes if inductor else ()
+    pipecs = [("pipec", options.pipec)] + [(f"pipec-{mode}", opts) for mode, opts in options.pipec_modes]
     # every compiled backend gets its own copy for the cold compile and one for the warm compile
-    cold = {backend: _fresh(model) for backend in ("pipec", *modes)}
-    fresh = {backend: _fresh(model) for backend in ("pipec", *modes)}
+    backends = [name for name, _ in pipecs] + list(modes)
+    cold = {backend: _fresh(model) for backend in backends}
+    fresh = {backend: _fresh(model) for backend in backends}
+    from .reference import lazy_float64_run
+
+    float64 = lazy_float64_run(model, inputs, _no_grad_call)  # before the eager run: its starting state
     with torch.no_grad():
-        expected = model(*inputs)
+        expected = Expected(model(*inputs), float64)
     result = BenchResult(
         model=name, device=device,
         device_name=torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
         timer=timer_label(device, options.warmup_ms, options.rep_ms, options.rounds),
         interpreter=not device.startswith("cuda"), inputs=describe_inputs(inputs),
-        bytes=io_bytes(model, inputs, expected), flops=count_flops(model, inputs),
+        bytes=io_bytes(model, inputs, expected.outputs), flops=count_flops(model, inputs),
         tolerance={"atol": options.atol, "rtol": options.rtol} if options.atol is not None else None,
         pipec_options={"fusion": options.pipec.fusion, "runtime": options.pipec.runtime,
                        "capture": options.pipec.capture, "codegen": options.pipec.codegen},
@@ -506,16 +624,34 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
         pending = [bench_eager(model, inputs)]
         result.backends.append(pending[-1].result)
         on_update(result)
-        progress("pipec: compiling (cold)")
-        pending.append(bench_pipec(cold["pipec"], fresh["pipec"], inputs, expected, device, options, name))
-        result.backends.append(pending[-1].result)
-        on_update(result)
-        for mode in modes:
-            progress(f"inductor ({mode}): compiling (cold)")
-            pending.append(bench_inductor(cold[mode], fresh[mode], inputs, expected, device, options, mode))
+        compiles = [(backend, lambda b=backend, o=opts: bench_pipec(cold[b], fresh[b], inputs, expected, device,
+                                                                   options, name, o, b))
+                    for backend, opts in pipecs]
+        compiles += [(f"inductor ({mode})", lambda m=mode: bench_inductor(cold[m], fresh[m], inputs, expected,
+                                                                           device, options, m))
+                     for mode in modes]
+        for backend, compile_backend in compiles:
+            progress(f"{backend}: compiling (cold)")
+            before = reserved_bytes(device)
+            float64_before = _float64_bytes(expected) if before is not None else 0
+            try:
+                pending.append(compile_backend())
+                after = reserved_bytes(device)
+                if before is not None:
+                    held = after - before - (_float64_bytes(expected) - float64_before)
+                    pending[-1].result.held_mib = max(held, 0) / 2**20
+            except Exception as exc:
+                if not options.keep_going:
+                    raise
+                failed = BackendResult(backend, backend, error=_error_line(exc))
+                result.backends.append(failed)
+                progress(f"{backend}: failed: {failed.error}")
+                on_update(result)
+                continue
             result.backends.append(pending[-1].result)
             on_update(result)
         time_rounds(pending, device, options, progress)
+        pending = [timed for timed in pending if not timed.result.error]  # keep_going: failed while timed
         on_update(result)
         # torch.profiler may leave Triton launch hooks set for the rest of the process, and a launch
         # with hooks takes Triton's full path (pipec's direct launchers step aside for the hooks):
@@ -523,12 +659,33 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
         progress("counting each backend's launches (torch.profiler, after all timings)")
         for timed in pending:
             timed.result.launches = count_launches(timed.call, device)
-        for timed in pending[1:]:
+        progress("measuring each backend's peak memory")
+        for timed in pending:
+            timed.result.peak_mib = peak_memory_mib(timed.call, device)
+        for timed in pending[1:] if options.warm else ():
             progress(f"{timed.result.label}: compiling again (warm)")
-            timed.warm()
+            try:
+                timed.warm()
+            except Exception as exc:
+                if not options.keep_going:
+                    raise
+                timed.result.error = f"warm compile: {_error_line(exc)}"
             on_update(result)
         torch._dynamo.reset()
     return result
+
+
+def _error_line(exc: BaseException) -> str:
+    """One line saying why a backend failed: a pipec error found in the chain, else the exception's first line."""
+    from .errors import find_pipec_error
+
+    if isinstance(exc, BenchMismatch):
+        return str(exc)
+    found = find_pipec_error(exc)
+    if found is not None:
+        return " ".join(str(found).split("\n")[0].split())
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 # ---------------------------------------------------------------- the table
@@ -554,6 +711,10 @@ def bench_table(result: BenchResult):
         table.add_column("TFLOP/s", justify="right")
     table.add_column("kernels", justify="right", no_wrap=True)
     table.add_column("launches", justify="right")
+    memory = any(b.peak_mib is not None for b in result.backends)
+    if memory:
+        table.add_column("peak MiB", justify="right")
+        table.add_column("held MiB", justify="right")
     table.add_column("compile cold s", justify="right")
     table.add_column("warm s", justify="right")
     table.add_column("max err", justify="right")
@@ -565,10 +726,13 @@ def bench_table(result: BenchResult):
                _fmt(d["speedup_vs_inductor"], ".3g", "×"), tbps]
         if result.flops:
             row.append(_fmt(d["tflop_per_s"], ".3g"))
-        row += [kernels, _fmt(b.launches, "d"), _fmt(b.compile_cold_s, ".2f"), _fmt(b.compile_warm_s, ".2f"),
-                _fmt(b.max_error, ".3g")]
+        row += [kernels, _fmt(b.launches, "d")]
+        if memory:
+            row += [_fmt(b.peak_mib, ".4g"), _fmt(b.held_mib, ".4g")]
+        row += [_fmt(b.compile_cold_s, ".2f"), _fmt(b.compile_warm_s, ".2f"), _fmt(b.max_error, ".3g")]
         table.add_row(*row)
-    notes = [f"{result.bytes / 1e6:.4g} MB moved per call (inputs, weights, outputs once each)"]
+    notes = [f"{b.name} failed: {b.error}" for b in result.backends if b.error]
+    notes += [f"{result.bytes / 1e6:.4g} MB moved per call (inputs, weights, outputs once each)"]
     if result.copy_tb_per_s:
         notes.append(f"copy of the same bytes: {result.copy_tb_per_s:.3f} TB/s")
     if result.flops:
@@ -577,6 +741,42 @@ def bench_table(result: BenchResult):
     if best is not None:
         notes.append(f"vs Inductor = vs its best mode here, {best.label}")
     table.caption = " · ".join(notes)
+    table.caption_justify = "left"
+    return table
+
+
+def profile_table(result: BenchResult):
+    """A rich Table of pipec's compile-time profiles, cold and warm, for every pipec row (each
+    mode): one row per part (seconds and share of that compile's first call), the cold counts as
+    caption; None without a pipec compile."""
+    from rich.table import Table
+
+    from .profile import PART_LABELS, format_seconds, profile_counts
+
+    rows = [b for b in result.backends if b.name.startswith("pipec") and b.compile_profile]
+    if not rows:
+        return None
+    table = Table(title=f"pipec compile-time profile · {result.model} (first call: compile and run)",
+                  title_justify="left")
+    table.add_column("part")
+    for b in rows:
+        prefix = "" if len(rows) == 1 else f"{b.name} "
+        table.add_column(f"{prefix}cold", justify="right")
+        table.add_column(f"{prefix}warm", justify="right")
+
+    def cell(data: dict | None, part: str) -> str:
+        seconds = data.get("seconds", {}).get(part) if data else None
+        if seconds is None:
+            return "-"
+        return f"{format_seconds(seconds)} ({seconds / data['wall_s']:.0%})" if data["wall_s"] > 0 else "-"
+
+    parts = list(dict.fromkeys(p for b in rows for p in b.compile_profile["seconds"]))
+    for part in parts:
+        table.add_row(PART_LABELS.get(part, part),
+                      *(cell(profile, part) for b in rows for profile in (b.compile_profile, b.compile_profile_warm)))
+    table.add_row("first call (wall)", *(format_seconds(profile["wall_s"]) if profile else "-"
+                                         for b in rows for profile in (b.compile_profile, b.compile_profile_warm)))
+    table.caption = " · ".join(f"{b.name} cold: {profile_counts(b.compile_profile)}" for b in rows)
     table.caption_justify = "left"
     return table
 
@@ -590,5 +790,5 @@ def write_json(result: BenchResult, path: str) -> None:
     atomic_write(path, json.dumps(result.to_dict(), indent=2).encode())
 
 
-__all__ = ["BenchMismatch", "BenchOptions", "BenchResult", "BackendResult", "run_bench", "bench_table",
-           "io_bytes", "count_flops", "measure_ms", "write_json"]
+__all__ = ["BenchMismatch", "BenchOptions", "BenchResult", "BackendResult", "run_bench", "bench_table", "profile_table",
+           "io_bytes", "count_flops", "measure_ms", "peak_memory_mib", "reserved_bytes", "write_json"]

@@ -1,9 +1,10 @@
 """The `pipec` command (typer).
 
-    pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead]
+    pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead|max-autotune|...]
                            [--dynamic] [--fullgraph] [--dump-ir DIR] [--output-code] [--json]
     pipec explain MODEL.py [same options]
-    pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--json] [-o FILE]
+    pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--pipec-mode MODE]
+                         [--keep-going] [--json] [-o FILE]
     pipec capture MODEL.py -o graph.json [--exporter export|dynamo]
     pipec fuse graph.json -o plan.json [--fusion NAME]
     pipec codegen plan.json -o program.json [--codegen NAME]
@@ -25,8 +26,11 @@ from __future__ import annotations
 import enum
 import importlib.util
 import json
+import math
 import os
+import re
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -61,6 +65,9 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _one_line(exc: BaseException) -> str:
+    inner = getattr(exc, "inner_exception", None)
+    if isinstance(inner, BaseException):  # Dynamo's BackendCompilerFailed: "backend='x' raised:", then it
+        return _one_line(inner)
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     return f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
 
@@ -140,13 +147,75 @@ def load_model_module(path: Path, model_name: str = "model", inputs_name: str = 
 
 
 def _resolve_device(device: str) -> str:
+    """--device: auto (cuda when there is one), cpu, cuda or cuda:N; anything else is a usage
+    error (exit 2). Commands call it before any work."""
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        fail("--device cuda, but no CUDA device is available")
+    if re.fullmatch(r"cpu(:0)?", device):
+        return "cpu"
+    match = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if match is None:
+        fail(f"--device {device!r}: expected auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        fail(f"--device {device}, but no CUDA device is available")
+    count = torch.cuda.device_count()
+    if match.group(1) is not None and int(match.group(1)) >= count:
+        fail(f"--device {device}: this machine has {count} CUDA device{'s' if count != 1 else ''} "
+             f"(cuda:0 to cuda:{count - 1})")
     return device
+
+
+def _cannot_write_in(directory: Path) -> str | None:
+    """Why no file can be created in `directory` (None: one can). Tried for real: permission bits
+    say nothing to root, or of a read-only or special file system."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".pipec-probe-"):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def _check_dump_dir(path: Path | None) -> None:
+    """--dump-ir (or PIPEC_DUMP_IR): a directory pipec can write in, made now; else exit 2."""
+    if path is None:
+        return
+    if path.exists() and not path.is_dir():
+        fail(f"--dump-ir {str(path)!r} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--dump-ir {str(path)!r}: cannot create the directory ({exc.strerror or exc})")
+    why = _cannot_write_in(path)
+    if why:
+        fail(f"--dump-ir {str(path)!r}: cannot write in the directory ({why})")
+
+
+def _check_output_file(path: Path | None, flag: str, *, make_parents: bool = False) -> None:
+    """An output file option that cannot be written is a usage error found before any work
+    (`make_parents`: the writer creates missing directories)."""
+    if path is None:
+        return
+    if path.is_dir():
+        fail(f"{flag} {str(path)!r} is a directory, not a file")
+    directory = path.parent
+    if make_parents:
+        while not directory.exists() and directory != directory.parent:
+            directory = directory.parent
+    if not directory.is_dir():
+        fail(f"{flag} {str(path)!r}: {str(directory)!r} is not a directory" if directory.exists() else
+             f"{flag} {str(path)!r}: the directory {str(directory)!r} does not exist")
+    why = _cannot_write_in(directory)
+    if why:
+        fail(f"{flag} {str(path)!r}: cannot write in {str(directory)!r} ({why})")
+
+
+def _check_finite(value: float | None, flag: str, *, positive: bool = False) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        fail(f"{flag} must be a finite number {'> 0' if positive else '>= 0'}, got {value}")
 
 
 def _to_device(model, inputs, device: str):
@@ -175,6 +244,8 @@ def _use_interpreter(device: str) -> bool:
 class Mode(str, enum.Enum):
     default = "default"
     reduce_overhead = "reduce-overhead"
+    max_autotune = "max-autotune"
+    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
 
 
 class Exporter(str, enum.Enum):
@@ -187,7 +258,8 @@ ModelFile = Annotated[Path, typer.Argument(help="Python file defining `model` an
 FusionOpt = Annotated[str, typer.Option("--fusion", help="Fusion policy (see `pipec plugins`).")]
 RuntimeOpt = Annotated[str | None, typer.Option("--runtime", help="Runtime (default: launch; "
                                                    "cudagraph with --mode reduce-overhead).")]
-ModeOpt = Annotated[Mode, typer.Option("--mode", help="reduce-overhead selects the CUDA Graph runtime.")]
+ModeOpt = Annotated[Mode, typer.Option("--mode", help="reduce-overhead selects the CUDA Graph runtime; "
+                                       "max-autotune(-no-cudagraphs) tunes exhaustively (README, Modes).")]
 DynamicOpt = Annotated[bool, typer.Option("--dynamic", help="Compile with symbolic sizes.")]
 FullgraphOpt = Annotated[bool, typer.Option("--fullgraph", help="Fail on any graph break.")]
 DumpOpt = Annotated[Path | None, typer.Option("--dump-ir", envvar="PIPEC_DUMP_IR",
@@ -218,6 +290,15 @@ def _check_cache(options) -> None:
         check_cache(options.cache, get_registry())
     except CacheError as exc:
         fail(str(exc))
+
+
+def _check_dynamo_capture(options) -> None:
+    """compile/explain/bench run the model under torch.compile: the capture must plug into Dynamo."""
+    from .plugins import get_registry
+
+    if getattr(get_registry().get("capture", options.capture), "dynamo_backend", None) is None:
+        fail(f"--capture {options.capture}: it cannot run under torch.compile (it has no dynamo_backend); "
+             f"use a Dynamo capture such as 'dynamo' (or `pipec export` for a torch.export capture)")
 
 
 def _options(**kwargs):
@@ -269,17 +350,24 @@ class StageProgress:
 def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, mode: Mode, dynamic: bool,
          fullgraph: bool, dump_ir: Path | None, output_code: bool, json_out: bool, model_name: str,
          inputs_name: str, device: str, capture: str, codegen: str, cache: str | None = None) -> None:
+    from .profile import CommandClock
+
+    clock = CommandClock()  # where the command's time goes (JSON `command_seconds`, explain's table)
     import torch
 
-    from .api import dynamo_break_reasons, report_from_session, run_and_compare
+    from .api import report_from_session, run_and_compare
     from .pipeline import Session
 
+    clock.lap("import torch")
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime, dynamic=True if dynamic else None,
                        fullgraph=fullgraph, capture=capture, codegen=codegen,
                        dump_dir=str(dump_ir) if dump_ir else None, cache=cache)
-    _check_cache(options)
-    model, inputs, name = load_model_file(model_file, model_name, inputs_name)
     device = _resolve_device(device)
+    _check_dynamo_capture(options)
+    _check_dump_dir(dump_ir)
+    _check_cache(options)
+    clock.lap("plugins and options")
+    model, inputs, name = load_model_file(model_file, model_name, inputs_name)
     interpreted = _use_interpreter(device)
     model, inputs = _to_device(model, inputs, device)
 
@@ -288,10 +376,7 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
             expected = model(*inputs)
     except Exception as exc:
         fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
-
-    break_count, reasons = (None, [])
-    if explain:
-        break_count, reasons = dynamo_break_reasons(model, inputs)
+    clock.lap("model file and eager run")
 
     progress = StageProgress(enabled=True)
     session = Session(on_stage=progress)
@@ -308,19 +393,25 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
         fail(str(found) if found else f"compiling {name} failed: {_one_line(exc)}",
              2 if isinstance(found, CacheError) else 1)  # an unusable cache is a usage error
 
-    report = report_from_session(session, break_reasons=reasons, graph_break_count=break_count,
-                                 max_error=max_error, mismatch=mismatch)
+    report = report_from_session(session, max_error=max_error, mismatch=mismatch)  # breaks: as the backend saw them
+    clock.lap("check against eager")
+    clock.split("check against eager", "first call", report.compile_profile.get("wall_s", 0.0))
     interpreted = interpreted and report.kernel_count > 0  # Triton kernels ran in the interpreter
     if json_out:
         data = report.to_dict(with_code=output_code)
         stages = {"capture": options.capture, "fusion": options.fusion, "codegen": options.codegen,
                   "runtime": options.runtime}
         data.update(model=name, device=device, interpreter=interpreted, ok=mismatch is None, **stages,
+                    command_seconds=clock.to_dict(),
                     options={**stages, "dynamic": options.dynamic, "fullgraph": options.fullgraph,
                              "cache": report.cache or "none"})
         print(json.dumps(data, indent=2))
     else:
         _print_report(report, name, options, device, interpreted, explain=explain)
+        if explain:
+            from .profile import command_line
+
+            stdout.print(command_line(clock.to_dict()), markup=False)
         if output_code:
             _print_code(report.kernels)
     if interpreted and not json_out:
@@ -355,8 +446,11 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
     for stage, seconds in report.stage_seconds.items():
         table.add_row(f"time {stage}", f"{seconds * 1e3:.1f} ms")
     stdout.print(table)
+    for note in report.notes:
+        stdout.print(f"note: {note}", markup=False)
     if not explain:
         return
+    _print_profile(report.compile_profile)
     if report.break_reasons:
         stdout.print("[bold]graph breaks[/]")
         for r in report.break_reasons:
@@ -380,6 +474,14 @@ def _print_report(report, name: str, options, device: str, interpreted: bool, *,
                      f"{g['fusion_count']} fusions", markup=False)
         if g.get("kernels"):
             stdout.print(_kernel_table(g["kernels"]))
+
+
+def _print_profile(data: dict) -> None:
+    from .profile import profile_table
+
+    table = profile_table(data)
+    if table is not None:
+        stdout.print(table)
 
 
 def _kernel_table(rows: list[dict]):
@@ -477,8 +579,8 @@ def _bench_tolerance(module, name: str, atol: float | None, rtol: float | None) 
     if tolerance is None:
         return None, None
     if not (isinstance(tolerance, dict) and set(tolerance) == {"atol", "rtol"}
-            and all(isinstance(v, int | float) for v in tolerance.values())):
-        fail(f"`tolerance` in {name} must be dict(atol=FLOAT, rtol=FLOAT)")
+            and all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in tolerance.values())):
+        fail(f"`tolerance` in {name} must be dict(atol=FLOAT, rtol=FLOAT), finite numbers >= 0")
     return float(tolerance["atol"]), float(tolerance["rtol"])
 
 
@@ -492,6 +594,15 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
               inductor_mode: Annotated[list[str] | None, typer.Option(
                   "--inductor-mode", help="Also measure this torch.compile mode (repeatable), "
                   "e.g. max-autotune-no-cudagraphs.")] = None,
+              pipec_mode: Annotated[list[Mode] | None, typer.Option(
+                  "--pipec-mode", help="Also measure pipec in this mode (repeatable), e.g. "
+                  "reduce-overhead.")] = None,
+              warm: Annotated[bool, typer.Option(
+                  "--warm/--no-warm", help="Compile every backend again from its caches after the timing "
+                  "(the warm compile time).")] = True,
+              keep_going: Annotated[bool, typer.Option(
+                  "--keep-going", help="A backend that fails (compile error, outputs unlike eager's) gets its "
+                  "error in its row and the others are still timed; the exit code is still 1.")] = False,
               warmup: Annotated[float, typer.Option("--warmup", help="Warm-up per measurement, ms.")] = 25.0,
               rep: Annotated[float, typer.Option("--rep", help="Measuring time per measurement, ms.")] = 100.0,
               rounds: Annotated[int, typer.Option(
@@ -511,20 +622,26 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     """Time eager, TorchInductor and pipec on MODEL.py, after checking their outputs against eager."""
     import torch
 
-    from .bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, bench_table, run_bench, write_json
+    from .bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, bench_table, profile_table, run_bench, write_json
 
     modes = ["default"] + [m for m in (inductor_mode or []) if m != "default"]
     unknown = [m for m in modes if m not in INDUCTOR_MODES]
     if unknown:
         fail(f"unknown --inductor-mode {unknown[0]!r} (expected one of: {', '.join(INDUCTOR_MODES)})")
-    if warmup < 0 or rep <= 0:
-        fail("--warmup must be >= 0 and --rep > 0 (milliseconds)")
+    _check_finite(warmup, "--warmup")
+    _check_finite(rep, "--rep", positive=True)
+    _check_finite(atol, "--atol")
+    _check_finite(rtol, "--rtol")
     if rounds < 1:
         fail("--rounds must be at least 1")
     options = _options(mode=mode.value, fusion=fusion, runtime=runtime)
+    extra = [m.value for m in dict.fromkeys(pipec_mode or []) if m != mode]
+    pipec_modes = tuple((m, _options(mode=m, fusion=fusion)) for m in extra)  # --runtime: the main row's
+    device = _resolve_device(device)
+    _check_dynamo_capture(options)
+    _check_output_file(output, "--output")
     model_obj, example, name, module = load_model_module(model_file, model, inputs)
     atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
-    device = _resolve_device(device)
     model_obj, example = _to_device(model_obj, example, device)
     if dtype is not None:
         model_obj, example = _to_dtype(model_obj, example, dtype.value)
@@ -536,7 +653,8 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     except Exception as exc:
         fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
     bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
-                                 rep_ms=rep, rounds=rounds, atol=atol, rtol=rtol, keep_caches=keep_caches)
+                                 rep_ms=rep, rounds=rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
+                                 pipec_modes=pipec_modes, keep_going=keep_going, warm=warm)
     step = ["setting up"]
 
     def save(result) -> None:
@@ -568,9 +686,15 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     else:
         wide = stdout if stdout.is_terminal else Console(highlight=False, width=160)  # piped: not squeezed to 80
         wide.print(bench_table(result), markup=False)
+        profile = profile_table(result)
+        if profile is not None:
+            wide.print(profile, markup=False)
     if result.interpreter:
         stderr.print("note: no CUDA device: CPU wall times, pipec's kernels in Triton's interpreter "
                      "(a smoke test, not a performance number)")
+    failed = [b for b in result.backends if b.error]
+    if failed:
+        fail(f"{name}: {len(failed)} backend(s) failed; {failed[0].name}: {failed[0].error}", 1)
 
 
 # ---------------------------------------------------------------- stage by stage
@@ -584,7 +708,7 @@ def _read_ir(path: Path, kind: str):
     except OSError as exc:
         fail(f"cannot read {str(path)!r}: {exc.strerror or exc}")
     try:
-        return pipec_ir.verify(pipec_ir.loads(text, kind=kind))
+        return pipec_ir.loads(text, kind=kind)  # verified too
     except pipec_ir.IRError as exc:
         fail(f"{path}: {exc}")
 
@@ -636,6 +760,7 @@ def capture_cmd(model_file: ModelFile, output: OutputOpt, exporter: Annotated[Ex
 def _capture_with_dynamo(module, example, options, name: str):
     import torch
 
+    from .backend import aten_backend
     from .pipeline import compile_graph
     from .plugins import get_registry
 
@@ -649,7 +774,7 @@ def _capture_with_dynamo(module, example, options, name: str):
         return lambda args: list(_as_tuple(aten_gm(*args)))
 
     def backend(gm, example_inputs, **_):
-        return capture.dynamo_backend(compile_aten_graph)(gm, example_inputs)
+        return aten_backend(capture.dynamo_backend, compile_aten_graph, options)(gm, example_inputs)
 
     try:
         torch._dynamo.reset()
@@ -724,12 +849,15 @@ def export_cmd(model_file: ModelFile,
     from .artifact import ExportError, check_artifact, export_artifact, export_options
     from .pipeline import Session
 
-    module, example, name = load_model_file(model_file, model, inputs)
     try:
-        export_options(name=name, fusion=fusion, runtime=runtime, mode=mode.value, codegen=codegen,
+        export_options(name=model_file.stem, fusion=fusion, runtime=runtime, mode=mode.value, codegen=codegen,
                        dump_dir=str(dump_ir) if dump_ir else None)
     except ValueError as exc:
         fail(str(exc))
+    device = _resolve_device(device)  # used by --check; a bad value is refused either way
+    _check_dump_dir(dump_ir)
+    _check_output_file(output, "--output", make_parents=True)
+    module, example, name = load_model_file(model_file, model, inputs)
     if not all(isinstance(t, torch.Tensor) for t in example):
         fail(f"`{inputs}` in {model_file.name} must hold tensors only to be exported")
     try:
@@ -755,7 +883,8 @@ def export_cmd(model_file: ModelFile,
             traceback.print_exc()
         found = find_pipec_error(exc)
         fail(str(found) if found else f"exporting {name} failed: {_one_line(exc)}", 1)
-    device = _resolve_device(device) if check else None
+    if not check:
+        device = None  # nothing ran
     if check:
         try:
             _, moved = _to_device(None, example, device)
@@ -837,7 +966,8 @@ def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `
                 "--inputs", help="safetensors file of the inputs, keyed by input name (or 0, 1, ...).")] = None,
             random: Annotated[bool, typer.Option("--random", help="Random inputs from the recorded specs "
                                                  "(symbols at their example sizes).")] = False,
-            seed: Annotated[int, typer.Option("--seed", help="Seed for --random.")] = 0,
+            seed: Annotated[int, typer.Option("--seed", help="Seed for --random.", min=-2**63,
+                                              max=2**64 - 1)] = 0,
             device: DeviceOpt = "auto",
             runtime: Annotated[ArtifactRuntime | None, typer.Option(
                 "--runtime", help="Override the runtime recorded in the artifact.")] = None,
@@ -853,6 +983,7 @@ def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `
     if (inputs_file is None) == (not random):
         fail("give either --inputs FILE.safetensors or --random")
     device = _resolve_device(device)
+    _check_output_file(save_outputs, "--save-outputs")
     try:
         loaded = load_artifact(artifact, runtime.value if runtime else None, sha256=sha256)
     except ArtifactError as exc:
@@ -888,7 +1019,7 @@ def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `
         try:
             save_file({str(i): t.detach().to("cpu").contiguous() for i, t in enumerate(outputs)
                        if isinstance(t, torch.Tensor)}, str(save_outputs))
-        except (OSError, ValueError, RuntimeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - safetensors' SafetensorError is none of OSError, ValueError
             fail(f"cannot write {str(save_outputs)!r}: {_one_line(exc)}")
     interpreted = device == "cpu" and bool(loaded.manifest["kernels"])
     if json_out:
@@ -1035,7 +1166,11 @@ def main(argv: list[str] | None = None) -> None:
         # click's ClickException / UsageError (typer vendors click in recent versions: match by shape)
         code = getattr(exc, "exit_code", None)
         if not (isinstance(code, int) and hasattr(exc, "format_message")):
-            raise
+            # a failure no command turned into its own line: still one line, the traceback on request
+            if os.environ.get("PIPEC_TRACEBACK"):
+                traceback.print_exc()
+            print(f"error: {_one_line(exc)} (unexpected; PIPEC_TRACEBACK=1 prints the traceback)", file=sys.stderr)
+            sys.exit(1)
         message = exc.format_message()
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pipec`: the help text
             print(message, file=sys.stderr)

@@ -16,7 +16,7 @@ from typing import Any
 from collections.abc import Callable
 
 import pipec_ir
-from pipec_ir import CompileOptions
+from pipec_ir import CompileOptions, CompileProfile
 
 from .cache import open_cache, source_digest, stage_key, text_digest
 from .constants import bind_constants, graph_constants
@@ -61,6 +61,8 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("runtime", load_program, None),
 )
 STAGE_NAMES = tuple(s.name for s in PIPELINE)
+# each stage's part of the compile-time profile (pipec_ir.profile)
+PROFILE_PARTS = {"capture": "capture", "fusion": "fusion", "codegen": "codegen", "runtime": "runtime_load"}
 
 
 # ---------------------------------------------------------------- statistics
@@ -178,8 +180,11 @@ class Session:
     graphs: list[GraphStats] = field(default_factory=list)
     dynamo_graphs: int = 0  # calls of the torch.compile backend (one per Dynamo graph)
     eager_graphs: int = 0  # Dynamo graphs run eagerly because the recompile budget was used up
+    break_reasons: list[str] = field(default_factory=list)  # why Dynamo broke the graphs (backend.break_reason)
     on_stage: Callable[[str, str, str, str], None] | None = None
     cache: str | None = None  # the compile cache backend used (None: no cache)
+    # where the first call's time went, once a window measured it (pipec.explain, pipec bench)
+    profile: CompileProfile = field(default_factory=CompileProfile)
     _dump_names: set[str] = field(default_factory=set)
 
     def unique_name(self, name: str) -> str:
@@ -254,14 +259,18 @@ def serialize_boundary(doc, kind: str):
     if not isinstance(doc, tuple(pipec_ir.types.DOCUMENT_KINDS.values())):
         raise TypeError(f"returned {type(doc).__name__}, not a pipec_ir document ({kind})")
     text = pipec_ir.dumps(doc)
-    return pipec_ir.verify(pipec_ir.loads(text, kind=kind)), text
+    return pipec_ir.loads(text, kind=kind), text  # loads verifies
 
 
 def dump_document(dump_dir: str, name: str, stage: str, doc) -> None:
     directory = Path(dump_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{name}.{stage}.json").write_text(pipec_ir.dumps(doc))
-    (directory / f"{name}.{stage}.txt").write_text(pipec_ir.format_document(doc) + "\n")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{name}.{stage}.json").write_text(pipec_ir.dumps(doc))
+        (directory / f"{name}.{stage}.txt").write_text(pipec_ir.format_document(doc) + "\n")
+    except OSError as exc:
+        raise PipecError(f"cannot write the IR of graph {name} to dump_dir {str(directory)!r}: "
+                         f"{exc.strerror or exc}", stage=stage, graph=name) from exc
 
 
 def warn_fallbacks(graph: pipec_ir.Graph, name: str) -> None:
@@ -368,6 +377,10 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
     """
     options = options or CompileOptions()
     session = session if session is not None else Session()
+    if options.get("compile_profile") is None:  # the runtime records its load, compiles and first run there
+        options = options.with_extra(compile_profile=session.profile)
+    profile = options.get("compile_profile")
+    profile.count("graphs")
     registry = registry or get_registry()
     cache = _open_cache(options, registry)
     session.cache = cache.name if cache is not None else session.cache
@@ -396,10 +409,11 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
             session.on_stage(stage.name, impl_name, label, "start")
         start = time.perf_counter()
         try:
-            if cache is not None and digest is None and stage.kind is not None:
-                digest = source_digest(doc, example_inputs)  # the first stage's input
-            doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, options, example_inputs)
-            digest = text_digest(text) if text is not None else None
+            with profile.part(PROFILE_PARTS.get(stage.name, stage.name)):
+                if cache is not None and digest is None and stage.kind is not None:
+                    digest = source_digest(doc, example_inputs)  # the first stage's input
+                doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, options, example_inputs)
+                digest = text_digest(text) if text is not None else None
         except PipecError:
             raise
         except Exception as exc:

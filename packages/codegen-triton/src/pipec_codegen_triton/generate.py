@@ -94,6 +94,7 @@ def _flag_option(options: CompileOptions, name: str) -> bool:
 
 
 def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
+    verify(plan)  # every node's declared type is what its op gives: codegen trusts node types
     graph = plan.graph
     nodes = graph.node_map()
     types = graph.types()

@@ -18,8 +18,8 @@ from __future__ import annotations
 import sympy
 from pipec_ir import CompileOptions, Graph, Kernel, Ref, Step, TensorType, TritonKernel, get_attr, make_attrs
 from pipec_ir.indexing import view_source_index
-from pipec_ir.ops import VIEW, kind_of
-from pipec_ir.symbolic import index_symbol
+from pipec_ir.ops import POINTWISE, VIEW, kind_of
+from pipec_ir.symbolic import index_symbol, numel
 
 from .configs import pointwise_configs, upper_bound
 from .matmul_template import MATMUL_OPS, epilogue_inputs, epilogue_refinement, value_at, write_template
@@ -130,7 +130,36 @@ def _library_steps(graph: Graph, kernel: Kernel, product: str, call: Step, folde
         sizes=src.sizes, grid=((xnumel, "XBLOCK"),),
         configs=pointwise_configs(xnumel, upper_bound(xnumel, graph.symbols)),
     )
-    return [launch], [call, Step("launch", ep.name, inputs, outputs)]
+    # the pointwise pass may write over the library's result, which dies there (the memory plan
+    # confirms it does): cuBLAS's [M, N] and the epilogue's output are then one activation, not two
+    donor = _epilogue_donor(graph, rest, written, inputs, outputs)
+    attrs = make_attrs(inplace=((outputs[0], written),)) if donor else ()
+    return [launch], [call, Step("launch", ep.name, inputs, outputs, attrs)]
+
+
+def _epilogue_donor(graph: Graph, rest: list[str], written: str, inputs: tuple, outputs: tuple) -> bool:
+    """Whether the epilogue's one output may be written in place of `written` (the library
+    call's result): same dtype and element count, and every node between them pointwise or a
+    reshape of that count, so each element of `written` is read only where the same program
+    writes the output's element at the same flat index (reshapes of contiguous values keep flat
+    indices), and before the one store at the end."""
+    if len(outputs) != 1 or written not in inputs:
+        return False
+    nodes, types = graph.node_map(), graph.types()
+    size = numel(types[written].shape)
+    if types[outputs[0]].dtype != types[written].dtype or sympy.expand(numel(types[outputs[0]].shape) - size) != 0:
+        return False
+    reached = {written}
+    for name in rest:  # kernel order is topological
+        node = nodes[name]
+        if not reached.intersection(node.inputs):
+            continue
+        if kind_of(node.op) != POINTWISE and node.op != "reshape":
+            return False
+        if sympy.expand(numel(node.type.shape) - size) != 0:
+            return False
+        reached.add(name)
+    return outputs[0] in reached
 
 
 def library_alternatives(graph: Graph, kernel: Kernel, options: CompileOptions) -> dict[str, tuple]:
@@ -197,15 +226,18 @@ def matmul_with_epilogue(graph: Graph, kernel: Kernel, options: CompileOptions):
     """(Triton kernels, steps, {value: type} of values only an alternative makes) of a matmul
     kernel that holds an epilogue.
 
-    Codegen option `matmul_template` (default True): False emits only the library alternative."""
+    Codegen option `matmul_template` (default True): False emits only the library alternative.
+    Option `max_autotune` (the max-autotune modes): every alternative and config, none left out to
+    save compile time (`write_template`'s `exhaustive`)."""
     libraries = library_alternatives(graph, kernel, options)
     if not options.get("matmul_template", True):
         return libraries["library"]
+    exhaustive = bool(options.get("max_autotune", False))
     # Where cuBLASLt applies the activation in its own epilogue ("library_act": ReLU, tanh-GELU)
     # the ping-pong kernel has nothing to hide and only costs compile time: GPT-2's bf16 fc GEMM
     # (8192 x 768 @ 768 x 3072 + tanh-GELU) took 0.0684 ms there against 0.0742 (H200, 2026-12-01)
-    template = write_template(graph, kernel, pingpong="library_act" not in libraries,
-                              bounds_check=bool(options.get("bounds_check", False)))
+    template = write_template(graph, kernel, pingpong=exhaustive or "library_act" not in libraries,
+                              exhaustive=exhaustive, bounds_check=bool(options.get("bounds_check", False)))
     if template is None and len(libraries) == 1:
         return libraries["library"]
     kernels, steps, own_values = [], [], {}

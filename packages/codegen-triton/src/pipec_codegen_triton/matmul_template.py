@@ -248,10 +248,12 @@ class TemplateKernel:
 
 
 def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
-                   bounds_check: bool = False) -> TemplateKernel | None:
+                   exhaustive: bool = False, bounds_check: bool = False) -> TemplateKernel | None:
     """The Triton GEMM template for a matmul kernel (with or without an epilogue), or None when the
     operands' dtype or layout has no template (the kernel stays a library call). `pingpong`: may
-    a Gluon ping-pong kernel be written beside it (`pingpong_wanted`)."""
+    a Gluon ping-pong kernel be written beside it (`pingpong_wanted`). `exhaustive` (the
+    max-autotune modes): every candidate the runtime could time, none left out to save compile
+    time (the ping-pong kernel wherever it can be written, every persistent config beside it)."""
     nodes, types = graph.node_map(), graph.types()
     product = next(n for n in kernel.nodes if nodes[n].op in MATMUL_OPS)
     node = nodes[product]
@@ -321,9 +323,9 @@ def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
                 + ["    else:"] + _indent(body))
 
     pingpong_epilogue = None
-    if pingpong and tma is not None and pingpong_wanted(tma, configs, body):
+    if pingpong and tma is not None and pingpong_wanted(tma, configs, body, exhaustive):
         pingpong_epilogue = _pingpong_epilogue(w, product, kernel.outputs, out_shape, refined, M, N)
-    if pingpong_epilogue is not None:
+    if pingpong_epilogue is not None and not exhaustive:
         # beside the ping-pong kernel (11% faster than the template's best on the H200's bf16 MLP)
         # the template keeps one persistent config, TMA_CONFIGS' first: each is seconds of compile
         persistent = [c for c in configs if dict(c.constants).get(TMA_CONSTANT)]
@@ -368,12 +370,14 @@ def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
 _COSTLY = re.compile(r"_pipec_gelu_half|\btl\.(exp2?|log2?|erf|sqrt|rsqrt|sin|cos|sigmoid)\(")
 
 
-def pingpong_wanted(tma, configs, body: list[str]) -> bool:
+def pingpong_wanted(tma, configs, body: list[str], exhaustive: bool = False) -> bool:
     """Offer the Gluon ping-pong kernel beside the template: when the persistent TMA kernel is
     offered (a large product, operands a descriptor reads), A is read untransposed (wgmma's A
-    from shared memory K-major), the operands are 16-bit and the epilogue is costly."""
+    from shared memory K-major), the operands are 16-bit and the epilogue is costly (any
+    epilogue when `exhaustive`)."""
     persistent = any(dict(c.constants).get(TMA_CONSTANT) for c in configs)
-    return persistent and not tma[0].transposed and _COSTLY.search("\n".join(body)) is not None
+    costly = exhaustive or _COSTLY.search("\n".join(body)) is not None
+    return persistent and not tma[0].transposed and costly
 
 
 def _pingpong_epilogue(w: EpilogueWriter, product, outputs, out_shape, refined, M, N):

@@ -2,7 +2,8 @@
 
 A buffer is live from the step that writes it to the last step that reads it.
 Library calls may return views of their inputs, so an extern's inputs stay live
-as long as its outputs do. Graph outputs never share storage.
+as long as its outputs do (except calls known to return fresh memory: matmuls,
+convolution, attention). Graph outputs never share storage.
 
 Reuse, in order of preference:
 * in place: a pointwise kernel's output takes the slot of one of its inputs that dies
@@ -16,9 +17,15 @@ The runtime allocates a slot's storage at the first step writing one of its buff
 frees it after the last use of its last buffer; library (extern) results are allocated
 by the library when produced and freed after their last use, as in eager. `peak_bytes`
 is the largest number of bytes live at any step under that model (symbols at their
-hints when the plan is compared, a sympy expression in the Program). A plan whose peak
-would exceed eager's (every intermediate allocated when produced, freed after its last
-use) is replaced by the eager-shaped one: one slot per buffer, so never above eager.
+hints when the plan is compared, a sympy expression in the Program). A slot reused across
+a gap holds memory nothing uses meanwhile, so the plan is kept only where its peak is no
+higher than that of a slot per buffer (each held from its write to its last reader, in-place
+pairs still sharing): the liveness bound of this step order, never above eager's (every
+intermediate allocated when produced, freed after its last use).
+
+* over a library result: a launch codegen proposes (`inplace`) to write its output over a
+  library call's result (a matmul's epilogue kernel after cuBLAS) does, where the result dies
+  there and was made in the same alternative; that output then has no slot of its own.
 """
 
 from __future__ import annotations
@@ -38,6 +45,21 @@ _VIEW_OPS = frozenset({
     "unsqueeze", "squeeze", "alias", "narrow", "unfold", "diagonal", "view_as", "expand_as", "unbind", "split",
     "chunk", "split_with_sizes",
 })
+
+
+# Library calls whose results are always fresh memory, never a view of an argument: their
+# arguments need not outlive the call (matmuls, convolution, attention, pipec's own targets).
+_FRESH_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "convolution", "scaled_dot_product_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_cudnn_attention",
+    "_efficient_attention_forward", "_flash_attention_forward",
+})
+
+
+def _is_fresh(target: str) -> bool:
+    parts = target.split(".")
+    return parts[0] == "pipec" or (len(parts) >= 2 and parts[0] == "aten" and parts[1] in _FRESH_OPS)
 
 
 def _nbytes(t: TensorType) -> sympy.Expr:
@@ -75,21 +97,25 @@ def plan_program_memory(steps: tuple[Step, ...], types: dict[str, TensorType], o
     peak bytes). `plan` (the KernelPlan) enables in-place reuse and gives the symbols' hints."""
     inplace = inplace_candidates(plan) if plan is not None else {}
     hints = {size_symbol(s.name): s.hint for s in plan.graph.symbols} if plan is not None else {}
-    buffers, slots, pairs = plan_memory(steps, types, outputs, inplace=inplace)
-    planned = peak_bytes(steps, types, outputs, buffers, slots)
-    eager = peak_bytes(steps, types, outputs)
-    if _at(planned, hints) > _at(eager, hints):
-        buffers, slots, pairs = plan_memory(steps, types, outputs, reuse=False)
-        planned = peak_bytes(steps, types, outputs, buffers, slots)
-    return _mark_inplace(steps, pairs), buffers, slots, planned
+    best = None
+    for reuse in (True, False):  # slots reused best-fit; or a slot per buffer (in-place pairs still share)
+        buffers, slots, pairs = plan_memory(steps, types, outputs, inplace=inplace, reuse=reuse)
+        marked = _mark_inplace(steps, pairs)
+        planned = peak_bytes(marked, types, outputs, buffers, slots)
+        if best is None or _at(planned, hints) < _at(best[3], hints):
+            best = (marked, buffers, slots, planned)
+    return best
 
 
 def _mark_inplace(steps, pairs: dict[int, tuple]) -> tuple[Step, ...]:
+    """`steps` with each launch's `inplace` attribute the pairs the plan confirmed (codegen's
+    proposals the plan did not confirm are dropped)."""
     out = []
     for k, step in enumerate(steps):
-        if k in pairs:
-            attrs = dict(step.attrs)
-            attrs["inplace"] = tuple(pairs[k])
+        if k in pairs or get_attr(step.attrs, "inplace") is not None:
+            attrs = {key: v for key, v in step.attrs if key != "inplace"}
+            if k in pairs:
+                attrs["inplace"] = tuple(pairs[k])
             step = Step(step.kind, step.target, step.inputs, step.outputs, make_attrs(**attrs))
         out.append(step)
     return tuple(out)
@@ -104,7 +130,8 @@ def _at(expr: sympy.Expr, hints: dict) -> int:
 
 def last_uses(steps: tuple[Step, ...], outputs: set[str]) -> dict[str, int]:
     """Value -> the last step its storage is needed (len(steps) for graph outputs); an
-    extern's inputs live as long as its outputs (it may return views of them)."""
+    extern's inputs live as long as its outputs (it may return views of them), unless it is a
+    library call known to return fresh memory (`_is_fresh`)."""
     last_use: dict[str, int] = {}
     for i, step in enumerate(steps):
         for name in step.inputs:
@@ -115,7 +142,7 @@ def last_uses(steps: tuple[Step, ...], outputs: set[str]) -> dict[str, int]:
         last_use[name] = len(steps)
     for i in reversed(range(len(steps))):
         step = steps[i]
-        if step.kind != "extern":
+        if step.kind != "extern" or _is_fresh(step.target):
             continue
         end = max((last_use.get(o, i) for o in step.outputs), default=i)
         for name in step.inputs:
@@ -125,7 +152,9 @@ def last_uses(steps: tuple[Step, ...], outputs: set[str]) -> dict[str, int]:
 
 def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: set[str], *,
                 inplace: dict[str, frozenset[str]] | None = None, reuse: bool = True):
-    """Returns (buffers with slots, slots, {step index: ((output, input), ...) in place})."""
+    """Returns (buffers with slots, slots, {step index: ((output, input), ...) in place}).
+    `reuse=False`: no slot is reused once freed (each buffer has its own, or its in-place
+    input's), so each is held exactly from its write to its last reader."""
     inplace = inplace or {}
     last_use = last_uses(steps, outputs)
     free: list[tuple[sympy.Expr, int]] = []  # (nbytes, slot index) of freed slots
@@ -135,6 +164,16 @@ def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: 
     buffers: list[Buffer] = []
     pairs: dict[int, list[tuple[str, str]]] = {}
     declared: set[str] = set()
+    made_by: dict[str, Step] = {}  # value -> the extern step making it
+    for step in steps:
+        if step.kind == "extern" and not _is_view(step.target):
+            for name in step.outputs:
+                made_by.setdefault(name, step)
+    over_results = [_over_library_result(step, i, made_by, types, last_use, outputs) for i, step in enumerate(steps)]
+    # a value some alternative writes over a library result has no slot: the other alternatives
+    # (the template's kernel) give it storage of its own, freed after its last reader, as a slot
+    # held across that alternative would hold it beside the library result that now carries it
+    unslotted = {out for over in over_results for out in over}
     for i, step in enumerate(steps):
         # release slots whose buffers died before this step
         for idx, end in list(live_until.items()):
@@ -146,15 +185,17 @@ def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: 
         # (never inside a choice group: the runtime re-runs an alternative to time it, and a
         # step that overwrote its input would then compute from its own output)
         dying = [name for name in step.inputs
-                 if reuse and name in slot_of and name in inplace.get(step.target, ())
+                 if name in slot_of and name in inplace.get(step.target, ())
                  and get_attr(step.attrs, "choice") is None
                  and last_use.get(name) == i and live_until.get(slot_of[name]) == i]
+        for out, donor in over_results[i].items():
+            pairs.setdefault(i, []).append((out, donor))
         for out in step.outputs:
             if out in declared:  # another alternative of a choice group wrote it first: same buffer
                 continue
             declared.add(out)
             t = types[out]
-            if step.kind != "launch" or out in outputs:
+            if step.kind != "launch" or out in outputs or out in unslotted:
                 buffers.append(Buffer(out, t, None))
                 continue
             need = _nbytes(t)
@@ -177,15 +218,67 @@ def plan_memory(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: 
     return tuple(buffers), tuple(slots), {k: tuple(v) for k, v in pairs.items()}
 
 
+def _over_library_result(step: Step, i: int, made_by: dict, types: dict, last_use: dict, outputs: set) -> dict:
+    """{output: library result} of a launch that codegen proposes (its `inplace` attribute) to
+    write over a library call's result (a cuBLAS product before its epilogue kernel): kept where
+    that result dies at this step, is not returned, has the output's dtype and element count, and
+    was made in the same alternative of the same choice group (rerunning an alternative to time
+    it calls the library again, so its result is never a value the timing overwrote)."""
+    if step.kind != "launch":
+        return {}
+    out = {}
+    for output, donor in tuple(get_attr(step.attrs, "inplace", ()) or ()):
+        maker = made_by.get(donor)
+        if (maker is None or donor in outputs or last_use.get(donor) != i or output not in step.outputs
+                or types[donor].dtype != types[output].dtype
+                or sympy.expand(numel(types[donor].shape) - numel(types[output].shape)) != 0
+                or get_attr(maker.attrs, "choice") != get_attr(step.attrs, "choice")
+                or get_attr(maker.attrs, "alternative") != get_attr(step.attrs, "alternative")):
+            continue
+        out[output] = donor
+    return out
+
+
 def peak_bytes(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: set[str],
                buffers: tuple[Buffer, ...] | None = None, slots: tuple[Slot, ...] = ()) -> sympy.Expr:
     """The most bytes live at any step: values made by the steps (inputs not counted),
     views of other values free. Without `buffers`: eager (each value from the step making it
     to its last use). With them: slotted buffers cost their slot, from the first write of
-    any buffer of the slot to the last use of its last buffer."""
+    any buffer of the slot to the last use of its last buffer, and a launch's output written
+    in place of a library result (`inplace`) costs nothing more. A call runs one alternative
+    of each choice group: the peak is the largest over the alternatives."""
+    names = list(dict.fromkeys(get_attr(s.attrs, "alternative") for s in steps if get_attr(s.attrs, "choice")))
+    peaks = [_peak_of(_alternative_steps(steps, name), types, outputs, buffers, slots) for name in names or [None]]
+    peaks = [p for p in peaks if p is not None]
+    if not peaks:
+        return sympy.Integer(0)
+    return sympy.Max(*peaks) if len(peaks) > 1 else peaks[0]
+
+
+def _alternative_steps(steps: tuple[Step, ...], alternative: str | None) -> tuple[Step, ...]:
+    """The steps a call runs when each choice group runs `alternative` where it has one, else its
+    default (else its first alternative)."""
+    groups: dict[str, list[tuple[str, bool]]] = {}
+    for s in steps:
+        if get_attr(s.attrs, "choice") is not None:
+            groups.setdefault(get_attr(s.attrs, "choice"), []).append(
+                (get_attr(s.attrs, "alternative"), bool(get_attr(s.attrs, "default"))))
+    picked = {g: alternative if any(a == alternative for a, _ in m) else next((a for a, d in m if d), m[0][0])
+              for g, m in groups.items()}
+    return tuple(s for s in steps if get_attr(s.attrs, "choice") is None
+                 or get_attr(s.attrs, "alternative") == picked[get_attr(s.attrs, "choice")])
+
+
+def _peak_of(steps, types, outputs, buffers, slots) -> sympy.Expr | None:
     last_use = last_uses(steps, outputs)
     slot_of = {b.name: b.slot for b in buffers or () if b.slot is not None}
     slot_bytes = {s.index: s.nbytes for s in slots}
+    over: dict[str, str] = {}  # output written in place of a library result -> that result
+    if buffers is not None:
+        for step in steps:
+            for output, donor in inplace_pairs(step):
+                if donor not in slot_of:
+                    over[output] = over.get(donor, donor)
     span: dict[object, list] = {}  # allocation -> [first step, last step, bytes]
     for k, step in enumerate(steps):
         if step.kind == "extern" and _is_view(step.target):
@@ -193,15 +286,20 @@ def peak_bytes(steps: tuple[Step, ...], types: dict[str, TensorType], outputs: s
         for name in step.outputs:
             if name not in types:
                 continue
+            end = last_use.get(name, k)
+            if name in over:
+                key = over[name]
+                if key in span:
+                    span[key][1] = max(span[key][1], end)
+                continue
             key = ("slot", slot_of[name]) if name in slot_of else name
             nbytes = slot_bytes[slot_of[name]] if name in slot_of else _nbytes(types[name])
-            end = last_use.get(name, k)
             if key in span:
                 span[key][1] = max(span[key][1], end)
             else:
                 span[key] = [k, end, nbytes]
     if not span:
-        return sympy.Integer(0)
+        return None
     totals = []
     for k in range(len(steps) + 1):
         live = [n for first, last, n in span.values() if first <= k <= last]

@@ -19,3 +19,12 @@ class UnsupportedVersionError(IRError):
 
 class VerifyError(IRError):
     """The document parsed, but breaks an invariant (dangling name, bad arity, cycle...)."""
+
+
+class TypeMismatchError(VerifyError):
+    """A node's declared type (shape, dtype) contradicts what its op gives for its inputs,
+    or its operands' types break the op's contract (docs/IR.md, "Type rules")."""
+
+
+class AttributeTypeError(VerifyError):
+    """A node's attribute has the wrong type or an impossible value (`dims: "two"`)."""

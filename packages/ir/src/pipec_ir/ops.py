@@ -1,6 +1,9 @@
 """pipec's own op set: small, closed, grouped by kind.
 
-Each row: op name -> (kind, number of tensor inputs or None for variadic).
+Each row: op name -> (kind, number of tensor inputs or None for variadic, required
+attributes, type rule). The type rule (`pipec_ir.type_rules`) gives the node's type
+from its inputs' types and its attributes; `verify` checks every node's declared
+type against it (docs/IR.md, "Type rules").
 Operand dtypes of pointwise ops are already promoted by capture: arithmetic ops
 see operands of their own dtype; comparisons see operands of one common dtype.
 """
@@ -8,6 +11,8 @@ see operands of their own dtype; comparisons see operands of one common dtype.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from . import type_rules as rules
 
 POINTWISE, REDUCTION, VIEW, CREATION, INDEXING, MATMUL, EXTERN = (
     "pointwise", "reduction", "view", "creation", "indexing", "matmul", "extern",
@@ -20,6 +25,7 @@ class OpDef:
     kind: str
     arity: int | None  # tensor inputs; None = any number
     attrs: tuple[str, ...] = ()  # required attribute keys
+    rule: rules.Rule | None = None  # type rule: (node, input types, context) -> Inferred
 
 
 def _table():
@@ -27,39 +33,45 @@ def _table():
     for name in (
         "identity", "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt",
         "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "silu", "erf", "floor", "ceil",
-        "round", "trunc", "sign", "logical_not", "bitwise_not", "isnan", "isinf", "atan", "asin",
-        "acos", "sinh", "cosh", "square",
+        "round", "trunc", "sign", "bitwise_not", "atan", "asin", "acos", "sinh", "cosh", "square",
     ):
-        t[name] = OpDef(POINTWISE, 1)
-    t["gelu"] = OpDef(POINTWISE, 1, ("approximate",))
-    t["cast"] = OpDef(POINTWISE, 1)  # to the node's dtype
+        t[name] = OpDef(POINTWISE, 1, rule=rules.pointwise)
+    t["logical_not"] = OpDef(POINTWISE, 1, rule=rules.logical)
+    t["isnan"] = OpDef(POINTWISE, 1, rule=rules.compare)
+    t["isinf"] = OpDef(POINTWISE, 1, rule=rules.compare)
+    t["gelu"] = OpDef(POINTWISE, 1, ("approximate",), rules.gelu)
+    t["cast"] = OpDef(POINTWISE, 1, rule=rules.cast)  # to the node's dtype
     for name in (
-        "add", "sub", "mul", "div", "truediv_floor", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
-        "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
-        "bitwise_xor", "remainder", "fmod", "atan2",
+        "add", "sub", "mul", "div", "truediv_floor", "pow", "maximum", "minimum", "bitwise_and",
+        "bitwise_or", "bitwise_xor", "remainder", "fmod", "atan2",
     ):
-        t[name] = OpDef(POINTWISE, 2)
-    t["where"] = OpDef(POINTWISE, 3)
+        t[name] = OpDef(POINTWISE, 2, rule=rules.pointwise)
+    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        t[name] = OpDef(POINTWISE, 2, rule=rules.compare)
+    for name in ("logical_and", "logical_or", "logical_xor"):
+        t[name] = OpDef(POINTWISE, 2, rule=rules.logical)
+    t["where"] = OpDef(POINTWISE, 3, rule=rules.where)
     # rand(seed, position): Philox(seed, offset + position) as U[0, 1) or N(0, 1) fp32 (docs/IR.md)
-    t["rand"] = OpDef(POINTWISE, 2, ("distribution", "offset"))
+    t["rand"] = OpDef(POINTWISE, 2, ("distribution", "offset"), rules.rand)
     for name in ("sum", "prod", "max", "min", "argmax", "argmin", "any"):
-        t[name] = OpDef(REDUCTION, 1, ("dims", "keepdim"))
-    t["scan"] = OpDef(SCAN, 1, ("dim", "combine"))  # combine: "add" | "mul" | "logaddexp"
-    t["reshape"] = OpDef(VIEW, 1)  # to the node's shape (row-major order)
-    t["permute"] = OpDef(VIEW, 1, ("dims",))
-    t["expand"] = OpDef(VIEW, 1)  # broadcast to the node's shape (same rank)
-    t["slice"] = OpDef(VIEW, 1, ("dim", "start", "step"))
-    t["select"] = OpDef(VIEW, 1, ("dim", "index"))
+        t[name] = OpDef(REDUCTION, 1, ("dims", "keepdim"), rules.reduction)
+    # combine: "add" | "mul" | "logaddexp"
+    t["scan"] = OpDef(SCAN, 1, ("dim", "combine"), rules.scan)
+    t["reshape"] = OpDef(VIEW, 1, rule=rules.reshape)  # to the node's shape (row-major order)
+    t["permute"] = OpDef(VIEW, 1, ("dims",), rules.permute)
+    t["expand"] = OpDef(VIEW, 1, rule=rules.expand)  # broadcast to the node's shape (same rank)
+    t["slice"] = OpDef(VIEW, 1, ("dim", "start", "step"), rules.slice_)
+    t["select"] = OpDef(VIEW, 1, ("dim", "index"), rules.select)
     # take(src, index): src's row-major flattening read at a computed position (docs/IR.md)
-    t["take"] = OpDef(INDEXING, 2)
+    t["take"] = OpDef(INDEXING, 2, rule=rules.take)
     # scatter(self, index, src): self with src written/accumulated at flat positions index (docs/IR.md)
-    t["scatter"] = OpDef(INDEXING, 3, ("reduce",))
-    t["full"] = OpDef(CREATION, 0, ("value",))
-    t["iota"] = OpDef(CREATION, 0, ("dim", "start", "step"))  # start + step * index[dim]
-    t["mm"] = OpDef(MATMUL, 2)
-    t["bmm"] = OpDef(MATMUL, 2)
-    t["extern"] = OpDef(EXTERN, None, ("target", "args", "kwargs", "reason"))
-    t["getitem"] = OpDef(EXTERN, 1, ("index",))  # one result of a multi-result extern
+    t["scatter"] = OpDef(INDEXING, 3, ("reduce",), rules.scatter)
+    t["full"] = OpDef(CREATION, 0, ("value",), rules.full)
+    t["iota"] = OpDef(CREATION, 0, ("dim", "start", "step"), rules.iota)  # start + step * index[dim]
+    t["mm"] = OpDef(MATMUL, 2, rule=rules.mm)
+    t["bmm"] = OpDef(MATMUL, 2, rule=rules.mm)
+    t["extern"] = OpDef(EXTERN, None, ("target", "args", "kwargs", "reason"), rules.extern)
+    t["getitem"] = OpDef(EXTERN, 1, ("index",), rules.getitem)  # one result of a multi-result extern
     return t
 
 

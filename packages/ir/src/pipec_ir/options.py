@@ -45,5 +45,5 @@ class CompileOptions:
 # shapes, autotuning; the GEMM choice). A plugin's own options always enter the key.
 RUNTIME_ONLY_EXTRAS = frozenset({
     "recompile_limit", "recompile_budget", "bucket", "choice", "tuning_cache", "autotune_configs",
-    "kernel_dir", "specialize",
+    "kernel_dir", "specialize", "compile_profile",
 })

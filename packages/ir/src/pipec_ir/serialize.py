@@ -18,6 +18,7 @@ import sympy
 from . import types as ir
 from .errors import MalformedIRError, UnsupportedVersionError, WrongKindError
 from .symbolic import expr_str, parse_expr
+from .verify import verify as verify_document
 
 FORMAT = "pipec-ir"
 VERSION = (1, 5)
@@ -296,8 +297,13 @@ def _decode(data, hint):
         return from_jsonable(data, hint)  # raises the precise error
 
 
-def loads(text: str | bytes, kind: str | None = None):
-    """Parse and validate an IR document; `kind` ("graph", "kernel_plan", "program") is checked if given."""
+def loads(text: str | bytes, kind: str | None = None, *, verify: bool = True):
+    """Parse and validate an IR document; `kind` ("graph", "kernel_plan", "program") is checked if given.
+
+    The document is also verified (`pipec_ir.verify`: structure and every node's type), so a
+    document that contradicts itself raises a `VerifyError` naming the node; `verify=False`
+    only parses (for tools that inspect broken documents).
+    """
     try:
         payload = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -318,4 +324,5 @@ def loads(text: str | bytes, kind: str | None = None):
         raise WrongKindError(f"expected a {kind} document, got a {doc_kind}")
     if "document" not in payload:
         raise MalformedIRError("missing 'document'")
-    return _decode(payload["document"], ir.DOCUMENT_KINDS[doc_kind])
+    doc = _decode(payload["document"], ir.DOCUMENT_KINDS[doc_kind])
+    return verify_document(doc) if verify else doc

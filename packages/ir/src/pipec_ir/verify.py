@@ -1,14 +1,25 @@
-"""`verify`: structural invariants of IR documents, checked at every stage boundary."""
+"""`verify`: invariants of IR documents, checked at every stage boundary.
+
+Structure (names defined before use, arity, required attributes) and types: each
+node's declared shape and dtype must be what its op's type rule
+(`pipec_ir.ops.OPS`, `pipec_ir.type_rules`) gives for its inputs and attributes.
+"""
 
 from __future__ import annotations
 
+import sympy
+
 from . import types as ir
-from .errors import VerifyError
+from .errors import AttributeTypeError, TypeMismatchError, VerifyError
 from .ops import OPS
+from .symbolic import size_symbol
+from .type_rules import Context, fmt_shape, fmt_type
 
 
 def verify_graph(graph: ir.Graph) -> ir.Graph:
     defined: set[str] = set()
+    types: dict[str, ir.TensorType] = {}
+    ctx = Context({size_symbol(s.name): sympy.Integer(s.hint) for s in graph.symbols}, {})
     for i in graph.inputs:
         _check_type(i.type, f"input {i.name}")
         if i.name in defined:
@@ -16,6 +27,7 @@ def verify_graph(graph: ir.Graph) -> ir.Graph:
         if i.role not in ("input", "parameter", "buffer"):
             raise VerifyError(f"graph {graph.name}: input {i.name!r} has unknown role {i.role!r}")
         defined.add(i.name)
+        types[i.name] = i.type
     for n in graph.nodes:
         where = f"graph {graph.name}, node {n.name}"
         if n.name in defined:
@@ -33,11 +45,34 @@ def verify_graph(graph: ir.Graph) -> ir.Graph:
                 raise VerifyError(f"{where}: reads {i!r}, which is not defined before it")
         if not is_multi_result(n):
             _check_type(n.type, where)
+        if opdef.rule is not None:
+            _check_rule(n, opdef.rule, [types[i] for i in n.inputs], ctx, f"{where} ({n.op})")
         defined.add(n.name)
+        types[n.name] = n.type
+        ctx.nodes[n.name] = n
     for o in graph.outputs:
         if o is not None and o not in defined:
             raise VerifyError(f"graph {graph.name}: output {o!r} is not defined")
     return graph
+
+
+def _check_rule(n: ir.Node, rule, ins: list[ir.TensorType], ctx: Context, where: str) -> None:
+    """The node's declared type against its op's type rule: one line naming node, op and mismatch."""
+    if n.op != "getitem":
+        for name, t in zip(n.inputs, ins):
+            if t.dtype == "tuple":  # a multi-result extern
+                raise TypeMismatchError(f"{where}: reads {name}, a multi-result extern (only getitem may)")
+    try:
+        got = rule(n, ins, ctx)
+    except (TypeMismatchError, AttributeTypeError) as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+    declared = n.type
+    if (got.dtype is not None and declared.dtype != got.dtype) or (
+            got.shape is not None and not ctx.same_shape(got.shape, declared.shape)):
+        given = ", ".join(f"{name}: {fmt_type(t)}" for name, t in zip(n.inputs, ins))
+        shape = "[...]" if got.shape is None else fmt_shape(got.shape)  # ? / ...: any size / shape
+        raise TypeMismatchError(f"{where}: declared {fmt_type(declared)}, but {n.op}({given}) gives "
+                                f"{got.dtype or '?'}{shape}")
 
 
 def is_multi_result(node: ir.Node) -> bool:

@@ -26,7 +26,7 @@ import logging
 import math
 import warnings
 
-from pipec_ir import get_attr
+from pipec_ir import CompileProfile, get_attr
 
 from .rounds import time_in_rounds
 from .tuning_cache import tuning_key
@@ -38,7 +38,7 @@ class ChoiceStep:
     """One choice group as one step of the runner's plan (specialize.py reads `alternatives`,
     `forced`, `tune`, `default`, `runner` and `chosen` to inline the picked alternative)."""
 
-    __slots__ = ("runner", "name", "alternatives", "default", "tune", "forced", "chosen", "timings")
+    __slots__ = ("runner", "name", "alternatives", "default", "tune", "forced", "chosen", "timings", "profile")
 
     def __init__(self, runner, name: str, alternatives: dict[str, list], default: str, tune: bool,
                  forced: str | None):
@@ -47,6 +47,7 @@ class ChoiceStep:
         self.forced = forced if forced in alternatives else None
         self.chosen: dict[tuple, str] = {}  # size bucket -> alternative
         self.timings: dict[tuple, dict[str, float]] = {}  # size bucket -> alternative -> ms
+        self.profile = getattr(runner, "profile", None) or CompileProfile()  # the runner's (launch.py)
 
     def pick(self, vals, symvals, device) -> str:
         if self.forced is not None:
@@ -79,7 +80,8 @@ class ChoiceStep:
             _CHOSEN[shared_key] = known
             self.timings[bucket] = dict(known[1])
             return known[0]
-        chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
+        with self.profile.part("autotune"):  # running an alternative first compiles and tunes its own launches
+            chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
         _CHOSEN[shared_key] = (chosen, dict(self.timings[bucket]))
         if disk_key is not None:
             cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names])
@@ -112,6 +114,8 @@ class ChoiceStep:
             runs[name] = run
         if not runs:
             raise first_error
+        self.profile.count("choice_groups_timed")
+        self.profile.count("alternatives_timed", len(runs))
         times.update(_timed(runs, graphed=timer == "graph"))
         self.timings[bucket] = times
         chosen = min(times, key=times.__getitem__)

@@ -21,6 +21,7 @@ from pipec_ir import TritonKernel
 
 from .files import atomic_write
 from .interpreter import interpreter_active, interpreter_scope
+from .interpreter_math import bind_interpreter_math
 
 _lock = threading.RLock()
 _modules: dict[tuple[str, bool, str], tuple[object, str]] = {}  # -> (module, kernel name)
@@ -75,7 +76,8 @@ def load_kernel(kernel: TritonKernel, *, interpret: bool | None = None,
                 cache_dir: str | os.PathLike | None = None):
     """The `@triton.jit` function `kernel.name` defined by `kernel.source`.
 
-    `interpret=True` decorates it for Triton's interpreter (default: whatever is active).
+    `interpret=True` decorates it for Triton's interpreter (default: whatever is active) and
+    binds the interpreter's stand-ins for what it cannot run (`interpreter_math`).
     Modules are cached per (source, mode) for the life of the process.
     """
     if interpret is None:
@@ -99,6 +101,8 @@ def load_kernel(kernel: TritonKernel, *, interpret: bool | None = None,
         try:
             with interpreter_scope(True) if interpret else contextlib.nullcontext():
                 spec.loader.exec_module(module)
+            if interpret:
+                bind_interpreter_math(module)
         except Exception as e:
             sys.modules.pop(name, None)
             raise KernelLoadError(

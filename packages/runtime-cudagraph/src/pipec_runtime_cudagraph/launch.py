@@ -17,6 +17,7 @@ buffer), run the closures, drop intermediates after their last use.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -26,7 +27,7 @@ from collections.abc import Callable
 import sympy
 import torch
 
-from pipec_ir import BUCKET_POLICIES, MAXNREG_CONSTANT, TMA_CONSTANT, CompileOptions, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
+from pipec_ir import BUCKET_POLICIES, MAXNREG_CONSTANT, TMA_CONSTANT, CompileOptions, CompileProfile, Dtype, Device, Program, Ref, Size, bucket_of, get_attr
 
 from . import extern_ops  # noqa: F401 - registers the pipec.* extern targets
 from .choices import group_choices
@@ -252,7 +253,7 @@ class _Launch:
 
     __slots__ = ("runner", "kernel", "fn", "ptrs", "interpret", "config", "kwargs", "dims", "static",
                  "skip", "tune", "sym_index", "bucket", "prepared", "compiled", "maybe_unaligned", "writes",
-                 "n_inputs", "tma")
+                 "n_inputs", "tma", "binds", "allocates")
 
     def __init__(self, runner, step, kernel, fn, interpret, tune):
         self.runner, self.kernel, self.fn, self.interpret = runner, kernel, fn, interpret
@@ -266,6 +267,11 @@ class _Launch:
         self.ptrs = tuple(runner.index[v] for v in (*step.inputs, *step.outputs))
         self.n_inputs = len(step.inputs)
         self.writes = tuple(runner.index[v] for v in step.outputs)
+        # outputs written over a library call's result that dies here (`inplace` naming a value
+        # without a slot): bound to that result's storage right before the launch, never allocated
+        self.binds = runner.result_binds(step)
+        bound = {o for o, _, _, _ in self.binds}
+        self.allocates = tuple(i for i in self.writes if i not in bound)
         used = set()
         for e in [e for _, e in kernel.sizes] + [e for e, _ in kernel.grid]:
             used |= {x.name for x in sympy.sympify(e).free_symbols}
@@ -370,6 +376,8 @@ class _Launch:
         return self.runner.bucket_key(symvals, self.sym_index)
 
     def __call__(self, vals, symvals, device):
+        for out, donor, shape, dtype in self.binds:
+            vals[out] = written_over(vals[donor], shape(*symvals), dtype)
         if self.tune:
             bucket = self.bucket_of(symvals) if self.sym_index else ()
             if bucket != self.bucket:
@@ -419,43 +427,53 @@ class _Launch:
         chosen = self.known_config(bucket, device)
         shared_key, disk_key = self._tuning_keys(bucket, device)
         if chosen is None:
-            from triton.testing import do_bench
-
-            # outputs go to scratch tensors while timing: an in-place launch (output in its
-            # input's slot) run again would read what it wrote the time before
-            args = [vals[i] for i in self.ptrs]
-            for j in range(self.n_inputs, len(args)):
-                args[j] = torch.empty_like(args[j])
-            # autotune_configs=N: time only the first N candidates (fast compiles; 1 = none)
-            candidates = self.kernel.configs[:runner.autotune_configs]
-            if self.tma and misaligned(args, self.maybe_unaligned):  # TMA needs aligned pointers
-                candidates = [c for c in candidates if not uses_tma(c)]
-            self._compile_candidates(candidates, args, symvals)
-            calls, timed_configs = {}, self.kernel.configs[:runner.autotune_configs]
-            for j, config in enumerate(timed_configs):
-                if config in candidates:
-                    self.set_config(config)
-                    sizes, grid = self.dims if self.static else self.dims(*symvals)
-                    calls[j] = lambda g=grid, a=args, s=sizes, k=self.kwargs: self.fn[g](*a, *s, **k)
-            # each config's time is its mean over rounds of alternating order (rounds.py: clock drift)
-            timed, errors = time_in_rounds(calls, lambda call: do_bench(call, warmup=1, rep=5))
-            times = [timed.get(j, math.inf) for j in range(len(timed_configs))]
-            for j, e in errors.items():
-                tuning_log.info("%s: config %s failed: %s: %s", self.kernel.name,
-                                describe_config(self.kernel.configs[j]), type(e).__name__,
-                                str(e).splitlines()[0][:200] if str(e) else "")
-            if all(t == math.inf for t in times):
-                raise next(iter(errors.values()), RuntimeError(f"no config of {self.kernel.name} could be timed"))
-            chosen = min(range(len(times)), key=times.__getitem__)
-            _TUNED[shared_key] = chosen
-            tuning_log.info("%s%s: config %d of %d (%s), %.4f ms; all: %s", self.kernel.name,
-                            f" bucket {bucket}" if bucket else "", chosen, len(times),
-                            describe_config(self.kernel.configs[chosen]), times[chosen],
-                            " ".join(f"{t:.4f}" for t in times))
-            if disk_key is not None and len(times) > 1:
-                runner.tuning_cache.put(disk_key, chosen, times)
+            with runner.profile.part("autotune"):
+                chosen = self._time_configs(vals, symvals, bucket, shared_key, disk_key)
         runner.tuned[(self.kernel.name, bucket)] = chosen
         self.set_config(self.kernel.configs[chosen])
+
+    def _time_configs(self, vals, symvals, bucket: tuple, shared_key: tuple, disk_key: str | None) -> int:
+        """Index of the fastest config at `symvals`, timed now (`autotune`), stored for the
+        process and in the tuning cache."""
+        from triton.testing import do_bench
+
+        runner = self.runner
+        # outputs go to scratch tensors while timing: an in-place launch (output in its
+        # input's slot) run again would read what it wrote the time before
+        args = [vals[i] for i in self.ptrs]
+        for j in range(self.n_inputs, len(args)):
+            args[j] = torch.empty_like(args[j])
+        # autotune_configs=N: time only the first N candidates (fast compiles; 1 = none)
+        candidates = self.kernel.configs[:runner.autotune_configs]
+        if self.tma and misaligned(args, self.maybe_unaligned):  # TMA needs aligned pointers
+            candidates = [c for c in candidates if not uses_tma(c)]
+        self._compile_candidates(candidates, args, symvals)
+        calls, timed_configs = {}, self.kernel.configs[:runner.autotune_configs]
+        for j, config in enumerate(timed_configs):
+            if config in candidates:
+                self.set_config(config)
+                sizes, grid = self.dims if self.static else self.dims(*symvals)
+                calls[j] = lambda g=grid, a=args, s=sizes, k=self.kwargs: self.fn[g](*a, *s, **k)
+        runner.profile.count("kernels_timed")
+        runner.profile.count("configs_tried", len(calls))
+        # each config's time is its mean over rounds of alternating order (rounds.py: clock drift)
+        timed, errors = time_in_rounds(calls, lambda call: do_bench(call, warmup=1, rep=5))
+        times = [timed.get(j, math.inf) for j in range(len(timed_configs))]
+        for j, e in errors.items():
+            tuning_log.info("%s: config %s failed: %s: %s", self.kernel.name,
+                            describe_config(self.kernel.configs[j]), type(e).__name__,
+                            str(e).splitlines()[0][:200] if str(e) else "")
+        if all(t == math.inf for t in times):
+            raise next(iter(errors.values()), RuntimeError(f"no config of {self.kernel.name} could be timed"))
+        chosen = min(range(len(times)), key=times.__getitem__)
+        _TUNED[shared_key] = chosen
+        tuning_log.info("%s%s: config %d of %d (%s), %.4f ms; all: %s", self.kernel.name,
+                        f" bucket {bucket}" if bucket else "", chosen, len(times),
+                        describe_config(self.kernel.configs[chosen]), times[chosen],
+                        " ".join(f"{t:.4f}" for t in times))
+        if disk_key is not None and len(times) > 1:
+            runner.tuning_cache.put(disk_key, chosen, times)
+        return chosen
 
     def known_config(self, bucket: tuple, device: torch.device) -> int | None:
         """The config already chosen for this kernel and size bucket: by this runner, for the
@@ -482,7 +500,7 @@ class _Launch:
 
     def _compile_candidates(self, configs, args: list, symvals: tuple) -> None:
         """Compile every candidate config at once, before any is timed (`compile_all`)."""
-        compile_all(self.compile_jobs(configs, args, symvals))
+        compile_all(self.compile_jobs(configs, args, symvals), self.runner.profile)
 
     def compile_jobs(self, configs, args: list, symvals: tuple) -> list[tuple]:
         """(fn, args, sizes, grid, kwargs) of each of `configs` this launch would compile at
@@ -507,16 +525,41 @@ class _Launch:
         return self.kernel.configs[:self.runner.autotune_configs] if known is None else (self.kernel.configs[known],)
 
 
-def compile_all(jobs: list[tuple]) -> None:
+def written_over(result: torch.Tensor, shape, dtype: torch.dtype) -> torch.Tensor:
+    """The output of an in-place launch over the library result `result`: that storage, viewed
+    with the output's shape; a fresh tensor where it cannot be (a library that returned another
+    layout or dtype than the Program says: the launch then still computes the right values)."""
+    if result.dtype == dtype and result.is_contiguous() and result.numel() == math.prod(shape):
+        return result.view(shape)
+    return torch.empty(shape, dtype=dtype, device=result.device)
+
+
+def compile_all(jobs: list[tuple], profile: CompileProfile | None = None) -> None:
     """Compile `jobs` (fn, args, sizes, grid, kwargs: `_Launch.compile_jobs`) at once: Triton's
     AsyncCompileMode runs the compiles in a thread pool (ptxas is a subprocess, LLVM releases
     the GIL), where one after another they were most of a cold compile (the GPT-2 block: 82
-    compiles, ~17 s of 28, on the H200). Best effort: a config that fails to compile fails
-    again, and loses, when it is timed."""
+    compiles, ~17 s of 28, on the H200). A lone job is compiled here too, so that its compile
+    is Triton compilation in `profile` rather than part of the launch that would compile it.
+    Best effort: a config that fails to compile fails again, and loses, when it is timed."""
+    if not jobs:
+        return
+    profile = profile if profile is not None else CompileProfile()
+    for fn, args, sizes, _grid, kwargs in jobs:  # a config built before is a lookup in Triton's cache
+        profile.distinct("triton_compiles", compile_key(fn, args, sizes, kwargs))
+    with profile.part("triton_compile"):
+        _compile_jobs(jobs)
+
+
+def _compile_jobs(jobs: list[tuple]) -> None:
     import triton
 
+    if len(jobs) == 1:
+        fn, args, sizes, grid, kwargs = jobs[0]
+        with contextlib.suppress(Exception):  # see compile_all
+            fn.warmup(*args, *sizes, grid=grid, **kwargs)
+        return
     async_mode = getattr(triton, "AsyncCompileMode", None)  # triton >= 3.4
-    if async_mode is None or len(jobs) < 2:
+    if async_mode is None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
@@ -527,10 +570,18 @@ def compile_all(jobs: list[tuple]) -> None:
             with mode:
                 for fn, args, sizes, grid, kwargs in jobs:
                     fn.warmup(*args, *sizes, grid=grid, **kwargs)
-    except Exception:  # noqa: BLE001, S110 - see the docstring
+    except Exception:  # noqa: BLE001, S110 - see compile_all
         pass
     finally:
         _leave_async_mode(mode)
+
+
+def compile_key(fn, args, sizes, kwargs) -> tuple:
+    """What Triton specializes one compile of `fn` on, roughly: the constexprs and launch options,
+    the pointers' dtypes, and for each integer argument whether it is 1 or a multiple of 16."""
+    dtypes = tuple(str(getattr(a, "dtype", type(a).__name__)) for a in args)
+    ints = tuple((int(v) == 1, int(v) % 16 == 0) for v in sizes)
+    return (id(fn), tuple(sorted(kwargs.items())), dtypes, ints)
 
 
 def _leave_async_mode(mode) -> None:
@@ -575,6 +626,10 @@ class ProgramRunner:
         options = options or CompileOptions()
         self.program = program
         self.name = program.name
+        # the compile-time profile (pipec_ir.profile): what loading, compiling, tuning and the first
+        # call cost, recorded while a window measures a model's first call (else nothing is kept)
+        self.profile = options.get("compile_profile") or CompileProfile()
+        self.first_call_pending = True  # the next call through __call__ is the program's first
         self.autotune = bool(options.autotune)
         self.kernel_dir = options.get("kernel_dir")
         # autotuning: results kept on disk per (kernel, size bucket, GPU) unless tuning_cache=False;
@@ -688,14 +743,30 @@ class ProgramRunner:
         touched = {n for s in self.program.steps if s.kind == "launch" for n in (*s.inputs, *s.outputs)}
         self.dense_inputs = frozenset(i for i, b in enumerate(self.program.inputs) if b.name in touched)
 
+    def result_binds(self, step) -> tuple:
+        """(output index, library result index, shape function, dtype) of each output `step`
+        writes in place of a library call's result (`inplace` naming a value without a slot)."""
+        return tuple((self.index[out], self.index[donor], self._shape_fn(self.buffers[out].type.shape),
+                      TORCH_DTYPES[self.buffers[out].type.dtype]) for out, donor in self._bind_names(step))
+
     def _plan_allocations(self) -> None:
-        """Buffers written by launch steps: per slot one storage, else one tensor each."""
+        """Buffers written by launch steps: per slot one storage, else one tensor each (none for a
+        buffer every launch writing it writes over a library result: `result_binds`)."""
         program = self.program
         inputs = {b.name for b in program.inputs}
+        self._input_names = inputs
+        bound_by: dict[str, list[bool]] = {}
+        for s in program.steps:
+            if s.kind == "launch":
+                over = {out for out, _ in self._bind_names(s)}
+                for o in s.outputs:
+                    bound_by.setdefault(o, []).append(o in over)
         written: list[str] = []
         for s in program.steps:
             if s.kind == "launch":
                 for o in s.outputs:
+                    if all(bound_by.get(o, [False])):
+                        continue
                     if o not in inputs and o not in written:
                         if o not in self.buffers:
                             raise ProgramLoadError(f"program {program.name}: launch of {s.target} writes "
@@ -718,6 +789,17 @@ class ProgramRunner:
             views = tuple((self.index[b.name], TORCH_DTYPES[b.type.dtype], self._shape_fn(b.type.shape),
                            self._shape_fn([buffer_nbytes(b)])) for b in bufs)
             self.slot_allocs.append((nbytes, views))
+
+    def _bind_names(self, step) -> list[tuple[str, str]]:
+        """(output, library result) pairs of a launch's `inplace` whose input has no slot."""
+        if step.kind != "launch":
+            return []
+        names = []
+        for out, donor in tuple(get_attr(step.attrs, "inplace", ()) or ()):
+            d = self.buffers.get(donor)
+            if out in self.buffers and d is not None and d.slot is None and donor not in self._input_names:
+                names.append((out, donor))
+        return names
 
     def _plan_release(self) -> None:
         """After step k, drop the values whose last use is step k (not outputs, not inputs)."""
@@ -749,6 +831,8 @@ class ProgramRunner:
                 if kernel is None:
                     raise ProgramLoadError(f"program {self.name}: step {k} launches unknown kernel {s.target!r}")
                 fn = load_kernel(kernel, interpret=interpret, cache_dir=self.kernel_dir)
+                self.profile.distinct("kernels", (self.name, kernel.name))
+                self.profile.distinct("unique_kernels", body_digest(kernel))  # identical layers: one
                 fn = honour_debug(fn) if interpret else fn
                 steps.append((_Launch(self, s, kernel, fn, interpret, tune), self.release[k]))
             elif s.kind == "extern":
@@ -790,7 +874,7 @@ class ProgramRunner:
                 launches += bool(found)
         if len(jobs) > 1:
             tuning_log.info("%s: compiling %d kernel configs of %d launches at once", self.name, len(jobs), launches)
-            compile_all(jobs)
+        compile_all(jobs, self.profile)
 
     # ---------------------------------------------------------- per call
     def _fail(self, message: str):
@@ -870,7 +954,7 @@ class ProgramRunner:
             alternatives = getattr(step, "alternatives", None)
             objs = [o for alt in alternatives.values() for o in alt] if alternatives else [step]
             for obj in objs:
-                for i in getattr(obj, "writes", ()):
+                for i in getattr(obj, "allocates", getattr(obj, "writes", ())):
                     first.setdefault(i, k)
         schedule: list[list] = [[] for _ in steps] or [[]]
         for nbytes, views in self.slot_allocs:
@@ -936,6 +1020,10 @@ class ProgramRunner:
             out = self._run_specialized(inputs)
             if out is not None:
                 return out
+        if self.first_call_pending:
+            self.first_call_pending = False
+            with self.profile.part("first_run"):
+                return self(inputs)
         may_specialize = self.specialize and len(self.specialized) < MAX_SPECIALIZED
         strides = input_strides(inputs) if may_specialize else None  # before `prepare` copies any
         inputs, symvals, device = self.prepare(inputs)

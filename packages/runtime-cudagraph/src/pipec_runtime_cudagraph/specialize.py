@@ -34,7 +34,7 @@ from pipec_ir.symbolic import contiguous_strides
 
 from .exprs import compile_ints
 from .extern_ops import direct_call
-from .launch import TORCH_DTYPES
+from .launch import TORCH_DTYPES, written_over
 from .memory import buffer_nbytes, is_view_target, round_up
 from .views import REINTERPRET, Reinterpret, collapse_view_chains
 
@@ -94,6 +94,10 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
             for line in allocs.get((k, j), ()):
                 src.emit(line)
             if isinstance(obj, _Launch):
+                for out, donor, shape, dtype in obj.binds:  # written over a library result (launch.py)
+                    src.namespace["WRITTEN_OVER"] = written_over
+                    src.emit(f"{var[out]} = WRITTEN_OVER({var[donor]}, {src.const('S', tuple(shape(*symvals)))}, "
+                             f"{src.const('D', dtype)})")
                 fn = src.const("L", obj.launcher(symvals, device))
                 src.emit(f"{fn}(stream, {', '.join(var[i] for i in obj.ptrs)})")
             elif isinstance(obj, Reinterpret):
@@ -210,7 +214,7 @@ def _allocations(runner, flat, symvals, src: _Source, var, released: dict[tuple,
     first_write: dict[int, tuple[int, int]] = {}
     for k, (objs, _) in enumerate(flat):
         for j, obj in enumerate(objs):
-            for i in getattr(obj, "writes", ()):
+            for i in getattr(obj, "allocates", getattr(obj, "writes", ())):
                 if i in runner.allocated:
                     first_write.setdefault(i, (k, j))
     dies = {i: (k, len(flat[k][0]) if j is None else j) for (k, j), values in released.items() for i in values}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipec_ir import CompileOptions, Program
+from pipec_ir import CompileOptions, Program, verify
 
 
 class LaunchRuntime:
@@ -13,7 +13,7 @@ class LaunchRuntime:
     def load(self, program: Program, options: CompileOptions) -> Callable[[list], list]:
         from .launch import load_launch
 
-        return load_launch(program, options)
+        return load_launch(verify(program), options)  # a stage checks its input document
 
 
 class CudaGraphRuntime:
@@ -22,4 +22,4 @@ class CudaGraphRuntime:
     def load(self, program: Program, options: CompileOptions) -> Callable[[list], list]:
         from .cudagraph import load_cudagraph
 
-        return load_cudagraph(program, options)
+        return load_cudagraph(verify(program), options)

@@ -1,8 +1,8 @@
 """Cache keys: sha256 of everything that can change a stage's output.
 
 A stage's key is built from the stage, the implementation's registry name, the
-distribution that registered it and its version (for an editable install also a
-hash of its sources), the pipec-ir version, `CompileOptions.key()` and the digest
+distribution that registered it and its version, a digest of the source files of
+the distributions whose code makes the output (any install kind), the pipec-ir version, `CompileOptions.key()` and the digest
 of the stage's input: an IR document's canonical JSON, or for the capture stage
 `graph_module_digest` of the ATen fx GraphModule it lowers.
 """
@@ -13,6 +13,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import os
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -21,7 +22,7 @@ import pipec_ir
 from pipec_ir import CompileOptions
 from pipec_ir.registry import distribution_of
 
-KEY_FORMAT = 1  # bump when what goes into a key changes meaning
+KEY_FORMAT = 2  # bump when what goes into a key changes meaning
 
 # ---------------------------------------------------------------- stage keys
 
@@ -47,34 +48,113 @@ def text_digest(text: str | bytes) -> str:
 
 
 def implementation_fingerprint(entry: pipec_ir.Entry, *, torch: bool = False) -> tuple:
-    """Versions of the code that produce a stage's output: the registering distribution, the one
-    that ships the implementation's class, pipec-ir (and torch for capture); an editable
-    install adds a hash of its source files, so editing a stage invalidates its entries."""
-    return _fingerprint(entry.distribution, type(entry.impl).__module__, torch)
-
-
-@functools.cache
-def _fingerprint(distribution: str, module: str, torch: bool) -> tuple:
-    shipped_by = distribution_of(module)[0]
-    dists = {distribution, shipped_by, "pipec-ir"} | ({"torch"} if torch else set())
+    """The code that produces a stage's output: for the registering distribution, the one that
+    ships the implementation's class and pipec-ir (and torch for capture), its version and a
+    digest of its source files, for every install kind (a plugin reinstalled at the same version
+    with changed code gets new keys); code outside any distribution: its module file's digest."""
+    shipped_by = _shipped_by(type(entry.impl).__module__)
+    dists = {entry.distribution, shipped_by, "pipec-ir"} | ({"torch"} if torch else set())
     out = tuple((d, distribution_fingerprint(d)) for d in sorted(dists) if d != "unknown")
     if shipped_by == "unknown":  # code outside any distribution (a test, a script)
+        module = type(entry.impl).__module__
         out += ((module, module_fingerprint(module)),)
     return out
 
 
 @functools.cache
+def _shipped_by(module: str) -> str:
+    return distribution_of(module)[0]
+
+
 def distribution_fingerprint(dist: str) -> str:
-    """`version`, or `version+src.<hash>` for an editable install (hash of its source files)."""
+    """`version+src.<digest>`: the version and a digest of the distribution's source files
+    (an editable install: the files under its source tree; any other: the files its RECORD
+    lists, or for a distribution whose RECORD is over `_LARGE_RECORD` bytes (torch) the RECORD
+    itself, which holds the sha256 of every file installed). "0" for one not installed.
+
+    Cheap on repeated calls: the file list is kept while the RECORD is unchanged, and a file's
+    digest while its mtime and size are (`file_digest`)."""
+    found = _distribution_sources(dist)
+    if found is None:
+        return "0"
+    version, files = found
+    h = hashlib.sha256()
+    for name, path in files:
+        h.update(name.encode() + b"\0" + file_digest(path).encode() + b"\0")
+    return f"{version}+src.{h.hexdigest()[:16]}"
+
+
+_LARGE_RECORD = 256 * 1024  # bytes (~2500 files): reading so many files per process costs too much
+_SKIP_DIRS = {"tests", "__pycache__", "build", "dist", "node_modules"}
+_SOURCE_SUFFIXES = {".py", ".json", ".toml", ".txt", ".j2", ".jinja"}
+# distribution -> (RECORD path, its stat, version, [(name, path)])
+_SOURCES: dict[str, tuple[str, tuple, str, list]] = {}
+
+
+def _distribution_sources(dist: str) -> tuple[str, list[tuple[str, str]]] | None:
+    cached = _SOURCES.get(dist)
+    if cached is not None and _stat(cached[0]) == cached[1]:
+        return cached[2], cached[3]
     try:
         d = importlib.metadata.distribution(dist)
     except importlib.metadata.PackageNotFoundError:
-        return "0"
-    version = d.version or "0"
+        return None
+    record = _record_path(d)
+    stamp = _stat(record) if record else None
     source = _editable_source(d)
     if source is not None:
-        version += "+src." + tree_hash(source)
-    return version
+        files = [(rel.as_posix(), str(source / rel)) for rel in _tree_files(source)]
+    elif stamp is not None and stamp[1] > _LARGE_RECORD:
+        files = [("RECORD", record)]  # not parsed: torch's lists ~15000 files
+    else:
+        files = sorted((f.as_posix(), str(d.locate_file(f))) for f in d.files or [] if _is_source(f))
+    # without a RECORD (stamp None) nothing says when to look again: once per process
+    _SOURCES[dist] = (record, stamp, d.version or "0", files)
+    return d.version or "0", files
+
+
+def _record_path(d: importlib.metadata.Distribution) -> str:
+    path = getattr(d, "_path", None)  # a PathDistribution's .dist-info directory
+    if path is not None:
+        return str(Path(path) / "RECORD") if (Path(path) / "RECORD").is_file() else ""
+    listed = [f for f in (d.files or []) if f.name == "RECORD" and f.parent.name.endswith(".dist-info")]
+    return str(d.locate_file(listed[0])) if listed else ""
+
+
+def _is_source(f) -> bool:
+    parts = f.parts
+    if any(p == "__pycache__" for p in parts) or f.suffix not in _SOURCE_SUFFIXES:
+        return False
+    if len(parts) > 1 and parts[-2].endswith(".dist-info"):  # metadata: only what registers code
+        return f.name == "entry_points.txt"
+    return True
+
+
+def _stat(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+_FILE_DIGESTS: dict[str, tuple[tuple, str]] = {}  # path -> (stat, digest)
+
+
+def file_digest(path: str) -> str:
+    """sha256 of a file's bytes, memoized per process while its mtime, size and inode hold."""
+    st = _stat(path)
+    if st is None:
+        return "<missing>"
+    found = _FILE_DIGESTS.get(path)
+    if found is not None and found[0] == st:
+        return found[1]
+    try:
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "<unreadable>"
+    _FILE_DIGESTS[path] = (st, digest)
+    return digest
 
 
 def _editable_source(d: importlib.metadata.Distribution) -> Path | None:
@@ -91,13 +171,8 @@ def _editable_source(d: importlib.metadata.Distribution) -> Path | None:
     return root / "src" if (root / "src").is_dir() else root
 
 
-_SKIP_DIRS = {"tests", "__pycache__", "build", "dist", "node_modules"}
-_SOURCE_SUFFIXES = {".py", ".json", ".toml", ".txt", ".j2", ".jinja"}
-
-
-def tree_hash(root: Path) -> str:
-    """sha256 over (relative path, content) of the source files under `root`."""
-    h = hashlib.sha256()
+def _tree_files(root: Path) -> list[Path]:
+    """The source files under `root` (relative paths, sorted), without tests, caches and builds."""
     files = []
     for path in root.rglob("*"):
         rel = path.relative_to(root)
@@ -105,25 +180,13 @@ def tree_hash(root: Path) -> str:
             continue
         if path.suffix in _SOURCE_SUFFIXES and path.is_file():
             files.append(rel)
-    for rel in sorted(files):
-        h.update(rel.as_posix().encode() + b"\0")
-        try:
-            h.update((root / rel).read_bytes())
-        except OSError:
-            h.update(b"<unreadable>")
-        h.update(b"\0")
-    return h.hexdigest()[:16]
+    return sorted(files)
 
 
 def module_fingerprint(module: str) -> str:
     mod = sys.modules.get(module)
     path = getattr(mod, "__file__", None)
-    if not path:
-        return "0"
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
-    except OSError:
-        return "0"
+    return file_digest(path)[:16] if path else "0"
 
 
 # ---------------------------------------------------------------- the capture stage's input

@@ -50,7 +50,7 @@ class CompileCache:
             return None
         try:
             text = unpack_entry(key, data).decode("utf-8")
-            doc = pipec_ir.verify(pipec_ir.loads(text, kind=kind))
+            doc = pipec_ir.loads(text, kind=kind)  # verified too
         except (BadEntry, UnicodeDecodeError, pipec_ir.IRError) as exc:
             why = str(exc) if isinstance(exc, BadEntry) else f"bad {kind} document: {_one_line(exc)}"
             self._delete(key)

@@ -1,0 +1,323 @@
+"""Issue 19's real-model suite: every transformers model of tests/real_models/hf_models.py at its
+real size through `pipec bench`, one results table (markdown and JSON).
+
+    python benchmarks/real_models.py --out results.json             # every real case, on the GPU
+    python benchmarks/real_models.py --out r.json --cases bert,gpt2 --budget 600
+    python benchmarks/real_models.py --out smoke.json --size tiny --device cpu   # CPU smoke test
+
+Each case is `pipec bench benchmarks/models/hf_model.py` (PIPEC_HF_MODEL=case) in its own
+process, with a hard time budget (--budget seconds; past it the case is stopped): eager,
+Inductor default and reduce-overhead, pipec default and reduce-overhead, all in one process,
+each checked against eager before it is timed (`--keep-going`: a backend that fails keeps
+its row with the error and the others are still timed). When the process dies (a CUDA error
+kills every backend of it), the case runs again split in two processes, pipec
+reduce-overhead apart, and the table says so. A case that fails in every way still has its
+row, with the reason.
+
+The table: each backend's time; pipec's ratio to eager and to Inductor in the same mode
+(> 1: pipec is faster); compile times (cold: empty caches); max error vs eager; peak memory
+of one call above the memory at rest and the memory each compiled backend holds between calls
+(CUDA only). Warm compiles (from the caches) are skipped unless --warm: they are not in the
+table and cost a compile per backend. Results are written after every case (an interrupted
+run keeps them): --out (JSON) and the same path with .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL_FILE = REPO / "benchmarks" / "models" / "hf_model.py"
+BACKENDS = ("eager", "inductor", "inductor-reduce-overhead", "pipec", "pipec-reduce-overhead")
+LABELS = {"eager": "eager", "inductor": "Inductor", "inductor-reduce-overhead": "Inductor RO", "pipec": "pipec",
+          "pipec-reduce-overhead": "pipec RO"}
+
+
+def registry():
+    """tests/real_models/hf_models.py (imported by path: it is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pipec_bench_hf_models", REPO / "tests" / "real_models" / "hf_models.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def all_cases(size: str) -> list[dict]:
+    """Every case at `size`: name, architecture, family, the published config, the inputs."""
+    hf = registry()
+    if size == "tiny":
+        return [{"case": a.name, "arch": a.name, "family": a.family, "what": a.what,
+                 "shape": _shape_text(a.tiny)} for a in hf.ARCHS]
+    return [{"case": case, "arch": a.name, "family": a.family, "what": a.what, "shape": _shape_text(shape)}
+            for case, (a, shape) in hf.real_cases().items()]
+
+
+def _shape_text(shape) -> str:
+    length = f"{shape.length}" if shape.length else ""
+    target = f" → {shape.target_length}" if shape.target_length else ""
+    dims = f"{shape.batch} × {length}" if length else f"{shape.batch}"
+    return f"{dims}{target} {str(shape.dtype).removeprefix('torch.')}"
+
+
+# ---------------------------------------------------------------- running one case
+
+
+def bench_command(args: argparse.Namespace, part: Path, pipec_modes: list[str], inductor_modes: list[str],
+                  inductor: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "pipec", "bench", str(MODEL_FILE), "-o", str(part), "--keep-going",
+           "--warmup", str(args.warmup), "--rep", str(args.rep), "--rounds", str(args.rounds),
+           "--fusion", args.fusion, "--device", args.device]
+    cmd += ["--inductor"] if inductor else ["--no-inductor"]
+    cmd += ["--warm"] if args.warm else ["--no-warm"]
+    for mode in inductor_modes:
+        cmd += ["--inductor-mode", mode]
+    if pipec_modes and pipec_modes[0] != "default":
+        cmd += ["--mode", pipec_modes[0]]
+    for mode in pipec_modes[1:]:
+        cmd += ["--pipec-mode", mode]
+    if args.atol is not None:
+        cmd += ["--atol", str(args.atol), "--rtol", str(args.rtol)]
+    return cmd
+
+
+def run_bench_process(cmd: list[str], env: dict, budget: float, part: Path) -> dict:
+    """One `pipec bench` child within `budget` seconds: its JSON (as far as it got), exit, error."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+                            start_new_session=True)  # on timeout the whole group goes (compile workers too)
+    try:
+        _, err = proc.communicate(timeout=budget)
+        exit_status = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        exit_status = "timed out"
+    bench = json.loads(part.read_text()) if part.exists() else {}
+    errors = [ln.removeprefix("error: ") for ln in err.splitlines() if ln.startswith("error: ")]
+    if exit_status == "timed out":
+        error = f"stopped after {budget:.0f} s"
+    elif errors:
+        error = errors[-1]
+    elif exit_status != 0:  # died without saying why in one line: a signal, a CUDA error's traceback
+        tail = [ln.strip() for ln in err.strip().splitlines() if ln.strip()]
+        error = f"exit {exit_status}: " + (tail[-1] if tail else "no output")
+    else:
+        error = None
+    return {"bench": bench, "exit": exit_status, "error": error, "seconds": time.perf_counter() - start,
+            "command": cmd}
+
+
+def _rows(bench: dict) -> dict[str, dict]:
+    return {b["name"]: b for b in bench.get("backends", [])}
+
+
+def _poisoned(attempt: dict) -> bool:
+    """The process died, or a CUDA error (which poisons every later call in the process) hit a backend."""
+    if attempt["exit"] not in (0, 1, "timed out"):
+        return True
+    return any("CUDA error" in (row.get("error") or "") for row in attempt["bench"].get("backends", []))
+
+
+def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
+    env = {**os.environ, "PIPEC_HF_MODEL": case["case"], "PIPEC_HF_SIZE": args.size}
+    inductor = args.inductor if args.inductor is not None else args.device.startswith("cuda")
+    inductor_modes = ["reduce-overhead"] if inductor else []
+    print(f"\n=== {case['case']}: {case['what']}, {case['shape']}  (budget {args.budget:.0f} s)", flush=True)
+
+    def attempt(tag: str, pipec_modes: list[str], with_inductor: bool) -> dict:
+        part = workdir / f"{case['case']}{tag}.json"
+        modes = inductor_modes if with_inductor else []
+        return run_bench_process(bench_command(args, part, pipec_modes, modes, with_inductor), env, args.budget, part)
+
+    attempts = [attempt("", ["default", "reduce-overhead"], inductor)]
+    rows = _rows(attempts[0]["bench"])
+    note = None
+    if _poisoned(attempts[0]):
+        # a CUDA error poisons every backend after it in the process: run again with pipec's
+        # CUDA Graphs in a process of their own, so one crash does not cost the whole row
+        note = f"split into two processes after: {attempts[0]['error']}"
+        print(f"{case['case']}: {note}", flush=True)
+        attempts += [attempt("-a", ["default"], inductor), attempt("-b", ["reduce-overhead"], False)]
+        rows = _rows(attempts[1]["bench"])
+        ro = _rows(attempts[2]["bench"]).get("pipec")
+        if ro is not None:
+            rows["pipec-reduce-overhead"] = {**ro, "name": "pipec-reduce-overhead"}
+    bench = next((a["bench"] for a in attempts[len(attempts) > 1:] if a["bench"]), attempts[0]["bench"])
+    errors = {name: row["error"] for name, row in rows.items() if row.get("error")}
+    expected = [b for b in BACKENDS if inductor or not b.startswith("inductor")]
+    missing = [b for b in expected if rows.get(b, {}).get("ms") is None]
+    timed_out = any(a["exit"] == "timed out" for a in attempts)
+    status = "ok" if not missing and not errors else ("timed out" if timed_out else "failed")
+    error = next(iter(errors.values()), None) or next((a["error"] for a in attempts if a["error"]), None)
+    if status == "ok" and timed_out:  # every backend was timed; the budget ran out in what comes after
+        error = f"{error}, after every backend was timed (launch counts, memory or warm compiles missing)"
+    record = {**case, "size": args.size, "status": status, "error": error, "errors": errors, "note": note,
+              "missing": missing, "seconds": sum(a["seconds"] for a in attempts), "rows": rows,
+              "bench": {k: v for k, v in bench.items() if k != "backends"},
+              "attempts": [{k: a[k] for k in ("exit", "error", "seconds", "command")} for a in attempts]}
+    if status != "ok":
+        print(f"{case['case']}: {status}: {error or 'missing ' + ', '.join(missing)}", flush=True)
+    return record
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _ms(rows: dict, name: str) -> float | None:
+    row = rows.get(name)
+    return row.get("ms") if row else None
+
+
+def _ratio(rows: dict, reference: str, name: str) -> float | None:
+    """reference's time / name's time (> 1: `name` is faster)."""
+    ref, ms = _ms(rows, reference), _ms(rows, name)
+    return ref / ms if ref and ms else None
+
+
+def _f(value, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _field(rows: dict, name: str, key: str, spec: str) -> str:
+    row = rows.get(name)
+    return _f(row.get(key) if row else None, spec)
+
+
+COLUMNS = ("case", "model", "inputs", "status",
+           "eager ms", "Inductor ms", "Inductor RO ms", "pipec ms", "pipec RO ms",
+           "pipec × eager", "pipec × Inductor", "pipec RO × Inductor RO",
+           "compile s: pipec / RO / Inductor / RO",
+           "max err: pipec / RO / Inductor",
+           "peak MiB: eager / Inductor / RO / pipec / RO",
+           "held MiB: Inductor / RO / pipec / RO",
+           "pipec kernels", "error")
+
+
+def _short(error: str | None, limit: int = 160) -> str:
+    """An error for the table (the JSON keeps it whole)."""
+    if not error:
+        return ""
+    return error if len(error) <= limit else error[:limit - 1] + "…"
+
+
+def table_rows(records: list[dict]) -> list[list[str]]:
+    out = []
+    for r in records:
+        rows = r["rows"]
+        kernels = rows.get("pipec", {})
+        kernel_text = "-" if kernels.get("kernels") is None else (
+            f"{kernels['kernels']}" + (f" +{kernels['extern_ops']} extern" if kernels.get("extern_ops") else ""))
+        error = "; ".join(f"{LABELS.get(n, n)}: {_short(e)}" for n, e in r["errors"].items()) or _short(r["error"])
+        if r.get("note"):
+            error = f"{error} ({r['note']})" if error else r["note"]
+        out.append([
+            r["case"], f"{r['what']} ({r['family']})", r["shape"], r["status"],
+            *(_f(_ms(rows, b), ".4g") for b in BACKENDS),
+            _f(_ratio(rows, "eager", "pipec"), ".3g", "×"),
+            _f(_ratio(rows, "inductor", "pipec"), ".3g", "×"),
+            _f(_ratio(rows, "inductor-reduce-overhead", "pipec-reduce-overhead"), ".3g", "×"),
+            " / ".join(_field(rows, b, "compile_cold_s", ".1f")
+                       for b in ("pipec", "pipec-reduce-overhead", "inductor", "inductor-reduce-overhead")),
+            " / ".join(_field(rows, b, "max_error", ".2g") for b in ("pipec", "pipec-reduce-overhead", "inductor")),
+            " / ".join(_field(rows, b, "peak_mib", ".0f")
+                       for b in ("eager", "inductor", "inductor-reduce-overhead", "pipec", "pipec-reduce-overhead")),
+            " / ".join(_field(rows, b, "held_mib", ".0f")
+                       for b in ("inductor", "inductor-reduce-overhead", "pipec", "pipec-reduce-overhead")),
+            kernel_text, error.replace("|", "\\|"),
+        ])
+    return out
+
+
+def markdown(records: list[dict], meta: dict) -> str:
+    lines = [f"# pipec real-model suite ({meta['size']} size, {meta['device']})", "",
+             f"{meta['started']} · {meta['host']} · {meta.get('device_name') or meta['device']} · "
+             + ", ".join(f"{k} {v}" for k, v in (meta.get("versions") or {}).items()), "",
+             f"Timer: {meta.get('timer') or '-'}. Ratios: the other backend's time / pipec's (> 1: pipec "
+             "faster), from one process. RO: mode reduce-overhead (CUDA Graphs). compile: the first call, "
+             "empty caches. peak MiB: one call's peak memory above the memory at rest; held MiB: what a "
+             "compiled backend keeps between calls beyond the weights (CUDA Graph pools, preallocated "
+             "buffers), the allocator's reserved memory grown across its compile (CUDA only; under "
+             "reduce-overhead the peak is ~0 and held is the figure).", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(records)]
+    ok = sum(r["status"] == "ok" for r in records)
+    lines += ["", f"{ok} of {len(records)} cases ok."]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, records: list[dict], meta: dict) -> None:
+    first = next((r["bench"] for r in records if r["bench"]), {})
+    meta = {**meta, "device_name": first.get("device_name"), "versions": first.get("versions"),
+            "timer": first.get("timer"), "seconds": time.perf_counter() - meta["clock"]}
+    meta.pop("clock")
+    out.write_text(json.dumps({"suite": "pipec issue 19 real models", **meta, "cases": records}, indent=2))
+    out.with_suffix(".md").write_text(markdown(records, meta))
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the results file (JSON); the markdown table goes beside it (.md)")
+    parser.add_argument("--cases", help="comma-separated subset (default: every case of the size)")
+    parser.add_argument("--size", choices=("real", "tiny"), default="real")
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --size tiny: a smoke test)")
+    parser.add_argument("--inductor", action=argparse.BooleanOptionalAction, default=None,
+                        help="measure Inductor (default: only on CUDA)")
+    parser.add_argument("--budget", type=float, default=900.0, help="seconds per case (default 900)")
+    parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms")
+    parser.add_argument("--rep", type=float, default=100.0, help="do_bench measuring time, ms")
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds over all backends")
+    parser.add_argument("--warm", action="store_true", help="also time warm compiles (from the caches; not in the "
+                        "table, in the JSON): more device time per case")
+    parser.add_argument("--fusion", default="default", help="pipec fusion policy")
+    parser.add_argument("--atol", type=float, help="numerics check (with --rtol; default: the case's tolerance)")
+    parser.add_argument("--rtol", type=float)
+    args = parser.parse_args()
+    if (args.atol is None) != (args.rtol is None):
+        parser.error("give --atol and --rtol together")
+    cases = all_cases(args.size)
+    names = [c["case"] for c in cases]
+    chosen = [c.strip() for c in args.cases.split(",")] if args.cases else names
+    unknown = [c for c in chosen if c not in names]
+    if unknown:
+        print(f"error: unknown case {unknown[0]!r} (cases: {', '.join(names)})", file=sys.stderr)
+        return 2
+    if args.device.startswith("cuda") and args.size == "real":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("error: the real sizes need CUDA (try --size tiny --device cpu for a smoke test)", file=sys.stderr)
+            return 2
+
+    out = Path(args.out)
+    meta = {"size": args.size, "device": args.device, "host": platform.node(), "clock": time.perf_counter(),
+            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "options": {k: v for k, v in vars(args).items() if k not in ("out", "cases")}}
+    records = []
+    with tempfile.TemporaryDirectory(prefix="pipec-real-models-") as workdir:
+        for case in cases:
+            if case["case"] in chosen:
+                records.append(run_case(case, args, Path(workdir)))
+                write_results(out, records, meta)
+    print()
+    print(out.with_suffix(".md").read_text())
+    print(f"results: {out} and {out.with_suffix('.md')}  ({time.perf_counter() - meta['clock']:.0f} s in all)")
+    return 0 if all(r["status"] == "ok" for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Options the capture needs before AOTAutograd runs reach it under torch.compile."""
+
+import torch
+import torch.nn.functional as F
+
+import pipec
+
+
+def attend(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_decompose_attention_reaches_the_dynamo_backend():
+    q = torch.randn(1, 2, 8, 4)
+    default = pipec.explain(attend, q, q, q)
+    assert any("attention" in op for op in default.extern_ops)  # one library call
+    torch._dynamo.reset()
+    decomposed = pipec.explain(attend, q, q, q, decompose_attention=True)
+    assert not any("attention" in op for op in decomposed.extern_ops)  # pipec's own kernels
+    assert decomposed.kernel_count > default.kernel_count
+    assert decomposed.max_error is not None and decomposed.mismatch is None
+
+
+def test_a_capture_whose_dynamo_backend_takes_no_options_still_works():
+    from pipec.backend import aten_backend
+
+    seen = []
+
+    def old_style(compile_aten_graph):
+        seen.append(compile_aten_graph)
+        return "backend"
+
+    assert aten_backend(old_style, "compile", options=None) == "backend" and seen == ["compile"]

@@ -1,0 +1,62 @@
+"""CompileProfile: exclusive parts inside a window, counts, and nothing recorded outside it."""
+
+import threading
+import time
+
+import pytest
+
+from pipec_ir import CompileOptions, CompileProfile
+from pipec_ir.profile import PARTS
+
+
+def test_parts_are_exclusive_and_sum_to_the_window():
+    profile = CompileProfile()
+    with profile.measure():
+        with profile.part("aot_autograd"):
+            time.sleep(0.02)
+            with profile.part("codegen"):
+                time.sleep(0.03)
+            with profile.part("aot_autograd"):  # the same part nested: its time once
+                time.sleep(0.01)
+        time.sleep(0.01)  # in no part: `other`
+    parts = profile.parts()
+    assert parts["codegen"] == pytest.approx(0.03, abs=0.02)
+    assert parts["aot_autograd"] == pytest.approx(0.03, abs=0.02)  # 0.02 + 0.01, without codegen's 0.03
+    assert profile.inclusive["aot_autograd"] == pytest.approx(0.06, abs=0.03)  # from entering to leaving
+    assert parts["other"] >= 0.005
+    assert sum(parts.values()) == pytest.approx(profile.wall, rel=1e-9)
+    assert list(parts)[:len(PARTS)] == list(PARTS) and list(parts)[-1] == "other"
+
+
+def test_nothing_is_recorded_outside_a_window_or_from_another_thread():
+    profile = CompileProfile()
+    with profile.part("codegen"):
+        profile.count("kernels")
+    assert profile.to_dict() == {} and not profile.seconds and not profile.counts
+
+    def elsewhere():
+        with profile.part("fusion"):
+            profile.count("graphs")
+
+    with profile.measure():
+        worker = threading.Thread(target=elsewhere)
+        worker.start()
+        worker.join()
+        profile.count("kernels", 2)
+        profile.distinct("unique_kernels", "body-a")
+        profile.distinct("unique_kernels", "body-a")
+        profile.distinct("unique_kernels", "body-b")
+        profile.add("dynamo", 0.0)  # nothing
+    data = profile.to_dict()
+    assert data["seconds"]["fusion"] == 0.0 and data["counts"]["graphs"] == 0  # the other thread's
+    assert data["counts"]["kernels"] == 2 and data["counts"]["unique_kernels"] == 2
+    assert set(data) == {"wall_s", "seconds", "counts"}
+
+
+def test_nested_windows_measure_once_and_the_profile_stays_out_of_cache_keys():
+    profile = CompileProfile()
+    with profile.measure(), profile.measure():
+        time.sleep(0.01)
+    assert profile.windows == 1 and profile.wall >= 0.01
+    plain = CompileOptions()
+    assert plain.with_extra(compile_profile=profile).key() == plain.key()
