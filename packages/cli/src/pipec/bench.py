@@ -61,6 +61,10 @@ from typing import Any
 
 from pipec_ir import CompileOptions
 
+from .bench_measure import (
+    _tensors, io_bytes, count_flops, _no_grad_call, describe_inputs, _synchronize, cpu_median_ms, measure_ms, timer_label, copy_tb_per_s, count_launches, peak_memory_mib, reserved_bytes,
+)
+
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # pipec's compile cache, its kernel sources and tuning results, Inductor's and Triton's caches
 CACHE_ENV = ("PIPEC_CACHE_DIR", "PIPEC_KERNEL_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
@@ -159,161 +163,6 @@ class BenchResult:
         best = self.best_inductor()
         out["best_inductor"] = best.name if best else None
         return out
-
-
-# ---------------------------------------------------------------- what one call moves and computes
-
-
-def _tensors(value) -> list:
-    import torch
-    from torch.utils._pytree import tree_flatten
-
-    return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
-
-
-def io_bytes(model, inputs, outputs) -> int:
-    """Bytes of inputs, parameters, buffers and outputs, each storage once (see the module docstring)."""
-    import torch
-
-    tensors = _tensors(inputs) + _tensors(outputs)
-    if isinstance(model, torch.nn.Module):
-        tensors += list(model.parameters()) + list(model.buffers())
-    seen: dict[tuple[str, int], int] = {}
-    for t in tensors:
-        key = (str(t.device), t.untyped_storage().data_ptr())
-        seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
-    return sum(seen.values())
-
-
-def count_flops(model, inputs) -> int | None:
-    """FLOPs of one eager call (matmuls, convolutions, attention), by FlopCounterMode; None when
-    the counter cannot count the model (torch 2.11's refuses grouped-query attention's shapes)."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
-    try:
-        with torch.no_grad(), counter:
-            model(*inputs)
-    except Exception:  # noqa: BLE001 - the count is a figure of the table, never a reason to fail
-        return None
-    return int(counter.get_total_flops())
-
-
-def _no_grad_call(fn, inputs):
-    import torch
-
-    with torch.no_grad():
-        return fn(*inputs)
-
-
-def describe_inputs(inputs) -> list[str]:
-    short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
-    out = []
-    for t in _tensors(inputs):
-        dtype = str(t.dtype).removeprefix("torch.")
-        out.append(f"{short.get(dtype, dtype)}[{', '.join(str(s) for s in t.shape)}]")
-    return out
-
-
-# ---------------------------------------------------------------- timing
-
-
-def _synchronize(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def cpu_median_ms(fn: Callable[[], Any], warmup_ms: float, rep_ms: float, min_calls: int = 3) -> float:
-    """Median wall time per call (ms): calls for `warmup_ms`, then at least `min_calls` for `rep_ms`."""
-    fn()
-    end = time.perf_counter() + warmup_ms / 1e3
-    while time.perf_counter() < end:
-        fn()
-    times: list[float] = []
-    end = time.perf_counter() + rep_ms / 1e3
-    while len(times) < min_calls or time.perf_counter() < end:
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
-def measure_ms(fn: Callable[[], Any], device: str, warmup_ms: float, rep_ms: float) -> float:
-    """Median time of one call (ms): triton.testing.do_bench on CUDA, a perf_counter loop on the CPU."""
-    if device.startswith("cuda"):
-        import triton.testing
-
-        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-    return cpu_median_ms(fn, warmup_ms, rep_ms)
-
-
-def timer_label(device: str, warmup_ms: float, rep_ms: float, rounds: int = 1) -> str:
-    each = f"warmup {warmup_ms:g} ms, rep {rep_ms:g} ms"
-    rounds_text = f", median of {rounds} rounds" if rounds > 1 else ""
-    if device.startswith("cuda"):
-        return f"triton.testing.do_bench median ({each}){rounds_text}"
-    return f"CPU wall time, time.perf_counter median ({each}){rounds_text}"
-
-
-def copy_tb_per_s(nbytes: int, device: str, warmup_ms: float, rep_ms: float) -> float | None:
-    """TB/s of a device-to-device copy moving `nbytes` (half read, half written); CUDA only."""
-    import torch
-
-    if not device.startswith("cuda") or nbytes < 2:
-        return None
-    src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    ms = measure_ms(lambda: dst.copy_(src), device, warmup_ms, rep_ms)
-    return 2 * src.numel() / (ms * 1e-3) / 1e12
-
-
-def count_launches(fn: Callable[[], Any], device: str) -> int | None:
-    """GPU kernels launched by one call (torch.profiler; memcpy/memset not counted); None off CUDA."""
-    if not device.startswith("cuda"):
-        return None
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    try:
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                   and not e.name.startswith(("Memcpy", "Memset")))
-    except Exception:  # a profiler that cannot start (CUPTI unavailable) costs the count, not the run
-        return None
-
-
-def peak_memory_mib(fn: Callable[[], Any], device: str) -> float | None:
-    """Peak GPU memory (MiB) of one call above the memory allocated before it; None off CUDA."""
-    if not device.startswith("cuda"):
-        return None
-    import torch
-
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats(device)
-    at_rest = torch.cuda.memory_allocated(device)
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated(device) - at_rest) / 2**20
-
-
-def reserved_bytes(device: str) -> int | None:
-    """Bytes the CUDA caching allocator holds once its unused cached blocks are released; None off CUDA."""
-    if not device.startswith("cuda"):
-        return None
-    import gc
-
-    import torch
-
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    return torch.cuda.memory_reserved(device)
 
 
 def _float64_bytes(expected) -> int:
@@ -791,4 +640,4 @@ def write_json(result: BenchResult, path: str) -> None:
 
 
 __all__ = ["BenchMismatch", "BenchOptions", "BenchResult", "BackendResult", "run_bench", "bench_table", "profile_table",
-           "io_bytes", "count_flops", "measure_ms", "peak_memory_mib", "reserved_bytes", "write_json"]
+           "io_bytes", "count_flops", "cpu_median_ms", "measure_ms", "peak_memory_mib", "reserved_bytes", "write_json"]
