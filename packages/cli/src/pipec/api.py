@@ -321,10 +321,12 @@ def run_and_compare(model, example_inputs, options: CompileOptions, session: Ses
     session = session if session is not None else Session()
     if training if training is not None else is_training_model(model):
         return train_and_compare(model, example_inputs, options, session, name=name)
+    from .reference import no_grad_call
+
     # taken before the compiled run; an `expected` given was computed before it from the state at hand
     # (a no_grad forward changes no state its outputs depend on: train-mode BatchNorm updates its
     # running stats but normalizes with the batch's own)
-    reference = _float64_reference(model, example_inputs, _no_grad_call)
+    reference = _float64_reference(model, example_inputs, no_grad_call)
     with torch.no_grad():
         if expected is None:
             expected = model(*example_inputs)
@@ -346,13 +348,6 @@ def _field(run, name: str, key: str | None = None):
     """`run.name` (`[key]`), None when there is no float64 run or it lacks that entry."""
     value = getattr(run, name) if run is not None else None
     return value.get(key) if key is not None and value is not None else value
-
-
-def _no_grad_call(fn, inputs):
-    import torch
-
-    with torch.no_grad():
-        return fn(*inputs)
 
 
 def _surfacing_pipec_errors(fn, *args):

@@ -62,7 +62,7 @@ from typing import Any
 from pipec_ir import CompileOptions
 
 from .bench_measure import (
-    _tensors, io_bytes, count_flops, _no_grad_call, describe_inputs, _synchronize, cpu_median_ms, measure_ms, timer_label, copy_tb_per_s, count_launches, peak_memory_mib, reserved_bytes,
+    _tensors, io_bytes, count_flops, describe_inputs, _synchronize, cpu_median_ms, measure_ms, timer_label, copy_tb_per_s, count_launches, peak_memory_mib, reserved_bytes,
 )
 
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -448,9 +448,9 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     backends = [name for name, _ in pipecs] + list(modes)
     cold = {backend: _fresh(model) for backend in backends}
     fresh = {backend: _fresh(model) for backend in backends}
-    from .reference import lazy_float64_run
+    from .reference import lazy_float64_run, no_grad_call
 
-    float64 = lazy_float64_run(model, inputs, _no_grad_call)  # before the eager run: its starting state
+    float64 = lazy_float64_run(model, inputs, no_grad_call)  # before the eager run: its starting state
     with torch.no_grad():
         expected = Expected(model(*inputs), float64)
     result = BenchResult(

@@ -50,13 +50,6 @@ def count_flops(model, inputs) -> int | None:
     return int(counter.get_total_flops())
 
 
-def _no_grad_call(fn, inputs):
-    import torch
-
-    with torch.no_grad():
-        return fn(*inputs)
-
-
 def describe_inputs(inputs) -> list[str]:
     short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
     out = []

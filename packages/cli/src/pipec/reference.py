@@ -32,6 +32,12 @@ class Float64Run:
     buffers: dict[str, torch.Tensor]
 
 
+def no_grad_call(fn, inputs):
+    """`fn(*inputs)` without autograd: the `run` of lazy_float64_run for an inference call."""
+    with torch.no_grad():
+        return fn(*inputs)
+
+
 def lazy_float64_run(model, example_inputs, run: Callable) -> Callable[[], Float64Run | None]:
     """A function returning `run(float64 copy of model, float64 copies of the inputs)` with the
     copy's gradients and buffers, computed on its first call only; None when the model has no
