@@ -25,7 +25,8 @@ class HeuristicFusion:
         self.name = name
 
     def fuse(self, graph: Graph, options: CompileOptions) -> KernelPlan:
-        return fuse_graph(graph, self.heuristics, policy=self.name)
+        # fusion_fuel=N (pipec bisect): only the first N merges; an option, so in the cache key
+        return fuse_graph(graph, self.heuristics, policy=self.name, fuel=options.get("fusion_fuel"))
 
     def __repr__(self) -> str:
         return f"HeuristicFusion({type(self.heuristics).__name__}, name={self.name!r})"
