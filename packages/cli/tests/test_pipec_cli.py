@@ -81,10 +81,10 @@ def watched_model(tmp_path):
     return path, marker
 
 
-@pytest.mark.parametrize("command", ["compile", "explain", "bench", "export", "run"])
+@pytest.mark.parametrize("command", ["compile", "explain", "bench", "export", "run", "bisect", "minify"])
 def test_bad_device_is_refused_before_any_work(fake_stages, capsys, watched_model, tmp_path, command):
     path, marker = watched_model
-    argv = {"export": ["export", path, "-o", tmp_path / "m.pipec"],
+    argv = {"export": ["export", path, "-o", tmp_path / "m.pipec"], "minify": ["minify", path, "-o", tmp_path / "r.py"],
             "run": ["run", tmp_path / "missing.pipec", "--random"]}.get(command, [command, path])
     code, _, err = run([*argv, "--device", "tpu"], capsys)
     assert code == 2

@@ -218,7 +218,7 @@ def unit_program(program: Program, unit: Unit, name: str | None = None) -> Progr
         name=name or f"{program.name}_{unit.kernel or unit.index}",
         inputs=tuple(Buffer(n, types[n]) for n in unit.reads),
         outputs=tuple(unit.writes),
-        buffers=tuple(Buffer(n, types[n]) for n in unit.writes if n in types),
+        buffers=tuple(Buffer(n, types[n]) for n in unit.writes if n in types and n not in unit.reads),
         kernels=tuple(kernels[k] for k in launched),
         steps=unit.steps, symbols=program.symbols)
     return pipec_ir.verify(sub)
@@ -308,11 +308,18 @@ def first_failure(case: GraphCase, refs: References, plan: KernelPlan | None, pr
             first = str(exc).strip().splitlines()
             return Failure(case.name, unit, [], fed, {}, "chained" if chained else "alone",
                            f"running it failed: {type(exc).__name__}: {first[0] if first else ''}")
-        own.update(got)
-        checks = [judge(n, got[n], refs) for n in unit.writes if n in graph_values and n in got]
+        own.update({n: v for n, v in got.items() if v is not None})
+        checks = [judge(n, got[n], refs) for n in _judged(unit, plan) if n in graph_values and n in got]
         if any(c.problem for c in checks):
             return Failure(case.name, unit, checks, fed, got, "chained" if chained else "alone")
     return None
+
+
+def _judged(unit: Unit, plan: KernelPlan | None) -> tuple[str, ...]:
+    """The values a unit must write: its KernelPlan kernel's outputs (a choice group's
+    alternatives also make values of their own, which only they read), else all it writes."""
+    kernel = next((k for k in plan.kernels if k.name == unit.kernel), None) if plan is not None else None
+    return tuple(n for n in unit.writes if n in kernel.outputs) if kernel is not None else unit.writes
 
 
 def program_outputs_check(case: GraphCase, refs: References, program: Program,
@@ -459,7 +466,7 @@ def bisect_model(model, example_inputs, options: CompileOptions, *, name: str = 
             stem = f"{case.name}.{report.kernel['name']}"
             report.repro = str(save_repro(Path(repro_dir) / f"{stem}.pt", failure, program))
         report.summary = _summary(case.name, report.kernel, failure.how)
-        if narrow and failure.how == "alone" and failure.error is None:
+        if narrow and failure.how == "alone":
             report.narrowing = narrow_fusion(case, refs, plan, options, say)
             report.summary += "; " + _narrowing_line(report.narrowing)
         return report
