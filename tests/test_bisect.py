@@ -170,3 +170,20 @@ def test_minify_shrinks_a_30_node_graph_to_a_few_nodes(tmp_path, corrupt_plugin,
     assert _main("compile", out, "--codegen", "corrupt-exp", "--device", "cpu", "--no-cache") == 1
     assert "differs from eager" in capsys.readouterr().err
     assert _main("compile", out, "--device", "cpu", "--no-cache") == 0  # the built-in codegen is right
+
+
+def test_minify_shrinks_a_compile_error(tmp_path, corrupt_plugin, capsys):
+    from pipec.api import make_options
+    from pipec.minify import minify_model, write_repro
+
+    namespace = {}
+    exec(textwrap.dedent(LARGE), namespace)
+    result = minify_model(namespace["model"], namespace["example_inputs"],
+                          make_options(codegen="fail-sigmoid"), name="large")
+    assert result.failure.kind == "error" and result.failure.stage == "codegen"
+    assert "fail-sigmoid cannot generate sigmoid" in result.failure.message
+    assert [n.op for n in result.graph.nodes] == ["sigmoid"], result.graph
+    assert result.original_nodes >= 30
+    path, data, graph_file = write_repro(result, tmp_path / "repro.py")
+    assert _main("compile", path, "--codegen", "fail-sigmoid", "--device", "cpu", "--no-cache") == 1
+    assert "fail-sigmoid cannot generate sigmoid" in capsys.readouterr().err

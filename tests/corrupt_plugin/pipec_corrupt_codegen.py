@@ -9,6 +9,7 @@ entry-point group and the Program's kernel sources.
   adds 0.5 to the sigmoid's argument: wrong only once those two are fused.
 - `corrupt-exp`: every kernel computing `exp` computes `exp2` instead: one op is wrong however
   the graph is fused.
+- `fail-sigmoid`: raises on a plan holding a `sigmoid` (a compile error, for `pipec minify`).
 
 tests/test_bisect.py makes it an installed distribution (a `.dist-info` beside this file,
 on PYTHONPATH) rather than registering it in-process.
@@ -32,6 +33,16 @@ class CorruptingCodegen:
         return dataclasses.replace(program, kernels=kernels)
 
 
+class FailingCodegen:
+    def generate(self, plan, options):
+        from pipec_codegen_triton import TritonCodegen
+
+        nodes = plan.graph.node_map()
+        if any(nodes[n].op == "sigmoid" for k in plan.kernels for n in k.nodes):
+            raise NotImplementedError("fail-sigmoid cannot generate sigmoid (on purpose)")
+        return TritonCodegen().generate(plan, options)
+
+
 def _docstring(source: str) -> str:
     start = source.find('"""')
     return source[start:source.find('"""', start + 3)] if start >= 0 else ""
@@ -41,3 +52,4 @@ def _docstring(source: str) -> str:
 def pipec_register(registry):
     registry.add_codegen("corrupt-fused", CorruptingCodegen("mul -> sigmoid", "tl.sigmoid(", "tl.sigmoid(0.5 + "))
     registry.add_codegen("corrupt-exp", CorruptingCodegen("exp", "tl.exp(", "tl.exp2("))
+    registry.add_codegen("fail-sigmoid", FailingCodegen())
