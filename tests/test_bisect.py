@@ -151,6 +151,19 @@ def test_bisect_exits_0_when_nothing_diverges(tmp_path, capsys):
     assert not (tmp_path / "repros").exists()
 
 
+def test_bisect_judges_a_matmul_choice_group_by_its_kernel_outputs():
+    """A matmul with an epilogue is a choice group; the values only its library alternatives
+    make (cuBLAS's product) are not the kernel's, and are not judged."""
+    from pipec.api import make_options
+    from pipec.bisect import bisect_model
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 16).eval()
+    report = bisect_model(lambda x: torch.nn.functional.gelu(lin(x)), (torch.randn(4, 8),),
+                          make_options(cache="none"), name="linear_gelu")
+    assert not report.diverged, report.summary
+
+
 def test_minify_shrinks_a_30_node_graph_to_a_few_nodes(tmp_path, corrupt_plugin, capsys):
     model = _model(tmp_path, LARGE)
     out = tmp_path / "repro" / "repro.py"
