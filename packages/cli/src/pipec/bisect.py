@@ -260,6 +260,8 @@ def judge(name: str, value, refs: References) -> ValueCheck:
     err, problem = compare_outputs([value], [expected], reference=reference)
     if problem is not None:
         problem = problem.replace("output 0", name, 1)
+        if by == "interpreter":  # eager has no value of this name: the interpreter stood in for it
+            problem = problem.replace("eager", "the interpreter")
     return ValueCheck(name, err, problem, by)
 
 
@@ -292,7 +294,6 @@ def first_failure(case: GraphCase, refs: References, plan: KernelPlan | None, pr
                   options: CompileOptions, *, chained: bool = False) -> Failure | None:
     """The first unit whose values leave tolerance, run alone on the reference values of its
     inputs (or, `chained`, on what pipec's earlier units made)."""
-    graph_values = set(refs.native)
     own: dict[str, Any] = {i.name: t for i, t in zip(case.graph.inputs, case.inputs)}
     for unit in program_units(program, plan):
         source = own if chained else refs.native
@@ -309,7 +310,8 @@ def first_failure(case: GraphCase, refs: References, plan: KernelPlan | None, pr
             return Failure(case.name, unit, [], fed, {}, "chained" if chained else "alone",
                            f"running it failed: {type(exc).__name__}: {first[0] if first else ''}")
         own.update({n: v for n, v in got.items() if v is not None})
-        checks = [judge(n, got[n], refs) for n in _judged(unit, plan) if n in graph_values and n in got]
+        checks = [judge(n, got[n], refs) for n in _judged(unit, plan)
+                  if isinstance(refs.native.get(n), torch.Tensor) and n in got]
         if any(c.problem for c in checks):
             return Failure(case.name, unit, checks, fed, got, "chained" if chained else "alone")
     return None
@@ -329,7 +331,7 @@ def program_outputs_check(case: GraphCase, refs: References, program: Program,
 
     outs = load_launch(program, _runtime_options(options))(list(case.inputs))
     names = case.graph.outputs
-    return [judge(n, o, refs) for n, o in zip(names, outs) if n is not None and n in refs.native]
+    return [judge(n, o, refs) for n, o in zip(names, outs) if isinstance(refs.native.get(n), torch.Tensor)]
 
 
 # ---------------------------------------------------------------- compiling a graph
