@@ -1,13 +1,11 @@
 """`pipec bisect` and `pipec minify`, against kernels made wrong by a third-party codegen plugin.
 
 The plugin (tests/corrupt_plugin/pipec_corrupt_codegen.py) is installed the way pip lays out a
-distribution: a `.dist-info` with an `entry_points.txt` in group `pipec`, on the path. pipec
-finds it through importlib.metadata like any other plugin; nothing registers it in-process.
+distribution: a `.dist-info` with an `entry_points.txt` in group `pipec`, on sys.path. pipec
+finds it through importlib.metadata like any other plugin (nothing calls register_plugin).
 """
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 
@@ -66,45 +64,6 @@ def _model(tmp_path, source, name="m"):
     return path
 
 
-def _pipec(site, *args, cwd):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "pipec", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env)
-
-
-def test_bisect_names_the_kernel_and_the_merge_a_plugin_broke(tmp_path, plugin_site):
-    model = _model(tmp_path, SMALL)
-    r = _pipec(plugin_site, "bisect", model, "--codegen", "corrupt-fused", "--device", "cpu", "--json",
-               cwd=tmp_path)
-    assert r.returncode == 1, r.stderr
-    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and "breaks numerics" in errors[0], r.stderr
-    report = json.loads(r.stdout)
-    assert report["diverged"] and report["how"] == "alone"
-    kernel = report["kernel"]
-    assert {"mul", "sigmoid"} <= set(kernel["ops"]), kernel
-    assert "0.5 + " in next(iter(kernel["sources"].values()))  # the corrupted source, as it ran
-    assert any("sigmoid(" in line for line in kernel["ir"])
-    narrowing = report["narrowing"]
-    # the merge that first puts the mul and the sigmoid in one kernel, and no other
-    assert narrowing["verdict"] == "merge", narrowing
-    merge = narrowing["merge"]
-    assert "mul" in merge["first_ops"] and merge["second_ops"] == ["sigmoid"], merge
-    assert merge["kind"] == "vertical"
-    assert sorted(op for k in narrowing["passing_kernels"] for op in k["ops"]) == sorted(
-        merge["first_ops"] + merge["second_ops"])
-    # the saved inputs reproduce the wrong values with the kernel alone
-    from pipec.bisect import replay
-
-    repro = tmp_path / report["repro"]
-    saved = torch.load(repro, weights_only=True)
-    again = replay(repro)
-    assert again.keys() == saved["got"].keys()
-    for name, value in again.items():
-        torch.testing.assert_close(value, saved["got"][name])
-
-
 @pytest.fixture
 def corrupt_plugin(plugin_site, monkeypatch):
     """The plugin found in this process through its entry point (on sys.path, as pip installs it)."""
@@ -123,6 +82,39 @@ def _main(*args) -> int:
     with pytest.raises(SystemExit) as exit_:
         main([str(a) for a in args])
     return exit_.value.code
+
+
+def test_bisect_names_the_kernel_and_the_merge_a_plugin_broke(tmp_path, corrupt_plugin, capsys):
+    model = _model(tmp_path, SMALL)
+    code = _main("bisect", model, "--codegen", "corrupt-fused", "--device", "cpu", "--json", "--no-cache",
+                 "--repro-dir", tmp_path / "repros")
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "breaks numerics" in errors[0], err
+    report = json.loads(out)
+    assert report["diverged"] and report["how"] == "alone"
+    kernel = report["kernel"]
+    assert {"mul", "sigmoid"} <= set(kernel["ops"]), kernel
+    assert "0.5 + " in next(iter(kernel["sources"].values()))  # the corrupted source, as it ran
+    assert any("sigmoid(" in line for line in kernel["ir"])
+    narrowing = report["narrowing"]
+    # the merge that first puts the mul and the sigmoid in one kernel, and no other
+    assert narrowing["verdict"] == "merge", narrowing
+    merge = narrowing["merge"]
+    assert "mul" in merge["first_ops"] and merge["second_ops"] == ["sigmoid"], merge
+    assert merge["kind"] == "vertical"
+    assert sorted(op for k in narrowing["passing_kernels"] for op in k["ops"]) == sorted(
+        merge["first_ops"] + merge["second_ops"])
+    # the saved inputs reproduce the wrong values with the kernel alone
+    from pipec.bisect import replay
+
+    repro = report["repro"]
+    saved = torch.load(repro, weights_only=True)
+    again = replay(repro)
+    assert again.keys() == saved["got"].keys()
+    for name, value in again.items():
+        torch.testing.assert_close(value, saved["got"][name])
 
 
 def test_bisect_finds_a_wrong_op_whatever_the_fusion(corrupt_plugin):

@@ -53,7 +53,10 @@ def graph_failure(graph: Graph, values: dict[str, Any], options: CompileOptions)
         text = str(found or exc).strip().splitlines()
         return GraphFailure("error", getattr(found, "stage", None) or "runtime",
                             f"{type(found or exc).__name__}: {text[0] if text else ''}")
-    refs = references(GraphCase(graph.name, graph, inputs))
+    try:
+        refs = references(GraphCase(graph.name, graph, inputs))
+    except Exception:  # noqa: BLE001 - the interpreter refuses this subgraph: no judgement, no failure
+        return None
     for name, out in zip(graph.outputs, outs):
         if name is not None:
             check = judge(name, out, refs)
