@@ -7,10 +7,9 @@ added cycle, a cross-stage import and a registry.
 import shutil
 from pathlib import Path
 
-from conftest import ROOT
 from layering import check
 
-PACKAGES = ROOT / "packages"
+PACKAGES = Path(__file__).resolve().parents[1] / "packages"
 
 # Import cycles that exist today (issue 25, "Modules with many jobs"), each the set of modules
 # of one cycle. A cycle found is accepted when all its modules are in one of these sets; a set

@@ -17,8 +17,12 @@ class WatchedRuntime:
         self.inner = inner
         self.loaded = []  # (program name, number of steps), one per load
 
-    def load(self, program, options):
-        run = self.inner.load(program, options)
+    def load(self, program, options, context=None):
+        # forward the loaded model's context where pipec passes one (a runtime may take it)
+        if context is None:
+            run = self.inner.load(program, options)
+        else:
+            run = self.inner.load(program, options, context=context)
         self.loaded.append((program.name, len(program.steps)))
         return run
 
