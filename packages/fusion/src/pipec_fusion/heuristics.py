@@ -38,8 +38,9 @@ RECOMPUTE_STORED_MAX_OPS = 8
 # each other and any reduction they feed: a residual add after a Linear then goes into the next
 # LayerNorm (which reads the product and the residual, and writes the sum it needs anyway), not
 # into the GEMM, where it became a kernel of its own whenever cuBLAS beat the Triton template
-# (the GPT-2 block on the H200: a 15 us pass after the attention projection, which Inductor
-# fuses into LayerNorm). A chain no reduction takes still ends up in the epilogue.
+# (an extra pass in the GPT-2 block, which Inductor fuses into LayerNorm: docs/performance.md,
+# "A GEMM epilogue scores below plain vertical merges"). A chain no reduction takes still ends
+# up in the epilogue.
 EPILOGUE_SCORE = 0.95
 # What policy 'default' puts in a GEMM epilogue: bias, activations, residual, scaling, casts
 # (cheap per element next to the K-long dot product; no libdevice calls, which slow the tile).
