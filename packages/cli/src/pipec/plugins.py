@@ -11,8 +11,9 @@ entry point in group `pipec` names a module (or object) holding `pipec_register`
   `tryfirst` before all, `trylast` after all), then every `pipec_configure` in the same
   order. A name registered twice keeps the later implementation, with a warning.
 - A plugin whose import, registration or configuration raises is named in one warning
-  and skipped: what its hook had changed is undone and it is unregistered (its observers
-  do not run); `plugin_infos()` and `pipec plugins` list it with the error.
+  and skipped: what that hook had changed is undone and it is unregistered (its later hooks,
+  observers included, do not run; the stages a failed `pipec_configure`'s own
+  `pipec_register` added stay); `plugin_infos()` and `pipec plugins` list it with the error.
 - `PIPEC_DISABLE_PLUGINS=a,b` blocks plugins by name; `PIPEC_LOAD_PLUGINS=a,b`
   loads only those (an allow-list). A name matches an entry-point name, or a
   distribution (blocking/allowing all its entry points): its full name
