@@ -400,6 +400,30 @@ def test_plugins_json_lists_skipped(use_entry_points, example_plugin_path, capsy
     assert len(warning_lines) == 1 and warning_lines[0].startswith("warning: pipec: plugin 'broken'")
 
 
+def test_plugins_lists_failed_registrations_and_observers(use_entry_points, capsys):
+    import order_plugins
+    from pipec_cli_testing import entry_point
+
+    import pipec.plugins
+
+    use_entry_points([entry_point("fake", "fake_stages")])
+    pipec.plugins.register_plugin(order_plugins.recursing, name="recursing")
+    pipec.plugins.register_plugin(order_plugins.observer, name="watcher")
+    code, out, err = run(["plugins", "--json"], capsys)
+    assert code == 0, err
+    listed = {p["plugin"]: p for p in json.loads(out)["plugins"]}
+    assert listed["watcher"]["status"] == "loaded" and listed["watcher"]["role"] == "observer"
+    assert listed["watcher"]["hooks"] == ["pipec_stage_finished"]
+    assert listed["recursing"]["status"] == "failed to register"
+    assert "get_registry()" in listed["recursing"]["error"]
+    assert listed["fake"]["role"] == "stages" and "codegen triton" in listed["fake"]["stages"]
+
+    code, out, err = run(["plugins"], capsys)
+    assert code == 0, err
+    assert "watcher" in out and "observer" in out  # listed though it registers no stage
+    assert "skipped plugin 'recursing' (unknown 0): failed to register: PipecPluginError:" in out
+
+
 # ---------------------------------------------------------------- the installed command
 
 

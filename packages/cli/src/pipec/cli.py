@@ -1188,14 +1188,12 @@ def _cache_backend(name: str):
 
 
 def _cache_call(entry, method: str):
-    from .cache import CacheError
-
     fn = getattr(entry.impl, method, None)
     if fn is None:
         fail(f"cache {entry.name!r} ({entry.distribution} {entry.version}) does not support `pipec cache {method}`")
     try:
         return fn()
-    except CacheError as exc:
+    except pipec_ir.CacheError as exc:  # a backend's "cannot be used" (pipec's CacheError is one)
         fail(str(exc))
     except OSError as exc:
         fail(f"cache {entry.name}: {exc.strerror or exc}")
@@ -1246,22 +1244,34 @@ def cache_clear_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) ->
 
 @app.command("plugins")
 def plugins_cmd(json_out: JsonOpt = False) -> None:
-    """List every registered stage implementation with its distribution and version."""
+    """List every registered stage implementation with its distribution and version, then every plugin:
+    what it registers, wraps or observes, and those skipped (failed to load, register or configure)."""
     from .plugins import get_registry, plugin_infos
 
     entries = get_registry().entries()
-    skipped = [p for p in plugin_infos() if p.status != "loaded"]
+    infos = plugin_infos()
+    skipped = [p for p in infos if p.status != "loaded"]
     if json_out:
         print(json.dumps({
             "stages": [{"stage": e.stage, "name": e.name, "distribution": e.distribution, "version": e.version}
                        for e in entries],
             "skipped": [{"plugin": p.name, "distribution": p.distribution, "status": p.status, "error": p.error}
                         for p in skipped],
+            "plugins": [{"plugin": p.name, "distribution": p.distribution, "version": p.version, "status": p.status,
+                         "error": p.error, "role": p.role, "hooks": list(p.hooks), "stages": list(p.stages),
+                         "wraps": list(p.wraps)} for p in infos],
         }, indent=2))
         return
     table = Table("stage", "name", "distribution", "version", title="pipec stages", title_justify="left")
     for e in entries:
-        table.add_row(e.stage, e.name, e.distribution, e.version)
+        wrapped = f" (wrapped by {', '.join(e.wrapped_by)})" if e.wrapped_by else ""
+        table.add_row(e.stage, e.name + wrapped, e.distribution, e.version)
+    stdout.print(table)
+    table = Table("plugin", "distribution", "version", "status", "does", title="pipec plugins", title_justify="left")
+    for p in infos:
+        does = "; ".join(filter(None, [", ".join(p.stages), ", ".join(f"wraps {w}" for w in p.wraps)]))
+        does = does or ("observer" if p.role == "observer" else "-")
+        table.add_row(p.name, p.distribution, p.version, p.status, does)
     stdout.print(table)
     for p in skipped:
         why = f": {p.error}" if p.error else ""

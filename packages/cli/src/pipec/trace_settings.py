@@ -1,8 +1,9 @@
 """The torch settings a pipec-compiled model is traced under, set only while Dynamo compiles.
 
 Dynamo reads these settings while it converts a frame (a first compile or a recompile), never
-while it replays a compiled frame. Setting and restoring them around every call cost ~12 µs
-per call (timed on a 2-core CPU host: torch's config modules are slow to write), so a call
+while it replays a compiled frame. Setting and restoring them around every call costs more
+than the rest of a small call (torch's config modules are slow to write; docs/performance.md,
+"Trace settings are applied only while Dynamo compiles"), so a call
 only marks this thread as running a pipec model (`_Calling`), and a Dynamo compile-start
 callback applies that model's settings, its end callback restores them.
 Where torch lacks the callback hooks, each call sets and restores them itself (`_Swapping`).
