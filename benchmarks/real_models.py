@@ -133,7 +133,8 @@ def _poisoned(attempt: dict) -> bool:
 def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
     env = {**os.environ, "PIPEC_HF_MODEL": case["case"], "PIPEC_HF_SIZE": args.size}
     inductor = args.inductor if args.inductor is not None else args.device.startswith("cuda")
-    inductor_modes = ["reduce-overhead"] if inductor else []
+    ro = args.reduce_overhead
+    inductor_modes = ["reduce-overhead"] if inductor and ro else []
     print(f"\n=== {case['case']}: {case['what']}, {case['shape']}  (budget {args.budget:.0f} s)", flush=True)
 
     def attempt(tag: str, pipec_modes: list[str], with_inductor: bool) -> dict:
@@ -141,10 +142,10 @@ def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
         modes = inductor_modes if with_inductor else []
         return run_bench_process(bench_command(args, part, pipec_modes, modes, with_inductor), env, args.budget, part)
 
-    attempts = [attempt("", ["default", "reduce-overhead"], inductor)]
+    attempts = [attempt("", ["default", "reduce-overhead"] if ro else ["default"], inductor)]
     rows = _rows(attempts[0]["bench"])
     note = None
-    if _poisoned(attempts[0]):
+    if _poisoned(attempts[0]) and ro:
         # a CUDA error poisons every backend after it in the process: run again with pipec's
         # CUDA Graphs in a process of their own, so one crash does not cost the whole row
         note = f"split into two processes after: {attempts[0]['error']}"
@@ -156,7 +157,8 @@ def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
             rows["pipec-reduce-overhead"] = {**ro, "name": "pipec-reduce-overhead"}
     bench = next((a["bench"] for a in attempts[len(attempts) > 1:] if a["bench"]), attempts[0]["bench"])
     errors = {name: row["error"] for name, row in rows.items() if row.get("error")}
-    expected = [b for b in BACKENDS if inductor or not b.startswith("inductor")]
+    expected = [b for b in BACKENDS if (inductor or not b.startswith("inductor"))
+                and (ro or not b.endswith("reduce-overhead"))]
     missing = [b for b in expected if rows.get(b, {}).get("ms") is None]
     timed_out = any(a["exit"] == "timed out" for a in attempts)
     status = "ok" if not missing and not errors else ("timed out" if timed_out else "failed")
@@ -284,6 +286,9 @@ def main() -> int:
     parser.add_argument("--warm", action="store_true", help="also time warm compiles (from the caches; not in the "
                         "table, in the JSON): more device time per case")
     parser.add_argument("--fusion", default="default", help="pipec fusion policy")
+    parser.add_argument("--reduce-overhead", action=argparse.BooleanOptionalAction, default=True,
+                        help="also Inductor's and pipec's reduce-overhead mode (default; --no-reduce-overhead "
+                             "halves the compiles: for the largest models on a tight budget)")
     parser.add_argument("--atol", type=float, help="numerics check (with --rtol; default: the case's tolerance)")
     parser.add_argument("--rtol", type=float)
     args = parser.parse_args()

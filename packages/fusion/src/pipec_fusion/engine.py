@@ -28,6 +28,7 @@ from pipec_ir.verify import is_multi_result
 from .analysis import GraphAnalysis, group_kind_of
 from .heuristics import GroupInfo, Heuristics
 from .legality import MATMUL_OPS, Group, GroupCheck, check_group, cycle_through, merged_group
+from .reachability import Reachability
 from .recompute_stored import find_candidates, landed, rewrite
 from .scan_rules import scan_domain
 
@@ -156,7 +157,7 @@ def _candidates(state: _State, heuristics: Heuristics) -> list[_Candidate]:
         first, second = min(data["pairs"], key=lambda p: (an.pos(p[1]), an.pos(p[0])))
         out.append(_Candidate(a, b, "vertical", first, second))
     if heuristics.horizontal:
-        reach = _reachability(state.dag)
+        reach = Reachability(state.dag)
         buckets: dict[tuple, list[int]] = {}
         for gid, grp in sorted(state.groups.items()):
             if grp.kind in ("pointwise", "reduction"):
@@ -164,24 +165,13 @@ def _candidates(state: _State, heuristics: Heuristics) -> list[_Candidate]:
         for ids in buckets.values():
             for k, a in enumerate(ids):
                 for b in ids[k + 1:]:
-                    if (reach[a] >> b) & 1 or (reach[b] >> a) & 1:
+                    if reach.related(a, b):
                         continue
                     first = min(state.groups[a].members, key=an.pos)
                     second = min(state.groups[b].members, key=an.pos)
                     out.append(_Candidate(a, b, "horizontal", first, second))
     out.sort(key=lambda c: (an.pos(c.second), an.pos(c.first), c.kind))
     return out
-
-
-def _reachability(dag: nx.DiGraph) -> dict[int, int]:
-    """Group id -> bitset (bit g set) of the groups reachable from it."""
-    reach: dict[int, int] = {}
-    for g in reversed(list(nx.topological_sort(dag))):
-        bits = 0
-        for s in dag.successors(g):
-            bits |= reach[s] | (1 << s)
-        reach[g] = bits
-    return reach
 
 
 def _static(state: _State, ga: Group, gb: Group, kind: str):
@@ -217,9 +207,9 @@ def _score(state: _State, heuristics: Heuristics, ga: Group, gb: Group, hkind: s
     return state.scores[key]
 
 
-def _has_detour(dag: nx.DiGraph, reach: dict[int, int], a: int, b: int) -> bool:
+def _has_detour(dag: nx.DiGraph, reach: Reachability, a: int, b: int) -> bool:
     """Is there a path a -> X -> ... -> b through another group X?"""
-    return any(s != b and (reach[s] >> b) & 1 for s in dag.successors(a))
+    return any(s != b and reach.reaches(s, b) for s in dag.successors(a))
 
 
 def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = None):
@@ -251,8 +241,8 @@ def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = Non
 
     for a, b in list(state.dag.edges):
         consider(a, b, "vertical")
+    reach = Reachability(state.dag)  # kept up to date through every merge below
     if heuristics.horizontal:
-        reach = _reachability(state.dag)
         buckets: dict[tuple, list[int]] = {}
         for gid, grp in sorted(state.groups.items()):
             if grp.kind in ("pointwise", "reduction"):
@@ -260,35 +250,30 @@ def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = Non
         for ids in buckets.values():
             for k, a in enumerate(ids):
                 for b in ids[k + 1:]:
-                    if not ((reach[a] >> b) & 1 or (reach[b] >> a) & 1):
+                    if not reach.related(a, b):
                         consider(a, b, "horizontal")
 
-    reach = None
     while heap and (fuel is None or len(fusions) < fuel):
         neg_score, _, _, a, b, ga, gb, kind, merged = heapq.heappop(heap)
         if state.groups.get(a) is not ga or state.groups.get(b) is not gb:
             continue  # stale: one of the groups changed since
-        if reach is None:
-            reach = _reachability(state.dag)
         if kind == "vertical" and _has_detour(state.dag, reach, a, b):
             continue
-        if kind == "horizontal" and ((reach[a] >> b) & 1 or (reach[b] >> a) & 1):
+        if kind == "horizontal" and reach.related(a, b):
             continue
         first = tuple(sorted(ga.members, key=an.pos))
         second = tuple(sorted(gb.members, key=an.pos))
         fusions.append((first, second, kind, -neg_score))
         keep = state.merge(a, b, merged)
-        reach = None
+        reach.merge(a, b, keep)
         for p in list(state.dag.predecessors(keep)):
             consider(p, keep, "vertical")
         for s in list(state.dag.successors(keep)):
             consider(keep, s, "vertical")
         grp = state.groups[keep]
         if heuristics.horizontal and grp.kind in ("pointwise", "reduction"):
-            reach = _reachability(state.dag)
             for other, og in sorted(state.groups.items()):
-                if (other != keep and bucket(og) == bucket(grp)
-                        and not ((reach[other] >> keep) & 1 or (reach[keep] >> other) & 1)):
+                if other != keep and bucket(og) == bucket(grp) and not reach.related(other, keep):
                     consider(min(other, keep), max(other, keep), "horizontal")
 
     evaluated = []
