@@ -434,9 +434,9 @@ def test_gpu_first_call_compiles_every_alternative_at_once(caplog, monkeypatch):
     after cuBLAS), before the steps run and time them; the results still agree with eager. (With
     nothing tuned before: a config chosen earlier, in this process or on disk, is the only one
     compiled.)"""
-    from pipec_runtime_cudagraph import launch as launch_module
+    from pipec_runtime_cudagraph import autotune as autotune_module
 
-    monkeypatch.setattr(launch_module, "_TUNED", {})
+    monkeypatch.setattr(autotune_module, "_TUNED", {})
     model = nn.Sequential(nn.Linear(512, 4096), nn.GELU()).cuda().to(torch.bfloat16).eval()
     torch.manual_seed(0)
     x = torch.randn(4096, 512, device="cuda", dtype=torch.bfloat16)

@@ -60,8 +60,8 @@ def test_autotune_once_per_bucket(options, monkeypatch, policy, tunes):
 
     benched = []
     monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
-    import pipec_runtime_cudagraph.launch as launch_module
-    monkeypatch.setattr(launch_module, "_TUNED", {})  # nothing tuned earlier in this process
+    import pipec_runtime_cudagraph.autotune as autotune_module
+    monkeypatch.setattr(autotune_module, "_TUNED", {})  # nothing tuned earlier in this process
     runner = ProgramRunner(tunable_add(), options.with_extra(bucket=policy))
     runner._plans["cpu"] = runner._build("cpu", tune=True)
     seen = []
@@ -81,11 +81,11 @@ def test_identical_kernels_are_tuned_once_per_process(options, monkeypatch):
     the timing: a 12-layer model tunes each distinct kernel once."""
     import triton.testing
 
-    import pipec_runtime_cudagraph.launch as launch_module
+    import pipec_runtime_cudagraph.autotune as autotune_module
 
     benched = []
     monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
-    monkeypatch.setattr(launch_module, "_TUNED", {})
+    monkeypatch.setattr(autotune_module, "_TUNED", {})
     first = ProgramRunner(tunable_add(), options)
     second_program = tunable_add()
     kernel = second_program.kernels[0]
@@ -204,13 +204,13 @@ def test_tuning_results_are_kept_on_disk_for_the_next_process(options, monkeypat
     a damaged file is ignored and rewritten; tuning_cache=False neither reads nor writes."""
     import triton.testing
 
-    import pipec_runtime_cudagraph.launch as launch_module
+    import pipec_runtime_cudagraph.autotune as autotune_module
 
     benched = []
     monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
 
     def run_once(opts):
-        monkeypatch.setattr(launch_module, "_TUNED", {})  # as if in a new process
+        monkeypatch.setattr(autotune_module, "_TUNED", {})  # as if in a new process
         runner = ProgramRunner(tunable_add(), opts)
         runner._plans["cpu"] = runner._build("cpu", tune=True)
         x, y = torch.randn(20), torch.randn(20)
@@ -233,11 +233,11 @@ def test_tuning_results_are_kept_on_disk_for_the_next_process(options, monkeypat
 def test_autotune_configs_limits_the_timing(options, monkeypatch):
     import triton.testing
 
-    import pipec_runtime_cudagraph.launch as launch_module
+    import pipec_runtime_cudagraph.autotune as autotune_module
 
     benched = []
     monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
-    monkeypatch.setattr(launch_module, "_TUNED", {})
+    monkeypatch.setattr(autotune_module, "_TUNED", {})
     runner = ProgramRunner(tunable_add(), options.with_extra(autotune_configs=1, tuning_cache=False))
     runner._plans["cpu"] = runner._build("cpu", tune=True)
     x, y = torch.randn(20), torch.randn(20)

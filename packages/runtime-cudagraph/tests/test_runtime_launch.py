@@ -418,16 +418,16 @@ def test_kernel_dir_from_the_environment(monkeypatch, tmp_path):
 def test_a_failed_async_compile_does_not_leave_triton_in_async_mode():
     """triton < 3.7's AsyncCompileMode.__exit__ cleared the mode only after every compile succeeded;
     pipec clears it itself, and only when the mode is still its own."""
-    from pipec_runtime_cudagraph.launch import _leave_async_mode
+    from pipec_runtime_cudagraph.autotune import leave_async_mode
 
     _async_compile = pytest.importorskip("triton.runtime._async_compile")
     ours, other = object(), object()
     token = _async_compile.active_mode.set(ours)
     try:
-        _leave_async_mode(ours)
+        leave_async_mode(ours)
         assert _async_compile.active_mode.get() is None
         _async_compile.active_mode.set(other)
-        _leave_async_mode(ours)  # someone else's mode is left alone
+        leave_async_mode(ours)  # someone else's mode is left alone
         assert _async_compile.active_mode.get() is other
     finally:
         _async_compile.active_mode.reset(token)

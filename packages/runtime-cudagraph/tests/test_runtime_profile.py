@@ -10,7 +10,7 @@ import torch
 from pipec_ir import Buffer, CompileOptions, CompileProfile, LaunchConfig, Program, Step
 from runtime_helpers import T, add_kernel
 
-import pipec_runtime_cudagraph.launch as launch_module
+import pipec_runtime_cudagraph.autotune as autotune_module
 from pipec_runtime_cudagraph.launch import ProgramRunner
 from pipec_runtime_cudagraph.rounds import ROUNDS
 
@@ -37,7 +37,7 @@ def test_loads_tuning_and_the_first_run_are_recorded(tmp_path, monkeypatch):
         return 0.0 if next(d for d in fn.__defaults__ if isinstance(d, dict))["BLOCK"] == 128 else 1.0
 
     monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
-    monkeypatch.setattr(launch_module, "_TUNED", {})  # nothing tuned earlier in this process
+    monkeypatch.setattr(autotune_module, "_TUNED", {})  # nothing tuned earlier in this process
     profile = CompileProfile()
     options = CompileOptions(runtime="launch").with_extra(kernel_dir=str(tmp_path), tuning_cache=False,
                                                          compile_profile=profile)

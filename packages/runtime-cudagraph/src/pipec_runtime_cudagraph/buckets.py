@@ -47,7 +47,7 @@ class PadPolicy:
         if shape == tuple(t.shape):
             return t.clone(memory_format=torch.contiguous_format)
         buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
-        buf[_prefix(t.shape)].copy_(t)
+        buf[prefix_slices(t.shape)].copy_(t)
         return buf
 
     @staticmethod
@@ -69,7 +69,7 @@ class PadPolicy:
             shape = tuple(shape_fn(*symvals))
             key = (id(t), shape)
             if key not in views:
-                views[key] = t if tuple(t.shape) == shape else t[_prefix(shape)]
+                views[key] = t if tuple(t.shape) == shape else t[prefix_slices(shape)]
             result.append(views[key])
         return result
 
@@ -84,12 +84,12 @@ def copy_input(static, t) -> None:
     """Copy `t` into a graph's input buffer `static` (into its prefix when the graph is padded),
     unless `t` is that buffer."""
     if static.shape != t.shape:
-        static[_prefix(t.shape)].copy_(t)
+        static[prefix_slices(t.shape)].copy_(t)
     elif static.data_ptr() != t.data_ptr():
         static.copy_(t)
 
 
-def _prefix(shape) -> tuple:
+def prefix_slices(shape) -> tuple:
     return tuple(slice(0, int(n)) for n in shape)
 
 
@@ -135,4 +135,4 @@ def budget_from(options: CompileOptions, name: str) -> RecompileBudget:
                            name=name)
 
 
-__all__ = ["GraphTable", "PadPolicy", "budget_from"]
+__all__ = ["GraphTable", "PadPolicy", "budget_from", "copy_input", "prefix_slices"]

@@ -22,17 +22,16 @@ Here each group becomes one step that runs a single alternative:
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 import warnings
 
-from pipec_ir import CompileProfile, get_attr
+from pipec_ir import CompileProfile, Ref, get_attr
 
+from .autotune import device_name, triton_version, tuning_log
+from .kernels import body_digest
 from .rounds import time_in_rounds
+from .steps import ProgramLoadError
 from .tuning_cache import tuning_key
-
-tuning_log = logging.getLogger("pipec.tuning")  # launch.py's: what autotuning picked
-
 
 class ChoiceStep:
     """One choice group as one step of the runner's plan (specialize.py reads `alternatives`,
@@ -47,7 +46,7 @@ class ChoiceStep:
         self.forced = forced if forced in alternatives else None
         self.chosen: dict[tuple, str] = {}  # size bucket -> alternative
         self.timings: dict[tuple, dict[str, float]] = {}  # size bucket -> alternative -> ms
-        self.profile = getattr(runner, "profile", None) or CompileProfile()  # the runner's (launch.py)
+        self.profile = getattr(runner, "profile", None) or CompileProfile()  # the runner's (runner.py)
 
     def pick(self, vals, symvals, device) -> str:
         if self.forced is not None:
@@ -69,9 +68,7 @@ class ChoiceStep:
         names = sorted(self.alternatives)
         disk_key = None
         if known is None and cache is not None:
-            from .launch import _device_name, _triton_version  # noqa: PLC0415 - launch imports this module
-
-            disk_key = tuning_key(f"choice:{timer}:{digest}", bucket, _device_name(device), _triton_version())
+            disk_key = tuning_key(f"choice:{timer}:{digest}", bucket, device_name(device), triton_version())
             index = cache.get(disk_key, len(names))
             if index is not None:
                 stored = cache.times(disk_key) or []
@@ -214,8 +211,6 @@ def choice_digest(runner, alternatives: dict[str, list]) -> str:
     """sha256 of what a choice group computes, independent of its graph's value names: per
     alternative its name, its kernels' bodies (`body_digest`) and its extern calls (target and
     arguments, each value named by its type), and the types of the values it reads and writes."""
-    from .kernels import body_digest  # noqa: PLC0415 - kernels imports triton lazily
-
     types = {b.name: b.type for b in (*runner.program.inputs, *runner.program.buffers)}
     name_of = {i: n for n, i in runner.index.items()}
     parts = []
@@ -237,8 +232,6 @@ def choice_digest(runner, alternatives: dict[str, list]) -> str:
 
 def _typed(value, types: dict) -> str:
     """`value` with every reference to a graph value replaced by that value's type."""
-    from pipec_ir import Ref  # noqa: PLC0415
-
     if isinstance(value, Ref):
         return f"<{types.get(value.name)}>"
     if isinstance(value, (tuple, list)):
@@ -254,8 +247,6 @@ def _run(steps, vals, symvals, device) -> None:
 def group_choices(runner, steps: list, tune: bool, forced: str | None = None) -> list:
     """The runner's plan (`[(step, release), ...]`, one per Program step) with each choice group's
     steps replaced by one `ChoiceStep`, which releases what any of them released, after it runs."""
-    from .launch import ProgramLoadError
-
     program_steps = runner.program.steps
     members: dict[str, list[int]] = {}
     for k, s in enumerate(program_steps):
@@ -297,7 +288,7 @@ def choices_made(runner) -> dict[str, dict]:
     """What each choice group of a loaded runner picked so far: {group: {"default", "chosen":
     {bucket: alternative}, "timings_ms": {bucket: {alternative: ms}}}} (for reports and benchmarks)."""
     report = {}
-    for plan in runner._plans.values():
+    for plan in runner.plans.values():
         for step, _ in plan:
             if isinstance(step, ChoiceStep):
                 c = step

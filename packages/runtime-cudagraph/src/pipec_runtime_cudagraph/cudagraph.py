@@ -64,9 +64,9 @@ import torch
 
 from pipec_ir import CompileOptions, Program
 
-from .buckets import GraphTable, PadPolicy, _prefix, budget_from, copy_input
-from .launch import ProgramRunner
-from .specialize import _Source, compile_source
+from .buckets import GraphTable, PadPolicy, budget_from, copy_input, prefix_slices
+from .pysource import Source, compile_source
+from .runner import ProgramRunner
 
 NO_CUDA_MESSAGE = "cudagraph runtime: no CUDA device, running as 'launch'"
 
@@ -465,7 +465,7 @@ class CudaGraphProgram:
         The source holds the graphs' output tensors, never views of them (a prefix is sliced
         per call): its references must not change the use counts `held` compares with."""
         runner = self.runner
-        src = _Source()
+        src = Source()
         n = len(runner.program.inputs)
         call_shapes = [tuple(int(d) for d in fn(*symvals)) for fn in runner.input_shapes]
         graph_shapes = [tuple(int(d) for d in fn(*values)) for fn in runner.input_shapes]
@@ -520,7 +520,7 @@ class CudaGraphProgram:
             if in_place[i]:
                 lines.append(f"        if p{i} != {buf.data_ptr()}: {b}.copy_(x{i})")
             else:  # recorded at a larger bucket: into the prefix
-                lines.append(f"        {b}[{src.const('SL', _prefix(call_shapes[i]))}].copy_(x{i})")
+                lines.append(f"        {b}[{src.const('SL', prefix_slices(call_shapes[i]))}].copy_(x{i})")
         lines.append(f"        {src.const('REPLAY', g.graph.replay)}()")
         made: dict[tuple, str] = {}
         outs = []
@@ -536,7 +536,7 @@ class CudaGraphProgram:
                 key = (id(t), shape)
                 expr = src.const("OUT", t)
                 if shape != tuple(t.shape):
-                    expr = f"{expr}[{src.const('SL', _prefix(shape))}]"
+                    expr = f"{expr}[{src.const('SL', prefix_slices(shape))}]"
                 expr = f"{expr}.detach()"
             if key not in made:
                 made[key] = f"o{len(made)}"
