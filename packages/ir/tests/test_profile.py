@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from pipec_ir import CompileOptions, CompileProfile
+from pipec_ir import CompileOptions, CompileProfile, LoadContext, RecompileBudget
 from pipec_ir.profile import PARTS
 
 
@@ -53,10 +53,21 @@ def test_nothing_is_recorded_outside_a_window_or_from_another_thread():
     assert set(data) == {"wall_s", "seconds", "counts"}
 
 
-def test_nested_windows_measure_once_and_the_profile_stays_out_of_cache_keys():
+def test_nested_windows_measure_once():
     profile = CompileProfile()
     with profile.measure(), profile.measure():
         time.sleep(0.01)
     assert profile.windows == 1 and profile.wall >= 0.01
+
+
+def test_live_state_travels_in_the_load_context_and_options_keys_can_exclude_names():
+    """The profile and the budget are a loaded model's live state (LoadContext), not options;
+    a runtime's load-time options can be left out of a key by name."""
+    profile, budget = CompileProfile(), RecompileBudget(2)
+    context = LoadContext(budget=budget, profile=profile)
+    assert context.budget is budget and context.profile is profile
+    assert context.memo("m", dict) is context.memo("m", dict) is not LoadContext().memo("m", dict)
     plain = CompileOptions()
-    assert plain.with_extra(compile_profile=profile).key() == plain.key()
+    assert plain.with_extra(bucket="exact").key(exclude={"bucket"}) == plain.key()
+    assert plain.with_extra(bucket="exact").key() != plain.key()
+    assert plain.with_extra(a=1, b=2).without("a") == plain.with_extra(b=2)

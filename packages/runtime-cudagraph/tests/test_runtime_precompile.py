@@ -5,10 +5,9 @@ compiled: CUDA and the kernel are stand-ins, and `compile_all` records the jobs 
 import pytest
 import torch
 
-from pipec_ir import CompileOptions, LaunchConfig
+from pipec_ir import CompileOptions, LaunchConfig, LoadContext
 from runtime_helpers import add_program
 
-import pipec_runtime_cudagraph.autotune as autotune_module
 import pipec_runtime_cudagraph.runner as runner_module
 from pipec_runtime_cudagraph.steps import LaunchStep
 from pipec_runtime_cudagraph.launch import ProgramRunner
@@ -32,8 +31,7 @@ def runner_and_jobs(monkeypatch):
 
     def make(tune=True):
         program = add_program(n=100, configs=CONFIGS)
-        options = CompileOptions(runtime="launch", autotune=tune).with_extra(tuning_cache=False)
-        runner = ProgramRunner(program, options)
+        runner = ProgramRunner(program, CompileOptions(runtime="launch", autotune=tune), LoadContext(tuning_cache=False))
         launch = LaunchStep(runner, program.steps[0], program.kernels[0], fn=_Kernel(),
                                        interpret=False, tune=tune)
         runner._launches["cpu"] = [launch]  # the device the stand-in tensors are made on
@@ -42,7 +40,6 @@ def runner_and_jobs(monkeypatch):
 
 
 def test_every_candidate_config_is_compiled_before_the_first_run(runner_and_jobs, monkeypatch):
-    monkeypatch.setattr(autotune_module, "_TUNED", {})
     make, jobs = runner_and_jobs
     runner, launch, _ = make()
     x, y = torch.randn(100), torch.randn(100)
@@ -55,7 +52,6 @@ def test_every_candidate_config_is_compiled_before_the_first_run(runner_and_jobs
 
 
 def test_a_config_chosen_before_is_the_only_one_compiled(runner_and_jobs, monkeypatch):
-    monkeypatch.setattr(autotune_module, "_TUNED", {})
     make, jobs = runner_and_jobs
     runner, launch, program = make()
     runner.tuned[(program.kernels[0].name, ())] = 2
@@ -89,11 +85,10 @@ def test_each_new_size_bucket_compiles_once(monkeypatch):
     from runtime_helpers import dynamic_add_program
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(autotune_module, "_TUNED", {})
     seen = []
     monkeypatch.setattr(runner_module, "compile_all", lambda jobs, profile=None: seen.append(len(jobs)))
     program = dynamic_add_program()
-    runner = ProgramRunner(program, CompileOptions(runtime="launch", autotune=True).with_extra(tuning_cache=False))
+    runner = ProgramRunner(program, CompileOptions(runtime="launch", autotune=True), LoadContext(tuning_cache=False))
     launch = LaunchStep(runner, program.steps[0], program.kernels[0], fn=_Kernel(), interpret=False,
                                    tune=True)
     runner._launches["cpu"] = [launch, launch]

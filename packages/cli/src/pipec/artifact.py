@@ -26,7 +26,7 @@ from typing import Any
 from pipec_ir import CompileOptions
 
 from .errors import PipecError
-from .pipeline import Session, compile_graph, cross_boundary, dump_document, warn_fallbacks
+from .pipeline import Session, compile_graph, cross_boundary, dump_document, env_kernel_dir, warn_fallbacks
 from .plugins import get_registry
 
 # the distributions whose versions every artifact records (the stages' own are added)
@@ -328,7 +328,7 @@ def check_artifact(path, inputs, expected) -> tuple[float | None, str | None]:
 
     from .api import compare_outputs
 
-    loaded = load_artifact(path)
+    loaded = load_artifact(path, kernel_dir=env_kernel_dir())
     with torch.no_grad():
         actual = loaded(*inputs)
     return compare_outputs(actual, expected)
@@ -362,6 +362,7 @@ def load(path, runtime: str | None = None, *, sha256: str | None = None, **kwarg
     """
     from pipec_runtime_cudagraph.artifact import load_artifact
 
+    kwargs.setdefault("kernel_dir", env_kernel_dir())  # the runtime package reads no environment
     return load_artifact(path, runtime, sha256=sha256, **kwargs)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 from collections.abc import Callable
 
+from .load_context import LoadContext
 from .options import CompileOptions
 from .types import Graph, KernelPlan, Program
 
@@ -26,7 +27,13 @@ class Codegen(Protocol):
 
 @runtime_checkable
 class Runtime(Protocol):
-    def load(self, program: Program, options: CompileOptions) -> Callable[[list], list]: ...
+    """`load` makes a Program callable. `context` carries the loaded model's live state (its
+    recompile budget, compile profile, kernel directory, tuning memos: `LoadContext`); the
+    pipeline passes it as a keyword to a runtime whose `load` takes `context`, and calls one
+    whose `load` does not with (program, options) only."""
+
+    def load(self, program: Program, options: CompileOptions,
+             context: LoadContext | None = None) -> Callable[[list], list]: ...
 
 
 @runtime_checkable

@@ -554,7 +554,7 @@ class LoadedArtifact:
                  autotune: bool = True) -> None:
         import torch
 
-        from pipec_ir import CompileOptions
+        from pipec_ir import CompileOptions, LoadContext
 
         from .exprs import compile_ints
 
@@ -568,14 +568,13 @@ class LoadedArtifact:
                                 f"(use one of: {', '.join(RUNTIMES)})")
         self.runtime = runtime
         options = CompileOptions(runtime=runtime, autotune=autotune)
-        if kernel_dir is not None:
-            options = options.with_extra(kernel_dir=str(kernel_dir))
+        context = LoadContext(kernel_dir=None if kernel_dir is None else str(kernel_dir))
         if runtime == "cudagraph" and torch.cuda.is_available():
             from .cudagraph import load_cudagraph
-            self._runner = load_cudagraph(artifact.program, options)
+            self._runner = load_cudagraph(artifact.program, options, context)
         else:
             from .launch import load_launch
-            self._runner = load_launch(artifact.program, options)
+            self._runner = load_launch(artifact.program, options, context)
 
         self.inputs = artifact.inputs
         self.structure = self.manifest["output_structure"]

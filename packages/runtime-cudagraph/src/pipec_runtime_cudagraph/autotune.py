@@ -2,8 +2,10 @@
 the fastest per kernel body and size bucket.
 
 A launch (`steps.LaunchStep`) times its configs on its first run in each size bucket
-(`time_configs`); what was picked is kept for this process (`known_config`: identical kernels,
-a model's repeated layers, are timed once) and in the tuning cache on disk (`tuning_cache.py`).
+(`time_configs`). What was picked is kept in the model's `TuningMemo` (owned by the
+`LoadContext` the model was loaded with: identical kernels, a model's repeated layers or
+another graph of the same model, are timed once) and in the tuning cache on disk
+(`tuning_cache.py`), which is what a second model or a second process finds.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import logging
 import math
 import os
+from collections import OrderedDict
 
 import torch
 
@@ -28,6 +31,33 @@ from .tuning_cache import tuning_key
 tuning_log = logging.getLogger("pipec.tuning")
 
 
+class TuningMemo:
+    """What autotuning picked for one loaded model, in memory: per (kernel body digest, size
+    bucket, device) the index of the fastest config (`configs`), and per (choice digest, size
+    bucket, device, timer) the alternative a choice group picked with the timings it was picked
+    on (`choices`, choices.py).
+
+    One per `LoadContext` (`LoadContext.memo(MEMO_KEY, TuningMemo)`): every program loaded
+    with the context shares it. Each table keeps its MAX_ENTRIES most recently stored entries;
+    one dropped is timed again, or read back from the tuning cache on disk."""
+
+    MAX_ENTRIES = 4096
+
+    def __init__(self) -> None:
+        self.configs: OrderedDict[tuple, int] = OrderedDict()
+        self.choices: OrderedDict[tuple, tuple[str, dict[str, float]]] = OrderedDict()
+
+    def put(self, table: OrderedDict, key: tuple, value) -> None:
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > self.MAX_ENTRIES:
+            table.popitem(last=False)
+
+
+# the name a runtime of this package keeps its TuningMemo under in a LoadContext
+MEMO_KEY = "pipec_runtime_cudagraph.tuning"
+
+
 def describe_config(config) -> str:
     """`XBLOCK=1 RBLOCK=4096 warps=8 stages=1`: a launch config as the tuning log prints it."""
     blocks = " ".join(f"{k}={v}" for k, v in config.constants)
@@ -35,8 +65,8 @@ def describe_config(config) -> str:
 
 
 def time_configs(launch, vals, symvals, bucket: tuple, shared_key: tuple, disk_key: str | None) -> int:
-    """Index of the fastest config at `symvals`, timed now (`LaunchStep.autotune`), stored for the
-    process and in the tuning cache."""
+    """Index of the fastest config at `symvals`, timed now (`LaunchStep.autotune`), stored in the
+    model's `TuningMemo` and in the tuning cache."""
     from triton.testing import do_bench
 
     runner = launch.runner
@@ -68,7 +98,7 @@ def time_configs(launch, vals, symvals, bucket: tuple, shared_key: tuple, disk_k
     if all(t == math.inf for t in times):
         raise next(iter(errors.values()), RuntimeError(f"no config of {launch.kernel.name} could be timed"))
     chosen = min(range(len(times)), key=times.__getitem__)
-    _TUNED[shared_key] = chosen
+    runner.memo.put(runner.memo.configs, shared_key, chosen)
     tuning_log.info("%s%s: config %d of %d (%s), %.4f ms; all: %s", launch.kernel.name,
                     f" bucket {bucket}" if bucket else "", chosen, len(times),
                     describe_config(launch.kernel.configs[chosen]), times[chosen],
@@ -80,22 +110,22 @@ def time_configs(launch, vals, symvals, bucket: tuple, shared_key: tuple, disk_k
 
 def known_config(launch, bucket: tuple, device: torch.device) -> int | None:
     """The config already chosen for this kernel and size bucket: by this runner, for the
-    same kernel body in this process (another layer, graph or compiled model), or by an
-    earlier process (the tuning cache); None when it still has to be timed."""
+    same kernel body in this model (another layer or graph: the runner's `TuningMemo`), or
+    by an earlier model or process (the tuning cache); None when it still has to be timed."""
     chosen = launch.runner.tuned.get((launch.kernel.name, bucket))
     if chosen is not None:
         return chosen
     shared_key, disk_key = tuning_keys(launch, bucket, device)
-    chosen = _TUNED.get(shared_key)
+    chosen = launch.runner.memo.configs.get(shared_key)
     if chosen is None and disk_key is not None:
         chosen = launch.runner.tuning_cache.get(disk_key, len(launch.kernel.configs))
         if chosen is not None:
-            _TUNED[shared_key] = chosen
+            launch.runner.memo.put(launch.runner.memo.configs, shared_key, chosen)
     return chosen
 
 
 def tuning_keys(launch, bucket: tuple, device: torch.device) -> tuple[tuple, str | None]:
-    """(this process's key of the kernel body's choice, the tuning cache's key or None when
+    """(the `TuningMemo` key of the kernel body's choice, the tuning cache's key or None when
     there is no tuning cache)."""
     digest = body_digest(launch.kernel)
     disk_key = (tuning_key(digest, bucket, device_name(device), triton_version())
@@ -171,10 +201,6 @@ def leave_async_mode(mode) -> None:
 # threads compiling one kernel's candidate configs (each mostly waits on ptxas or LLVM)
 COMPILE_THREADS = max(1, min(8, (os.cpu_count() or 2) - 1))
 
-# (kernel body digest, size bucket, device) -> index of the fastest config, for
-# the life of the process: identical kernels (a model's repeated layers) are timed once
-_TUNED: dict[tuple, int] = {}
-
 
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
@@ -186,5 +212,5 @@ def triton_version() -> str:
     return triton.__version__
 
 
-__all__ = ["compile_all", "describe_config", "device_name", "known_config", "leave_async_mode", "time_configs",
-           "triton_version", "tuning_keys", "tuning_log"]
+__all__ = ["MEMO_KEY", "TuningMemo", "compile_all", "describe_config", "device_name", "known_config", "leave_async_mode",
+           "time_configs", "triton_version", "tuning_keys", "tuning_log"]

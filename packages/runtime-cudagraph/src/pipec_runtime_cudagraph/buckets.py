@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from pipec_ir import DEFAULT_RECOMPILE_LIMIT, CompileOptions, RecompileBudget, bucket_of
+from pipec_ir import DEFAULT_RECOMPILE_LIMIT, CompileOptions, LoadContext, RecompileBudget, bucket_of
 
 
 class PadPolicy:
@@ -125,12 +125,11 @@ class GraphTable:
         return len(self.entries)
 
 
-def budget_from(options: CompileOptions, name: str) -> RecompileBudget:
-    """The model's shared recompile budget (option `recompile_budget`), else a private one
-    of `recompile_limit` (default 8)."""
-    budget = options.get("recompile_budget")
-    if budget is not None:
-        return budget
+def budget_from(context: LoadContext, options: CompileOptions, name: str) -> RecompileBudget:
+    """The model's shared recompile budget (`context.budget`), else a private one of the option
+    `recompile_limit` (default 8)."""
+    if context.budget is not None:
+        return context.budget
     return RecompileBudget(options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT), strict=options.fullgraph,
                            name=name)
 

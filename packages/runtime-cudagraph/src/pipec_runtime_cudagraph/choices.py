@@ -13,9 +13,10 @@ Here each group becomes one step that runs a single alternative:
   disagrees beyond rounding is never picked, and a warning names it), is timed (`_timed`: GPU time under the CUDA Graph runtime,
   wall-clock time under `launch`), and the winner is kept per size bucket (the runner's
   bucket policy). A group identical to one timed before (`choice_digest`: the same kernels
-  and extern calls on the same shapes: a model's repeated layers, a second compile, a second
-  process through the tuning cache) takes the same winner without timing again, so a warm
-  compile runs exactly what the cold one ran;
+  and extern calls on the same shapes: a model's repeated layers or another of its graphs,
+  through the model's `TuningMemo`; a second compile or process, through the tuning cache)
+  takes the same winner without timing again, so a warm compile runs exactly what the cold
+  one ran;
 - else (Triton's CPU interpreter, or autotune off) the default alternative.
 """
 
@@ -63,7 +64,8 @@ class ChoiceStep:
         timer = getattr(self.runner, "choice_timer", "wall")
         digest = choice_digest(self.runner, self.alternatives)
         shared_key = (digest, bucket, str(device), timer)
-        known = _CHOSEN.get(shared_key)  # (alternative, its group's timings)
+        memo = self.runner.memo  # the model's TuningMemo (autotune.py)
+        known = memo.choices.get(shared_key)  # (alternative, its group's timings)
         cache = getattr(self.runner, "tuning_cache", None)
         names = sorted(self.alternatives)
         disk_key = None
@@ -74,12 +76,12 @@ class ChoiceStep:
                 stored = cache.times(disk_key) or []
                 known = (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)})
         if known is not None:
-            _CHOSEN[shared_key] = known
+            memo.put(memo.choices, shared_key, known)
             self.timings[bucket] = dict(known[1])
             return known[0]
         with self.profile.part("autotune"):  # running an alternative first compiles and tunes its own launches
             chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
-        _CHOSEN[shared_key] = (chosen, dict(self.timings[bucket]))
+        memo.put(memo.choices, shared_key, (chosen, dict(self.timings[bucket])))
         if disk_key is not None:
             cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names])
         return chosen
@@ -200,11 +202,6 @@ def _timed(runs: dict, graphed: bool) -> dict[str, float]:
     if gpu is not None and (graphed or min(gpu.values()) >= GPU_BOUND_MS):
         return gpu
     return time_in_rounds(runs, lambda run: do_bench(run, warmup=1, rep=5))[0]
-
-
-# (choice digest, size bucket, device, timer) -> (the alternative picked, the timings it was
-# picked on), for the life of the process
-_CHOSEN: dict[tuple, tuple[str, dict[str, float]]] = {}
 
 
 def choice_digest(runner, alternatives: dict[str, list]) -> str:

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipec_ir import CompileOptions, Program
+from pipec_ir import CompileOptions, LoadContext, Program
 
 from .runner import ProgramRunner, outputs_to_caller
 from .steps import TORCH_DTYPES, ProgramLoadError, gluon_cannot_run, resolve_target, written_over
 
 
-def load_launch(program: Program, options: CompileOptions | None = None) -> Callable[[list], list]:
+def load_launch(program: Program, options: CompileOptions | None = None,
+                context: LoadContext | None = None) -> Callable[[list], list]:
     """The ``launch`` runtime's `load`: a callable list[Tensor] -> list[Tensor | None]."""
-    return ProgramRunner(program, options)
+    return ProgramRunner(program, options, context)
 
 
 __all__ = ["TORCH_DTYPES", "ProgramLoadError", "ProgramRunner", "gluon_cannot_run", "load_launch",

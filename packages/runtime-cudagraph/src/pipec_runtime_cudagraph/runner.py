@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from pipec_ir import CompileOptions, CompileProfile, Program
+from pipec_ir import CompileOptions, CompileProfile, LoadContext, Program
 
-from .autotune import compile_all, tuning_log
+from .autotune import MEMO_KEY, TuningMemo, compile_all, tuning_log
 from .choices import group_choices
 from .fastlaunch import current_stream_getter, hooks_active
 from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
@@ -65,19 +65,27 @@ def outputs_to_caller(outs: list, moved: list, inputs: list) -> list:
 
 
 class ProgramRunner(ProgramPlan):
-    """A loaded Program: `runner(list_of_tensors) -> list[Tensor | None]`."""
+    """A loaded Program: `runner(list_of_tensors) -> list[Tensor | None]`.
 
-    def __init__(self, program: Program, options: CompileOptions | None = None):
+    `options` are the compile's (cache-keyed) options; `context` the loaded model's live state
+    (`LoadContext`: recompile budget, compile profile, kernel directory, tuning memos), shared
+    by every program of the model; without one, the runner has a context of its own."""
+
+    def __init__(self, program: Program, options: CompileOptions | None = None,
+                 context: LoadContext | None = None):
         options = options or CompileOptions()
+        self.context = context = context if context is not None else LoadContext()
         # the compile-time profile (pipec_ir.profile): what loading, compiling, tuning and the first
         # call cost, recorded while a window measures a model's first call (else nothing is kept)
-        self.profile = options.get("compile_profile") or CompileProfile()
+        self.profile = context.profile or CompileProfile()
         self.first_call_pending = True  # the next call through __call__ is the program's first
         self.autotune = bool(options.autotune)
-        self.kernel_dir = options.get("kernel_dir")
-        # autotuning: results kept on disk per (kernel, size bucket, GPU) unless tuning_cache=False;
-        # autotune_configs=N times only the first N candidates (1: no timing at all)
-        self.tuning_cache = TuningCache(self.kernel_dir) if options.get("tuning_cache", True) else None
+        self.kernel_dir = context.kernel_dir
+        # autotuning: the picks are kept for the model (`memo`) and on disk per (kernel, size
+        # bucket, GPU) unless the context says tuning_cache=False; autotune_configs=N times only
+        # the first N candidates (1: no timing at all)
+        self.memo = context.memo(MEMO_KEY, TuningMemo)
+        self.tuning_cache = TuningCache(self.kernel_dir) if context.tuning_cache else None
         self.autotune_configs = options.get("autotune_configs")
         if self.autotune_configs is not None and (
                 not isinstance(self.autotune_configs, int) or self.autotune_configs < 1):
