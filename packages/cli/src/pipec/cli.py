@@ -978,7 +978,7 @@ def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `
             json_out: JsonOpt = False) -> None:
     """Run an exported artifact with the runtime package alone; print output shapes, dtypes and checksums."""
     # only the runtime package: no capture, fusion or codegen stage, no Dynamo
-    from pipec_runtime_cudagraph.artifact import ArtifactError, ArtifactInputError, load_artifact
+    from pipec_runtime_cudagraph import ArtifactError, ArtifactInputError, load_artifact
 
     from .pipeline import env_kernel_dir
 
