@@ -27,6 +27,7 @@ def register_policies() -> None:
     class BenchmarkPolicies:
         @pipec_ir.hookimpl
         def pipec_register(self, registry):
-            registry.add_fusion("default-stored", fusion_from_heuristics(DefaultStored(), "default-stored"))
+            stage = fusion_from_heuristics(DefaultStored())
+            registry.add_fusion(stage.name, stage)
 
     register_plugin(BenchmarkPolicies(), name="benchmark-policies")

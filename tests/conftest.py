@@ -32,13 +32,13 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def check_dynamic_training(f, lengths, batch=2, width=4):
-    """`pipec.compile(f, dynamic=True)` trained on [batch, t, width] inputs for each t: the
-    input's gradient matches eager's, from one forward and one backward compile."""
+def check_dynamic_training(f, lengths, batch=2, width=4, **options):
+    """`pipec.compile(f, dynamic=True, **options)` trained on [batch, t, width] inputs for each t:
+    the input's gradient matches eager's, from one forward and one backward compile."""
     import pipec
     import torch
 
-    compiled = pipec.compile(f, dynamic=True)
+    compiled = pipec.compile(f, dynamic=True, **options)
     for t in lengths:
         x = torch.randn(batch, t, width, requires_grad=True)
         compiled(x).pow(2).sum().backward()

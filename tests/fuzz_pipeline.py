@@ -206,18 +206,6 @@ def _float64_run(prog: Program, inputs, cotangents):
     return run
 
 
-def _size_one_dims_static(inputs) -> None:
-    """Keep the inputs' size-1 dims static under dynamic=True. pipec traces dynamic sizes
-    size-obliviously (trace_settings.py), so a size-1 input dim becomes a symbol assumed >= 2:
-    `x.squeeze(0)` on it traces as a no-op and broadcasting it against a larger dim fails,
-    both wrong at size 1 (issue 20's fuzz findings; tests/fuzz_graphs.py's programs broadcast
-    size-1 inputs everywhere). The fuzzer checks sizes >= 2 under dynamic=True until then."""
-    for x in inputs:
-        for d, size in enumerate(x.shape):
-            if size == 1:
-                torch._dynamo.mark_static(x, d)
-
-
 def _check_dynamo(prog: Program, policy: str, seed: int, device: str, bounds_check: bool) -> int:
     """`prog` through pipec.compile under `policy` (dynamic=True when it has further sizes),
     called at each of its sizes (and trained when prog.train): number of graphs compiled."""
@@ -232,8 +220,6 @@ def _check_dynamo(prog: Program, policy: str, seed: int, device: str, bounds_che
     compiled = pipec.compile(fn, dynamic=True if prog.sizes else None, cache="none", **kwargs)
     for call, shapes in enumerate((prog.input_shapes, *prog.sizes)):
         inputs = [t.to(device) for t in make_inputs(prog, seed + call, shapes)]
-        if prog.sizes:
-            _size_one_dims_static(inputs)
         cotangents = _cotangents(prog, inputs, seed + call)
         want = _eager(prog, inputs, cotangents)
         if prog.train:

@@ -41,3 +41,15 @@ def test_disable_plugins_env(monkeypatch):
         registry = plugins.registry()
     assert "cautious" not in registry.names("fusion")
     plugins.reset()
+
+
+@pytest.mark.skipif(not any(ep.name == "watch" for ep in importlib.metadata.entry_points(group="pipec")),
+                    reason="tests/plugin_pkg is installed from before it had the `watch` entry point")
+def test_installed_watch_plugin_wraps_launch():
+    import json
+
+    r = subprocess.run([sys.executable, "-m", "pipec", "plugins", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    listed = {p["plugin"]: p for p in json.loads(r.stdout)["plugins"]}
+    assert listed["watch"]["wraps"] == ["runtime launch"] and listed["watch"]["status"] == "loaded"
+    assert listed["broken"]["status"] == "failed"

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import pipec
+import pipec.plugins
 import pipec_ir
 from pipec import Session, compile_graph
 from pipec.cache import (BadEntry, CacheError, CompileCache, LocalCache, PipecCacheWarning, default_cache_dir,
@@ -674,6 +675,34 @@ def test_cli_unreachable_redis_is_one_line_and_exit_2(cached_fake_stages, model_
         assert code == 2, err
         line = error_line(err)
         assert line.startswith("error: cache redis: cannot reach the Redis server at redis://127.0.0.1:1/0"), line
+
+
+class OfflineBackend:
+    """A third-party backend that needs only pipec_ir: it says it cannot be used."""
+
+    location = "nowhere://offline"
+
+    def get(self, key):
+        raise pipec_ir.CacheError("cache offline: the server is down; compile with --no-cache")
+
+    put = info = clear = check = lambda self, *args: OfflineBackend.get(self, "")
+
+
+def test_a_plugin_backend_raising_pipec_ir_cache_error_is_a_usage_error(cached_fake_stages, model_file, capsys):
+    class Plugin:
+        @pipec_ir.hookimpl
+        def pipec_register(self, registry):
+            registry.add_cache("offline", OfflineBackend())
+
+    pipec.plugins.register_plugin(Plugin(), name="offline")
+    gm, inputs = traced()
+    with pytest.raises(pipec.CacheError, match="the server is down"):  # pipec's own error, from pipec_ir's
+        compile_graph(gm, inputs, CompileOptions(cache="offline"), session=Session())
+    for argv in (["compile", model_file, "--cache", "offline"], ["cache", "info", "--cache", "offline"],
+                 ["cache", "clear", "--cache", "offline"]):
+        code, _, err = run(argv, capsys)
+        assert code == 2, (argv, err)
+        assert error_line(err) == "error: cache offline: the server is down; compile with --no-cache", argv
 
 
 def test_a_capture_that_changes_its_input_is_not_stored(cached_fake_stages, monkeypatch):

@@ -81,10 +81,10 @@ def watched_model(tmp_path):
     return path, marker
 
 
-@pytest.mark.parametrize("command", ["compile", "explain", "bench", "export", "run"])
+@pytest.mark.parametrize("command", ["compile", "explain", "bench", "export", "run", "bisect", "minify"])
 def test_bad_device_is_refused_before_any_work(fake_stages, capsys, watched_model, tmp_path, command):
     path, marker = watched_model
-    argv = {"export": ["export", path, "-o", tmp_path / "m.pipec"],
+    argv = {"export": ["export", path, "-o", tmp_path / "m.pipec"], "minify": ["minify", path, "-o", tmp_path / "r.py"],
             "run": ["run", tmp_path / "missing.pipec", "--random"]}.get(command, [command, path])
     code, _, err = run([*argv, "--device", "tpu"], capsys)
     assert code == 2
@@ -398,6 +398,30 @@ def test_plugins_json_lists_skipped(use_entry_points, example_plugin_path, capsy
     assert data["skipped"][0]["plugin"] == "broken" and data["skipped"][0]["status"] == "failed"
     warning_lines = [ln for ln in err.splitlines() if "broken" in ln]
     assert len(warning_lines) == 1 and warning_lines[0].startswith("warning: pipec: plugin 'broken'")
+
+
+def test_plugins_lists_failed_registrations_and_observers(use_entry_points, capsys):
+    import order_plugins
+    from pipec_cli_testing import entry_point
+
+    import pipec.plugins
+
+    use_entry_points([entry_point("fake", "fake_stages")])
+    pipec.plugins.register_plugin(order_plugins.recursing, name="recursing")
+    pipec.plugins.register_plugin(order_plugins.observer, name="watcher")
+    code, out, err = run(["plugins", "--json"], capsys)
+    assert code == 0, err
+    listed = {p["plugin"]: p for p in json.loads(out)["plugins"]}
+    assert listed["watcher"]["status"] == "loaded" and listed["watcher"]["role"] == "observer"
+    assert listed["watcher"]["hooks"] == ["pipec_stage_finished"]
+    assert listed["recursing"]["status"] == "failed to register"
+    assert "get_registry()" in listed["recursing"]["error"]
+    assert listed["fake"]["role"] == "stages" and "codegen triton" in listed["fake"]["stages"]
+
+    code, out, err = run(["plugins"], capsys)
+    assert code == 0, err
+    assert "watcher" in out and "observer" in out  # listed though it registers no stage
+    assert "skipped plugin 'recursing' (unknown 0): failed to register: PipecPluginError:" in out
 
 
 # ---------------------------------------------------------------- the installed command

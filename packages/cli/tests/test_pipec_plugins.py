@@ -163,3 +163,143 @@ def test_stage_finished_observer_sees_every_stage(fake_stages):
     f(torch.randn(3), torch.randn(3))
     assert [c[0] for c in obs.calls] == ["capture", "fusion", "codegen", "runtime"]
     assert [c[2] for c in obs.calls[:3]] == ["Graph", "KernelPlan", "Program"]
+
+
+# ---------------------------------------------------------------- composing plugins
+
+
+def dist_entry_point(name, value, distribution):
+    """An entry point that belongs to `distribution` (version 1.0)."""
+    class Dist:
+        metadata = {"Name": distribution}
+        version = "1.0"
+
+    return entry_point(name, value)._for(Dist())
+
+
+@pytest.fixture
+def calls():
+    import order_plugins
+
+    order_plugins.CALLS.clear()
+    yield order_plugins.CALLS
+    order_plugins.CALLS.clear()
+
+
+def test_builtins_register_first_then_plugins_by_distribution(use_entry_points, calls):
+    # found in an order sys.path could give: third-party first, and not sorted
+    use_entry_points([dist_entry_point("zeta", "order_plugins:zeta", "zeta-plugin"),
+                      dist_entry_point("fusion", "order_plugins:builtin", "pipec-fusion"),
+                      dist_entry_point("alpha", "order_plugins:alpha", "alpha-plugin")])
+    with pytest.warns(PipecPluginWarning, match="replaces fusion 'probe'"):
+        registry = plugins.get_registry()
+    assert calls == ["register builtin", "register alpha", "register zeta",
+                     "configure builtin", "configure alpha", "configure zeta"]
+    entry = registry.entry("fusion", "probe")
+    assert entry.impl.label == "zeta" and entry.distribution == "zeta-plugin"  # the last registration wins
+    assert [p.name for p in plugins.plugin_infos()] == ["fusion", "alpha", "zeta"]
+
+
+def test_tryfirst_and_trylast_mean_first_and_last(use_entry_points, calls):
+    use_entry_points([dist_entry_point("last", "order_plugins:last", "a-plugin"),
+                      dist_entry_point("fusion", "order_plugins:builtin", "pipec-fusion"),
+                      dist_entry_point("first", "order_plugins:first", "z-plugin")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PipecPluginWarning)
+        registry = plugins.get_registry()
+    assert calls[:3] == ["register first", "register builtin", "register last"]
+    assert calls[3:] == ["configure first", "configure builtin", "configure last"]
+    assert registry.get("fusion", "probe").label == "last"  # trylast: its choice wins
+
+
+def test_in_process_plugins_come_after_entry_points(use_entry_points, calls):
+    import order_plugins
+
+    use_entry_points([dist_entry_point("zeta", "order_plugins:zeta", "zeta-plugin")])
+    plugins.register_plugin(order_plugins.alpha, name="alpha")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PipecPluginWarning)
+        assert plugins.get_registry().get("fusion", "probe").label == "alpha"
+    assert calls[:2] == ["register zeta", "register alpha"]
+    plugins.unregister_plugin(order_plugins.alpha)
+
+
+def test_get_registry_inside_a_hook_is_one_clear_error(use_entry_points):
+    import order_plugins
+
+    use_entry_points([entry_point("fake", "fake_stages")])
+    plugins.register_plugin(order_plugins.recursing, name="recursing")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        registry = plugins.get_registry()
+    msgs = [str(w.message) for w in plugin_warnings(record)]
+    assert len(msgs) == 1, msgs  # no recursion, nothing blamed on other plugins
+    assert msgs[0].startswith("pipec: plugin 'recursing' failed to register: PipecPluginError: "
+                              "pipec.get_registry() was called while the registry is being built")
+    assert "pipec_configure" in msgs[0]
+    assert "triton" in registry.names("codegen")
+    info = {p.name: p for p in plugins.plugin_infos()}["recursing"]
+    assert info.status == "failed to register" and "get_registry()" in info.error
+
+
+def test_hook_wrapper_for_registration_is_refused(use_entry_points):
+    import order_plugins
+
+    use_entry_points([entry_point("fake", "fake_stages")])
+    plugins.register_plugin(order_plugins.wrapper_hook, name="wrapper-hook")
+    with pytest.warns(PipecPluginWarning, match="plugin 'wrapper-hook' failed to register: .*hook wrapper"):
+        plugins.get_registry()
+
+
+def test_failed_configure_is_undone_and_listed(use_entry_points):
+    import order_plugins
+
+    use_entry_points([entry_point("fake", "fake_stages")])
+    original = None
+    plugins.register_plugin(order_plugins.bad_configure, name="bad-configure")
+    with pytest.warns(PipecPluginWarning, match="plugin 'bad-configure' failed to configure: RuntimeError"):
+        registry = plugins.get_registry()
+    original = registry.entry("runtime", "launch")
+    assert original.wrapped_by == ()
+    assert type(original.impl).__module__ == "fake_stages"
+    info = {p.name: p for p in plugins.plugin_infos()}["bad-configure"]
+    assert (info.status, info.error, info.wraps) == ("failed to configure", "RuntimeError: configure broke", ())
+
+
+def test_registration_that_raises_leaves_nothing_behind(use_entry_points):
+    class HalfRegisters:
+        @pipec_ir.hookimpl
+        def pipec_register(self, registry):
+            registry.add_fusion("half", order_plugins_probe())
+            raise RuntimeError("second half failed")
+
+    def order_plugins_probe():
+        import order_plugins
+
+        return order_plugins.Probe("half")
+
+    use_entry_points([entry_point("fake", "fake_stages")])
+    plugins.register_plugin(HalfRegisters(), name="half")
+    with pytest.warns(PipecPluginWarning, match="plugin 'half' failed to register"):
+        registry = plugins.get_registry()
+    assert "half" not in registry.names("fusion")
+
+
+def test_watch_example_plugin_wraps_launch_in_configure(fake_stages, use_entry_points, example_plugin_path):
+    import torch
+
+    import pipec
+
+    use_entry_points([entry_point("fake", "fake_stages"), entry_point("watch", "pipec_example_plugin.watch")])
+    registry = plugins.get_registry()
+    entry = registry.entry("runtime", "launch")
+    assert type(entry.impl).__name__ == "WatchedRuntime"
+    assert entry.wrapped_by == ("watch",) and entry.distribution == "unknown"  # still the fake stages' entry
+    assert type(entry.impl.inner).__module__ == "fake_stages"
+
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    f = pipec.compile(lambda a, b: torch.relu(a) * b + a, runtime="launch")
+    torch.testing.assert_close(f(a, b), torch.relu(a) * b + a)
+    assert len(entry.impl.loaded) == 1 and entry.impl.loaded[0][1] > 0
+    info = {p.name: p for p in plugins.plugin_infos()}["watch"]
+    assert (info.status, info.wraps, info.stages, info.role) == ("loaded", ("runtime launch",), (), "wraps")

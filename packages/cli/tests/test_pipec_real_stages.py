@@ -115,6 +115,24 @@ def test_cautious_example_plugin_end_to_end(real_stages, use_entry_points, examp
     assert any("cautious" in r["reason"] for r in data["not_fused"])
 
 
+def test_watch_example_plugin_wraps_the_builtin_launch_runtime(real_stages, use_entry_points, example_plugin_path):
+    """tests/plugin_pkg's `watch` wraps `launch` in pipec_configure: it sees every load, results are launch's."""
+    eps = [ep for ep in pipec.plugins._entry_points() if ep.name != "watch"]  # an installed copy, if any
+    use_entry_points(eps + [entry_point("watch", "pipec_example_plugin.watch")])
+    entry = pipec.plugins.get_registry().entry("runtime", "launch")
+    assert entry.wrapped_by == ("watch",)
+    assert entry.distribution == "pipec-runtime-cudagraph"  # still the built-in's entry
+    assert type(entry.impl.inner).__name__ == "LaunchRuntime"
+
+    def model(x, w):
+        return torch.softmax(x @ w, dim=-1) * 2.0
+
+    x, w = torch.randn(4, 8), torch.randn(8, 6)
+    compiled = pipec.compile(model, runtime="launch", cache="none")
+    torch.testing.assert_close(compiled(x, w), model(x, w))
+    assert len(entry.impl.loaded) == 1 and entry.impl.loaded[0][1] >= 1  # one graph, its steps
+
+
 @pytest.mark.skipif(shutil.which("pipec") is None, reason="pipec console script not installed")
 def test_console_script(real_stages):
     env = dict(os.environ, PIPEC_DISABLE_PLUGINS="broken")

@@ -534,3 +534,25 @@ def test_square_product_read_through_a_permute_is_refused_by_index():
     plan = fuse(g.build(y))
     assert [k.kind for k in plan.kernels] == ["view", "matmul", "pointwise"]
     assert rejected_reason(plan, "mm_1", "relu_4").startswith("relu_4 reads matmul mm_1 at another index than its own")
+
+
+@pytest.mark.parametrize("make", [layer_norm, softmax, linear_gelu], ids=lambda f: f.__name__)
+def test_fusion_fuel_makes_the_first_merges_only(make):
+    """fusion_fuel=N (pipec bisect) keeps the first N merges of the unrationed run, no others."""
+    graph = make()
+    full = fuse(graph)
+    assert full.fusions, "the graph must fuse for this test to mean anything"
+    for n in range(len(full.fusions) + 1):
+        plan = preset("default").fuse(graph, OPTS.with_extra(fusion_fuel=n))
+        # the same pairs in the same order (kernel names may differ: fewer merges, other indices)
+        assert [(f.first, f.second, f.kind) for f in plan.fusions] == \
+            [(f.first, f.second, f.kind) for f in full.fusions[:n]]
+        assert len(plan.kernels) >= len(full.kernels)
+    none = preset("default").fuse(graph, OPTS.with_extra(fusion_fuel=0))
+    assert not none.fusions
+    assert any("fusion_fuel=0" in r.reason for r in none.rejected)
+
+
+def test_fusion_fuel_must_be_a_count():
+    with pytest.raises(ValueError, match="fusion_fuel must be an integer >= 0"):
+        preset("default").fuse(pointwise_chain(), OPTS.with_extra(fusion_fuel=-1))

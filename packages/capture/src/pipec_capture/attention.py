@@ -4,8 +4,8 @@
 fake tensors, and there torch's choice for a masked call on CUDA is the math path (a real
 tensor of the same layout gets cuDNN): two batched products and a softmax, in fp32 for half
 types. transformers builds a mask under tracing even when eager would pass none (BERT, ViT...),
-so every attention of such a model became fp32 GEMMs (BERT base 8 x 512 bf16 on the H200:
-2.2 ms of 4.9 for the attention's products alone, in Inductor as in pipec).
+so every attention of such a model became fp32 GEMMs, close to half of BERT's GPU time
+(docs/performance.md, "Masked attention keeps a fused kernel").
 
 `choose_attention_kernels` rewrites each such call of the Dynamo graph, before AOTAutograd
 traces it, to `masked_attention`: on CUDA, for layouts the memory-efficient kernel takes, the

@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from .modes import MODES, mode_options
 from .pipeline import Session, make_load_context
 from .plugins import get_registry
 from .profile import first_call
-from .trace_settings import call_settings, settings_scope
+from .trace_settings import call_settings, settings_scope, size_oblivious
 
 BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
@@ -88,6 +89,10 @@ def compile_with_session(model, options: CompileOptions, session: Session | None
         # first call's parts in the session's profile
         session.context = make_load_context(options, budget=budget, profile=session.profile)
     budget = session.context.budget
+    if size_oblivious(options):
+        warnings.warn("pipec: size_oblivious=True traces dynamic sizes as if never 0 or 1, unguarded: "
+                      "a result that depends on a dynamic size being 1 (x.squeeze(0), a broadcast of it) "
+                      "is wrong at that size", stacklevel=3)
     backend = make_backend(options, session, prefix=name or _model_name(model))
     with session.profile.part("imports"):  # a process's first torch.compile imports Dynamo's backends
         compiled = torch.compile(model, backend=backend, fullgraph=options.fullgraph, dynamic=options.dynamic)

@@ -6,9 +6,10 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
 * **time**: on CUDA, the median of `triton.testing.do_bench` (which flushes L2 before every
   call). Every backend is compiled and checked first; then the backends are timed in
   `rounds` rounds, each in a rotated order, and a backend's time is the median of its
-  rounds. Timing each backend right after its own compile let the GPU's state decide: on
-  the H200 the same cuBLAS GEMM (bf16 8192 x 2048 x 8192) ran 9-18% slower right after
-  pipec's GPU-heavy autotuning than in eager's profile. Without CUDA, the median wall time
+  rounds. Timing each backend right after its own compile let the GPU's state decide: the
+  same cuBLAS GEMM ran slower right after pipec's GPU-heavy autotuning than in eager's
+  profile (docs/performance.md, "`pipec bench` compiles every backend before timing any").
+  Without CUDA, the median wall time
   per call of a `time.perf_counter` loop; pipec's kernels then run in Triton's interpreter,
   so CPU numbers check the plumbing, not speed.
 * **TB/s** (achieved memory bandwidth): bytes of the model's tensor inputs, parameters,

@@ -3,6 +3,8 @@
     pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead|max-autotune|...]
                            [--dynamic] [--fullgraph] [--dump-ir DIR] [--output-code] [--json]
     pipec explain MODEL.py [same options]
+    pipec bisect MODEL.py [same options] [--dtype D] [--repro-dir DIR] [--no-narrow] [--json]
+    pipec minify MODEL.py [same options] [--dtype D] -o repro.py [--json]
     pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--pipec-mode MODE]
                          [--keep-going] [--json] [-o FILE]
     pipec capture MODEL.py -o graph.json [--exporter export|dynamo]
@@ -697,6 +699,127 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
         fail(f"{name}: {len(failed)} backend(s) failed; {failed[0].name}: {failed[0].error}", 1)
 
 
+# ---------------------------------------------------------------- bisect and minify (bisect.py, minify.py)
+
+
+def _load_to_check(model_file: Path, model: str, inputs: str, device: str, dtype):
+    """(model, inputs, name) on `device`, cast to `dtype`, after one eager run (else exit 2)."""
+    import torch
+
+    model_obj, example, name = load_model_file(model_file, model, inputs)
+    model_obj, example = _to_device(model_obj, example, device)
+    if dtype is not None:
+        model_obj, example = _to_dtype(model_obj, example, dtype.value)
+    if isinstance(model_obj, torch.nn.Module):
+        model_obj = model_obj.eval()
+    try:
+        with torch.no_grad():
+            model_obj(*example)
+    except Exception as exc:
+        fail(f"running {name} eagerly on its example inputs failed: {_one_line(exc)}")
+    return model_obj, example, name
+
+
+def _compile_failure(name: str, exc: Exception) -> NoReturn:
+    if os.environ.get("PIPEC_TRACEBACK"):
+        traceback.print_exc()
+    found = find_pipec_error(exc)
+    fail(f"{found if found else f'compiling {name} failed: {_one_line(exc)}'} "
+         f"(`pipec minify` shrinks it to a small repro)", 1)
+
+
+@app.command("bisect")
+def bisect_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: RuntimeOpt = None,
+               mode: ModeOpt = Mode.default, fullgraph: FullgraphOpt = False, json_out: JsonOpt = False,
+               model: ModelNameOpt = "model", inputs: InputsNameOpt = "example_inputs", device: DeviceOpt = "auto",
+               capture: CaptureOpt = "dynamo", codegen: CodegenOpt = "triton", cache: CacheOpt = None,
+               no_cache: NoCacheOpt = False,
+               dtype: Annotated[BenchDtype | None, typer.Option(
+                   "--dtype", help="Cast the model and its floating inputs first.")] = None,
+               repro_dir: Annotated[Path, typer.Option(
+                   "--repro-dir", help="Where the wrong kernel's inputs are saved (a .pt file).")] = Path("pipec-bisect"),
+               narrow: Annotated[bool, typer.Option(
+                   "--narrow/--no-narrow", help="Recompile with fewer fusions (fusion_fuel) to find the "
+                   "merge that breaks numerics.")] = True,
+               source: Annotated[bool, typer.Option("--source/--no-source", help="Print the kernels' "
+                                                    "Triton source.")] = True) -> None:
+    """Run MODEL.py's compiled kernels one by one beside eager and a float64 reference; name the
+    first wrong kernel and the fusion that made it wrong (exit 1), or exit 0."""
+    from .bisect import bisect_model, format_report
+
+    options = _options(mode=mode.value, fusion=fusion, runtime=runtime, fullgraph=fullgraph, capture=capture,
+                       codegen=codegen, cache=_cache_name(cache, no_cache))
+    device = _resolve_device(device)
+    _check_dynamo_capture(options)
+    _check_cache(options)
+    _check_output_file(repro_dir / "probe.pt", "--repro-dir", make_parents=True)
+    model_obj, example, name = _load_to_check(model_file, model, inputs, device, dtype)
+    try:
+        with stderr.status(f"pipec bisect · {name}") as status:
+            report = bisect_model(model_obj, example, options, name=name, repro_dir=repro_dir, narrow=narrow,
+                                  progress=lambda m: status.update(f"pipec bisect · {name} · {m}"))
+    except typer.Exit:
+        raise
+    except Exception as exc:
+        _compile_failure(name, exc)
+    if json_out:
+        print(json.dumps({**report.to_dict(), "device": device}, indent=2))
+    else:
+        print(format_report(report, sources=source))
+    if report.diverged:
+        fail(report.summary, 1)
+
+
+@app.command("minify")
+def minify_cmd(model_file: ModelFile,
+               output: Annotated[Path, typer.Option("-o", "--output", help="The repro model file to write "
+                                                    "(its inputs go beside it, in a .pt file).")],
+               fusion: FusionOpt = "default", runtime: RuntimeOpt = None, mode: ModeOpt = Mode.default,
+               fullgraph: FullgraphOpt = False, json_out: JsonOpt = False, model: ModelNameOpt = "model",
+               inputs: InputsNameOpt = "example_inputs", device: DeviceOpt = "auto", capture: CaptureOpt = "dynamo",
+               codegen: CodegenOpt = "triton",
+               dtype: Annotated[BenchDtype | None, typer.Option(
+                   "--dtype", help="Cast the model and its floating inputs first.")] = None) -> None:
+    """Shrink the first graph of MODEL.py that fails (a compile error, or outputs out of tolerance)
+    to a small standalone repro: a model file, its inputs (.pt) and its pipec Graph (.graph.json)."""
+    from .minify import NothingFails, minify_model, write_repro
+
+    options = _options(mode=mode.value, fusion=fusion, runtime=runtime, fullgraph=fullgraph, capture=capture,
+                       codegen=codegen)
+    device = _resolve_device(device)
+    _check_dynamo_capture(options)
+    _check_output_file(output, "--output", make_parents=True)
+    model_obj, example, name = _load_to_check(model_file, model, inputs, device, dtype)
+    try:
+        with stderr.status(f"pipec minify · {name}") as status:
+            result = minify_model(model_obj, example, options, name=name,
+                                  progress=lambda m: status.update(f"pipec minify · {name} · {m}"))
+    except NothingFails as exc:
+        fail(str(exc), 1)
+    except typer.Exit:
+        raise
+    except Exception as exc:
+        _compile_failure(name, exc)
+    flags = "".join(f" --{k} {v}" for k, v in (("fusion", fusion), ("codegen", codegen), ("capture", capture))
+                    if v != {"fusion": "default", "codegen": "triton", "capture": "dynamo"}[k])
+    flags += f" --dtype {dtype.value}" if dtype is not None else ""
+    try:
+        files = write_repro(result, output, command=f"pipec bisect{flags}")
+    except ValueError as exc:  # an op the repro's torch code cannot spell: the Graph file still helps
+        fail(f"{name}: shrunk to {len(result.graph.nodes)} nodes, but {exc}", 1)
+    except OSError as exc:
+        fail(f"cannot write {str(output)!r}: {exc.strerror or exc}")
+    if json_out:
+        print(json.dumps({**result.to_dict(), "files": [str(f) for f in files]}, indent=2))
+    else:
+        stdout.print(f"{name}: graph {result.graph.name} shrunk from {result.original_nodes} to "
+                     f"{len(result.graph.nodes)} nodes ({result.tests} graphs tried); it still fails: "
+                     f"{result.failure.message}", markup=False)
+        stdout.print(pipec_ir.format_document(result.graph), markup=False)
+        stdout.print(f"wrote {', '.join(str(f) for f in files)}; reproduce: pipec bisect{flags} {files[0]}",
+                     markup=False)
+
+
 # ---------------------------------------------------------------- stage by stage
 
 
@@ -1067,14 +1190,12 @@ def _cache_backend(name: str):
 
 
 def _cache_call(entry, method: str):
-    from .cache import CacheError
-
     fn = getattr(entry.impl, method, None)
     if fn is None:
         fail(f"cache {entry.name!r} ({entry.distribution} {entry.version}) does not support `pipec cache {method}`")
     try:
         return fn()
-    except CacheError as exc:
+    except pipec_ir.CacheError as exc:  # a backend's "cannot be used" (pipec's CacheError is one)
         fail(str(exc))
     except OSError as exc:
         fail(f"cache {entry.name}: {exc.strerror or exc}")
@@ -1125,22 +1246,34 @@ def cache_clear_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) ->
 
 @app.command("plugins")
 def plugins_cmd(json_out: JsonOpt = False) -> None:
-    """List every registered stage implementation with its distribution and version."""
+    """List every registered stage implementation with its distribution and version, then every plugin:
+    what it registers, wraps or observes, and those skipped (failed to load, register or configure)."""
     from .plugins import get_registry, plugin_infos
 
     entries = get_registry().entries()
-    skipped = [p for p in plugin_infos() if p.status != "loaded"]
+    infos = plugin_infos()
+    skipped = [p for p in infos if p.status != "loaded"]
     if json_out:
         print(json.dumps({
             "stages": [{"stage": e.stage, "name": e.name, "distribution": e.distribution, "version": e.version}
                        for e in entries],
             "skipped": [{"plugin": p.name, "distribution": p.distribution, "status": p.status, "error": p.error}
                         for p in skipped],
+            "plugins": [{"plugin": p.name, "distribution": p.distribution, "version": p.version, "status": p.status,
+                         "error": p.error, "role": p.role, "hooks": list(p.hooks), "stages": list(p.stages),
+                         "wraps": list(p.wraps)} for p in infos],
         }, indent=2))
         return
     table = Table("stage", "name", "distribution", "version", title="pipec stages", title_justify="left")
     for e in entries:
-        table.add_row(e.stage, e.name, e.distribution, e.version)
+        wrapped = f" (wrapped by {', '.join(e.wrapped_by)})" if e.wrapped_by else ""
+        table.add_row(e.stage, e.name + wrapped, e.distribution, e.version)
+    stdout.print(table)
+    table = Table("plugin", "distribution", "version", "status", "does", title="pipec plugins", title_justify="left")
+    for p in infos:
+        does = "; ".join(filter(None, [", ".join(p.stages), ", ".join(f"wraps {w}" for w in p.wraps)]))
+        does = does or ("observer" if p.role == "observer" else "-")
+        table.add_row(p.name, p.distribution, p.version, p.status, does)
     stdout.print(table)
     for p in skipped:
         why = f": {p.error}" if p.error else ""

@@ -38,3 +38,11 @@ def find_error(exc: BaseException | None, kind: type) -> BaseException | None:
 def find_pipec_error(exc: BaseException | None) -> PipecError | None:
     """The PipecError inside `exc` (Dynamo wraps backend errors in BackendCompilerFailed)."""
     return find_error(exc, PipecError)
+
+
+class PipecPluginError(PipecError):
+    """The plugin machinery was used in a way it cannot honour (e.g. `pipec.get_registry()` from
+    inside a registration hook); the message says what to do instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, stage="plugins")

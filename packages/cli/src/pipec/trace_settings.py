@@ -1,8 +1,9 @@
 """The torch settings a pipec-compiled model is traced under, set only while Dynamo compiles.
 
 Dynamo reads these settings while it converts a frame (a first compile or a recompile), never
-while it replays a compiled frame. Setting and restoring them around every call cost ~12 µs
-per call (timed on a 2-core CPU host: torch's config modules are slow to write), so a call
+while it replays a compiled frame. Setting and restoring them around every call costs more
+than the rest of a small call (torch's config modules are slow to write; docs/performance.md,
+"Trace settings are applied only while Dynamo compiles"), so a call
 only marks this thread as running a pipec model (`_Calling`), and a Dynamo compile-start
 callback applies that model's settings, its end callback restores them.
 Where torch lacks the callback hooks, each call sets and restores them itself (`_Swapping`).
@@ -31,9 +32,12 @@ def call_settings(options: CompileOptions, budget: RecompileBudget) -> list[Sett
 
     * Dynamo's own recompile limit is raised past pipec's budget, so pipec's budget is the
       one enforced (until it is used up; then Dynamo's applies again and runs the rest eagerly).
-    * Unless dynamic=False (or size_oblivious=False), sizes are traced size-obliviously: a
-      dynamic size does not get specialized when it is 0 or 1 (Dynamo's 0/1 specialization),
-      so one compiled graph also serves batch 1.
+    * Sizes follow torch.compile: a dynamic size is assumed >= 2 (a guard), and a call at 0 or 1
+      compiles its own graph (Dynamo's 0/1 specialization). `size_oblivious=True` opts into
+      torch's size-oblivious tracing instead: one graph serves batch 1 and batch 1000, but torch
+      then decides `x.squeeze(0)`, broadcasting and the like as if the size were never 1, with no
+      guard, so a model whose result depends on a dynamic size being 1 is silently wrong there
+      (api.py warns when it is asked for).
     * Python floats are specialized (specialize_float=False keeps torch's default): they are
       literals in the kernels, not 0-dim tensor inputs, which also spares Dynamo a restarted
       analysis (a second backend call) per compile.
@@ -45,11 +49,16 @@ def call_settings(options: CompileOptions, budget: RecompileBudget) -> list[Sett
     if not budget.exhausted:
         # the first compilation, the recompiles, and the one that is refused
         settings.append((torch._dynamo.config, "recompile_limit", budget.limit + 2))
-    if options.dynamic is not False and options.get("size_oblivious", True):
+    if size_oblivious(options):
         settings.append((fx_config, "backed_size_oblivious", True))
     if options.get("specialize_float", True):
         settings.append((torch._dynamo.config, "specialize_float", True))
     return settings
+
+
+def size_oblivious(options: CompileOptions) -> bool:
+    """Whether `options` ask for size-oblivious tracing (off by default: see call_settings)."""
+    return options.dynamic is not False and bool(options.get("size_oblivious", False))
 
 
 def apply(settings: list[Setting]) -> list[Setting]:

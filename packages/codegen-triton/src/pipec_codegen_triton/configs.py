@@ -24,17 +24,11 @@ from pipec_ir import LaunchConfig
 # A row is reduced in registers when its power-of-two block of every row-level input, as held
 # (fp32 for half types), is at most this many bytes: one row of 32768 bf16 or fp32 elements.
 # Values computed from the inputs are not counted: layer_norm's backward keeps three fp32 rows
-# live across its second sum, and at fp32 4096 x 16384 (192 KiB of them) its row kernel took
-# 0.266 ms held against 0.382 looped on the H200 (bf16 4096 x 16384: 0.133 either way).
-# Measured on the H200 (benchmarks/kernels.py --cases long), persistent against looped:
-# layer_norm bf16 4096 x 16384 3.60 against 2.67 TB/s, fp32 8192 x 8192 4.11 against 3.59,
-# fp32 4096 x 16384 3.60 against 3.33; softmax bf16 2048 x 32768 3.01 against 2.75;
-# log_softmax fp32 2048 x 32768 4.02 against 2.90. (Inductor: 2.80-3.71, 4.07, 3.66, 1.91, 2.80.)
+# live across its second sum and still gains from holding them. Holding beat looping at every
+# row length measured up to this budget (docs/performance.md, "A row is held in registers").
 PERSISTENT_ROW_BYTES = 131072
-# A scan's row is held whole up to this many bytes (fp32 16384). H200, held against looped
-# (benchmarks/scan_bench.py --cases "mid rows"): cumsum fp32 2048 x 8192 3.61 against 3.37 TB/s,
-# fp32 1024 x 16384 3.55 against 3.26, logcumsumexp fp32 2048 x 8192 1.23 against 0.94; at
-# bf16 1024 x 32768 (128 KiB held) no gain, 3.02 against 3.06, so the budget stops below it.
+# A scan's row is held whole up to this many bytes (fp32 16384): holding gained up to there and
+# nothing at 128 KiB (docs/performance.md, "A scan's row is held up to 64 KiB").
 PERSISTENT_SCAN_BYTES = 65536
 # A column reduction (non-innermost dims) is persistent only up to this many rows.
 OUTER_PERSISTENT_LIMIT = 64

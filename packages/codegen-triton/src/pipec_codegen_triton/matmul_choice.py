@@ -169,8 +169,8 @@ def library_alternatives(graph: Graph, kernel: Kernel, options: CompileOptions) 
     - "library": `mm`/`bmm`, or `addmm` when a row-vector bias add follows (cuBLASLt's bias
       epilogue, as eager's `nn.Linear`), then one pointwise kernel for the rest;
     - "library_mm" (only with such a bias): plain `mm` with the bias in the pointwise kernel.
-      cuBLASLt's bias path picks slow split-K kernels for small fp32 products (GPT-2 at
-      1 x 128 tokens on the H200: 40 us against 15 us for `mm`), which is what Inductor does;
+      cuBLASLt's bias path picks slow split-K kernels for small fp32 products (docs/performance.md,
+      "`library_mm`"), which is what Inductor does;
     - "library_act" (bias, then ReLU or tanh-GELU): cuBLASLt's bias + activation epilogue
       (`aten._addmm_activation`; for GELU the runtime's `pipec.addmm_gelu_tanh`): the GEMM writes
       the activation and no pointwise pass is left for it."""
@@ -234,8 +234,8 @@ def matmul_with_epilogue(graph: Graph, kernel: Kernel, options: CompileOptions):
         return libraries["library"]
     exhaustive = bool(options.get("max_autotune", False))
     # Where cuBLASLt applies the activation in its own epilogue ("library_act": ReLU, tanh-GELU)
-    # the ping-pong kernel has nothing to hide and only costs compile time: GPT-2's bf16 fc GEMM
-    # (8192 x 768 @ 768 x 3072 + tanh-GELU) took 0.0684 ms there against 0.0742 (H200, 2026-12-01)
+    # the ping-pong kernel has nothing to hide and only costs compile time (it lost to cuBLASLt on
+    # GPT-2's fc GEMM: docs/performance.md, "No ping-pong kernel where cuBLASLt applies the activation")
     template = write_template(graph, kernel, pingpong=exhaustive or "library_act" not in libraries,
                               exhaustive=exhaustive, bounds_check=bool(options.get("bounds_check", False)))
     if template is None and len(libraries) == 1:

@@ -2,9 +2,8 @@
 the next tile's MMAs do.
 
 The Triton template's persistent TMA kernel runs its epilogue on the warps that issue the MMAs, so
-the tensor cores idle during it: on the H200 the exact GELU of a bf16 8192 x 2048 @ 2048 x 8192
-Linear costs 25% more cycles than no epilogue (ncu), and neither Triton's warp specialization nor
-two programs per SM hid it (matmul_tma.py). This kernel is scheduled by hand, as CUTLASS's
+the tensor cores idle during it: the exact GELU of a bf16 Linear costs a quarter more cycles than
+no epilogue, and neither Triton's warp specialization nor two programs per SM hid it (matmul_tma.py). This kernel is scheduled by hand, as CUTLASS's
 `KernelTmaWarpSpecializedPingpong`:
 
 - a producer warp streams A and B tiles through TMA into a STAGES-deep shared-memory ring
@@ -15,11 +14,8 @@ two programs per SM hid it (matmul_tma.py). This kernel is scheduled by hand, as
   all its tile's wgmmas, passes the turn, then drains them and runs the epilogue while the other
   consumer's wgmmas keep the tensor cores busy.
 
-Measured on the H200 (benchmarks/gemm_gluon.py, 2026-12-01, triton 3.6): that GELU GEMM in
-0.442 ms against 0.491 for cuBLAS + a GELU pass and 0.408 for cuBLAS without GELU; with one
-consumer (no overlap) 0.550. As pipec's alternative, in the MLP's choice group (wall clock, two
-runs): 0.417 and 0.434 ms against 0.468 and 0.509 for the template, 0.461 and 0.475 for cuBLAS +
-the pointwise kernel. The epilogue is pipec's own (the `EpilogueWriter` lines the Triton
+It beats cuBLAS + a GELU pass, the template and one consumer without overlap on that GEMM
+(docs/performance.md, "The Gluon ping-pong kernel"). The epilogue is pipec's own (the `EpilogueWriter` lines the Triton
 template uses), spelled in Gluon: `tl.` calls become `gl.`; a constant tile (`tl.full`) or
 a broadcast scalar gets the accumulator's layout, and `tl.sigmoid` (tanh-GELU, SiLU) becomes
 the same arithmetic spelled out. An epilogue calling libdevice gets no ping-pong kernel. A
@@ -35,7 +31,7 @@ from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, LaunchConfig
 
 from .matmul_tma import TmaOperand, persistent_split
 
-# The tile of each consumer and the ring's depth: benchmarks/gemm_gluon.py's best on the H200.
+# The tile of each consumer and the ring's depth: experiments/gemm_gluon.py's best (docs/performance.md).
 # 128 x 128 fp32 accumulators are 128 registers per thread of a warpgroup; 5 stages of A and B
 # (160 KB) and two 32 KB output tiles fill the 227 KB of shared memory per block.
 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES = 128, 128, 64, 16, 5

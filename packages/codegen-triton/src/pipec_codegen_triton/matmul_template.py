@@ -326,8 +326,9 @@ def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
     if pingpong and tma is not None and pingpong_wanted(tma, configs, body, exhaustive):
         pingpong_epilogue = _pingpong_epilogue(w, product, kernel.outputs, out_shape, refined, M, N)
     if pingpong_epilogue is not None and not exhaustive:
-        # beside the ping-pong kernel (11% faster than the template's best on the H200's bf16 MLP)
-        # the template keeps one persistent config, TMA_CONFIGS' first: each is seconds of compile
+        # beside the ping-pong kernel (faster than the template's best on the bf16 MLP:
+        # docs/performance.md, "The Gluon ping-pong kernel") the template keeps one persistent
+        # config, TMA_CONFIGS' first: each is seconds of compile
         persistent = [c for c in configs if dict(c.constants).get(TMA_CONSTANT)]
         configs = tuple(c for c in configs if c not in persistent[1:])
 

@@ -8,14 +8,10 @@ accumulator (SUBTILE: half the epilogue's registers, so the exact GELU of a bf16
 the next tile's loads less); outputs laid out as [M, N] leave through TMA stores
 (matmul_template.tma_stores), the others through masked pointer stores.
 
-Measured on the H200 (benchmarks/gemm_variants.py, 2026-12-01, bf16 8192 x 2048 @ 2048 x 8192
-+ bias + exact GELU, TMA stores): 0.425 ms for 128 x 256 x 64 tiles, 4 stages, SUBTILE (0.445
-at 3 stages), against 0.478 ms for cuBLAS + a GELU pass and 0.557 ms for the best
-one-tile-per-program pointer kernel. Timed in rotated rounds on a warm GPU
-(benchmarks/gemm_rounds.py, later that day) this template's kernel took 0.472-0.480 ms against
-0.497-0.500 for cuBLAS + GELU and 0.416-0.433 for cuBLAS without the GELU: the epilogue is not
-hidden behind the MMAs (ncu: 25% more cycles than without GELU, the tensor pipe 68% busy
-instead of 86%), and neither Triton's warp specialization nor two programs per SM hid it.
+On the MLP's GELU GEMM this kernel beats cuBLAS + a GELU pass and every one-tile-per-program
+pointer kernel, but its epilogue is not hidden behind the MMAs, and neither Triton's warp
+specialization nor two programs per SM hid it (docs/performance.md, "The persistent TMA
+template config"; the ping-pong kernel of matmul_gluon.py does).
 
 A descriptor needs a 16-byte aligned base (the runtime runs configs[0], the pointer variant,
 for a call whose pointers are not: `TMA_CONSTANT`), a unit innermost stride and 16-byte
@@ -33,8 +29,8 @@ import sympy
 # it runs on (docs/IR.md, "Launch configs"), since on fewer SMs the extra programs would run as a
 # second wave. A GPU with more SMs than 132 leaves the extra ones idle.
 PERSISTENT_PROGRAMS = 132
-# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SUBTILE): gemm_variants.py's best
-# persistent TMA tile on the H200 for both MLP GEMMs, at 4 stages (192 KB of A and B tiles beside
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SUBTILE): the best persistent TMA
+# tile for both MLP GEMMs (docs/performance.md, "The persistent TMA template config"), at 4 stages (192 KB of A and B tiles beside
 # the 32 KB store buffer: a config whose epilogue needs more shared memory fails to compile and
 # loses its timing) and at 3. Each persistent kernel costs seconds of cold compile (the GPT-2
 # block's budget is a quarter of Inductor max-autotune's): two configs, no more, and only the

@@ -69,7 +69,7 @@ def _minimum(node, a, b):
 
 
 def _sign(node, a):
-    # two comparisons cast and subtracted (0 for 0 and NaN, as eager): on the H200 with triton 3.6
+    # two comparisons cast and subtracted (0 for 0 and NaN, as eager): with triton 3.6 on sm_90
     # the nested tl.where over integer literals gave wrong signs for bfloat16 inputs
     t = tl_compute(node.type.dtype)
     return f"(({a} > 0).to({t}) - ({a} < 0).to({t}))"

@@ -112,13 +112,12 @@ def _pipec_argmin(v1, i1, v2, i2):
 
 @triton.jit
 def _pipec_gelu_half(x):
-    # exact GELU, x * Phi(x), for a result rounded to bf16/fp16. libdevice's erf made the GELU
-    # pass after a bf16 8192 x 8192 GEMM compute-bound on the H200 (0.092 ms for 268 MB); here
+    # exact GELU, x * Phi(x), for a result rounded to bf16/fp16. libdevice's erf made a GELU pass
+    # after a large bf16 GEMM compute-bound (docs/performance.md, "The half-precision GELU"); here
     # erfc(|z|) = t * P(t) * exp(-z^2), t = 1 / (1 + p |z|) (Abramowitz & Stegun 7.1.26, error
     # < 1.5e-7, ~10^4 below a bf16/fp16 rounding step) costs a reciprocal, an exp and five FMAs.
     # 1 + erf(z) is 2 - erfc(z) above 0 and erfc(-z) below, with no cancellation in the tail.
-    # In a GEMM epilogue every instruction is paid per output element (issue-bound: ncu on the
-    # H200 showed the bf16 MLP's GELU epilogue at 25% more cycles than no GELU), so z = x / sqrt(2)
+    # In a GEMM epilogue every instruction is paid per output element (issue-bound), so z = x / sqrt(2)
     # is folded into the constants (p / sqrt(2); exp(-z^2) as exp2(x^2 * -0.5 / ln 2)) and
     # t = 1 / d as rsqrt(d)^2: `1.0 / d` is div.full.f32, whose range checks around the
     # reciprocal cost ~7 instructions; d >= 1 here, so rsqrt's single MUFU op (relative error
@@ -197,8 +196,8 @@ class KernelWriter:
 
         A column (non-innermost reduction) is persistent only when short, since its block spans
         many columns: up to OUTER_PERSISTENT_LIMIT rows, fewer if `limit` says so (holding the
-        4096-row columns of layer_norm's weight gradient took 0.47 ms against 0.07 looped on the
-        H200). An innermost row: `limit` (the `persistent_reduction_limit` option) caps its
+        4096-row columns of layer_norm's weight gradient was several times slower than looping:
+        docs/performance.md). An innermost row: `limit` (the `persistent_reduction_limit` option) caps its
         length in elements when given; otherwise it is persistent when its power-of-two block of
         every row-level input, as the values the kernel holds (fp32 for half types: 4 bytes at
         least), fits `budget` bytes (128 KiB: one row of 32768 elements, bf16 or fp32, spread
@@ -402,17 +401,15 @@ class KernelWriter:
         """The eviction_policy argument of a row-level load in a reduction kernel (else none).
 
         A persistent row is read once, and asks the L2 to evict it last. Measured, not modelled
-        (H200, benchmarks/layer_norm_variants.py's docstring): with it layer_norm bf16 16384 x
-        4096 went from 3.87 to 3.97 TB/s and softmax bf16 8192 x 8192 from 3.90 to 3.96, i.e. to
-        the speed of a copy. The DRAM bytes are the same either way (ncu); the gain shows when the
+        (docs/performance.md, "Row loads ask the L2 to keep them"): with it layer_norm and softmax
+        reach the speed of a copy. The DRAM bytes are the same either way (ncu); the gain shows when the
         L2 starts full of dirty lines written by the kernel before, which is how a kernel runs
         inside a model. The kernel after it does not pay: a matmul, a layer_norm or a copy reading
         the output ran as fast or faster as a pair. A pointwise chain gained nothing measurable.
 
         A looped row is read once per pass over it: every pass but the last one that reads an
         input keeps its lines (evict_last), so the next pass may find them in the L2; the last
-        read takes the default (H200, looped: log_softmax fp32 2048 x 32768 2.63 -> 2.90 TB/s,
-        layer_norm fp32 8192 x 8192 3.24 -> 3.59, softmax bf16 4096 x 50304 2.57 -> 2.63).
+        read takes the default (faster for every looped row measured: docs/performance.md).
         Which pass is the last is known only once every pass is written, so the load carries a
         mark that `_resolve_l2_marks` replaces.
         """

@@ -8,6 +8,10 @@
       -> order_and_name        topological order, readable unique names
       -> verify
       -> recompute_stored      cheap stored values copied into the kernels reading them, fused again
+
+`fuel=N` (the option `fusion_fuel`, used by `pipec bisect`) makes only the first N merges of
+the greedy order and skips recompute_stored, as Inductor's bisector rations its passes: the
+first N decisions are those of the unrationed run, so N and N-1 differ by one merge.
 """
 
 from __future__ import annotations
@@ -114,11 +118,17 @@ class _State:
         return keep
 
 
-def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None) -> KernelPlan:
+def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None,
+               fuel: int | None = None) -> KernelPlan:
     """Partition `graph` into kernels, fusing what legality allows and `heuristics` wants; then
-    recompute cheap stored values where they are read (recompute_stored.py)."""
+    recompute cheap stored values where they are read (recompute_stored.py). `fuel`: make at
+    most that many merges, and no recomputing (a rationed run, for bisecting)."""
+    if fuel is not None and (isinstance(fuel, bool) or not isinstance(fuel, int) or fuel < 0):
+        raise ValueError(f"fusion_fuel must be an integer >= 0, got {fuel!r}")
     verify(graph)
-    plan, state = _fuse_once(graph, heuristics, policy)
+    plan, state = _fuse_once(graph, heuristics, policy, fuel)
+    if fuel is not None:
+        return plan
     candidates = find_candidates(state.an, state.groups, state.owner, heuristics)
     while candidates:
         rewritten, copies = rewrite(graph, state.an, candidates)
@@ -130,10 +140,10 @@ def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None) 
     return plan
 
 
-def _fuse_once(graph: Graph, heuristics: Heuristics, policy: str | None):
+def _fuse_once(graph: Graph, heuristics: Heuristics, policy: str | None, fuel: int | None = None):
     an = GraphAnalysis(graph)
     state = _State(an)
-    fusions, rejected = merge_greedily(state, heuristics)
+    fusions, rejected = merge_greedily(state, heuristics, fuel)
     return build_plan(state, graph, policy or heuristics.name, fusions, rejected), state
 
 
@@ -212,8 +222,9 @@ def _has_detour(dag: nx.DiGraph, reach: dict[int, int], a: int, b: int) -> bool:
     return any(s != b and (reach[s] >> b) & 1 for s in dag.successors(a))
 
 
-def merge_greedily(state: _State, heuristics: Heuristics):
-    """Repeatedly merge the best-scoring legal candidate pair until none is left.
+def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = None):
+    """Repeatedly merge the best-scoring legal candidate pair until none is left (or `fuel`
+    merges are made).
 
     A candidate is a pair of *group versions*; merging only ever adds paths between
     the remaining groups, so a pair found illegal stays illegal until one of its
@@ -253,7 +264,7 @@ def merge_greedily(state: _State, heuristics: Heuristics):
                         consider(a, b, "horizontal")
 
     reach = None
-    while heap:
+    while heap and (fuel is None or len(fusions) < fuel):
         neg_score, _, _, a, b, ga, gb, kind, merged = heapq.heappop(heap)
         if state.groups.get(a) is not ga or state.groups.get(b) is not gb:
             continue  # stale: one of the groups changed since
@@ -285,11 +296,13 @@ def merge_greedily(state: _State, heuristics: Heuristics):
         ga, gb = state.groups[cand.a], state.groups[cand.b]
         reason, merged, hkind = _static(state, ga, gb, cand.kind)
         evaluated.append((cand, reason, merged, hkind))
-    return fusions, _rejections(state, heuristics, evaluated)
+    rationed = fuel is not None and len(fusions) >= fuel
+    return fusions, _rejections(state, heuristics, evaluated, fuel if rationed else None)
 
 
-def _rejections(state: _State, heuristics: Heuristics, evaluated) -> list[tuple]:
-    """Every candidate of the final round, with why it was not merged (legality first)."""
+def _rejections(state: _State, heuristics: Heuristics, evaluated, fuel: int | None = None) -> list[tuple]:
+    """Every candidate of the final round, with why it was not merged (legality first; `fuel`:
+    the rationed merges were used up, which is why a wanted pair was left)."""
     out = []
     for cand, reason, _merged, hkind in evaluated:
         through = None
@@ -297,7 +310,10 @@ def _rejections(state: _State, heuristics: Heuristics, evaluated) -> list[tuple]
             through = cycle_through(state.dag, cand.a, cand.b)
         if reason is None and through is None:
             ga, gb = state.groups[cand.a], state.groups[cand.b]
-            reason = heuristics.why_not(state.info(ga), state.info(gb), hkind)
+            if fuel is not None and _score(state, heuristics, ga, gb, hkind) is not None:
+                reason = f"fusion_fuel={fuel}: the {fuel} merges allowed were made"
+            else:
+                reason = heuristics.why_not(state.info(ga), state.info(gb), hkind)
         out.append((cand.first, cand.second, reason, through))
     return out
 

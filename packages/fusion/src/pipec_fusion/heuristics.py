@@ -38,8 +38,9 @@ RECOMPUTE_STORED_MAX_OPS = 8
 # each other and any reduction they feed: a residual add after a Linear then goes into the next
 # LayerNorm (which reads the product and the residual, and writes the sum it needs anyway), not
 # into the GEMM, where it became a kernel of its own whenever cuBLAS beat the Triton template
-# (the GPT-2 block on the H200: a 15 us pass after the attention projection, which Inductor
-# fuses into LayerNorm). A chain no reduction takes still ends up in the epilogue.
+# (an extra pass in the GPT-2 block, which Inductor fuses into LayerNorm: docs/performance.md,
+# "A GEMM epilogue scores below plain vertical merges"). A chain no reduction takes still ends
+# up in the epilogue.
 EPILOGUE_SCORE = 0.95
 # What policy 'default' puts in a GEMM epilogue: bias, activations, residual, scaling, casts
 # (cheap per element next to the K-long dot product; no libdevice calls, which slow the tile).
@@ -51,24 +52,52 @@ EPILOGUE_OPS = frozenset({
 
 @dataclass(frozen=True)
 class GroupInfo:
-    kind: str  # "pointwise" | "reduction" | "matmul" | "extern"
-    nodes: tuple[str, ...]  # computing (non-view) nodes, topological order
-    ops: tuple[str, ...]  # their ops, same order
-    domain: tuple  # sympy expressions
+    """What a `Heuristics` sees of one candidate group (a would-be kernel): frozen, no graph access.
+
+    `kind`: "pointwise", "reduction", "matmul" or "extern" (a reduction group may hold pointwise
+    prologue and epilogue nodes; a matmul group its epilogue). `nodes`: the computing (non-view)
+    node names in topological order; `ops`: their pipec ops (pipec_ir.OPS), same order.
+    `domain`: the group's iteration domain, sympy size expressions (the output shape, or the
+    input shape of a reduction); `reduce_dims`: the reduced dimensions of that domain, () if none.
+    `numel`: the number of domain points with every size symbol replaced by its hint, for
+    comparing sizes without sympy.
+    """
+
+    kind: str
+    nodes: tuple[str, ...]
+    ops: tuple[str, ...]
+    domain: tuple
     reduce_dims: tuple[int, ...]
-    numel: int  # size of the domain with symbol hints substituted
+    numel: int
 
 
 class Heuristics:
-    """Base class: override `score` (and `why_not` for readable rejections)."""
+    """Profitability of fusion: subclass it and override `score` (and `why_not` for readable rejections).
+
+    `name` is the policy's one name: `pipec_fusion.fusion_from_heuristics(h)` makes it a fusion
+    stage of that name, which a plugin registers with `registry.add_fusion(stage.name, stage)`;
+    rejections and `KernelPlan.policy` use it too. `horizontal = True` asks the engine for
+    horizontal candidates as well (quadratic in the number of groups).
+    The engine only asks about pairs legality already accepted; it merges the best-scoring
+    pair first, then asks again about the merged group's new pairs.
+    """
 
     name = "custom"
     horizontal = False  # propose horizontal candidates at all (they are O(groups^2))
 
     def score(self, first: GroupInfo, second: GroupInfo, kind: str) -> float | None:
+        """How much merging `first` and `second` into one kernel is worth, or None for "do not fuse".
+
+        `kind` is "vertical", "recompute" or "horizontal" (the module docstring says what each
+        means); for "vertical" and "recompute", `first` produces values `second` reads. Higher
+        scores merge first; the value has no unit beyond that order. A None is recorded in
+        `KernelPlan.rejected` with the reason `why_not` gives. Must be deterministic (the plan
+        is cached by its input's digest). The base class fuses nothing.
+        """
         return None
 
     def why_not(self, first: GroupInfo, second: GroupInfo, kind: str) -> str:
+        """The reason recorded for a pair `score` refused, starting with "heuristics: "."""
         return f"heuristics: policy {self.name!r} does not fuse this {kind} pair"
 
     def recompute_stored(self, ops: tuple[str, ...], read_bytes: int, stored_bytes: int) -> bool:
@@ -191,8 +220,5 @@ class AggressiveHeuristics(DefaultHeuristics):
         return None
 
 
-PRESETS: dict[str, type[Heuristics]] = {
-    "none": NoFusion,
-    "default": DefaultHeuristics,
-    "aggressive": AggressiveHeuristics,
-}
+# The built-in policies, by their `name`.
+PRESETS: dict[str, type[Heuristics]] = {h.name: h for h in (NoFusion, DefaultHeuristics, AggressiveHeuristics)}

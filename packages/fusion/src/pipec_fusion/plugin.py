@@ -11,4 +11,5 @@ from .heuristics import PRESETS
 @pipec_ir.hookimpl
 def pipec_register(registry) -> None:
     for name in PRESETS:
-        registry.add_fusion(name, preset(name))
+        stage = preset(name)
+        registry.add_fusion(stage.name, stage)

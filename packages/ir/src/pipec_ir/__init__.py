@@ -11,7 +11,7 @@ from .budget import (
     bucket_of,
 )
 from .errors import (
-    AttributeTypeError, IRError, MalformedIRError, TypeMismatchError, UnsupportedVersionError, VerifyError,
+    AttributeTypeError, CacheError, IRError, MalformedIRError, TypeMismatchError, UnsupportedVersionError, VerifyError,
     WrongKindError,
 )
 from .hookspecs import hookimpl, hookspec
@@ -19,7 +19,7 @@ from .load_context import LoadContext
 from .ops import OPS, OpDef, kind_of
 from .options import CompileOptions
 from .profile import CompileProfile
-from .protocols import Cache, Capture, Codegen, Fusion, Runtime
+from .protocols import Cache, CacheAdmin, Capture, Codegen, Fusion, Runtime
 from .registry import Entry, Registry, UnknownStageError
 from .serialize import FORMAT, VERSION, digest, dumps, loads
 from .text import format_document
@@ -35,10 +35,10 @@ __version__ = "0.1.0"
 __all__ = [
     "BUCKET_POLICIES", "DEFAULT_RECOMPILE_LIMIT", "RecompileBudget", "RecompileLimitError",
     "RecompileLimitWarning", "bucket_of",
-    "AttributeTypeError", "IRError", "MalformedIRError", "TypeMismatchError", "UnsupportedVersionError",
+    "AttributeTypeError", "CacheError", "IRError", "MalformedIRError", "TypeMismatchError", "UnsupportedVersionError",
     "VerifyError", "WrongKindError",
     "hookimpl", "hookspec", "LoadContext", "OPS", "OpDef", "kind_of", "CompileOptions", "CompileProfile",
-    "Cache", "Capture", "Codegen", "Fusion", "Runtime", "Entry", "Registry", "UnknownStageError",
+    "Cache", "CacheAdmin", "Capture", "Codegen", "Fusion", "Runtime", "Entry", "Registry", "UnknownStageError",
     "FORMAT", "VERSION", "digest", "dumps", "loads", "format_document",
     "DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "Buffer", "Device", "Dtype", "FusionDecision", "Graph",
     "GraphInput", "Kernel", "KernelPlan", "LaunchConfig", "MAXNREG_CONSTANT", "TMA_CONSTANT", "Node", "Program", "Ref", "RejectedFusion",

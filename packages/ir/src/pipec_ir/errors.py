@@ -28,3 +28,13 @@ class TypeMismatchError(VerifyError):
 
 class AttributeTypeError(VerifyError):
     """A node's attribute has the wrong type or an impossible value (`dims: "two"`)."""
+
+
+class CacheError(Exception):
+    """A compile-cache backend cannot be used at all (an unsafe directory, an unreachable server).
+
+    A backend raises it from any of its methods (docs/plugins.md, "Cache backends"); pipec then
+    stops with one line and exit code 2 instead of compiling without the cache the user chose.
+    Any other exception from `get`, `put` or `delete` costs one warning, never the compilation.
+    Not an `IRError`: it says nothing about a document.
+    """

@@ -136,8 +136,8 @@ def tuning_keys(launch, bucket: tuple, device: torch.device) -> tuple[tuple, str
 def compile_all(jobs: list[tuple], profile: CompileProfile | None = None) -> None:
     """Compile `jobs` (fn, args, sizes, grid, kwargs: `LaunchStep.compile_jobs`) at once: Triton's
     AsyncCompileMode runs the compiles in a thread pool (ptxas is a subprocess, LLVM releases
-    the GIL), where one after another they were most of a cold compile (the GPT-2 block: 82
-    compiles, ~17 s of 28, on the H200). A lone job is compiled here too, so that its compile
+    the GIL), where one after another they were most of a cold compile (docs/performance.md,
+    "Triton compiles run in a thread pool"). A lone job is compiled here too, so that its compile
     is Triton compilation in `profile` rather than part of the launch that would compile it.
     Best effort: a config that fails to compile fails again, and loses, when it is timed."""
     if not jobs:
@@ -186,7 +186,7 @@ def compile_key(fn, args, sizes, kwargs) -> tuple:
 def leave_async_mode(mode) -> None:
     """Make sure `mode` is no longer Triton's active compile mode. Before triton 3.7 its __exit__
     cleared the mode only after every compile had succeeded: one candidate config that failed to
-    compile (float16 on the H200, triton 3.6) left the mode active with its thread pool shut down,
+    compile (float16 on a Hopper GPU, triton 3.6) left the mode active with its thread pool shut down,
     and every later Triton compile in the process failed with "cannot schedule new futures after
     shutdown"."""
     try:

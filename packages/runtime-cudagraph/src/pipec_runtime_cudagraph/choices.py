@@ -173,14 +173,13 @@ def _timed(runs: dict, graphed: bool) -> dict[str, float]:
 
     * `graphed` (the CUDA Graph runtime, whose replays cost no host time): GPU time alone, each
       run captured into a CUDA Graph and replayed (`do_bench_cudagraph`); with host work in the
-      loop a small GEMM's Python launch cost would decide instead of its kernels (GPT-2 at
-      1 x 128 tokens: cuBLASLt's addmm, 40 us of GPU time, beat a 15 us mm + pointwise kernel
-      on wall time).
+      loop a small GEMM's Python launch cost would decide instead of its kernels (a slower
+      library GEMM beat a faster mm + pointwise kernel on wall time).
     * `launch`, when the fastest alternative keeps the GPU busy for GPU_BOUND_MS or more: GPU
       time as well. The host prepares the next launches while such a GEMM runs, so its host
-      work is hidden, and a wall-clock loop of a 20-60 us GEMM measures as much host jitter as
-      kernel (with wall-clock picks the GPT-2 block at 8 x 1024 ran 0.29 ms in one process and
-      0.52 ms in another, on the H200).
+      work is hidden, and a wall-clock loop of a short GEMM measures as much host jitter as
+      kernel (wall-clock picks made the same model's run time differ between processes).
+    (docs/performance.md, "Choice groups are timed on the GPU clock where it decides".)
     * `launch` with small GEMMs: wall-clock `do_bench`, host work included, since that is paid
       every call.
     An alternative that cannot be captured makes the whole group use `do_bench`, so every time

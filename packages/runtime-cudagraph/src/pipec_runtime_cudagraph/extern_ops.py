@@ -8,8 +8,8 @@ kernel of `_addmm_activation` applies the exact GELU instead.
 `pipec.mm_padded(a, b)` is `mm(a, b)`. On CUDA, a large half-precision product with M, N or K
 not a multiple of 8 runs on operands padded with zeros to multiples of 8, and the result is
 sliced back: cuBLAS's fast kernels need 16-byte aligned rows, and without them it falls back
-to kernels several times slower. GPT-2's vocabulary (50257) made the LM head's two backward
-GEMMs take 11.9 ms of a 38 ms training step on the H200 (`cutlass_75 ..._align1` kernels).
+to kernels several times slower: GPT-2's vocabulary (50257) made the LM head's backward GEMMs
+a third of a training step (docs/performance.md, "Padding half-precision GEMMs").
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ _LIBRARY.impl("addmm_gelu_tanh", _addmm_gelu_tanh_any, "CompositeExplicitAutogra
 
 # What a specialized run (specialize.py) calls instead of a pipec.* target on one device type:
 # (ATen overload, extra keyword arguments). Through the dispatcher and the Python impl above the
-# call cost ~20 us more host time per call than the ATen op (GPT-2 block, H200's host, cProfile).
+# call costs host time the ATen op does not (docs/performance.md, "Calling ATen directly").
 DIRECT = {
     ("pipec.addmm_gelu_tanh.default", "cuda"): (torch.ops.aten._addmm_activation.default, (("use_gelu", True),)),
 }

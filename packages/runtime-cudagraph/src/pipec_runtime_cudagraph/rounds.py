@@ -1,12 +1,11 @@
 """Timing candidates in rounds of alternating order, so that the GPU's clock drift does not pick
 the winner.
 
-An H200 under a sustained GEMM load slows as it heats: in one run (benchmarks/gemm_rounds.py,
-2026-12-01) cuBLAS + GELU took 0.444 ms in the first round and 0.500 in the next three. Timed
-once each, one after another, the first candidate ran on a cooler GPU and won: the MLP's GEMM
-template picked its first config, the pointer kernel (0.461 ms, timed first), over the
-persistent TMA config, although in rotated rounds the TMA config took 0.472 ms and the pointer
-kernel 0.554; and a choice group's first alternative ("library") beat the template the same way.
+A GPU under a sustained GEMM load slows as it heats. Timed once each, one after another, the
+first candidate ran on a cooler GPU and won: the MLP's GEMM template picked its first config,
+the pointer kernel, over the persistent TMA config that is faster in rotated rounds, and a
+choice group's first alternative ("library") beat the template the same way
+(docs/performance.md, "Candidates are timed in rotated rounds").
 
 Here each candidate is timed once per round for a share of the time budget, the rounds run
 forward and backward in turn, and a candidate's time is its mean over the rounds: under a drift

@@ -256,8 +256,8 @@ def _slot_lines(lines, name, members, slot_nbytes, by_index, first_write, var, s
 
 def _empty(src: Source, shape: tuple, dtype: torch.dtype) -> str:
     """An uninitialized contiguous tensor on the run's device: through the strided allocator
-    Inductor's generated code uses where torch has it (on the H200 host, Inductor's four
-    `_empty_strided_cuda` calls took 8 us per model call, pipec's five `torch.empty` 40 us)."""
+    Inductor's generated code uses where torch has it, several times cheaper per call than
+    `torch.empty` (docs/performance.md, "Empty tensors through the strided allocator")."""
     s, d = src.const("S", tuple(shape)), src.const("D", dtype)
     if "EMPTY_STRIDED" in src.namespace:
         # torch's row-major strides: a size-0 dim counts as 1, as in torch.empty

@@ -2,12 +2,12 @@
 
 Attention in a transformer block is mostly views between library calls: the fused QKV
 projection is reshaped, sliced three ways, each slice reshaped to heads and permuted, and the
-output permuted and reshaped back. A specialized run called each as an ATen op (through the
-dispatcher: ~7 us for one reshape-slice-reshape-permute chain on a 2-core CPU), every call.
-At fixed sizes the layout a chain ends in is fixed too, so a specialized run can make the
-final view directly from the chain's root: `torch._C._dynamo.guards._reinterpret_tensor(root,
-size, stride, offset)` (what Inductor's generated code calls; ~0.5 us), a tensor on the root's
-storage.
+output permuted and reshaped back. A specialized run called each as an ATen op, through the
+dispatcher, every call. At fixed sizes the layout a chain ends in is fixed too, so a
+specialized run can make the final view directly from the chain's root, an order of magnitude
+cheaper: `torch._C._dynamo.guards._reinterpret_tensor(root, size, stride, offset)` (what
+Inductor's generated code calls), a tensor on the root's storage (docs/performance.md, "View
+chains as one `_reinterpret_tensor`").
 
 The layout comes from running the chain once on a meta tensor laid out as the root (view ops
 have C++ meta kernels: no torch._dynamo import, which a runtime-only artifact load must not

@@ -1,4 +1,8 @@
-"""Fusion policy 'cautious': fuse a pointwise producer into a pointwise consumer, nothing else."""
+"""Fusion policy 'cautious': fuse a pointwise producer into a pointwise consumer, nothing else.
+
+The policy's name is written once, on the Heuristics class: the stage and its registry
+entry take it from there.
+"""
 
 import pipec_ir
 
@@ -15,12 +19,13 @@ def make_cautious():
             return None
 
         def why_not(self, first, second, kind):
-            return (f"heuristics: policy 'cautious' fuses only pointwise -> pointwise "
+            return (f"heuristics: policy {self.name!r} fuses only pointwise -> pointwise "
                     f"(this is {first.kind} -> {second.kind}, {kind})")
 
-    return pipec_fusion.fusion_from_heuristics(CautiousHeuristics(), "cautious")
+    return pipec_fusion.fusion_from_heuristics(CautiousHeuristics())
 
 
 @pipec_ir.hookimpl
 def pipec_register(registry):
-    registry.add_fusion("cautious", make_cautious())
+    stage = make_cautious()
+    registry.add_fusion(stage.name, stage)

@@ -38,6 +38,9 @@ def redact(url: str) -> str:
 
 
 class RedisCache:
+    """Entries as Redis strings `<prefix><key>` on the server at `url` (see the module docstring);
+    every method of the cache-backend protocol (pipec_ir.CacheAdmin), errors as CacheError."""
+
     name = "redis"
 
     def __init__(self, url: str | None = None, prefix: str | None = None, *, timeout: float = 3.0) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pipec_ir
 
 from .entry import BadEntry, pack_entry, unpack_entry
-from .errors import CacheError, PipecCacheWarning
+from .errors import PipecCacheWarning, as_cache_error
 
 DEFAULT_BACKEND = "local"
 DISABLED = "none"
@@ -21,13 +21,14 @@ def _one_line(exc: BaseException) -> str:
 
 @dataclass
 class CompileCache:
-    """A registered cache backend (`get`/`put` of bytes) holding IR documents.
+    """A registered cache backend (pipec_ir.Cache: `get`/`put` of bytes) holding IR documents.
 
     `load` returns a stored document only if its entry passes the sha256 check
     and the document parses and verifies; a bad entry is deleted (when the backend
     can), named in one warning, and reported as a miss, so the stage recompiles
-    and stores a good entry. A backend that fails to read or write (other than a
-    CacheError: unusable cache) costs a warning, never the compilation.
+    and stores a good entry. A backend that fails to read or write costs a warning, never
+    the compilation, except for a pipec_ir.CacheError (the cache cannot be used at all),
+    raised again as pipec's CacheError.
     """
 
     name: str
@@ -41,8 +42,8 @@ class CompileCache:
         """(document, canonical JSON text) stored under `key`, or None."""
         try:
             data = self.backend.get(key)
-        except CacheError:
-            raise
+        except pipec_ir.CacheError as exc:
+            raise as_cache_error(exc) from None
         except Exception as exc:  # noqa: BLE001 - a broken backend never breaks a compilation
             self._warn(f"pipec: cache {self.name} failed to read entry {key[:16]}: {_one_line(exc)}")
             return None
@@ -62,8 +63,8 @@ class CompileCache:
     def store(self, key: str, text: str) -> None:
         try:
             self.backend.put(key, pack_entry(key, text.encode("utf-8")))
-        except CacheError:
-            raise
+        except pipec_ir.CacheError as exc:
+            raise as_cache_error(exc) from None
         except Exception as exc:  # noqa: BLE001
             self._warn(f"pipec: cache {self.name} failed to store entry {key[:16]}: {_one_line(exc)}")
 
@@ -108,5 +109,8 @@ def check_cache(name: str | None, registry: pipec_ir.Registry) -> str | None:
         return None
     check = getattr(cache.backend, "check", None)
     if check is not None:
-        check()
+        try:
+            check()
+        except pipec_ir.CacheError as exc:
+            raise as_cache_error(exc) from None
     return cache.location

@@ -1,6 +1,6 @@
 """Raw Triton GEMM variants against cuBLAS on issue 6's Linear -> GELU -> Linear shapes (bf16, H200).
 
-    python benchmarks/gemm_variants.py $OUT/gemm_variants.json
+    python experiments/gemm_variants.py $OUT/gemm_variants.json
 
 Not pipec's code path: a measurement of what a Triton matmul template can reach, to decide
 what pipec's template should become. For each GEMM (x[M, K] @ W[N, K]^T + bias, GELU on the

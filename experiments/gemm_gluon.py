@@ -1,6 +1,6 @@
 """Gluon ping-pong GEMM with a bias + exact-GELU epilogue on Hopper (sm_90), against cuBLAS.
 
-    python benchmarks/gemm_gluon.py $OUT/gemm_gluon.json
+    python experiments/gemm_gluon.py $OUT/gemm_gluon.json
 
 Computes C = GELU(A @ W^T + bias): A [M=8192, K=2048] bf16 row-major, W [N=8192, K=2048] bf16 (an
 nn.Linear weight, so B = W^T is K-major), bias [N] bf16, C [M, N] bf16, fp32 accumulation.

@@ -1,6 +1,6 @@
 """Raw Triton layer_norm variants on issue 6's shape (bf16 16384 x 4096, H200), beside eager and pipec.
 
-    python benchmarks/layer_norm_variants.py $OUT/layer_norm_variants.json [--l2] [--tma] [--sweep]
+    python experiments/layer_norm_variants.py $OUT/layer_norm_variants.json [--l2] [--tma] [--sweep]
 
 Not pipec's code path: a measurement of what a one-pass row kernel can reach, to decide what
 pipec's reduction codegen and its autotuning candidates should become. The kernel is the one

@@ -1,6 +1,6 @@
 """The MLP's two GEMMs (issue 6, bf16, H200) timed in interleaved rounds, pipec's kernels beside raw ones.
 
-    python benchmarks/gemm_rounds.py $OUT/gemm_rounds.json [--overlap-only]
+    python experiments/gemm_rounds.py $OUT/gemm_rounds.json [--overlap-only]
 
 The H200's clock falls as it heats under a long run of GEMMs (cuBLAS's GEMM1 took 0.354 ms at
 the start of one gemm_variants.py run and 0.398 ms later in it), so times taken one variant

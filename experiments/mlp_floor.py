@@ -1,6 +1,6 @@
 """How fast can the issue-6 MLP go on this GPU? Its GEMMs alone, against pipec, in one process.
 
-    python benchmarks/mlp_floor.py --out $OUT/mlp_floor.json
+    python experiments/mlp_floor.py --out $OUT/mlp_floor.json
 
 The MLP is Linear(2048 -> 8192) -> GELU -> Linear(8192 -> 2048) on 8192 bf16 rows (0.55 TFLOP).
 Besides eager, Inductor and pipec, this times what no MLP implementation built from the same GEMM
