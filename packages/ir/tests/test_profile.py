@@ -71,3 +71,30 @@ def test_live_state_travels_in_the_load_context_and_options_keys_can_exclude_nam
     assert plain.with_extra(bucket="exact").key(exclude={"bucket"}) == plain.key()
     assert plain.with_extra(bucket="exact").key() != plain.key()
     assert plain.with_extra(a=1, b=2).without("a") == plain.with_extra(b=2)
+
+
+def test_load_with_passes_the_context_only_to_a_load_that_takes_it():
+    from pipec_ir import load_with
+
+    context = LoadContext()
+
+    class Old:  # written before LoadContext
+        def load(self, program, options):
+            return ("old", program, options)
+
+    class New:
+        def load(self, program, options, context=None):
+            return ("new", context)
+
+    class Wrapper:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def load(self, program, options, **more):
+            return load_with(self.inner, program, options, more.get("context"))
+
+    assert load_with(Old(), "p", "o", context) == ("old", "p", "o")
+    assert load_with(New(), "p", "o", context) == ("new", context)
+    assert load_with(New(), "p", "o") == ("new", None)
+    assert load_with(Wrapper(Old()), "p", "o", context) == ("old", "p", "o")
+    assert load_with(Wrapper(New()), "p", "o", context) == ("new", context)

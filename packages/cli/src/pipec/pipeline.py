@@ -8,7 +8,6 @@ document is caught at the boundary where it was produced.
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 import warnings
@@ -44,18 +43,8 @@ def generate_program(impl, plan, options, **_):
 
 def load_program(impl, program, options, *, context: LoadContext | None = None, **_):
     """The runtime's callable; `context` (the model's LoadContext) goes to a runtime whose `load`
-    takes it (pipec_ir.Runtime), and a runtime written before it is called without."""
-    if context is not None and _takes_context(impl.load):
-        return impl.load(program, options, context=context)
-    return impl.load(program, options)
-
-
-def _takes_context(load) -> bool:
-    try:
-        parameters = inspect.signature(load).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "context" or p.kind is p.VAR_KEYWORD for p in parameters)
+    takes it (pipec_ir.load_with), and a runtime written before it is called without."""
+    return pipec_ir.load_with(impl, program, options, context)
 
 
 # pipec.compile keywords that configure the model's LoadContext rather than the compile: they

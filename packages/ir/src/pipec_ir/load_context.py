@@ -10,6 +10,7 @@ config of a kernel) serves the others. Nothing in it enters a cache key.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -50,4 +51,22 @@ class LoadContext:
         return value
 
 
-__all__ = ["LoadContext"]
+def load_with(runtime, program, options, context: LoadContext | None = None):
+    """`runtime.load(program, options, context=context)` where its `load` takes `context` (a
+    parameter of that name, or `**kwargs`), else `runtime.load(program, options)`: how the
+    pipeline calls a runtime, and how a runtime that wraps another calls the one it wraps (a
+    runtime written before LoadContext keeps working)."""
+    if context is not None and _takes_context(runtime.load):
+        return runtime.load(program, options, context=context)
+    return runtime.load(program, options)
+
+
+def _takes_context(load) -> bool:
+    try:
+        parameters = inspect.signature(load).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "context" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+__all__ = ["LoadContext", "load_with"]

@@ -42,7 +42,8 @@ class Runtime(Protocol):
     its outputs (a list). `context` carries the loaded model's live state (its recompile
     budget, compile profile, kernel directory, tuning memos: `LoadContext`); the pipeline
     passes it as a keyword to a runtime whose `load` takes `context`, and calls one whose
-    `load` does not with (program, options) only."""
+    `load` does not with (program, options) only (`pipec_ir.load_with`, which a runtime
+    wrapping another uses too)."""
 
     def load(self, program: Program, options: CompileOptions,
              context: LoadContext | None = None) -> Callable[[list], list]: ...
