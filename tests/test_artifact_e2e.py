@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import pipec
-from pipec_runtime_cudagraph.artifact import ArtifactError, ArtifactInputError, TamperedArtifactError
+from pipec_runtime_cudagraph import ArtifactError, ArtifactInputError, TamperedArtifactError
 
 from conftest import EXAMPLES, ROOT
 

@@ -313,15 +313,14 @@ def test_gpu_a_second_runner_takes_the_timed_pick_without_timing(monkeypatch, tm
     timed = []
     real = choices._timed
     monkeypatch.setattr(choices, "_timed", lambda runs, graphed: timed.append(len(runs)) or real(runs, graphed))
-    monkeypatch.setattr(choices, "_CHOSEN", {})
-    options = pipec_ir.CompileOptions(autotune=True).with_extra(kernel_dir=str(tmp_path))
-    first = ProgramRunner(program, options)
+    options = pipec_ir.CompileOptions(autotune=True)
+    first = ProgramRunner(program, options, pipec_ir.LoadContext(kernel_dir=str(tmp_path)))
     with torch.no_grad():
         want = model(x)
     torch.testing.assert_close(first(args)[0], want, atol=1e-3, rtol=1e-3)
     assert len(timed) == 1  # the two identical layers: timed once
-    monkeypatch.setattr(choices, "_CHOSEN", {})  # a new process: only the tuning cache on disk remains
-    second = ProgramRunner(program, options)
+    # another model (or process): its own memo, only the tuning cache on disk is shared
+    second = ProgramRunner(program, options, pipec_ir.LoadContext(kernel_dir=str(tmp_path)))
     torch.testing.assert_close(second(args)[0], want, atol=1e-3, rtol=1e-3)
     assert len(timed) == 1
     picks = lambda r: sorted(a for g in choices_made(r).values() for a in g["chosen"].values())  # noqa: E731
@@ -432,16 +431,13 @@ def test_gpu_first_call_compiles_every_alternative_at_once(caplog, monkeypatch):
     """The first call compiles the configs of every launch at once, the choice group's
     alternatives included (the template's candidates, the ping-pong kernel, the pointwise kernels
     after cuBLAS), before the steps run and time them; the results still agree with eager. (With
-    nothing tuned before: a config chosen earlier, in this process or on disk, is the only one
+    nothing tuned before: a config chosen earlier, by this model or on disk, is the only one
     compiled.)"""
-    from pipec_runtime_cudagraph import launch as launch_module
-
-    monkeypatch.setattr(launch_module, "_TUNED", {})
     model = nn.Sequential(nn.Linear(512, 4096), nn.GELU()).cuda().to(torch.bfloat16).eval()
     torch.manual_seed(0)
     x = torch.randn(4096, 512, device="cuda", dtype=torch.bfloat16)
     program, args = _program(model, (x,))
-    runner = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True).with_extra(tuning_cache=False))
+    runner = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True), pipec_ir.LoadContext(tuning_cache=False))
     with caplog.at_level(logging.INFO, logger="pipec.tuning"), torch.no_grad():
         torch.testing.assert_close(runner(args)[0], model(x), atol=4e-2, rtol=2e-2)
     (line,) = [r.getMessage() for r in caplog.records if "at once" in r.getMessage()]

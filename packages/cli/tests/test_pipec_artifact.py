@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 import pipec
 import pipec.plugins
-from pipec_runtime_cudagraph.artifact import ArtifactError, ArtifactInputError
+from pipec_runtime_cudagraph import ArtifactError, ArtifactInputError
 
 from pipec_cli_testing import one_error_line, run
 

@@ -110,10 +110,14 @@ def test_stage_keys_change_with_stage_implementation_version_options_and_input()
         stage_key("fusion", entry, opts, "b" * 64),
     ]
     assert len({base, *variants}) == len(variants) + 1
-    # options only the runtime reads do not change what capture, fusion or codegen produce
+    # options only the runtime reads (the built-in runtimes' `load_options`) do not change what
+    # capture, fusion or codegen produce
+    from pipec_runtime_cudagraph.stages import LOAD_OPTIONS
+
     for runtime_only in (dict(recompile_limit=3), dict(bucket="exact"), dict(choice="library"),
                          dict(autotune_configs=2)):
-        assert stage_key("fusion", entry, CompileOptions().with_extra(**runtime_only), digest) == base
+        assert stage_key("fusion", entry, CompileOptions().with_extra(**runtime_only), digest, LOAD_OPTIONS) == base
+        assert stage_key("fusion", entry, CompileOptions().with_extra(**runtime_only), digest) != base
     # what cannot change a stage's output is not in the key
     assert stage_key("fusion", entry, CompileOptions(dump_dir="/tmp/x", cache="redis"), digest) == base
 
@@ -477,6 +481,22 @@ def test_other_options_or_inputs_miss(cached_fake_stages, monkeypatch):
     compile_graph(*traced(), CompileOptions(fusion="none"), session=s)
     assert s.cache_hits == {"capture": 1, "fusion": 1, "codegen": 1}
     assert calls.n == {"capture": 3, "fusion": 3, "codegen": 3}
+
+
+def test_the_runtimes_load_options_do_not_miss(cached_fake_stages, monkeypatch):
+    """Options the chosen runtime declares it reads only at load (`load_options`) stay out of the
+    keys: another size-bucket policy recompiles nothing. Undeclared, they are keyed."""
+    import fake_stages as fs
+
+    compile_graph(*traced(), CompileOptions().with_extra(bucket="pow2"))
+    s = Session()
+    compile_graph(*traced(), CompileOptions().with_extra(bucket="exact"), session=s)
+    assert s.cache_misses == {"capture": 1, "fusion": 1, "codegen": 1}
+    monkeypatch.setattr(fs.FakeRuntime, "load_options", frozenset({"bucket"}), raising=False)
+    compile_graph(*traced(), CompileOptions().with_extra(bucket="pow2"))
+    s = Session()
+    compile_graph(*traced(), CompileOptions().with_extra(bucket="exact"), session=s)
+    assert s.cache_hits == {"capture": 1, "fusion": 1, "codegen": 1}
 
 
 def test_documents_given_to_the_pipeline_are_cached_too(cached_fake_stages):

@@ -110,3 +110,40 @@ def test_ir_documents_start_at_the_next_stage(fake_stages):
     assert isinstance(program, pipec_ir.Program)
     fn = compile_graph(program, ())
     torch.testing.assert_close(fn(inputs)[0], tiny(*inputs))
+
+
+def test_the_runtime_gets_the_models_load_context_and_options_without_it(fake_stages, monkeypatch, tmp_path):
+    """A runtime whose `load` takes `context` gets the session's LoadContext (one per model: every
+    graph gets the same one); `kernel_dir` and `tuning_cache` move from the options into it, and
+    $PIPEC_KERNEL_DIR is read here, in the front end. A runtime whose `load` has no `context`
+    (FakeRuntime, as written before LoadContext) is still called with (program, options)."""
+    import fake_stages as fs
+
+    seen = []
+    plain_load = fs.FakeRuntime.load
+
+    def load(self, program, options, context=None):
+        seen.append((options, context))
+        return plain_load(self, program, options)
+
+    monkeypatch.setattr(fs.FakeRuntime, "load", load)
+    monkeypatch.setenv("PIPEC_KERNEL_DIR", str(tmp_path / "env"))
+    session = Session()
+    gm, inputs = traced()
+    options = pipec_ir.CompileOptions().with_extra(tuning_cache=False, block=4)
+    for _ in range(2):
+        fn = compile_graph(gm, inputs, options, session=session)
+        torch.testing.assert_close(fn(inputs)[0], tiny(*inputs))
+    (first_options, first), (_, second) = seen
+    assert first is second is session.context
+    assert (first.kernel_dir, first.tuning_cache, first.profile) == (str(tmp_path / "env"), False, session.profile)
+    assert first_options.extra == (("block", 4),)  # a plugin's option stays; the context's left
+    explicit = compile_graph(gm, inputs, options.with_extra(kernel_dir=str(tmp_path / "k")))
+    torch.testing.assert_close(explicit(inputs)[0], tiny(*inputs))
+    assert seen[-1][1].kernel_dir == str(tmp_path / "k")  # the option wins over the environment
+
+
+def test_a_runtime_without_context_is_called_as_before(fake_stages):
+    gm, inputs = traced()
+    fn = compile_graph(gm, inputs, pipec_ir.CompileOptions().with_extra(kernel_dir="/nonexistent"))
+    torch.testing.assert_close(fn(inputs)[0], tiny(*inputs))

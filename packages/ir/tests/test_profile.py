@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from pipec_ir import CompileOptions, CompileProfile
+from pipec_ir import CompileOptions, CompileProfile, LoadContext, RecompileBudget
 from pipec_ir.profile import PARTS
 
 
@@ -53,10 +53,48 @@ def test_nothing_is_recorded_outside_a_window_or_from_another_thread():
     assert set(data) == {"wall_s", "seconds", "counts"}
 
 
-def test_nested_windows_measure_once_and_the_profile_stays_out_of_cache_keys():
+def test_nested_windows_measure_once():
     profile = CompileProfile()
     with profile.measure(), profile.measure():
         time.sleep(0.01)
     assert profile.windows == 1 and profile.wall >= 0.01
+
+
+def test_live_state_travels_in_the_load_context_and_options_keys_can_exclude_names():
+    """The profile and the budget are a loaded model's live state (LoadContext), not options;
+    a runtime's load-time options can be left out of a key by name."""
+    profile, budget = CompileProfile(), RecompileBudget(2)
+    context = LoadContext(budget=budget, profile=profile)
+    assert context.budget is budget and context.profile is profile
+    assert context.memo("m", dict) is context.memo("m", dict) is not LoadContext().memo("m", dict)
     plain = CompileOptions()
-    assert plain.with_extra(compile_profile=profile).key() == plain.key()
+    assert plain.with_extra(bucket="exact").key(exclude={"bucket"}) == plain.key()
+    assert plain.with_extra(bucket="exact").key() != plain.key()
+    assert plain.with_extra(a=1, b=2).without("a") == plain.with_extra(b=2)
+
+
+def test_load_with_passes_the_context_only_to_a_load_that_takes_it():
+    from pipec_ir import load_with
+
+    context = LoadContext()
+
+    class Old:  # written before LoadContext
+        def load(self, program, options):
+            return ("old", program, options)
+
+    class New:
+        def load(self, program, options, context=None):
+            return ("new", context)
+
+    class Wrapper:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def load(self, program, options, **more):
+            return load_with(self.inner, program, options, more.get("context"))
+
+    assert load_with(Old(), "p", "o", context) == ("old", "p", "o")
+    assert load_with(New(), "p", "o", context) == ("new", context)
+    assert load_with(New(), "p", "o") == ("new", None)
+    assert load_with(Wrapper(Old()), "p", "o", context) == ("old", "p", "o")
+    assert load_with(Wrapper(New()), "p", "o", context) == ("new", context)

@@ -1,4 +1,4 @@
-"""Artifact files (`pipec_runtime_cudagraph.artifact`): packing, checking, tampering, guards.
+"""Artifact files (`pipec_runtime_cudagraph.bundle`, `bundle_loader`): packing, checking, tampering, guards.
 
 Hand-written documents only (this package's tests import no other stage): out = x + w,
 with w a weight, static (n=100) or with a symbolic size s0.
@@ -23,9 +23,10 @@ from pipec_ir import (Buffer, Graph, GraphInput, Kernel, KernelPlan, Node, Progr
 from pipec_ir.symbolic import size_symbol
 from runtime_helpers import T, add_kernel
 
-from pipec_runtime_cudagraph import artifact as art
-from pipec_runtime_cudagraph.artifact import (ArtifactError, ArtifactInputError, TamperedArtifactError,
-                                              load_artifact, pack_artifact, read_artifact, write_artifact)
+from pipec_runtime_cudagraph import bundle as art
+from pipec_runtime_cudagraph.bundle import (ArtifactError, ArtifactInputError, TamperedArtifactError, pack_artifact,
+                                            read_artifact, write_artifact)
+from pipec_runtime_cudagraph.bundle_loader import load_artifact
 
 
 def documents(n=100, weight=True):
@@ -85,7 +86,7 @@ def test_layout_and_manifest(data):
     assert {i.compress_type for i in infos} == {zipfile.ZIP_STORED}
     files = members(data)
     manifest = json.loads(files["manifest.json"])
-    assert manifest["format"] == "pipec-artifact" and manifest["format_version"] == [1, 0]
+    assert manifest["format"] == "pipec-artifact" and manifest["format_version"] == [1, 1]
     assert manifest["inputs"] == [{"name": "x", "shape": [100], "dtype": "float32"}]
     assert manifest["weights"] == [{"name": "y", "shape": [100], "dtype": "float32", "role": "parameter"}]
     assert manifest["outputs"] == [{"index": 0, "name": "out", "shape": [100], "dtype": "float32"}]
@@ -259,10 +260,11 @@ def test_tied_weights_are_stored(kernel_dir):
 
 
 def test_zip64_records(monkeypatch, kernel_dir):
-    monkeypatch.setattr(art, "_ZIP64_LIMIT", 64)  # every size and offset past 64 bytes takes zip64 records
+    monkeypatch.setattr(zipfile, "ZIP64_LIMIT", 64)  # every size and offset past 64 bytes takes zip64 records
     blob = packed()
     with zipfile.ZipFile(io.BytesIO(blob)) as zf:
         assert zf.testzip() is None
+        assert any(info.extra for info in zf.infolist())  # zip64 extra fields
         assert zf.read("weights.safetensors") == members(packed())["weights.safetensors"]
     x = torch.randn(100)
     torch.testing.assert_close(load_artifact(blob, kernel_dir=kernel_dir)(x), x + W)
@@ -270,6 +272,45 @@ def test_zip64_records(monkeypatch, kernel_dir):
     bad[-30] ^= 1
     with pytest.raises(ArtifactError):
         read_artifact(bytes(bad))
+
+
+# Files written by pipec before its archives were framed by zipfile (format 1.0, pipec's own zip
+# writer): data/addw_format_1_0.pipec as `packed()` made it, and data/addw_format_1_0_zip64.pipec
+# with that writer's zip64 threshold lowered to 64 bytes (its layout past 4 GiB, small).
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def test_format_1_0_files_are_read_and_framed_as_zipfile_frames_them(kernel_dir):
+    with open(os.path.join(DATA, "addw_format_1_0.pipec"), "rb") as f:
+        old = f.read()
+    artifact = read_artifact(old)
+    assert artifact.manifest["format_version"] == [1, 0]
+    assert art._zip_bytes(list(members(old).items())) == old  # the same bytes, member for member
+    x = torch.randn(100)
+    torch.testing.assert_close(load_artifact(old, kernel_dir=kernel_dir)(x), x + W)
+
+
+def test_a_format_1_0_file_past_the_zip64_limit_is_checked_member_by_member(monkeypatch, kernel_dir):
+    """Past 2 GiB zipfile frames an archive otherwise than pipec's 1.0 writer did (zip64 records
+    from 2 GiB on, not 4 GiB): such a 1.0 file is checked member by member (sizes, sha256, CRCs,
+    nothing between or after) instead of byte for byte: a changed member or a byte added at the
+    end is refused, a changed field of the zip directory is not. Here the limit is 64 bytes."""
+    with open(os.path.join(DATA, "addw_format_1_0_zip64.pipec"), "rb") as f:
+        old = f.read()
+    with pytest.raises(TamperedArtifactError, match="zip headers"):
+        read_artifact(old)  # a small file: byte for byte, and zipfile frames it otherwise
+    monkeypatch.setattr(zipfile, "ZIP64_LIMIT", 64)
+    assert art._zip_bytes(list(members(old).items())) != old
+    x = torch.randn(100)
+    torch.testing.assert_close(load_artifact(old, kernel_dir=kernel_dir)(x), x + W)
+    weights = old.rindex(b"weights.safetensors", 0, old.index(b"PK\x01\x02"))  # its local header's name
+    for position in (weights + 200, len(old) - 1):  # a weight byte; the end record's comment length
+        bad = bytearray(old)
+        bad[position] ^= 1
+        with pytest.raises(ArtifactError):
+            read_artifact(bytes(bad))
+    with pytest.raises(ArtifactError):
+        read_artifact(old + b"\0")
 
 
 # ---------------------------------------------------------------- guards
@@ -330,7 +371,7 @@ def test_loading_imports_no_other_stage_and_no_dynamo(tmp_path, data):
     path = write_artifact(tmp_path / "m.pipec", data)
     script = textwrap.dedent(f"""
         import sys
-        from pipec_runtime_cudagraph.artifact import load_artifact
+        from pipec_runtime_cudagraph import load_artifact
         model = load_artifact({str(path)!r}, kernel_dir={str(tmp_path / "k")!r})
         import torch
         x = torch.randn(100)

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from pipec_ir import (Buffer, CompileOptions, LaunchConfig, Program, RecompileBudget, RecompileLimitError,
+from pipec_ir import (Buffer, CompileOptions, LaunchConfig, LoadContext, Program, RecompileBudget, RecompileLimitError,
                       RecompileLimitWarning, Ref, Size, Step, SymbolRange, bucket_of, make_attrs)
 from pipec_ir.symbolic import size_symbol
 from runtime_helpers import T, add_kernel, dynamic_add_program
@@ -32,8 +32,14 @@ def _fake_bench(benched):
 
 
 @pytest.fixture()
-def options(tmp_path):
-    return CompileOptions(runtime="launch").with_extra(kernel_dir=str(tmp_path / "kernels"))
+def options():
+    return CompileOptions(runtime="launch")
+
+
+@pytest.fixture()
+def context(tmp_path):
+    """A loaded model's context: its own tuning memo, kernels and tuning cache under tmp_path."""
+    return LoadContext(kernel_dir=str(tmp_path / "kernels"))
 
 
 def test_bucket_of_policies():
@@ -54,15 +60,13 @@ def tunable_add() -> Program:
 
 
 @pytest.mark.parametrize("policy, tunes", [("pow2", [1, 1, 2, 2]), ("exact", [1, 2, 3, 3])])
-def test_autotune_once_per_bucket(options, monkeypatch, policy, tunes):
+def test_autotune_once_per_bucket(options, context, monkeypatch, policy, tunes):
     """A new size inside a known bucket is not re-tuned (do_bench is faked: CPU has no timer)."""
     import triton.testing
 
     benched = []
     monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
-    import pipec_runtime_cudagraph.launch as launch_module
-    monkeypatch.setattr(launch_module, "_TUNED", {})  # nothing tuned earlier in this process
-    runner = ProgramRunner(tunable_add(), options.with_extra(bucket=policy))
+    runner = ProgramRunner(tunable_add(), options.with_extra(bucket=policy), context)
     runner._plans["cpu"] = runner._build("cpu", tune=True)
     seen = []
     for n in (17, 20, 40, 20):
@@ -76,30 +80,60 @@ def test_autotune_once_per_bucket(options, monkeypatch, policy, tunes):
     assert len(benched) == TIMINGS * tunes[-1]
 
 
-def test_identical_kernels_are_tuned_once_per_process(options, monkeypatch):
-    """The same kernel body under another name (the next layer, another compiled graph) reuses
-    the timing: a 12-layer model tunes each distinct kernel once."""
-    import triton.testing
+def _renamed_add() -> Program:
+    """`tunable_add` with its kernel under another name: the same body (the next layer)."""
+    program = tunable_add()
+    kernel = program.kernels[0]
+    renamed = type(kernel)(**{**kernel.__dict__, "name": "pipec_add_u",
+                              "source": kernel.source.replace("pipec_add_t", "pipec_add_u")})
+    return type(program)(**{**program.__dict__, "kernels": (renamed,),
+                            "steps": (Step("launch", "pipec_add_u", ("x", "y"), ("out",)),)})
 
-    import pipec_runtime_cudagraph.launch as launch_module
+
+def test_identical_kernels_are_tuned_once_per_model(options, context, monkeypatch):
+    """The same kernel body under another name (the next layer, another graph of the model, all
+    loaded with the model's LoadContext) reuses the timing: a 12-layer model tunes each distinct
+    kernel once."""
+    import triton.testing
 
     benched = []
     monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
-    monkeypatch.setattr(launch_module, "_TUNED", {})
-    first = ProgramRunner(tunable_add(), options)
-    second_program = tunable_add()
-    kernel = second_program.kernels[0]
-    renamed = type(kernel)(**{**kernel.__dict__, "name": "pipec_add_u",
-                              "source": kernel.source.replace("pipec_add_t", "pipec_add_u")})
-    second_program = type(second_program)(**{**second_program.__dict__, "kernels": (renamed,),
-                                             "steps": (Step("launch", "pipec_add_u", ("x", "y"), ("out",)),)})
-    second = ProgramRunner(second_program, options)
+    first = ProgramRunner(tunable_add(), options, context)
+    second = ProgramRunner(_renamed_add(), options, context)
     for runner in (first, second):
         runner._plans["cpu"] = runner._build("cpu", tune=True)
         x, y = torch.randn(20), torch.randn(20)
         torch.testing.assert_close(runner([x, y])[0], x + y)
     assert len(benched) == TIMINGS  # timed for the first runner only
     assert first.tuned == {("pipec_add_t", (32,)): 1} and second.tuned == {("pipec_add_u", (32,)): 1}
+
+
+def test_tuning_memos_belong_to_the_loaded_model(options, monkeypatch):
+    """Two models loaded with contexts of their own (and no tuning cache on disk) share nothing:
+    what one timed is not in the other's memo, so each times its kernel. (The picks used to be
+    a process-wide table that every later model in the process read.)"""
+    import triton.testing
+
+    benched = []
+    monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
+    contexts = [LoadContext(tuning_cache=False), LoadContext(tuning_cache=False)]
+    runners = [ProgramRunner(tunable_add(), options, contexts[0]), ProgramRunner(_renamed_add(), options, contexts[1])]
+    for runner in runners:
+        runner._plans["cpu"] = runner._build("cpu", tune=True)
+        x, y = torch.randn(20), torch.randn(20)
+        torch.testing.assert_close(runner([x, y])[0], x + y)
+    assert len(benched) == 2 * TIMINGS
+    assert runners[0].memo is not runners[1].memo and all(len(r.memo.configs) == 1 for r in runners)
+
+
+def test_tuning_memo_keeps_its_most_recent_entries():
+    from pipec_runtime_cudagraph.autotune import MEMO_KEY, TuningMemo
+
+    memo = LoadContext().memo(MEMO_KEY, TuningMemo)
+    memo.MAX_ENTRIES = 2
+    for k in ("a", "b", "a", "c"):  # storing "a" again makes it the most recent
+        memo.put(memo.configs, (k,), 0)
+    assert list(memo.configs) == [("a",), ("c",)]
 
 
 def test_pad_policy_keys_and_padded_run(options):
@@ -151,12 +185,12 @@ def test_graph_table_strict_budget_raises():
         table.record((None, (2,)), lambda: "b")
 
 
-def test_budget_comes_from_the_options():
+def test_budget_comes_from_the_load_context():
     shared = RecompileBudget(3)
-    assert budget_from(CompileOptions().with_extra(recompile_budget=shared), "p") is shared
-    own = budget_from(CompileOptions(fullgraph=True).with_extra(recompile_limit=5), "p")
+    assert budget_from(LoadContext(budget=shared), CompileOptions().with_extra(recompile_limit=5), "p") is shared
+    own = budget_from(LoadContext(), CompileOptions(fullgraph=True).with_extra(recompile_limit=5), "p")
     assert (own.limit, own.strict) == (5, True)
-    assert budget_from(CompileOptions(), "p").limit == 8
+    assert budget_from(LoadContext(), CompileOptions(), "p").limit == 8
 
 
 def test_symbolic_extern_arguments_are_evaluated(options):
@@ -198,47 +232,42 @@ def test_sizes_from_size_leaves_count_as_used_symbols(options):
         ProgramRunner(prog, options)
 
 
-
-def test_tuning_results_are_kept_on_disk_for_the_next_process(options, monkeypatch):
-    """A fresh process (an empty in-process table) reads the choice back instead of timing;
-    a damaged file is ignored and rewritten; tuning_cache=False neither reads nor writes."""
+def test_tuning_results_are_kept_on_disk_for_the_next_process(options, tmp_path, monkeypatch):
+    """A fresh model (a new LoadContext: an empty tuning memo, as in a new process) reads the
+    choice back instead of timing; a damaged file is ignored and rewritten; tuning_cache=False
+    neither reads nor writes."""
     import triton.testing
-
-    import pipec_runtime_cudagraph.launch as launch_module
 
     benched = []
     monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
 
-    def run_once(opts):
-        monkeypatch.setattr(launch_module, "_TUNED", {})  # as if in a new process
-        runner = ProgramRunner(tunable_add(), opts)
+    def run_once(tuning_cache=True):
+        context = LoadContext(kernel_dir=str(tmp_path / "kernels"), tuning_cache=tuning_cache)
+        runner = ProgramRunner(tunable_add(), options, context)
         runner._plans["cpu"] = runner._build("cpu", tune=True)
         x, y = torch.randn(20), torch.randn(20)
         torch.testing.assert_close(runner([x, y])[0], x + y)
         return runner
 
-    first = run_once(options)
+    first = run_once()
     assert len(benched) == TIMINGS and first.tuned == {("pipec_add_t", (32,)): 1}
     files = list((first.tuning_cache.directory).glob("*.json"))
     assert len(files) == 1
-    assert run_once(options).tuned == {("pipec_add_t", (32,)): 1}
+    assert run_once().tuned == {("pipec_add_t", (32,)): 1}
     assert len(benched) == TIMINGS  # read back, not timed
     files[0].write_text('{"chosen": 7}')  # out of range for 2 configs: ignored, re-timed
-    run_once(options)
+    run_once()
     assert len(benched) == 2 * TIMINGS
-    run_once(options.with_extra(tuning_cache=False))
+    run_once(tuning_cache=False)
     assert len(benched) == 3 * TIMINGS
 
 
 def test_autotune_configs_limits_the_timing(options, monkeypatch):
     import triton.testing
 
-    import pipec_runtime_cudagraph.launch as launch_module
-
     benched = []
     monkeypatch.setattr(triton.testing, "do_bench", _fake_bench(benched))
-    monkeypatch.setattr(launch_module, "_TUNED", {})
-    runner = ProgramRunner(tunable_add(), options.with_extra(autotune_configs=1, tuning_cache=False))
+    runner = ProgramRunner(tunable_add(), options.with_extra(autotune_configs=1), LoadContext(tuning_cache=False))
     runner._plans["cpu"] = runner._build("cpu", tune=True)
     x, y = torch.randn(20), torch.randn(20)
     torch.testing.assert_close(runner([x, y])[0], x + y)

@@ -16,8 +16,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 @pytest.fixture()
-def options(tmp_path):
-    return CompileOptions(runtime="cudagraph").with_extra(kernel_dir=str(tmp_path / "kernels"))
+def options():
+    return CompileOptions(runtime="cudagraph")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA fallback")
@@ -111,7 +111,7 @@ BORROWED_WORKSPACE = """
 import sys, torch
 sys.path.insert(0, {tests!r})
 from runtime_helpers import extern_program
-from pipec_ir import CompileOptions
+from pipec_ir import CompileOptions, LoadContext
 from pipec_runtime_cudagraph import load_cudagraph
 
 m, k, n = 64, 1 << 15, 64  # a skinny GEMM: cuBLAS splits K, with its workspace
@@ -120,7 +120,7 @@ a @ b.T  # cuBLAS's handle is made outside any capture
 g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g):  # torch's default capture stream: its workspace is cached, in g's pool
     y = a @ b.T
-run = load_cudagraph(extern_program(m, k, n), CompileOptions(runtime="cudagraph").with_extra(kernel_dir={kernels!r}))
+run = load_cudagraph(extern_program(m, k, n), CompileOptions(runtime="cudagraph"), LoadContext(kernel_dir={kernels!r}))
 x, w, bias = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(m, n, device="cuda")
 want = x @ w.T + bias
 run([x, w, bias])

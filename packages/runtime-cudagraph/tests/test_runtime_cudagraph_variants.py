@@ -89,8 +89,8 @@ def _cpu_device(monkeypatch):
 
 
 @pytest.fixture()
-def options(tmp_path):
-    return CompileOptions(runtime="cudagraph").with_extra(kernel_dir=str(tmp_path / "kernels"))
+def options():
+    return CompileOptions(runtime="cudagraph")
 
 
 def test_same_inputs_dropped_outputs_no_copy_no_clone(options):

@@ -19,8 +19,8 @@ needs_cpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-
 
 
 @pytest.fixture()
-def options(tmp_path):
-    return CompileOptions(runtime="launch").with_extra(kernel_dir=str(tmp_path / "kernels"))
+def options():
+    return CompileOptions(runtime="launch")
 
 
 def test_pointwise_add(options):
@@ -229,9 +229,9 @@ def test_reduction_when_triton_was_imported_before_the_interpreter(tmp_path):
         import triton, triton.language as tl  # before the runtime switches the interpreter on
         import torch
         from runtime_helpers import slot_program
-        from pipec_ir import CompileOptions
+        from pipec_ir import CompileOptions, LoadContext
         from pipec_runtime_cudagraph import load_launch
-        run = load_launch(slot_program(), CompileOptions().with_extra(kernel_dir={str(tmp_path)!r}))
+        run = load_launch(slot_program(), CompileOptions(), LoadContext(kernel_dir={str(tmp_path)!r}))
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         x = torch.randn(8, 37, device=dev)
         t3, t2 = run([x.cpu()])
@@ -405,29 +405,37 @@ def test_gpu_cpu_inputs_beside_gpu_inputs_move_to_the_gpu(options):
         torch.testing.assert_close(out.cpu(), x.cpu() + y)
 
 
-def test_kernel_dir_from_the_environment(monkeypatch, tmp_path):
-    """$PIPEC_KERNEL_DIR moves kernel sources and tuning results (pipec bench points it at an
-    empty directory, so its cold compile times really are cold)."""
+def test_kernel_dir_comes_from_the_load_context_not_the_environment(monkeypatch, tmp_path):
+    """The runtime reads no environment variable: the front end turns $PIPEC_KERNEL_DIR into the
+    LoadContext's kernel_dir (packages/cli's make_load_context), which moves kernel sources and
+    tuning results."""
+    from pipec_ir import LoadContext
     from pipec_runtime_cudagraph.kernels import kernel_cache_dir
+    from pipec_runtime_cudagraph.launch import ProgramRunner
 
     monkeypatch.setenv("PIPEC_KERNEL_DIR", str(tmp_path / "k"))
-    assert kernel_cache_dir() == tmp_path / "k" and (tmp_path / "k").is_dir()
-    assert kernel_cache_dir(tmp_path / "o") == tmp_path / "o"  # an explicit kernel_dir still wins
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert kernel_cache_dir() == tmp_path / "home" / ".cache" / "pipec" / "kernels"
+    assert not (tmp_path / "k").exists()
+    assert kernel_cache_dir(tmp_path / "o") == tmp_path / "o"
+    runner = ProgramRunner(add_program(10), CompileOptions(), LoadContext(kernel_dir=str(tmp_path / "o")))
+    assert runner.tuning_cache.directory == tmp_path / "o" / "tuning"
+    assert list((tmp_path / "o").glob("*.py"))  # the kernel's source
 
 
 def test_a_failed_async_compile_does_not_leave_triton_in_async_mode():
     """triton < 3.7's AsyncCompileMode.__exit__ cleared the mode only after every compile succeeded;
     pipec clears it itself, and only when the mode is still its own."""
-    from pipec_runtime_cudagraph.launch import _leave_async_mode
+    from pipec_runtime_cudagraph.autotune import leave_async_mode
 
     _async_compile = pytest.importorskip("triton.runtime._async_compile")
     ours, other = object(), object()
     token = _async_compile.active_mode.set(ours)
     try:
-        _leave_async_mode(ours)
+        leave_async_mode(ours)
         assert _async_compile.active_mode.get() is None
         _async_compile.active_mode.set(other)
-        _leave_async_mode(ours)  # someone else's mode is left alone
+        leave_async_mode(ours)  # someone else's mode is left alone
         assert _async_compile.active_mode.get() is other
     finally:
         _async_compile.active_mode.reset(token)

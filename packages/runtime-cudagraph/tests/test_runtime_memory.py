@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy
 
-from pipec_ir import Buffer, CompileOptions, Program, Ref, Slot, Step, make_attrs
+from pipec_ir import Buffer, CompileOptions, LoadContext, Program, Ref, Slot, Step, make_attrs
 from runtime_helpers import T, add_kernel, slot_program
 
 from pipec_runtime_cudagraph import MemoryPlanError, plan_check
@@ -58,7 +58,7 @@ def test_runtime_refuses_a_bad_plan(tmp_path):
     from pipec_runtime_cudagraph import load_launch
 
     with pytest.raises(MemoryPlanError):
-        load_launch(_two_adds(0, 0), CompileOptions().with_extra(kernel_dir=str(tmp_path)))
+        load_launch(_two_adds(0, 0), CompileOptions(), LoadContext(kernel_dir=str(tmp_path)))
 
 
 def test_declared_in_place_reuse_passes_and_runs(tmp_path):
@@ -79,7 +79,7 @@ def test_declared_in_place_reuse_passes_and_runs(tmp_path):
                     slots=prog.slots)
     with pytest.raises(MemoryPlanError, match="live at the same time"):
         plan_check(wrong)  # the pair must name the buffer that dies there
-    run = load_launch(prog, CompileOptions().with_extra(kernel_dir=str(tmp_path)))
+    run = load_launch(prog, CompileOptions(), LoadContext(kernel_dir=str(tmp_path)))
     x = torch.arange(8, dtype=torch.float32)
     for _ in range(2):  # general path, then the specialized one
         torch.testing.assert_close(run([x])[0], 3 * x)
@@ -92,7 +92,8 @@ def test_general_path_allocates_each_slot_where_it_is_first_written(tmp_path):
 
     from pipec_runtime_cudagraph import load_launch
 
-    run = load_launch(slot_program(), CompileOptions().with_extra(kernel_dir=str(tmp_path), specialize=False))
+    run = load_launch(slot_program(), CompileOptions().with_extra(specialize=False),
+                      LoadContext(kernel_dir=str(tmp_path)))
     steps = run.steps_for(torch.device("cpu"))
     schedule = run._allocation_schedule(steps)
     where = {i: k
@@ -113,8 +114,7 @@ def test_specialized_run_shares_a_slot_only_while_one_of_its_buffers_lives(tmp_p
 
     from pipec_runtime_cudagraph import load_launch
 
-    options = CompileOptions().with_extra(kernel_dir=str(tmp_path))
-    run = load_launch(slot_program(), options)
+    run = load_launch(slot_program(), CompileOptions(), LoadContext(kernel_dir=str(tmp_path)))
     # on a CUDA machine CPU tensors take the unspecialized CPU-on-GPU path: use the GPU there
     x = torch.randn(8, 37, device="cuda" if torch.cuda.is_available() else "cpu")
     for _ in range(2):  # general path, then the specialized one
@@ -128,7 +128,7 @@ def test_specialized_run_shares_a_slot_only_while_one_of_its_buffers_lives(tmp_p
     steps = (prog.steps[0], Step("launch", "k", ("a", "x"), ("b",), make_attrs(inplace=(("b", "a"),))))
     in_place = Program(name=prog.name, inputs=prog.inputs, outputs=("b",), buffers=prog.buffers,
                        kernels=prog.kernels, steps=steps, slots=prog.slots)
-    run = load_launch(in_place, options)
+    run = load_launch(in_place, CompileOptions(), LoadContext(kernel_dir=str(tmp_path)))
     a = torch.arange(8.0, device=x.device)
     for _ in range(2):
         torch.testing.assert_close(run([a])[0], 3 * a)
@@ -216,7 +216,7 @@ def test_launch_writes_over_a_library_result(tmp_path):
                    kernels=base.kernels, steps=tuple(steps))
     plan_check(prog)
     assert memory_profile(prog).per_step == (0, 6 * 7 * 4, 6 * 7 * 4, 6 * 7 * 4)  # base: twice that at step 2
-    run = load_launch(prog, CompileOptions().with_extra(kernel_dir=str(tmp_path)))
+    run = load_launch(prog, CompileOptions(), LoadContext(kernel_dir=str(tmp_path)))
     assert run.index["out"] not in run.allocated
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x, w, b = (torch.randn(6, 5, device=device), torch.randn(7, 5, device=device), torch.randn(6, 7, device=device))

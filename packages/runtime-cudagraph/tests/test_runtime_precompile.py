@@ -1,14 +1,15 @@
-"""The first call on a GPU compiles every launch's candidate configs at once (launch.py:
+"""The first call on a GPU compiles every launch's candidate configs at once (runner.py:
 `ProgramRunner._precompile`, `compile_all`). On the CPU the launch is built but nothing is
 compiled: CUDA and the kernel are stand-ins, and `compile_all` records the jobs it is given."""
 
 import pytest
 import torch
 
-from pipec_ir import CompileOptions, LaunchConfig
+from pipec_ir import CompileOptions, LaunchConfig, LoadContext
 from runtime_helpers import add_program
 
-import pipec_runtime_cudagraph.launch as launch_module
+import pipec_runtime_cudagraph.runner as runner_module
+from pipec_runtime_cudagraph.steps import LaunchStep
 from pipec_runtime_cudagraph.launch import ProgramRunner
 
 CONFIGS = (LaunchConfig(constants=(("BLOCK", 8),)), LaunchConfig(constants=(("BLOCK", 16),)),
@@ -26,13 +27,12 @@ class _Kernel:
 def runner_and_jobs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     jobs = []
-    monkeypatch.setattr(launch_module, "compile_all", lambda found, profile=None: jobs.extend(found))
+    monkeypatch.setattr(runner_module, "compile_all", lambda found, profile=None: jobs.extend(found))
 
     def make(tune=True):
         program = add_program(n=100, configs=CONFIGS)
-        options = CompileOptions(runtime="launch", autotune=tune).with_extra(tuning_cache=False)
-        runner = ProgramRunner(program, options)
-        launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=_Kernel(),
+        runner = ProgramRunner(program, CompileOptions(runtime="launch", autotune=tune), LoadContext(tuning_cache=False))
+        launch = LaunchStep(runner, program.steps[0], program.kernels[0], fn=_Kernel(),
                                        interpret=False, tune=tune)
         runner._launches["cpu"] = [launch]  # the device the stand-in tensors are made on
         return runner, launch, program
@@ -40,7 +40,6 @@ def runner_and_jobs(monkeypatch):
 
 
 def test_every_candidate_config_is_compiled_before_the_first_run(runner_and_jobs, monkeypatch):
-    monkeypatch.setattr(launch_module, "_TUNED", {})
     make, jobs = runner_and_jobs
     runner, launch, _ = make()
     x, y = torch.randn(100), torch.randn(100)
@@ -53,7 +52,6 @@ def test_every_candidate_config_is_compiled_before_the_first_run(runner_and_jobs
 
 
 def test_a_config_chosen_before_is_the_only_one_compiled(runner_and_jobs, monkeypatch):
-    monkeypatch.setattr(launch_module, "_TUNED", {})
     make, jobs = runner_and_jobs
     runner, launch, program = make()
     runner.tuned[(program.kernels[0].name, ())] = 2
@@ -76,7 +74,7 @@ def test_without_autotuning_only_the_current_config_is_a_candidate(runner_and_jo
 def test_nothing_is_compiled_for_the_interpreter():
     program = add_program(n=100, configs=CONFIGS)
     runner = ProgramRunner(program, CompileOptions(runtime="launch"))
-    launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=_Kernel(), interpret=True,
+    launch = LaunchStep(runner, program.steps[0], program.kernels[0], fn=_Kernel(), interpret=True,
                                    tune=False)
     assert launch.compile_jobs(CONFIGS, [], ()) == []
 
@@ -87,12 +85,11 @@ def test_each_new_size_bucket_compiles_once(monkeypatch):
     from runtime_helpers import dynamic_add_program
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(launch_module, "_TUNED", {})
     seen = []
-    monkeypatch.setattr(launch_module, "compile_all", lambda jobs, profile=None: seen.append(len(jobs)))
+    monkeypatch.setattr(runner_module, "compile_all", lambda jobs, profile=None: seen.append(len(jobs)))
     program = dynamic_add_program()
-    runner = ProgramRunner(program, CompileOptions(runtime="launch", autotune=True).with_extra(tuning_cache=False))
-    launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=_Kernel(), interpret=False,
+    runner = ProgramRunner(program, CompileOptions(runtime="launch", autotune=True), LoadContext(tuning_cache=False))
+    launch = LaunchStep(runner, program.steps[0], program.kernels[0], fn=_Kernel(), interpret=False,
                                    tune=True)
     runner._launches["cpu"] = [launch, launch]
     for n in (100, 120, 300, 128):  # buckets 128, 128, 512, 128

@@ -1,5 +1,5 @@
 """The runtime's share of the compile-time profile (pipec_ir.CompileProfile): the kernels it loads,
-the configs it times and the first run, recorded into the profile passed as `compile_profile`.
+the configs it times and the first run, recorded into the LoadContext's `profile`.
 On the CPU timing is faked (no GPU timer), as in test_runtime_buckets.py."""
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipec_ir import Buffer, CompileOptions, CompileProfile, LaunchConfig, Program, Step
+from pipec_ir import Buffer, CompileOptions, CompileProfile, LaunchConfig, LoadContext, Program, Step
 from runtime_helpers import T, add_kernel
 
-import pipec_runtime_cudagraph.launch as launch_module
 from pipec_runtime_cudagraph.launch import ProgramRunner
 from pipec_runtime_cudagraph.rounds import ROUNDS
 
@@ -37,13 +36,11 @@ def test_loads_tuning_and_the_first_run_are_recorded(tmp_path, monkeypatch):
         return 0.0 if next(d for d in fn.__defaults__ if isinstance(d, dict))["BLOCK"] == 128 else 1.0
 
     monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
-    monkeypatch.setattr(launch_module, "_TUNED", {})  # nothing tuned earlier in this process
     profile = CompileProfile()
-    options = CompileOptions(runtime="launch").with_extra(kernel_dir=str(tmp_path), tuning_cache=False,
-                                                         compile_profile=profile)
+    context = LoadContext(profile=profile, kernel_dir=str(tmp_path), tuning_cache=False)
     x, y = torch.randn(100), torch.randn(100)
     with profile.measure():
-        runner = ProgramRunner(two_adds(), options)
+        runner = ProgramRunner(two_adds(), CompileOptions(runtime="launch"), context)
         runner._plans["cpu"] = runner._build("cpu", tune=True)  # tune on the CPU: timing is faked
         torch.testing.assert_close(runner([x, y])[0], x + y + y)
     runner([x, y])  # after the window: recorded nowhere
@@ -60,8 +57,8 @@ def test_loads_tuning_and_the_first_run_are_recorded(tmp_path, monkeypatch):
 
 
 def test_without_a_profile_nothing_is_kept(tmp_path):
-    """A runner without the option records into a private profile that no window ever opens."""
-    runner = ProgramRunner(two_adds(), CompileOptions(runtime="launch").with_extra(kernel_dir=str(tmp_path)))
+    """A runner without a profile records into a private one that no window ever opens."""
+    runner = ProgramRunner(two_adds(), CompileOptions(runtime="launch"), LoadContext(kernel_dir=str(tmp_path)))
     x, y = torch.randn(100), torch.randn(100)
     torch.testing.assert_close(runner([x, y])[0], x + y + y)
     assert runner.profile.to_dict() == {} and not runner.first_call_pending

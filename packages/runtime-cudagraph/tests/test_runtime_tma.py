@@ -7,7 +7,7 @@ import torch
 from pipec_ir import CompileOptions, LaunchConfig
 from runtime_helpers import add_program
 
-import pipec_runtime_cudagraph.launch as launch_module
+import pipec_runtime_cudagraph.steps as steps_module
 from pipec_runtime_cudagraph.launch import ProgramRunner
 from pipec_runtime_cudagraph.tma import persistent_grid
 
@@ -21,18 +21,18 @@ def test_persistent_grid_keeps_a_grid_that_fits_and_shrinks_one_that_does_not():
 
 def test_a_tma_config_launches_at_most_one_program_per_sm(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(launch_module, "sm_count", lambda: 4)
-    monkeypatch.setattr(launch_module, "ensure_allocator", lambda: None)  # no CUDA allocator on the CPU
+    monkeypatch.setattr(steps_module, "sm_count", lambda: 4)
+    monkeypatch.setattr(steps_module, "ensure_allocator", lambda: None)  # no CUDA allocator on the CPU
     pointer = LaunchConfig(constants=(("BLOCK", 8), ("TMA", 0)))
     tma = LaunchConfig(constants=(("BLOCK", 8), ("TMA", 1)))
     program = add_program(n=100, configs=(pointer, tma))
     runner = ProgramRunner(program, CompileOptions(runtime="launch"))
-    launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=None, interpret=False,
+    launch = steps_module.LaunchStep(runner, program.steps[0], program.kernels[0], fn=None, interpret=False,
                                    tune=False)
     assert launch.dims == ((100,), (13,))  # configs[0]: cdiv(100, 8) programs, one block each
     launch.set_config(tma)
     assert launch.dims == ((100,), (4,))  # 13 blocks, 4 SMs: 4 programs walk them
-    interpreted = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=None, interpret=True,
+    interpreted = steps_module.LaunchStep(runner, program.steps[0], program.kernels[0], fn=None, interpret=True,
                                         tune=False)
     interpreted.set_config(tma)
     assert interpreted.dims == ((100,), (13,))  # the interpreter runs codegen's grid
@@ -57,13 +57,13 @@ def test_a_kernel_with_only_tma_configs_gets_misaligned_inputs_copied(monkeypatc
     pointer config to fall back on) launches on an aligned copy of it; a misaligned output is
     written on aligned memory and copied back."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(launch_module, "sm_count", lambda: 4)
-    monkeypatch.setattr(launch_module, "ensure_allocator", lambda: None)
+    monkeypatch.setattr(steps_module, "sm_count", lambda: 4)
+    monkeypatch.setattr(steps_module, "ensure_allocator", lambda: None)
     only = LaunchConfig(constants=(("BLOCK", 8), ("TMA", 1), ("MAXNREG", 168)), num_warps=4)
     program = add_program(n=100, configs=(only,))
     runner = ProgramRunner(program, CompileOptions(runtime="launch"))
     kernel = _Recorder()
-    launch = launch_module._Launch(runner, program.steps[0], program.kernels[0], fn=kernel, interpret=False,
+    launch = steps_module.LaunchStep(runner, program.steps[0], program.kernels[0], fn=kernel, interpret=False,
                                    tune=False)
     assert launch.kwargs["maxnreg"] == 168 and launch.kwargs["MAXNREG"] == 168
     storage = torch.arange(101, dtype=torch.float32)

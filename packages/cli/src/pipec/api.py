@@ -19,7 +19,7 @@ from pipec_ir import BUCKET_POLICIES, DEFAULT_RECOMPILE_LIMIT, CompileOptions, R
 from .backend import make_backend
 from .errors import PipecError, find_error, find_pipec_error
 from .modes import MODES, mode_options
-from .pipeline import Session
+from .pipeline import Session, make_load_context
 from .plugins import get_registry
 from .profile import first_call
 from .trace_settings import call_settings, settings_scope, size_oblivious
@@ -82,12 +82,13 @@ def compile_with_session(model, options: CompileOptions, session: Session | None
     import torch
 
     session = session if session is not None else Session()
-    budget = options.get("recompile_budget")
-    if budget is None:
+    if session.context is None or session.context.budget is None:
         budget = RecompileBudget(options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT),
                                  strict=options.fullgraph, name=name or _model_name(model))
-        options = options.with_extra(recompile_budget=budget)
-    options = options.with_extra(compile_profile=session.profile)  # the stages record the first call's parts
+        # the model's live state, shared by every graph its runtime loads; the runtime records the
+        # first call's parts in the session's profile
+        session.context = make_load_context(options, budget=budget, profile=session.profile)
+    budget = session.context.budget
     if size_oblivious(options):
         warnings.warn("pipec: size_oblivious=True traces dynamic sizes as if never 0 or 1, unguarded: "
                       "a result that depends on a dynamic size being 1 (x.squeeze(0), a broadcast of it) "

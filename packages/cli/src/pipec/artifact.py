@@ -5,7 +5,7 @@
 The model is captured whole by torch.export (the "export" capture: no graph breaks,
 no fallback to eager; what torch.export cannot capture is an error naming the source
 line), fused and compiled like any graph, then packed with its weights by the
-runtime package (`pipec_runtime_cudagraph.artifact`, which defines the file format
+runtime package (`pipec_runtime_cudagraph.bundle`, which defines the file format
 and loads it again without capture, fusion, codegen or Dynamo).
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 from pipec_ir import CompileOptions
 
 from .errors import PipecError
-from .pipeline import Session, compile_graph, cross_boundary, dump_document, warn_fallbacks
+from .pipeline import Session, compile_graph, cross_boundary, dump_document, env_kernel_dir, warn_fallbacks
 from .plugins import get_registry
 
 # the distributions whose versions every artifact records (the stages' own are added)
@@ -141,7 +141,7 @@ def describe_export_failure(name: str, exc: BaseException) -> str:
 
 
 def output_structure(value, count: int):
-    """How the model returns its outputs (see pipec_runtime_cudagraph.artifact.unflatten), from an
+    """How the model returns its outputs (see pipec_runtime_cudagraph.bundle.unflatten), from an
     eager result: tensors and None are leaves; tuples, lists and str-keyed dicts nest. None if the
     result does not map one to one onto the graph's `count` outputs."""
     import torch
@@ -173,7 +173,7 @@ def output_structure(value, count: int):
 
 def _versions(options: CompileOptions) -> tuple[dict, dict]:
     """(made_with versions, stages {stage: {name, distribution, version}})."""
-    from pipec_runtime_cudagraph.artifact import versions
+    from pipec_runtime_cudagraph.bundle import versions
 
     made_with = versions(DISTRIBUTIONS)
     registry = get_registry()
@@ -202,7 +202,7 @@ def export_options(*, name: str, strict: bool = True, dynamic_shapes=None, **com
     compile_kwargs["fullgraph"] = True
     compile_kwargs.pop("dynamic", None)  # the symbols come from dynamic_shapes (see export_artifact)
     options = make_options(**compile_kwargs)
-    from pipec_runtime_cudagraph.artifact import RUNTIMES
+    from pipec_runtime_cudagraph.bundle import RUNTIMES
 
     if options.runtime not in RUNTIMES:
         raise ValueError(f"runtime {options.runtime!r} cannot run an artifact (use one of: {', '.join(RUNTIMES)})")
@@ -228,7 +228,7 @@ def export_artifact(model, example_inputs, path, *, name: str | None = None, str
     compile and packing failures, one line), ValueError for bad keywords."""
     import torch
 
-    from pipec_runtime_cudagraph.artifact import pack_artifact, write_artifact
+    from pipec_runtime_cudagraph.bundle import pack_artifact, write_artifact
 
     name = name or _model_name(model)
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
@@ -324,11 +324,11 @@ def check_artifact(path, inputs, expected) -> tuple[float | None, str | None]:
     """Load the artifact as a user would and compare its outputs with eager's."""
     import torch
 
-    from pipec_runtime_cudagraph.artifact import load_artifact
+    from pipec_runtime_cudagraph import load_artifact
 
     from .api import compare_outputs
 
-    loaded = load_artifact(path)
+    loaded = load_artifact(path, kernel_dir=env_kernel_dir())
     with torch.no_grad():
         actual = loaded(*inputs)
     return compare_outputs(actual, expected)
@@ -358,10 +358,11 @@ def load(path, runtime: str | None = None, *, sha256: str | None = None, **kwarg
     """Load an artifact written by `pipec.export`: a callable taking the user inputs.
 
     Only the runtime package runs it (no capture, fusion, codegen, no Dynamo tracing).
-    Raises pipec_runtime_cudagraph.artifact.ArtifactError for a damaged or modified file.
+    Raises pipec_runtime_cudagraph.ArtifactError for a damaged or modified file.
     """
-    from pipec_runtime_cudagraph.artifact import load_artifact
+    from pipec_runtime_cudagraph import load_artifact
 
+    kwargs.setdefault("kernel_dir", env_kernel_dir())  # the runtime package reads no environment
     return load_artifact(path, runtime, sha256=sha256, **kwargs)
 
 

@@ -20,13 +20,13 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
     """A torch.compile backend that runs the pipeline with `options`, recording into `session`.
 
     A Dynamo *recompile* (a later compilation of a frame already compiled, e.g. after a
-    size changed) is charged to the `recompile_budget` option when there is one (pipec.compile
-    makes one per model); once it is used up, the recompiled graph runs eagerly (or, with
-    fullgraph=True, `RecompileLimitError` is raised).
+    size changed) is charged to the recompile budget of the session's LoadContext when there is
+    one (pipec.compile makes one per model); once it is used up, the recompiled graph runs
+    eagerly (or, with fullgraph=True, `RecompileLimitError` is raised).
     """
     session = session if session is not None else Session()
-    budget = options.get("recompile_budget")
-    profile = options.get("compile_profile") or session.profile
+    budget = session.context.budget if session.context is not None else None
+    profile = session.profile
     charged: set[tuple] = set()
 
     def backend(gm, example_inputs, **_ignored):

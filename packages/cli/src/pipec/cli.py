@@ -1101,14 +1101,16 @@ def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `
             json_out: JsonOpt = False) -> None:
     """Run an exported artifact with the runtime package alone; print output shapes, dtypes and checksums."""
     # only the runtime package: no capture, fusion or codegen stage, no Dynamo
-    from pipec_runtime_cudagraph.artifact import ArtifactError, ArtifactInputError, load_artifact
+    from pipec_runtime_cudagraph import ArtifactError, ArtifactInputError, load_artifact
+
+    from .pipeline import env_kernel_dir
 
     if (inputs_file is None) == (not random):
         fail("give either --inputs FILE.safetensors or --random")
     device = _resolve_device(device)
     _check_output_file(save_outputs, "--save-outputs")
     try:
-        loaded = load_artifact(artifact, runtime.value if runtime else None, sha256=sha256)
+        loaded = load_artifact(artifact, runtime.value if runtime else None, sha256=sha256, kernel_dir=env_kernel_dir())
     except ArtifactError as exc:
         fail(str(exc))
     except Exception as exc:

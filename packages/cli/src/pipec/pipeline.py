@@ -8,6 +8,7 @@ document is caught at the boundary where it was produced.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any
 from collections.abc import Callable
 
 import pipec_ir
-from pipec_ir import CompileOptions, CompileProfile
+from pipec_ir import CompileOptions, CompileProfile, LoadContext
 
 from .cache import open_cache, source_digest, stage_key, text_digest
 from .constants import bind_constants, graph_constants
@@ -27,7 +28,7 @@ from .plugins import get_plugin_manager, get_registry
 # ---------------------------------------------------------------- the stages
 
 
-def capture_graph(impl, source, options, *, example_inputs=()):
+def capture_graph(impl, source, options, *, example_inputs=(), **_):
     """ATen fx GraphModule ("dynamo") or model ("export") -> Graph."""
     return impl.capture(source, list(example_inputs), options)
 
@@ -40,8 +41,40 @@ def generate_program(impl, plan, options, **_):
     return impl.generate(plan, options)
 
 
-def load_program(impl, program, options, **_):
-    return impl.load(program, options)
+def load_program(impl, program, options, *, context: LoadContext | None = None, **_):
+    """The runtime's callable; `context` (the model's LoadContext) goes to a runtime whose `load`
+    takes it (pipec_ir.load_with), and a runtime written before it is called without."""
+    return pipec_ir.load_with(impl, program, options, context)
+
+
+# pipec.compile keywords that configure the model's LoadContext rather than the compile: they
+# are taken out of the CompileOptions before any stage (or cache key) sees them
+LOAD_CONTEXT_OPTIONS = ("kernel_dir", "tuning_cache")
+KERNEL_DIR_ENV = "PIPEC_KERNEL_DIR"  # where the runtime writes kernels and tuning results
+
+
+def runtime_load_options(registry: pipec_ir.Registry, runtime: str) -> frozenset[str]:
+    """The options runtime `runtime` declares it reads only when it loads a Program (its
+    `load_options`): left out of cache keys, so a new size-bucket policy does not recompile."""
+    try:
+        impl = registry.get("runtime", runtime)
+    except pipec_ir.UnknownStageError:
+        return frozenset()
+    return frozenset(getattr(impl, "load_options", ()))
+
+
+def env_kernel_dir() -> str | None:
+    """$PIPEC_KERNEL_DIR, where set (the runtime's default directory otherwise)."""
+    return os.environ.get(KERNEL_DIR_ENV) or None
+
+
+def make_load_context(options: CompileOptions, *, budget: pipec_ir.RecompileBudget | None = None,
+                      profile: CompileProfile | None = None) -> LoadContext:
+    """The LoadContext of a model compiled with `options`: its recompile budget and compile
+    profile, and the `kernel_dir` (else $PIPEC_KERNEL_DIR) and `tuning_cache` options."""
+    kernel_dir = options.get("kernel_dir") or env_kernel_dir()
+    return LoadContext(budget=budget, profile=profile, kernel_dir=None if kernel_dir is None else str(kernel_dir),
+                       tuning_cache=bool(options.get("tuning_cache", True)))
 
 
 @dataclass(frozen=True)
@@ -185,6 +218,9 @@ class Session:
     cache: str | None = None  # the compile cache backend used (None: no cache)
     # where the first call's time went, once a window measured it (pipec.explain, pipec bench)
     profile: CompileProfile = field(default_factory=CompileProfile)
+    # the compiled model's LoadContext, shared by every graph its runtime loads (made by the first
+    # compile_graph when pipec.compile did not make one)
+    context: LoadContext | None = None
     _dump_names: set[str] = field(default_factory=set)
 
     def unique_name(self, name: str) -> str:
@@ -322,25 +358,26 @@ def _add_stats(stats: GraphStats, doc) -> None:
 # ---------------------------------------------------------------- one stage, through the compile cache
 
 
-def run_stage(stage: Stage, impl, doc, options: CompileOptions, example_inputs):
+def run_stage(stage: Stage, impl, doc, options: CompileOptions, example_inputs, context: LoadContext | None = None):
     """Run one stage: (its document, the document's canonical JSON; None for the runtime's callable)."""
-    out = stage.run(impl, doc, options, example_inputs=example_inputs)
+    out = stage.run(impl, doc, options, example_inputs=example_inputs, context=context)
     if stage.kind is None:
         return out, None
     return serialize_boundary(out, stage.kind)
 
 
 def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: str | None,
-                     options: CompileOptions, example_inputs):
+                     options: CompileOptions, example_inputs, context: LoadContext | None = None,
+                     load_options: frozenset[str] = frozenset()):
     """run_stage through the compile cache: (document, JSON, "hit" | "miss" | None if not cached).
 
-    The key is `stage_key` of the stage, its implementation and version, the options and
-    `digest` (the input's). A capture that changed its input while it ran (e.g. added
+    The key is `stage_key` of the stage, its implementation and version, the options (less
+    the runtime's `load_options`) and `digest` (the input's). A capture that changed its input while it ran (e.g. added
     symbolic-shape guards) is not stored: replaying it would lose that change.
     """
-    key = stage_key(stage.name, entry, options, digest) if cache and stage.kind and digest else None
+    key = stage_key(stage.name, entry, options, digest, load_options) if cache and stage.kind and digest else None
     if key is None:
-        return (*run_stage(stage, entry.impl, doc, options, example_inputs), None)
+        return (*run_stage(stage, entry.impl, doc, options, example_inputs, context), None)
     found = cache.load(key, stage.kind)
     if found is not None:
         return (*found, "hit")
@@ -377,11 +414,14 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
     """
     options = options or CompileOptions()
     session = session if session is not None else Session()
-    if options.get("compile_profile") is None:  # the runtime records its load, compiles and first run there
-        options = options.with_extra(compile_profile=session.profile)
-    profile = options.get("compile_profile")
-    profile.count("graphs")
+    if session.context is None:  # the runtime records its load, compiles and first run in the session's profile
+        session.context = make_load_context(options, profile=session.profile)
+    context = session.context
+    options = options.without(*LOAD_CONTEXT_OPTIONS)
     registry = registry or get_registry()
+    load_options = runtime_load_options(registry, options.runtime)
+    profile = session.profile
+    profile.count("graphs")
     cache = _open_cache(options, registry)
     session.cache = cache.name if cache is not None else session.cache
     stats = GraphStats(name or _default_name(source))
@@ -412,7 +452,8 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
             with profile.part(PROFILE_PARTS.get(stage.name, stage.name)):
                 if cache is not None and digest is None and stage.kind is not None:
                     digest = source_digest(doc, example_inputs)  # the first stage's input
-                doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, options, example_inputs)
+                doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, options, example_inputs,
+                                                     context, load_options)
                 digest = text_digest(text) if text is not None else None
         except PipecError:
             raise

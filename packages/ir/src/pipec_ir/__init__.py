@@ -2,7 +2,7 @@
 
 Three immutable documents (`Graph`, `KernelPlan`, `Program`), their canonical JSON
 (`dumps` / `loads` / `digest`), a readable text form, `verify`, the plugin
-hookspecs, the `Registry`, the stage Protocols and `CompileOptions`.
+hookspecs, the `Registry`, the stage Protocols, `CompileOptions` and `LoadContext`.
 No torch, no triton.
 """
 
@@ -15,6 +15,7 @@ from .errors import (
     WrongKindError,
 )
 from .hookspecs import hookimpl, hookspec
+from .load_context import LoadContext, load_with
 from .ops import OPS, OpDef, kind_of
 from .options import CompileOptions
 from .profile import CompileProfile
@@ -36,7 +37,7 @@ __all__ = [
     "RecompileLimitWarning", "bucket_of",
     "AttributeTypeError", "CacheError", "IRError", "MalformedIRError", "TypeMismatchError", "UnsupportedVersionError",
     "VerifyError", "WrongKindError",
-    "hookimpl", "hookspec", "OPS", "OpDef", "kind_of", "CompileOptions", "CompileProfile",
+    "hookimpl", "hookspec", "LoadContext", "load_with", "OPS", "OpDef", "kind_of", "CompileOptions", "CompileProfile",
     "Cache", "CacheAdmin", "Capture", "Codegen", "Fusion", "Runtime", "Entry", "Registry", "UnknownStageError",
     "FORMAT", "VERSION", "digest", "dumps", "loads", "format_document",
     "DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "Buffer", "Device", "Dtype", "FusionDecision", "Graph",

@@ -3,8 +3,8 @@
 `RecompileBudget` is shared by everything that may compile or record again after a
 model's first compilation: the torch.compile backend (a Dynamo recompile: a guard
 failed, e.g. a size changed) and the CUDA Graph runtime (recording a graph for a
-new size bucket). It travels to the stages as the `recompile_budget` option (its
-repr is stable, so it does not disturb cache keys). Each of those events calls
+new size bucket). It travels to the runtime in the model's `LoadContext` (`budget`),
+never in the cache-keyed options. Each of those events calls
 `charge`; past the limit the caller runs eagerly (one warning per model) or,
 when the budget is strict (fullgraph=True), `RecompileLimitError` is raised.
 

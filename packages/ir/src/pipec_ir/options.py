@@ -1,7 +1,11 @@
-"""CompileOptions: every knob of one compilation, as one frozen value (no global config)."""
+"""CompileOptions: every knob of one compilation, as one frozen value (no global config).
+
+Only values: what may enter a cache key. A model's live state (recompile budget, compile
+profile, kernel directory, tuning memos) reaches the runtime in a `LoadContext`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 
@@ -30,20 +34,20 @@ class CompileOptions:
         merged.update(kwargs)
         return replace(self, extra=tuple(sorted(merged.items())))
 
-    def key(self) -> str:
+    def without(self, *keys: str) -> CompileOptions:
+        """These options with the `extra` entries named `keys` removed."""
+        return replace(self, extra=tuple((k, v) for k, v in self.extra if k not in keys))
+
+    def key(self, exclude: Iterable[str] = ()) -> str:
         """A stable string of the options that can change a stage's output (for cache keys).
 
-        Options only the runtime reads (RUNTIME_ONLY_EXTRAS) are left out: a new recompile
-        limit or size-bucket policy must not miss the compile cache."""
-        extra = tuple((k, repr(v)) for k, v in self.extra if k not in RUNTIME_ONLY_EXTRAS)
+        `exclude`: `extra` options that cannot, left out so that changing them does not miss
+        the compile cache. The front end passes the chosen runtime's `load_options` (options
+        the runtime reads only when it loads a Program: a new recompile limit or size-bucket
+        policy must not recompile). Live state (a recompile budget, a compile profile) is never
+        an option: it travels in a `LoadContext`."""
+        exclude = frozenset(exclude)
+        extra = tuple((k, repr(v)) for k, v in self.extra if k not in exclude)
         fields = (self.capture, self.fusion, self.codegen, self.runtime, self.dynamic,
                   self.fullgraph, self.autotune, extra)
         return repr(fields)
-
-
-# `extra` options that the built-in runtimes read and no compile stage does (README: dynamic
-# shapes, autotuning; the GEMM choice). A plugin's own options always enter the key.
-RUNTIME_ONLY_EXTRAS = frozenset({
-    "recompile_limit", "recompile_budget", "bucket", "choice", "tuning_cache", "autotune_configs",
-    "kernel_dir", "specialize", "compile_profile",
-})

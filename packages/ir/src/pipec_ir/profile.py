@@ -8,9 +8,10 @@ up to at most the window's wall time and `other` is the rest, shown, never hidde
 a window every call is a no-op, so stages may record unconditionally, and a compile
 after the first call (a recompile, a new size bucket) does not disturb the first call's sums.
 
-The recorder travels to the stages as the `compile_profile` option (`CompileOptions.extra`,
-left out of cache keys); only the thread that opened the window records (a part's time
-must be part of that thread's wall time to be accounted against it).
+The pipeline times the compile stages itself; the runtime gets the recorder in its
+`LoadContext` (`profile`), never in the cache-keyed options. Only the thread that opened the
+window records (a part's time must be part of that thread's wall time to be accounted
+against it).
 
 Parts written by pipec (README, "Compile-time profile"): imports, dynamo, aot_autograd, capture,
 fusion, codegen, runtime_load, triton_compile, autotune, first_run. Counts: graphs,

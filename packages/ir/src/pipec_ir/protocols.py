@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 from collections.abc import Callable
 
+from .load_context import LoadContext
 from .options import CompileOptions
 from .types import Graph, KernelPlan, Program
 
@@ -38,9 +39,14 @@ class Codegen(Protocol):
 @runtime_checkable
 class Runtime(Protocol):
     """`Program` -> a callable taking the graph's inputs (a list of tensors) and returning
-    its outputs (a list)."""
+    its outputs (a list). `context` carries the loaded model's live state (its recompile
+    budget, compile profile, kernel directory, tuning memos: `LoadContext`); the pipeline
+    passes it as a keyword to a runtime whose `load` takes `context`, and calls one whose
+    `load` does not with (program, options) only (`pipec_ir.load_with`, which a runtime
+    wrapping another uses too)."""
 
-    def load(self, program: Program, options: CompileOptions) -> Callable[[list], list]: ...
+    def load(self, program: Program, options: CompileOptions,
+             context: LoadContext | None = None) -> Callable[[list], list]: ...
 
 
 @runtime_checkable

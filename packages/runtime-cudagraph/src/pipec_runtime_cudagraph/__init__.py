@@ -5,7 +5,7 @@
 * ``cudagraph`` — on CUDA, captures the whole step list once into a CUDA Graph and
   replays it; elsewhere (or when capture fails) it runs as ``launch``.
 * ``load_artifact(path)`` — runs a ``.pipec`` file written by ``pipec export`` (see
-  ``artifact``): this package alone, no capture, fusion, codegen or Dynamo.
+  ``bundle``, the file format): this package alone, no capture, fusion, codegen or Dynamo.
 
 Importing this package is cheap: torch and triton are imported only when a program
 is loaded (the plugin is imported by ``pipec plugins`` too).
@@ -29,11 +29,12 @@ _LAZY = {
     "MemoryPlanError": "memory",
     "LaunchRuntime": "stages",
     "CudaGraphRuntime": "stages",
-    "load_artifact": "artifact",
-    "read_artifact": "artifact",
-    "LoadedArtifact": "artifact",
-    "ArtifactError": "artifact",
-    "ArtifactInputError": "artifact",
+    "load_artifact": "bundle_loader",
+    "LoadedArtifact": "bundle_loader",
+    "read_artifact": "bundle",
+    "ArtifactError": "bundle",
+    "ArtifactInputError": "bundle",
+    "TamperedArtifactError": "bundle",
 }
 
 __all__ = sorted(_LAZY)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from pipec_ir import DEFAULT_RECOMPILE_LIMIT, CompileOptions, RecompileBudget, bucket_of
+from pipec_ir import DEFAULT_RECOMPILE_LIMIT, CompileOptions, LoadContext, RecompileBudget, bucket_of
 
 
 class PadPolicy:
@@ -47,7 +47,7 @@ class PadPolicy:
         if shape == tuple(t.shape):
             return t.clone(memory_format=torch.contiguous_format)
         buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
-        buf[_prefix(t.shape)].copy_(t)
+        buf[prefix_slices(t.shape)].copy_(t)
         return buf
 
     @staticmethod
@@ -69,7 +69,7 @@ class PadPolicy:
             shape = tuple(shape_fn(*symvals))
             key = (id(t), shape)
             if key not in views:
-                views[key] = t if tuple(t.shape) == shape else t[_prefix(shape)]
+                views[key] = t if tuple(t.shape) == shape else t[prefix_slices(shape)]
             result.append(views[key])
         return result
 
@@ -84,12 +84,12 @@ def copy_input(static, t) -> None:
     """Copy `t` into a graph's input buffer `static` (into its prefix when the graph is padded),
     unless `t` is that buffer."""
     if static.shape != t.shape:
-        static[_prefix(t.shape)].copy_(t)
+        static[prefix_slices(t.shape)].copy_(t)
     elif static.data_ptr() != t.data_ptr():
         static.copy_(t)
 
 
-def _prefix(shape) -> tuple:
+def prefix_slices(shape) -> tuple:
     return tuple(slice(0, int(n)) for n in shape)
 
 
@@ -125,14 +125,13 @@ class GraphTable:
         return len(self.entries)
 
 
-def budget_from(options: CompileOptions, name: str) -> RecompileBudget:
-    """The model's shared recompile budget (option `recompile_budget`), else a private one
-    of `recompile_limit` (default 8)."""
-    budget = options.get("recompile_budget")
-    if budget is not None:
-        return budget
+def budget_from(context: LoadContext, options: CompileOptions, name: str) -> RecompileBudget:
+    """The model's shared recompile budget (`context.budget`), else a private one of the option
+    `recompile_limit` (default 8)."""
+    if context.budget is not None:
+        return context.budget
     return RecompileBudget(options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT), strict=options.fullgraph,
                            name=name)
 
 
-__all__ = ["GraphTable", "PadPolicy", "budget_from"]
+__all__ = ["GraphTable", "PadPolicy", "budget_from", "copy_input", "prefix_slices"]

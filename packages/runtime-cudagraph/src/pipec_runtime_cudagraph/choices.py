@@ -13,26 +13,26 @@ Here each group becomes one step that runs a single alternative:
   disagrees beyond rounding is never picked, and a warning names it), is timed (`_timed`: GPU time under the CUDA Graph runtime,
   wall-clock time under `launch`), and the winner is kept per size bucket (the runner's
   bucket policy). A group identical to one timed before (`choice_digest`: the same kernels
-  and extern calls on the same shapes: a model's repeated layers, a second compile, a second
-  process through the tuning cache) takes the same winner without timing again, so a warm
-  compile runs exactly what the cold one ran;
+  and extern calls on the same shapes: a model's repeated layers or another of its graphs,
+  through the model's `TuningMemo`; a second compile or process, through the tuning cache)
+  takes the same winner without timing again, so a warm compile runs exactly what the cold
+  one ran;
 - else (Triton's CPU interpreter, or autotune off) the default alternative.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 import warnings
 
-from pipec_ir import CompileProfile, get_attr
+from pipec_ir import CompileProfile, Ref, get_attr
 
+from .autotune import device_name, triton_version, tuning_log
+from .kernels import body_digest
 from .rounds import time_in_rounds
+from .steps import ProgramLoadError
 from .tuning_cache import tuning_key
-
-tuning_log = logging.getLogger("pipec.tuning")  # launch.py's: what autotuning picked
-
 
 class ChoiceStep:
     """One choice group as one step of the runner's plan (specialize.py reads `alternatives`,
@@ -47,7 +47,7 @@ class ChoiceStep:
         self.forced = forced if forced in alternatives else None
         self.chosen: dict[tuple, str] = {}  # size bucket -> alternative
         self.timings: dict[tuple, dict[str, float]] = {}  # size bucket -> alternative -> ms
-        self.profile = getattr(runner, "profile", None) or CompileProfile()  # the runner's (launch.py)
+        self.profile = getattr(runner, "profile", None) or CompileProfile()  # the runner's (runner.py)
 
     def pick(self, vals, symvals, device) -> str:
         if self.forced is not None:
@@ -64,25 +64,24 @@ class ChoiceStep:
         timer = getattr(self.runner, "choice_timer", "wall")
         digest = choice_digest(self.runner, self.alternatives)
         shared_key = (digest, bucket, str(device), timer)
-        known = _CHOSEN.get(shared_key)  # (alternative, its group's timings)
+        memo = self.runner.memo  # the model's TuningMemo (autotune.py)
+        known = memo.choices.get(shared_key)  # (alternative, its group's timings)
         cache = getattr(self.runner, "tuning_cache", None)
         names = sorted(self.alternatives)
         disk_key = None
         if known is None and cache is not None:
-            from .launch import _device_name, _triton_version  # noqa: PLC0415 - launch imports this module
-
-            disk_key = tuning_key(f"choice:{timer}:{digest}", bucket, _device_name(device), _triton_version())
+            disk_key = tuning_key(f"choice:{timer}:{digest}", bucket, device_name(device), triton_version())
             index = cache.get(disk_key, len(names))
             if index is not None:
                 stored = cache.times(disk_key) or []
                 known = (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)})
         if known is not None:
-            _CHOSEN[shared_key] = known
+            memo.put(memo.choices, shared_key, known)
             self.timings[bucket] = dict(known[1])
             return known[0]
         with self.profile.part("autotune"):  # running an alternative first compiles and tunes its own launches
             chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
-        _CHOSEN[shared_key] = (chosen, dict(self.timings[bucket]))
+        memo.put(memo.choices, shared_key, (chosen, dict(self.timings[bucket])))
         if disk_key is not None:
             cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names])
         return chosen
@@ -174,14 +173,13 @@ def _timed(runs: dict, graphed: bool) -> dict[str, float]:
 
     * `graphed` (the CUDA Graph runtime, whose replays cost no host time): GPU time alone, each
       run captured into a CUDA Graph and replayed (`do_bench_cudagraph`); with host work in the
-      loop a small GEMM's Python launch cost would decide instead of its kernels (GPT-2 at
-      1 x 128 tokens: cuBLASLt's addmm, 40 us of GPU time, beat a 15 us mm + pointwise kernel
-      on wall time).
+      loop a small GEMM's Python launch cost would decide instead of its kernels (a slower
+      library GEMM beat a faster mm + pointwise kernel on wall time).
     * `launch`, when the fastest alternative keeps the GPU busy for GPU_BOUND_MS or more: GPU
       time as well. The host prepares the next launches while such a GEMM runs, so its host
-      work is hidden, and a wall-clock loop of a 20-60 us GEMM measures as much host jitter as
-      kernel (with wall-clock picks the GPT-2 block at 8 x 1024 ran 0.29 ms in one process and
-      0.52 ms in another, on the H200).
+      work is hidden, and a wall-clock loop of a short GEMM measures as much host jitter as
+      kernel (wall-clock picks made the same model's run time differ between processes).
+    (docs/performance.md, "Choice groups are timed on the GPU clock where it decides".)
     * `launch` with small GEMMs: wall-clock `do_bench`, host work included, since that is paid
       every call.
     An alternative that cannot be captured makes the whole group use `do_bench`, so every time
@@ -205,17 +203,10 @@ def _timed(runs: dict, graphed: bool) -> dict[str, float]:
     return time_in_rounds(runs, lambda run: do_bench(run, warmup=1, rep=5))[0]
 
 
-# (choice digest, size bucket, device, timer) -> (the alternative picked, the timings it was
-# picked on), for the life of the process
-_CHOSEN: dict[tuple, tuple[str, dict[str, float]]] = {}
-
-
 def choice_digest(runner, alternatives: dict[str, list]) -> str:
     """sha256 of what a choice group computes, independent of its graph's value names: per
     alternative its name, its kernels' bodies (`body_digest`) and its extern calls (target and
     arguments, each value named by its type), and the types of the values it reads and writes."""
-    from .kernels import body_digest  # noqa: PLC0415 - kernels imports triton lazily
-
     types = {b.name: b.type for b in (*runner.program.inputs, *runner.program.buffers)}
     name_of = {i: n for n, i in runner.index.items()}
     parts = []
@@ -237,8 +228,6 @@ def choice_digest(runner, alternatives: dict[str, list]) -> str:
 
 def _typed(value, types: dict) -> str:
     """`value` with every reference to a graph value replaced by that value's type."""
-    from pipec_ir import Ref  # noqa: PLC0415
-
     if isinstance(value, Ref):
         return f"<{types.get(value.name)}>"
     if isinstance(value, (tuple, list)):
@@ -254,8 +243,6 @@ def _run(steps, vals, symvals, device) -> None:
 def group_choices(runner, steps: list, tune: bool, forced: str | None = None) -> list:
     """The runner's plan (`[(step, release), ...]`, one per Program step) with each choice group's
     steps replaced by one `ChoiceStep`, which releases what any of them released, after it runs."""
-    from .launch import ProgramLoadError
-
     program_steps = runner.program.steps
     members: dict[str, list[int]] = {}
     for k, s in enumerate(program_steps):
@@ -297,7 +284,7 @@ def choices_made(runner) -> dict[str, dict]:
     """What each choice group of a loaded runner picked so far: {group: {"default", "chosen":
     {bucket: alternative}, "timings_ms": {bucket: {alternative: ms}}}} (for reports and benchmarks)."""
     report = {}
-    for plan in runner._plans.values():
+    for plan in runner.plans.values():
         for step, _ in plan:
             if isinstance(step, ChoiceStep):
                 c = step

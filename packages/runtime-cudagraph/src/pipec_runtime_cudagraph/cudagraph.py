@@ -3,7 +3,7 @@
 Graph keys. A graph is recorded per *graph key*: the size-symbol values it runs at (the size
 bucket along the program's `pad_symbols`, the exact value along the others, see `buckets.py`).
 A program's first key is free; each later one is charged to the model's recompile budget
-(option `recompile_budget`, shared with Dynamo recompiles; else a private one of
+(the `LoadContext`'s `budget`, shared with Dynamo recompiles; else a private one of
 `recompile_limit`, default 8). Past the budget new sizes run as plain launches (one warning),
 or raise under fullgraph=True. A key holds a few recorded graphs of the same computation
 ("variants"), which differ in where they read their inputs and write their outputs.
@@ -62,11 +62,11 @@ from collections.abc import Callable
 
 import torch
 
-from pipec_ir import CompileOptions, Program
+from pipec_ir import CompileOptions, LoadContext, Program
 
-from .buckets import GraphTable, PadPolicy, _prefix, budget_from, copy_input
-from .launch import ProgramRunner
-from .specialize import _Source, compile_source
+from .buckets import GraphTable, PadPolicy, budget_from, copy_input, prefix_slices
+from .pysource import Source, compile_source
+from .runner import ProgramRunner
 
 NO_CUDA_MESSAGE = "cudagraph runtime: no CUDA device, running as 'launch'"
 
@@ -265,13 +265,14 @@ class CudaGraphProgram:
 
     device_type = "cuda"  # the device whose calls are graphed (the CPU tests simulate graphs)
 
-    def __init__(self, program: Program, options: CompileOptions | None = None):
+    def __init__(self, program: Program, options: CompileOptions | None = None,
+                 context: LoadContext | None = None):
         options = options or CompileOptions()
-        self.runner = ProgramRunner(program, options)
+        self.runner = ProgramRunner(program, options, context)
         self.runner.choice_timer = "graph"  # replays pay no host time: choices go by GPU time
         self.name = program.name
         self.padding = PadPolicy(self.runner, self.runner.bucket_policy)
-        self.graphs = GraphTable(budget_from(options, program.name), program.name)
+        self.graphs = GraphTable(budget_from(self.runner.context, options, program.name), program.name)
         self.options = options
         self.fallback: str | None = None  # why we run as launch, once capture failed
         self.replays: dict[tuple, Callable] = {}  # exact symbol values -> generated replay
@@ -465,7 +466,7 @@ class CudaGraphProgram:
         The source holds the graphs' output tensors, never views of them (a prefix is sliced
         per call): its references must not change the use counts `held` compares with."""
         runner = self.runner
-        src = _Source()
+        src = Source()
         n = len(runner.program.inputs)
         call_shapes = [tuple(int(d) for d in fn(*symvals)) for fn in runner.input_shapes]
         graph_shapes = [tuple(int(d) for d in fn(*values)) for fn in runner.input_shapes]
@@ -520,7 +521,7 @@ class CudaGraphProgram:
             if in_place[i]:
                 lines.append(f"        if p{i} != {buf.data_ptr()}: {b}.copy_(x{i})")
             else:  # recorded at a larger bucket: into the prefix
-                lines.append(f"        {b}[{src.const('SL', _prefix(call_shapes[i]))}].copy_(x{i})")
+                lines.append(f"        {b}[{src.const('SL', prefix_slices(call_shapes[i]))}].copy_(x{i})")
         lines.append(f"        {src.const('REPLAY', g.graph.replay)}()")
         made: dict[tuple, str] = {}
         outs = []
@@ -536,7 +537,7 @@ class CudaGraphProgram:
                 key = (id(t), shape)
                 expr = src.const("OUT", t)
                 if shape != tuple(t.shape):
-                    expr = f"{expr}[{src.const('SL', _prefix(shape))}]"
+                    expr = f"{expr}[{src.const('SL', prefix_slices(shape))}]"
                 expr = f"{expr}.detach()"
             if key not in made:
                 made[key] = f"o{len(made)}"
@@ -560,12 +561,13 @@ def _recover_from_failed_capture(device) -> None:
             pass
 
 
-def load_cudagraph(program: Program, options: CompileOptions | None = None) -> Callable[[list], list]:
+def load_cudagraph(program: Program, options: CompileOptions | None = None,
+                   context: LoadContext | None = None) -> Callable[[list], list]:
     """The ``cudagraph`` runtime's `load`: CUDA Graph replay on CUDA, else ``launch``."""
     if not torch.cuda.is_available():
         warnings.warn(NO_CUDA_MESSAGE, RuntimeWarning, stacklevel=2)
-        return ProgramRunner(program, options)
-    return CudaGraphProgram(program, options)
+        return ProgramRunner(program, options, context)
+    return CudaGraphProgram(program, options, context)
 
 
 __all__ = ["CudaGraphProgram", "load_cudagraph", "is_static_input", "capture_stream", "clear_cublas_workspaces",

@@ -33,15 +33,16 @@ class KernelLoadError(RuntimeError):
 
 
 def kernel_cache_dir(override: str | os.PathLike | None = None) -> Path:
-    """The directory kernel sources (and tuning results) are written to: `override`, else
-    $PIPEC_KERNEL_DIR, else ~/.cache/pipec/kernels.
+    """The directory kernel sources (and tuning results) are written to: `override` (the
+    `LoadContext`'s `kernel_dir`; the front end reads $PIPEC_KERNEL_DIR into it), else
+    ~/.cache/pipec/kernels.
 
     A directory that is not ours or is writable by others is not trusted: a private
     temporary directory is used instead.
     """
     global _fallback_dir
     if override is None:
-        override = os.environ.get("PIPEC_KERNEL_DIR") or Path.home() / ".cache" / "pipec" / "kernels"
+        override = Path.home() / ".cache" / "pipec" / "kernels"
     path = Path(override)
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)

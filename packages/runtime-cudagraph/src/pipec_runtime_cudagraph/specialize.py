@@ -34,32 +34,16 @@ from pipec_ir.symbolic import contiguous_strides
 
 from .exprs import compile_ints
 from .extern_ops import direct_call
-from .launch import TORCH_DTYPES, written_over
+from .pysource import Source, compile_source
+from .steps import TORCH_DTYPES, ExternStep, LaunchStep, written_over
 from .memory import buffer_nbytes, is_view_target, round_up
 from .views import REINTERPRET, Reinterpret, collapse_view_chains
 
-TORCH_EMPTY = torch.empty
 ALIGNMENT = 16  # Triton specializes pointer arguments on 16-byte alignment
 
 
 class SpecializeError(RuntimeError):
     """This program cannot be specialized (an argument kind the generator does not know)."""
-
-
-class _Source:
-    """Accumulates generated lines and the namespace their names refer to."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-        self.namespace: dict[str, object] = {"EMPTY": TORCH_EMPTY}
-
-    def const(self, prefix: str, value) -> str:
-        name = f"{prefix}_{len(self.namespace)}"
-        self.namespace[name] = value
-        return name
-
-    def emit(self, line: str, indent: int = 1) -> None:
-        self.lines.append("    " * indent + line)
 
 
 def build_specialized(runner, plan, symvals: tuple, device: torch.device, observed: dict | None = None,
@@ -69,15 +53,14 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
     general run at these sizes made ({value: (shape, stride, dtype)}; views.py). `strides`:
     the inputs' layouts at that run (input_strides), which the guards then expect.
 
-    `plan` is the runner's step list for the device: `_Launch`, `_Extern` and choice-group
+    `plan` is the runner's step list for the device: `LaunchStep`, `ExternStep` and choice-group
     steps (each replaced here by the alternative it runs at these sizes)."""
-    from .launch import _Launch  # noqa: PLC0415 - launch imports this module lazily
 
     flat = _flatten(plan, symvals, device)
     if flat is None:
         return None
     flat = drop_dead_views(collapse_view_chains(flat, runner, symvals, observed or {}, strides), runner)
-    src = _Source()
+    src = Source()
     var = [f"v{i}" for i in range(runner.nvals)]
     dev = "DEV"
     src.namespace["DEV"] = device
@@ -93,8 +76,8 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
         for j, obj in enumerate(objs):
             for line in allocs.get((k, j), ()):
                 src.emit(line)
-            if isinstance(obj, _Launch):
-                for out, donor, shape, dtype in obj.binds:  # written over a library result (launch.py)
+            if isinstance(obj, LaunchStep):
+                for out, donor, shape, dtype in obj.binds:  # written over a library result (steps.py)
                     src.namespace["WRITTEN_OVER"] = written_over
                     src.emit(f"{var[out]} = WRITTEN_OVER({var[donor]}, {src.const('S', tuple(shape(*symvals)))}, "
                              f"{src.const('D', dtype)})")
@@ -133,7 +116,6 @@ def drop_dead_views(flat: list, runner) -> list:
     return. The step list serves every alternative of its choice groups; once one is picked,
     views only the others read are dead: a Linear's permuted weight feeds cuBLAS, while the
     Triton template reads the weight itself (one ATen call, a few microseconds, per Linear per call)."""
-    from .launch import _Extern, _Launch  # noqa: PLC0415 - launch imports this module lazily
 
     needed = {i for i in runner.out_index if i is not None}
     opaque = False  # a step whose reads are not known: keep everything before it
@@ -141,11 +123,11 @@ def drop_dead_views(flat: list, runner) -> list:
     for objs, release in reversed(flat):
         kept = []
         for obj in reversed(objs):
-            if isinstance(obj, _Extern):
+            if isinstance(obj, ExternStep):
                 if not opaque and is_view_target(obj.name) and not needed.intersection(obj.outs):
                     continue
                 needed.update(runner.index[name] for name in obj.ir.inputs)
-            elif isinstance(obj, _Launch):
+            elif isinstance(obj, LaunchStep):
                 needed.update(obj.ptrs)
             else:
                 opaque = True
@@ -156,11 +138,10 @@ def drop_dead_views(flat: list, runner) -> list:
 
 def _touched(obj, runner) -> set[int] | None:
     """The values a step object reads or writes; None for an object of unknown kind."""
-    from .launch import _Extern, _Launch  # noqa: PLC0415 - launch imports this module lazily
 
-    if isinstance(obj, _Launch):
+    if isinstance(obj, LaunchStep):
         return set(obj.ptrs)
-    if isinstance(obj, _Extern):
+    if isinstance(obj, ExternStep):
         return set(obj.outs) | {runner.index[name] for name in obj.ir.inputs}
     return None
 
@@ -200,7 +181,7 @@ def _chosen_alternative(step, symvals, device) -> str | None:
     return step.chosen.get(bucket)
 
 
-def _allocations(runner, flat, symvals, src: _Source, var, released: dict[tuple, list[int]]) -> dict[tuple, list[str]]:
+def _allocations(runner, flat, symvals, src: Source, var, released: dict[tuple, list[int]]) -> dict[tuple, list[str]]:
     """Lines allocating the runner's buffers, by (plan position, object index): each right
     before the step object that first writes it, inside the picked alternative (a library
     GEMM's epilogue output is not allocated while cuBLAS runs).
@@ -273,10 +254,10 @@ def _slot_lines(lines, name, members, slot_nbytes, by_index, first_write, var, s
     lines[first_write[members[-1]]].append(f"{name} = None")
 
 
-def _empty(src: _Source, shape: tuple, dtype: torch.dtype) -> str:
+def _empty(src: Source, shape: tuple, dtype: torch.dtype) -> str:
     """An uninitialized contiguous tensor on the run's device: through the strided allocator
-    Inductor's generated code uses where torch has it (on the H200 host, Inductor's four
-    `_empty_strided_cuda` calls took 8 us per model call, pipec's five `torch.empty` 40 us)."""
+    Inductor's generated code uses where torch has it, several times cheaper per call than
+    `torch.empty` (docs/performance.md, "Empty tensors through the strided allocator")."""
     s, d = src.const("S", tuple(shape)), src.const("D", dtype)
     if "EMPTY_STRIDED" in src.namespace:
         # torch's row-major strides: a size-0 dim counts as 1, as in torch.empty
@@ -292,7 +273,7 @@ def _strided_allocator(device: torch.device):
     return getattr(guards, f"_empty_strided_{device.type}", None)
 
 
-def guard_lines(src: _Source, runner, symvals: tuple, device_index: int, names: list[str],
+def guard_lines(src: Source, runner, symvals: tuple, device_index: int, names: list[str],
                 signature: str, strides: list | None = None) -> list[str]:
     """`def <signature>:` and the checks `prepare` makes, specialized to `symvals`: each
     input's dtype, shape, device (`get_device()`: -1 on the CPU) and contiguity; any
@@ -325,25 +306,14 @@ def guard_lines(src: _Source, runner, symvals: tuple, device_index: int, names: 
 
 
 
-def compile_source(lines: list[str], namespace: dict, filename: str):
-    """Execute generated source defining one function; that function, with `.source` set."""
-    code = "\n".join(lines) + "\n"
-    before = set(namespace)
-    exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - our own generated source
-    (name,) = [k for k in namespace if k not in before and k != "__builtins__"]
-    fn = namespace[name]
-    fn.source = code
-    return fn
-
-
-def _extern_line(src: _Source, step, var, symvals, runner, dev, device_type: str) -> str:
+def _extern_line(src: Source, step, var, symvals, runner, dev, device_type: str) -> str:
     call = _call(src, step, var, symvals, runner, dev, device_type)
     outs = [var[i] for i in step.outs]
     if not outs:
         return call
     if len(outs) == 1 and _returns_one_tensor(step.op):
         return f"{outs[0]} = {call}{'.contiguous()' if step.contiguous[0] else ''}"
-    # as `_Extern.__call__`: a sequence result binds one output per element, else the first
+    # as `ExternStep.__call__`: a sequence result binds one output per element, else the first
     parts = [f"_r = {call}", "_s = isinstance(_r, (tuple, list))"]
     for j, (o, contig) in enumerate(zip(outs, step.contiguous)):
         c = ".contiguous()" if contig else ""
@@ -354,7 +324,7 @@ def _extern_line(src: _Source, step, var, symvals, runner, dev, device_type: str
     return "; ".join(parts)
 
 
-def _reinterpret_line(src: _Source, obj: Reinterpret, var, symvals, runner, dev, device_type: str) -> str:
+def _reinterpret_line(src: Source, obj: Reinterpret, var, symvals, runner, dev, device_type: str) -> str:
     """`v = REINTERPRET(root, size, stride, offset)`; when the root's layout is not guaranteed,
     guarded by its stride, with the view calls it replaces as the fallback."""
     src.namespace["REINTERPRET"] = REINTERPRET
@@ -368,7 +338,7 @@ def _reinterpret_line(src: _Source, obj: Reinterpret, var, symvals, runner, dev,
     return f"{var[obj.outs[0]]} = {made}"
 
 
-def _call(src: _Source, step, var, symvals, runner, dev, device_type: str, first: str | None = None) -> str:
+def _call(src: Source, step, var, symvals, runner, dev, device_type: str, first: str | None = None) -> str:
     """`E(args...)`: the extern call of `step` (its first argument replaced by `first` if given)."""
     ir_step = step.ir
     target, op, extra = ir_step.target, step.op, ()
@@ -394,7 +364,7 @@ def _returns_one_tensor(op) -> bool:
     return len(returns) == 1 and str(returns[0].type) == "Tensor"
 
 
-def _arg(src: _Source, value, var, runner, symvals, dev) -> str:
+def _arg(src: Source, value, var, runner, symvals, dev) -> str:
     if isinstance(value, Ref):
         return var[runner.index[value.name]]
     if isinstance(value, Size):

@@ -4,22 +4,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipec_ir import CompileOptions, Program, verify
+from pipec_ir import CompileOptions, LoadContext, Program, verify
+
+# The options these runtimes read only when they load a Program (README: dynamic shapes,
+# autotuning, the GEMM choice). They cannot change what capture, fusion or codegen produce,
+# so the front end leaves them out of cache keys (`CompileOptions.key(exclude=...)`).
+LOAD_OPTIONS = frozenset({"recompile_limit", "bucket", "choice", "autotune_configs", "specialize"})
 
 
 class LaunchRuntime:
     """Runs a Program's steps one after the other (Triton's interpreter without CUDA)."""
 
-    def load(self, program: Program, options: CompileOptions) -> Callable[[list], list]:
+    load_options = LOAD_OPTIONS
+
+    def load(self, program: Program, options: CompileOptions,
+             context: LoadContext | None = None) -> Callable[[list], list]:
         from .launch import load_launch
 
-        return load_launch(verify(program), options)  # a stage checks its input document
+        return load_launch(verify(program), options, context)  # a stage checks its input document
 
 
 class CudaGraphRuntime:
     """Captures a Program into a CUDA Graph and replays it; runs as 'launch' without CUDA."""
 
-    def load(self, program: Program, options: CompileOptions) -> Callable[[list], list]:
+    load_options = LOAD_OPTIONS
+
+    def load(self, program: Program, options: CompileOptions,
+             context: LoadContext | None = None) -> Callable[[list], list]:
         from .cudagraph import load_cudagraph
 
-        return load_cudagraph(verify(program), options)
+        return load_cudagraph(verify(program), options, context)

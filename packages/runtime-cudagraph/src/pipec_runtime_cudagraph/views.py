@@ -2,12 +2,12 @@
 
 Attention in a transformer block is mostly views between library calls: the fused QKV
 projection is reshaped, sliced three ways, each slice reshaped to heads and permuted, and the
-output permuted and reshaped back. A specialized run called each as an ATen op (through the
-dispatcher: ~7 us for one reshape-slice-reshape-permute chain on a 2-core CPU), every call.
-At fixed sizes the layout a chain ends in is fixed too, so a specialized run can make the
-final view directly from the chain's root: `torch._C._dynamo.guards._reinterpret_tensor(root,
-size, stride, offset)` (what Inductor's generated code calls; ~0.5 us), a tensor on the root's
-storage.
+output permuted and reshaped back. A specialized run called each as an ATen op, through the
+dispatcher, every call. At fixed sizes the layout a chain ends in is fixed too, so a
+specialized run can make the final view directly from the chain's root, an order of magnitude
+cheaper: `torch._C._dynamo.guards._reinterpret_tensor(root, size, stride, offset)` (what
+Inductor's generated code calls), a tensor on the root's storage (docs/performance.md, "View
+chains as one `_reinterpret_tensor`").
 
 The layout comes from running the chain once on a meta tensor laid out as the root (view ops
 have C++ meta kernels: no torch._dynamo import, which a runtime-only artifact load must not
@@ -29,14 +29,14 @@ from pipec_ir import Ref, Step, get_attr
 from pipec_ir.symbolic import contiguous_strides
 
 from .exprs import compile_ints
-from .launch import TORCH_DTYPES, _Extern
+from .steps import TORCH_DTYPES, ExternStep
 from .memory import is_view_target
 
 REINTERPRET = getattr(getattr(torch._C._dynamo, "guards", None), "_reinterpret_tensor", None)
 _META = torch.device("meta")
 
 
-class Reinterpret(_Extern):
+class Reinterpret(ExternStep):
     """A step object of a specialized run: `outs[0]` made from value `root` by `chain` (the view
     calls it replaces, first to last), laid out as (size, stride, offset from the root's).
     `root_stride` is the stride the root must have for that (None: the run guarantees it)."""
@@ -57,7 +57,7 @@ def collapse_view_chains(flat: list, runner, symvals: tuple, observed: dict, str
     """`flat` (the specialized run's step objects) with each view call whose chain from its root
     can be laid out statically replaced by a `Reinterpret`; the views in between are left for
     `drop_dead_views`, which drops those nothing else reads. `strides`: per program input, None
-    or the strides it had (launch.input_strides), which the run's guards check."""
+    or the strides it had (runner.input_strides), which the run's guards check."""
     if REINTERPRET is None:
         return flat
     layouts = _root_layouts(runner, symvals, observed, strides)
@@ -107,7 +107,7 @@ def _release_roots_later(flat: list) -> list:
 
 def _view_source(obj, runner) -> int | None:
     """The value a single-input, single-output view call reads (as its first argument), else None."""
-    if type(obj) is not _Extern or not is_view_target(obj.name) or len(obj.outs) != 1:
+    if type(obj) is not ExternStep or not is_view_target(obj.name) or len(obj.outs) != 1:
         return None
     inputs = obj.ir.inputs
     args = get_attr(obj.ir.attrs, "args", ()) or ()

@@ -15,14 +15,13 @@ class WatchedRuntime:
 
     def __init__(self, inner):
         self.inner = inner
+        # the options the wrapped runtime reads only at load stay out of cache keys (pipeline.py)
+        self.load_options = getattr(inner, "load_options", frozenset())
         self.loaded = []  # (program name, number of steps), one per load
 
     def load(self, program, options, context=None):
-        # forward the loaded model's context where pipec passes one (a runtime may take it)
-        if context is None:
-            run = self.inner.load(program, options)
-        else:
-            run = self.inner.load(program, options, context=context)
+        # forward the loaded model's context to the wrapped runtime where its `load` takes one
+        run = pipec_ir.load_with(self.inner, program, options, context)
         self.loaded.append((program.name, len(program.steps)))
         return run
 

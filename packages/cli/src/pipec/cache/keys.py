@@ -2,7 +2,8 @@
 
 A stage's key is built from the stage, the implementation's registry name, the
 distribution that registered it and its version, a digest of the source files of
-the distributions whose code makes the output (any install kind), the pipec-ir version, `CompileOptions.key()` and the digest
+the distributions whose code makes the output (any install kind), the pipec-ir version, `CompileOptions.key()`
+(without the runtime's `load_options`) and the digest
 of the stage's input: an IR document's canonical JSON, or for the capture stage
 `graph_module_digest` of the ATen fx GraphModule it lowers.
 """
@@ -15,6 +16,7 @@ import importlib.metadata
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -27,8 +29,11 @@ KEY_FORMAT = 2  # bump when what goes into a key changes meaning
 # ---------------------------------------------------------------- stage keys
 
 
-def stage_key(stage: str, entry: pipec_ir.Entry, options: CompileOptions, input_digest: str) -> str:
-    """The cache key of running `entry` (a Registry entry of `stage`) on an input with `input_digest`."""
+def stage_key(stage: str, entry: pipec_ir.Entry, options: CompileOptions, input_digest: str,
+              load_options: Iterable[str] = ()) -> str:
+    """The cache key of running `entry` (a Registry entry of `stage`) on an input with `input_digest`.
+    `load_options`: the options the chosen runtime reads only when it loads a Program (its
+    `load_options`); they cannot change what capture, fusion or codegen produce, so they stay out."""
     parts = {
         "format": KEY_FORMAT,
         "stage": stage,
@@ -36,7 +41,7 @@ def stage_key(stage: str, entry: pipec_ir.Entry, options: CompileOptions, input_
         "distribution": entry.distribution,
         "version": entry.version,
         "code": implementation_fingerprint(entry, torch=stage == "capture"),
-        "options": options.key(),
+        "options": options.key(exclude=load_options),
         "input": input_digest,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

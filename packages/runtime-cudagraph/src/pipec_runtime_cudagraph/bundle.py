@@ -1,7 +1,8 @@
-"""Exported artifacts (``.pipec`` files): a compiled model as one file, run by this package alone.
+"""Exported artifacts (``.pipec`` files), the file format: a compiled model as one file, run
+by this package alone (`bundle_loader.load_artifact`).
 
-An artifact is a zip archive (every member stored uncompressed, fixed order, fixed
-timestamps and permissions: the same inputs always give the same bytes)::
+An artifact is a zip archive written by Python's zipfile (every member stored uncompressed,
+fixed order, fixed timestamps and permissions: the same inputs always give the same bytes)::
 
     manifest.json          what the artifact is: format version, the versions it was made with,
                            the user inputs (names, shapes with symbols, dtypes), symbol ranges
@@ -14,14 +15,17 @@ timestamps and permissions: the same inputs always give the same bytes)::
     kernels/<name>.py      each Triton kernel's source, for reading (program.json holds the same text)
     weights.safetensors    parameters and buffers, named as the graph inputs they bind
 
+Format versions: 1.0 was framed by pipec's own zip writer, 1.1 by zipfile; the two are the
+same bytes below 2 GiB, and both are read (`_check_layout`).
+
 `pack_artifact` builds the bytes (the exporter, `pipec.export`, calls it);
 `read_artifact` checks everything before anything runs: the member list against the
 manifest (none added, none missing), every member's size and sha256, the manifest's
-own digest, the IR documents (parsed and verified), that program, graph, kernel
-sources, weights and manifest agree with each other. Any difference is an
-`ArtifactError` with one line saying what. `load_artifact` then binds the weights and
-returns a callable taking the user inputs, checked against the recorded guards
-(count, dtypes, shapes, symbol ranges; `ArtifactInputError`).
+own digest, every byte of the zip framing, the IR documents (parsed and verified), that
+program, graph, kernel sources, weights and manifest agree with each other. Any difference
+is an `ArtifactError` with one line saying what. `load_artifact` (bundle_loader.py) then
+binds the weights and returns a callable taking the user inputs, checked against the
+recorded guards (count, dtypes, shapes, symbol ranges; `ArtifactInputError`).
 
 No pickle anywhere: JSON and safetensors only. This module imports pipec_ir,
 this runtime, torch and safetensors — never capture, fusion, codegen or Dynamo.
@@ -40,6 +44,7 @@ import json
 import os
 import platform
 import re
+import struct
 import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
@@ -49,11 +54,12 @@ from typing import Any
 
 import pipec_ir
 from pipec_ir import Graph, KernelPlan, Program
-from pipec_ir.symbolic import as_expr, expr_str, parse_expr
+from pipec_ir.symbolic import as_expr, expr_str
+
 from .files import atomic_write
 
 FORMAT = "pipec-artifact"
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (1, 1)  # 1.1: framed by Python's zipfile (see _zip_bytes); 1.0 files still read
 MANIFEST = "manifest.json"
 MANIFEST_SHA256 = "manifest.sha256"
 GRAPH = "graph.json"
@@ -147,7 +153,7 @@ def _weight_specs(graph: Graph) -> dict[str, tuple[tuple[int, ...], str]]:
     return specs
 
 
-def _torch_dtype_name(t) -> str:
+def torch_dtype_name(t) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
@@ -161,8 +167,8 @@ def _check_weights(weights: Mapping, graph: Graph, where: str) -> None:
         raise ArtifactError(f"{where}: weight(s) {', '.join(extra)} are not graph inputs")
     for name, (shape, dtype) in specs.items():
         t = weights[name]
-        if tuple(t.shape) != shape or _torch_dtype_name(t) != dtype:
-            raise ArtifactError(f"{where}: weight {name!r} is {_torch_dtype_name(t)} {tuple(t.shape)}, "
+        if tuple(t.shape) != shape or torch_dtype_name(t) != dtype:
+            raise ArtifactError(f"{where}: weight {name!r} is {torch_dtype_name(t)} {tuple(t.shape)}, "
                                 f"the graph expects {dtype} {shape}")
 
 
@@ -229,60 +235,33 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# The archive is a plain zip (any zip tool lists and extracts it) written by the code below
-# rather than by zipfile, so that its bytes depend on nothing but the members: every entry
-# stored, dated 1980-01-01, mode 0644, no extra fields but zip64 ones (members or offsets
-# past 4 GiB), no comments. A reader rebuilds these headers and compares them with the file,
-# so no byte of the archive can change unnoticed.
-_ZIP64_LIMIT = 0xFFFFFFFF  # sizes and offsets from here on need zip64 records
-_ZIP_VERSION, _ZIP64_VERSION = 20, 45
-_DOS_DATE, _DOS_TIME = (1 << 5) | 1, 0  # 1980-01-01 00:00:00
+# The archive is a plain zip written by Python's zipfile (any zip tool lists and extracts it),
+# its bytes depending on nothing but the members and their order: every member stored (no
+# compression), dated 1980-01-01 (the earliest date zip can store: no build time in the bytes),
+# mode 0644, made on Unix, no comments. A reader writes the members again the same way and
+# compares every byte with the file (`_check_layout`), so no byte can change unnoticed.
+# Format 1.0 was framed by pipec's own zip writer: byte for byte what zipfile writes below
+# 2 GiB (the tests check it against a 1.0 file); above, zipfile starts zip64 records at 2 GiB
+# where that writer started them at 4 GiB, which is why 1.1 exists.
 _UNIX_MODE = 0o100644 << 16
+_UNIX = 3  # zip's "made by" system
 
 
-def _archive_layout(entries: Sequence[tuple[str, int, int]]) -> tuple[list[bytes], bytes]:
-    """(local header of each member, central directory + end records) for (name, size, crc32) entries."""
-    import struct
-
-    local_headers, central, offset = [], [], 0
-    for name, size, crc in entries:
-        raw = name.encode("ascii")
-        big_size, big_offset = size >= _ZIP64_LIMIT, offset >= _ZIP64_LIMIT
-        version = _ZIP64_VERSION if big_size or big_offset else _ZIP_VERSION
-        local_extra = struct.pack("<HHQQ", 1, 16, size, size) if big_size else b""
-        stored = 0xFFFFFFFF if big_size else size
-        header = struct.pack("<4s2B4HL2L2H", b"PK\x03\x04", version, 0, 0, 0, _DOS_TIME, _DOS_DATE, crc,
-                             stored, stored, len(raw), len(local_extra)) + raw + local_extra
-        local_headers.append(header)
-        fields = ([size, size] if big_size else []) + ([offset] if big_offset else [])
-        extra = struct.pack(f"<HH{len(fields)}Q", 1, 8 * len(fields), *fields) if fields else b""
-        central.append(struct.pack("<4s4B4HL2L5H2L", b"PK\x01\x02", version, 3, version, 0, 0, 0, _DOS_TIME,
-                                   _DOS_DATE, crc, stored, stored, len(raw), len(extra), 0, 0, 0, _UNIX_MODE,
-                                   0xFFFFFFFF if big_offset else offset) + raw + extra)
-        offset += len(header) + size
-    directory = b"".join(central)
-    count, cd_size, cd_offset = len(entries), len(directory), offset
-    tail = b""
-    if count >= 0xFFFF or cd_size >= _ZIP64_LIMIT or cd_offset >= _ZIP64_LIMIT:
-        end64 = offset + cd_size
-        tail += struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, _ZIP64_VERSION, _ZIP64_VERSION, 0, 0, count, count,
-                            cd_size, cd_offset)
-        tail += struct.pack("<4sLQL", b"PK\x06\x07", 0, end64, 1)
-        count, cd_size, cd_offset = min(count, 0xFFFF), 0xFFFFFFFF, 0xFFFFFFFF
-    tail += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, cd_size, cd_offset, 0)
-    return local_headers, directory + tail
-
-
-def _zip_bytes(members: Sequence[tuple[str, bytes]]) -> bytes:
-    headers, tail = _archive_layout([(name, len(data), zlib.crc32(data)) for name, data in members])
-    parts = []
-    for header, (_, data) in zip(headers, members):
-        parts += [header, data]
-    return b"".join(parts) + tail
+def _zip_bytes(members: Sequence[tuple[str, bytes | memoryview]]) -> bytes:
+    """The archive of `members` (name, bytes), in that order."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in members:
+            info = zipfile.ZipInfo(name, date_time=_ZIP_DATE)
+            info.create_system = _UNIX  # whatever platform writes it
+            info.external_attr = _UNIX_MODE
+            archive.writestr(info, data)
+    return buffer.getvalue()
 
 
 def _split_archive(data: bytes, where: str) -> list[tuple[str, memoryview]]:
-    """The members (name, bytes) of an artifact archive, where `_zip_bytes` would put them."""
+    """The members (name, bytes) of an artifact archive: stored, one after the other from the
+    first byte on."""
     try:
         infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
@@ -299,27 +278,48 @@ def _split_archive(data: bytes, where: str) -> list[tuple[str, memoryview]]:
             raise _tampered(where, f"member {info.filename!r} is not stored the way pipec writes members")
     members, offset = [], 0
     for info in infos:
-        start = offset + 30 + len(info.filename) + (20 if info.file_size >= _ZIP64_LIMIT else 0)
+        if info.header_offset != offset or offset + 30 > len(data):
+            raise _tampered(where, "its zip layout is not the one pipec writes")
+        name_length, extra_length = struct.unpack_from("<2H", data, offset + 26)  # of the local header
+        start = offset + 30 + name_length + extra_length
         end = start + info.file_size
-        if info.header_offset != offset or end > len(data):
+        if bytes(view[offset + 30:offset + 30 + name_length]) != info.filename.encode("ascii") or end > len(data):
             raise _tampered(where, "its zip layout is not the one pipec writes")
         members.append((info.filename, view[start:end]))
         offset = end
     return members
 
 
-def _check_layout(data: bytes, members: Sequence[tuple[str, memoryview]], where: str) -> None:
-    """Every byte outside the members is what `_zip_bytes` writes for them: same headers,
-    same order, nothing before, between or after."""
-    view = memoryview(data)
-    headers, tail = _archive_layout([(n, len(m), zlib.crc32(m)) for n, m in members])
-    offset = 0
-    for header, (name, member) in zip(headers, members):
-        if view[offset:offset + len(header)] != header:
-            raise _tampered(where, f"the zip header of {name} differs from the one pipec writes (CRC, size, "
-                                   "date or flags edited)")
-        offset += len(header) + len(member)
-    if view[offset:] != tail:
+def _check_layout(data: bytes, members: Sequence[tuple[str, memoryview]], version: tuple[int, int],
+                  where: str) -> None:
+    """Every byte outside the members is what `_zip_bytes` writes for them: same headers, same
+    order, nothing before, between or after. (A format 1.0 archive over 2 GiB, framed by the
+    writer before zipfile, is checked member by member instead: `_check_legacy_layout`.)"""
+    if _zip_bytes(members) == data:
+        return
+    if tuple(version) == (1, 0) and len(data) > zipfile.ZIP64_LIMIT:
+        _check_legacy_layout(data, members, where)
+        return
+    raise _tampered(where, "its zip headers or directory differ from what pipec writes for its members "
+                           "(CRC, size, date, flags or bytes after the directory edited)")
+
+
+def _check_legacy_layout(data: bytes, members: Sequence[tuple[str, memoryview]], where: str) -> None:
+    """A format 1.0 archive whose zip64 records zipfile places otherwise: the members are where
+    `_split_archive` found them, their CRCs and dates are pipec's, the directory follows the
+    last one and the file ends with the end record, without a comment. Their contents are
+    checked against the manifest; the directory's other fields are not compared byte for byte."""
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    infos = archive.infolist()
+    for info, (_, member) in zip(infos, members):
+        if zlib.crc32(member) != info.CRC or info.date_time != _ZIP_DATE:
+            raise _tampered(where, f"the zip header of {info.filename} differs from the one pipec writes")
+    end = 0
+    if infos:
+        last = infos[-1]
+        name_length, extra_length = struct.unpack_from("<2H", data, last.header_offset + 26)
+        end = last.header_offset + 30 + name_length + extra_length + last.file_size
+    if archive.comment or archive.start_dir != end or data[-22:-18] != b"PK\x05\x06" or data[-2:] != b"\0\0":
         raise _tampered(where, "the zip directory or the bytes after it differ from what pipec writes")
 
 
@@ -499,7 +499,7 @@ def read_artifact(source: str | os.PathLike | bytes, *, sha256: str | None = Non
         if _sha256(data_m) != m["sha256"]:
             raise _tampered(where, f"{m['name']} does not match its sha256 in {MANIFEST}")
         contents[m["name"]] = data_m
-    _check_layout(data, members, where)
+    _check_layout(data, members, version, where)
     for required in (GRAPH, PLAN, PROGRAM, WEIGHTS):
         if required not in contents:
             raise ArtifactError(f"{where}: {required} is missing")
@@ -540,175 +540,6 @@ def read_artifact(source: str | os.PathLike | bytes, *, sha256: str | None = Non
                     sha256=digest, manifest=manifest, graph=graph, plan=plan, program=program, weights=weights)
 
 
-# ------------------------------------------------------------------ running
-
-
-class LoadedArtifact:
-    """A loaded artifact: `model(*inputs)` returns what the exported model returned.
-
-    Inputs are the user inputs only (weights come from the file), checked against the
-    recorded guards before anything runs. `run(list)` returns the flat output list.
-    """
-
-    def __init__(self, artifact: Artifact, runtime: str | None = None, *, kernel_dir: str | None = None,
-                 autotune: bool = True) -> None:
-        import torch
-
-        from pipec_ir import CompileOptions
-
-        from .exprs import compile_ints
-
-        self.artifact = artifact
-        self.manifest = artifact.manifest
-        self.name = artifact.name
-        self.sha256 = artifact.sha256
-        runtime = runtime or self.manifest.get("runtime", "launch")
-        if runtime not in RUNTIMES:
-            raise ArtifactError(f"{artifact.path}: runtime {runtime!r} cannot run an artifact "
-                                f"(use one of: {', '.join(RUNTIMES)})")
-        self.runtime = runtime
-        options = CompileOptions(runtime=runtime, autotune=autotune)
-        if kernel_dir is not None:
-            options = options.with_extra(kernel_dir=str(kernel_dir))
-        if runtime == "cudagraph" and torch.cuda.is_available():
-            from .cudagraph import load_cudagraph
-            self._runner = load_cudagraph(artifact.program, options)
-        else:
-            from .launch import load_launch
-            self._runner = load_launch(artifact.program, options)
-
-        self.inputs = artifact.inputs
-        self.structure = self.manifest["output_structure"]
-        roles = {i.name: i.role for i in artifact.graph.inputs}
-        user = {spec.name: k for k, spec in enumerate(self.inputs)}
-        # per program input: ("input", index into the user inputs) or ("weight", name)
-        self._binding = tuple(("input", user[b.name]) if roles[b.name] == "input" else ("weight", b.name)
-                              for b in artifact.program.inputs)
-        self._weights = {torch.device("cpu"): artifact.weights}
-
-        # the guards: each symbol is read from the first input dimension that is exactly it
-        shapes = [[parse_expr(str(d)) for d in spec.shape] for spec in self.inputs]
-        source: dict[str, tuple[int, int]] = {}
-        for i, shape in enumerate(shapes):
-            for d, e in enumerate(shape):
-                if e.is_Symbol and e.name not in source:
-                    source[e.name] = (i, d)
-        ranges = {s["name"]: s for s in self.manifest["symbols"]}
-        used = {s.name for shape in shapes for e in shape for s in e.free_symbols}
-        unbound = sorted(used - set(source))
-        if unbound:
-            raise ArtifactError(f"{artifact.path}: size symbol(s) {', '.join(unbound)} are not the size of "
-                                "any input dimension")
-        self._symbols = tuple(sorted(source))
-        self._symbol_source = tuple(source[s] for s in self._symbols)
-        self._symbol_ranges = tuple((ranges.get(s, {}).get("min"), ranges.get(s, {}).get("max"))
-                                    for s in self._symbols)
-        self._expected = [compile_ints(shape, self._symbols) for shape in shapes]
-        self._dtypes = tuple(getattr(torch, spec.dtype) for spec in self.inputs)
-
-    def __repr__(self) -> str:
-        ins = ", ".join(str(s) for s in self.inputs)
-        return f"<pipec artifact {self.name} ({ins}) runtime={self.runtime}>"
-
-    # ---------------------------------------------------------- guards
-    def _fail(self, message: str):
-        raise ArtifactInputError(f"{self.name}: {message}")
-
-    def _describe_expected(self, k: int, symvals) -> str:
-        shape = self.inputs[k].shape
-        expected = self._expected[k](*symvals)
-        if all(isinstance(d, int) for d in shape):
-            return str(tuple(expected))
-        used = {s.name for d in shape for s in parse_expr(str(d)).free_symbols}
-        bound = ", ".join(f"{s}={v}" for s, v in zip(self._symbols, symvals) if s in used)
-        return f"({', '.join(map(str, shape))}) = {tuple(expected)} with {bound}"
-
-    def check_inputs(self, inputs: Sequence):
-        """Check the user inputs against the recorded guards; -> (symbol values, device)."""
-        import torch
-
-        specs = self.inputs
-        if len(inputs) != len(specs):
-            names = ", ".join(s.name for s in specs)
-            self._fail(f"expects {len(specs)} input{'s' if len(specs) != 1 else ''} ({names}), got {len(inputs)}")
-        for k, (t, spec, dtype) in enumerate(zip(inputs, specs, self._dtypes)):
-            if not isinstance(t, torch.Tensor):
-                self._fail(f"input {k} ({spec.name}) is not a tensor (got {type(t).__name__})")
-            if t.dtype != dtype:
-                self._fail(f"input {k} ({spec.name}) has dtype {_torch_dtype_name(t)}, expected {spec.dtype}")
-            if t.dim() != len(spec.shape):
-                self._fail(f"input {k} ({spec.name}) has shape {tuple(t.shape)} ({t.dim()} dims), expected "
-                           f"({', '.join(map(str, spec.shape))}) ({len(spec.shape)} dims)")
-        symvals = tuple(int(inputs[k].shape[d]) for k, d in self._symbol_source)
-        for value, sym, (k, d), (lo, hi) in zip(symvals, self._symbols, self._symbol_source, self._symbol_ranges):
-            if (lo is not None and value < lo) or (hi is not None and value > hi):
-                self._fail(f"input {k} ({specs[k].name}) has size {value} in dimension {d}, but {sym} must be in "
-                           f"[{lo}, {hi if hi is not None else 'inf'}]")
-        for k, (t, spec) in enumerate(zip(inputs, specs)):
-            if tuple(t.shape) != self._expected[k](*symvals):
-                self._fail(f"input {k} ({spec.name}) has shape {tuple(t.shape)}, expected "
-                           f"{self._describe_expected(k, symvals)}")
-        device = inputs[0].device if inputs else torch.device("cpu")
-        for k, t in enumerate(inputs):
-            if t.device != device:
-                self._fail(f"input {k} ({specs[k].name}) is on {t.device}, input 0 is on {device}")
-        return symvals, device
-
-    # ---------------------------------------------------------- running
-    def weights_on(self, device) -> dict:
-        import torch
-
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        found = self._weights.get(device)
-        if found is None:
-            cpu = self._weights[torch.device("cpu")]
-            found = self._weights[device] = {k: t.to(device) for k, t in cpu.items()}
-        return found
-
-    def run(self, inputs: Sequence) -> list:
-        """The flat list of outputs (program order) for the user inputs."""
-        inputs = list(inputs)
-        _, device = self.check_inputs(inputs)
-        weights = self.weights_on(device)
-        args = [inputs[ref] if kind == "input" else weights[ref] for kind, ref in self._binding]
-        return list(self._runner(args))
-
-    def __call__(self, *inputs):
-        return unflatten(self.structure, self.run(inputs))
-
-    def random_inputs(self, seed: int = 0, device=None) -> tuple:
-        """Inputs made from the recorded specs (symbols at their example sizes), reproducibly."""
-        import torch
-
-        gen = torch.Generator().manual_seed(seed)
-        hints = {s["name"]: s["hint"] for s in self.manifest["symbols"]}
-        values = tuple(hints.get(s, 2) for s in self._symbols)
-        out = []
-        for k, dtype in enumerate(self._dtypes):
-            shape = self._expected[k](*values)
-            if dtype.is_floating_point:
-                t = torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
-            elif dtype == torch.bool:
-                t = torch.randint(0, 2, shape, generator=gen).bool()
-            else:
-                t = torch.randint(0, 8, shape, generator=gen).to(dtype)
-            out.append(t if device is None else t.to(device))
-        return tuple(out)
-
-
-def load_artifact(path: str | os.PathLike | bytes, runtime: str | None = None, *, sha256: str | None = None,
-                  kernel_dir: str | None = None, autotune: bool = True) -> LoadedArtifact:
-    """Check and load an artifact: a callable taking the user inputs (weights are bound from the file).
-
-    `runtime` overrides the recorded one ("launch" or "cudagraph"); `sha256` pins the
-    file's digest. Raises `ArtifactError` (one line) for a file that is not a pipec
-    artifact, was modified, or whose parts disagree.
-    """
-    return LoadedArtifact(read_artifact(path, sha256=sha256), runtime, kernel_dir=kernel_dir, autotune=autotune)
-
-
-__all__ = ["Artifact", "ArtifactError", "ArtifactInputError", "FORMAT", "FORMAT_VERSION", "InputSpec",
-           "LoadedArtifact", "TamperedArtifactError", "describe", "flat_structure", "load_artifact",
-           "pack_artifact", "read_artifact", "unflatten", "versions", "write_artifact"]
+__all__ = ["Artifact", "ArtifactError", "ArtifactInputError", "FORMAT", "FORMAT_VERSION", "InputSpec", "RUNTIMES",
+           "TamperedArtifactError", "describe", "flat_structure", "pack_artifact", "read_artifact",
+           "torch_dtype_name", "unflatten", "versions", "write_artifact"]

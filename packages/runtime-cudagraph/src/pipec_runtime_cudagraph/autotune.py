@@ -1,0 +1,216 @@
+"""Autotuning a launch: compiling its candidate configs at once, timing them, and remembering
+the fastest per kernel body and size bucket.
+
+A launch (`steps.LaunchStep`) times its configs on its first run in each size bucket
+(`time_configs`). What was picked is kept in the model's `TuningMemo` (owned by the
+`LoadContext` the model was loaded with: identical kernels, a model's repeated layers or
+another graph of the same model, are timed once) and in the tuning cache on disk
+(`tuning_cache.py`), which is what a second model or a second process finds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections import OrderedDict
+
+import torch
+
+from pipec_ir import CompileProfile
+
+from .kernels import body_digest
+from .rounds import time_in_rounds
+from .tma import misaligned, uses_tma
+from .tuning_cache import tuning_key
+
+# What autotuning picked, at INFO: one line per kernel and size bucket it times (choices.py adds
+# one per GEMM choice group). `logging.getLogger("pipec.tuning").setLevel(logging.INFO)` with a
+# handler shows it.
+tuning_log = logging.getLogger("pipec.tuning")
+
+
+class TuningMemo:
+    """What autotuning picked for one loaded model, in memory: per (kernel body digest, size
+    bucket, device) the index of the fastest config (`configs`), and per (choice digest, size
+    bucket, device, timer) the alternative a choice group picked with the timings it was picked
+    on (`choices`, choices.py).
+
+    One per `LoadContext` (`LoadContext.memo(MEMO_KEY, TuningMemo)`): every program loaded
+    with the context shares it. Each table keeps its MAX_ENTRIES most recently stored entries;
+    one dropped is timed again, or read back from the tuning cache on disk."""
+
+    MAX_ENTRIES = 4096
+
+    def __init__(self) -> None:
+        self.configs: OrderedDict[tuple, int] = OrderedDict()
+        self.choices: OrderedDict[tuple, tuple[str, dict[str, float]]] = OrderedDict()
+
+    def put(self, table: OrderedDict, key: tuple, value) -> None:
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > self.MAX_ENTRIES:
+            table.popitem(last=False)
+
+
+# the name a runtime of this package keeps its TuningMemo under in a LoadContext
+MEMO_KEY = "pipec_runtime_cudagraph.tuning"
+
+
+def describe_config(config) -> str:
+    """`XBLOCK=1 RBLOCK=4096 warps=8 stages=1`: a launch config as the tuning log prints it."""
+    blocks = " ".join(f"{k}={v}" for k, v in config.constants)
+    return f"{blocks} warps={config.num_warps} stages={config.num_stages}"
+
+
+def time_configs(launch, vals, symvals, bucket: tuple, shared_key: tuple, disk_key: str | None) -> int:
+    """Index of the fastest config at `symvals`, timed now (`LaunchStep.autotune`), stored in the
+    model's `TuningMemo` and in the tuning cache."""
+    from triton.testing import do_bench
+
+    runner = launch.runner
+    # outputs go to scratch tensors while timing: an in-place launch (output in its
+    # input's slot) run again would read what it wrote the time before
+    args = [vals[i] for i in launch.ptrs]
+    for j in range(launch.n_inputs, len(args)):
+        args[j] = torch.empty_like(args[j])
+    # autotune_configs=N: time only the first N candidates (fast compiles; 1 = none)
+    candidates = launch.kernel.configs[:runner.autotune_configs]
+    if launch.tma and misaligned(args, launch.maybe_unaligned):  # TMA needs aligned pointers
+        candidates = [c for c in candidates if not uses_tma(c)]
+    compile_all(launch.compile_jobs(candidates, args, symvals), runner.profile)
+    calls, timed_configs = {}, launch.kernel.configs[:runner.autotune_configs]
+    for j, config in enumerate(timed_configs):
+        if config in candidates:
+            launch.set_config(config)
+            sizes, grid = launch.dims if launch.static else launch.dims(*symvals)
+            calls[j] = lambda g=grid, a=args, s=sizes, k=launch.kwargs: launch.fn[g](*a, *s, **k)
+    runner.profile.count("kernels_timed")
+    runner.profile.count("configs_tried", len(calls))
+    # each config's time is its mean over rounds of alternating order (rounds.py: clock drift)
+    timed, errors = time_in_rounds(calls, lambda call: do_bench(call, warmup=1, rep=5))
+    times = [timed.get(j, math.inf) for j in range(len(timed_configs))]
+    for j, e in errors.items():
+        tuning_log.info("%s: config %s failed: %s: %s", launch.kernel.name,
+                        describe_config(launch.kernel.configs[j]), type(e).__name__,
+                        str(e).splitlines()[0][:200] if str(e) else "")
+    if all(t == math.inf for t in times):
+        raise next(iter(errors.values()), RuntimeError(f"no config of {launch.kernel.name} could be timed"))
+    chosen = min(range(len(times)), key=times.__getitem__)
+    runner.memo.put(runner.memo.configs, shared_key, chosen)
+    tuning_log.info("%s%s: config %d of %d (%s), %.4f ms; all: %s", launch.kernel.name,
+                    f" bucket {bucket}" if bucket else "", chosen, len(times),
+                    describe_config(launch.kernel.configs[chosen]), times[chosen],
+                    " ".join(f"{t:.4f}" for t in times))
+    if disk_key is not None and len(times) > 1:
+        runner.tuning_cache.put(disk_key, chosen, times)
+    return chosen
+
+
+def known_config(launch, bucket: tuple, device: torch.device) -> int | None:
+    """The config already chosen for this kernel and size bucket: by this runner, for the
+    same kernel body in this model (another layer or graph: the runner's `TuningMemo`), or
+    by an earlier model or process (the tuning cache); None when it still has to be timed."""
+    chosen = launch.runner.tuned.get((launch.kernel.name, bucket))
+    if chosen is not None:
+        return chosen
+    shared_key, disk_key = tuning_keys(launch, bucket, device)
+    chosen = launch.runner.memo.configs.get(shared_key)
+    if chosen is None and disk_key is not None:
+        chosen = launch.runner.tuning_cache.get(disk_key, len(launch.kernel.configs))
+        if chosen is not None:
+            launch.runner.memo.put(launch.runner.memo.configs, shared_key, chosen)
+    return chosen
+
+
+def tuning_keys(launch, bucket: tuple, device: torch.device) -> tuple[tuple, str | None]:
+    """(the `TuningMemo` key of the kernel body's choice, the tuning cache's key or None when
+    there is no tuning cache)."""
+    digest = body_digest(launch.kernel)
+    disk_key = (tuning_key(digest, bucket, device_name(device), triton_version())
+                if launch.runner.tuning_cache is not None else None)
+    return (digest, bucket, str(device)), disk_key
+
+
+def compile_all(jobs: list[tuple], profile: CompileProfile | None = None) -> None:
+    """Compile `jobs` (fn, args, sizes, grid, kwargs: `LaunchStep.compile_jobs`) at once: Triton's
+    AsyncCompileMode runs the compiles in a thread pool (ptxas is a subprocess, LLVM releases
+    the GIL), where one after another they were most of a cold compile (docs/performance.md,
+    "Triton compiles run in a thread pool"). A lone job is compiled here too, so that its compile
+    is Triton compilation in `profile` rather than part of the launch that would compile it.
+    Best effort: a config that fails to compile fails again, and loses, when it is timed."""
+    if not jobs:
+        return
+    profile = profile if profile is not None else CompileProfile()
+    for fn, args, sizes, _grid, kwargs in jobs:  # a config built before is a lookup in Triton's cache
+        profile.distinct("triton_compiles", compile_key(fn, args, sizes, kwargs))
+    with profile.part("triton_compile"):
+        _compile_jobs(jobs)
+
+
+def _compile_jobs(jobs: list[tuple]) -> None:
+    import triton
+
+    if len(jobs) == 1:
+        fn, args, sizes, grid, kwargs = jobs[0]
+        with contextlib.suppress(Exception):  # see compile_all
+            fn.warmup(*args, *sizes, grid=grid, **kwargs)
+        return
+    async_mode = getattr(triton, "AsyncCompileMode", None)  # triton >= 3.4
+    if async_mode is None:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    mode = None
+    try:
+        with ThreadPoolExecutor(max_workers=min(len(jobs), COMPILE_THREADS)) as pool:
+            mode = async_mode(pool)
+            with mode:
+                for fn, args, sizes, grid, kwargs in jobs:
+                    fn.warmup(*args, *sizes, grid=grid, **kwargs)
+    except Exception:  # noqa: BLE001, S110 - see compile_all
+        pass
+    finally:
+        leave_async_mode(mode)
+
+
+def compile_key(fn, args, sizes, kwargs) -> tuple:
+    """What Triton specializes one compile of `fn` on, roughly: the constexprs and launch options,
+    the pointers' dtypes, and for each integer argument whether it is 1 or a multiple of 16."""
+    dtypes = tuple(str(getattr(a, "dtype", type(a).__name__)) for a in args)
+    ints = tuple((int(v) == 1, int(v) % 16 == 0) for v in sizes)
+    return (id(fn), tuple(sorted(kwargs.items())), dtypes, ints)
+
+
+def leave_async_mode(mode) -> None:
+    """Make sure `mode` is no longer Triton's active compile mode. Before triton 3.7 its __exit__
+    cleared the mode only after every compile had succeeded: one candidate config that failed to
+    compile (float16 on a Hopper GPU, triton 3.6) left the mode active with its thread pool shut down,
+    and every later Triton compile in the process failed with "cannot schedule new futures after
+    shutdown"."""
+    try:
+        from triton.runtime import _async_compile
+    except ImportError:
+        return
+    active = getattr(_async_compile, "active_mode", None)
+    if mode is not None and active is not None and active.get() is mode:
+        active.set(None)
+
+
+# threads compiling one kernel's candidate configs (each mostly waits on ptxas or LLVM)
+COMPILE_THREADS = max(1, min(8, (os.cpu_count() or 2) - 1))
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def triton_version() -> str:
+    import triton
+
+    return triton.__version__
+
+
+__all__ = ["MEMO_KEY", "TuningMemo", "compile_all", "describe_config", "device_name", "known_config", "leave_async_mode",
+           "time_configs", "triton_version", "tuning_keys", "tuning_log"]

@@ -1,0 +1,38 @@
+"""Generated Python source: the lines of one function and the namespace its names refer to
+(specialize.py's specialized runs, cudagraph.py's replay functions)."""
+
+from __future__ import annotations
+
+import torch
+
+TORCH_EMPTY = torch.empty
+
+
+class Source:
+    """Accumulates generated lines and the namespace their names refer to."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.namespace: dict[str, object] = {"EMPTY": TORCH_EMPTY}
+
+    def const(self, prefix: str, value) -> str:
+        name = f"{prefix}_{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def emit(self, line: str, indent: int = 1) -> None:
+        self.lines.append("    " * indent + line)
+
+
+def compile_source(lines: list[str], namespace: dict, filename: str):
+    """Execute generated source defining one function; that function, with `.source` set."""
+    code = "\n".join(lines) + "\n"
+    before = set(namespace)
+    exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - our own generated source
+    (name,) = [k for k in namespace if k not in before and k != "__builtins__"]
+    fn = namespace[name]
+    fn.source = code
+    return fn
+
+
+__all__ = ["Source", "TORCH_EMPTY", "compile_source"]

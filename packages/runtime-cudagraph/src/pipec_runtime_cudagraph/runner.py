@@ -1,0 +1,374 @@
+"""`ProgramRunner`: a loaded Program as a flat list of prebuilt step closures (steps.py).
+
+Every tensor argument of a launch is contiguous with its buffer's shape and dtype. Per call
+the work is: check the inputs and `.contiguous()` those a kernel reads, bind size symbols,
+allocate the buffers written by kernels (one uint8 storage per memory-plan slot, viewed as each
+buffer), run the closures, drop intermediates after their last use. After the first call at
+some sizes, later calls at those sizes take a specialized run (specialize.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pipec_ir import CompileOptions, CompileProfile, LoadContext, Program
+
+from .autotune import MEMO_KEY, TuningMemo, compile_all, tuning_log
+from .choices import group_choices
+from .fastlaunch import current_stream_getter, hooks_active
+from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
+from .kernels import body_digest, load_kernel
+from .memory import round_up
+from .plan import ProgramPlan
+from .specialize import build_specialized
+from .steps import ExternStep, HostExtern, LaunchStep, ProgramLoadError, runs_on_host
+from .tuning_cache import TuningCache
+
+# Specialized runs kept per program (one per distinct size tuple); past it, new sizes take
+# the general path (it is correct, only slower).
+MAX_SPECIALIZED = 64
+
+
+def input_strides(inputs) -> list | None:
+    """Per input: None if it is a contiguous tensor, else its strides; None for the whole list
+    if an input is not a tensor (`prepare` then says why)."""
+    out = []
+    for t in inputs:
+        if not isinstance(t, torch.Tensor):
+            return None
+        out.append(None if t.is_contiguous() else tuple(t.stride()))
+    return out
+
+
+def outputs_to_caller(outs: list, moved: list, inputs: list) -> list:
+    """`outs` (computed from `moved`, the device copies of the caller's `inputs`) as CPU tensors
+    with eager's aliasing: an input passed through is the caller's tensor itself, a view of an
+    input is that view of the caller's tensor, outputs sharing storage share one copy of it, and
+    a value returned twice is one tensor twice."""
+    same = {id(m): t for m, t in zip(moved, inputs)}
+    storages = {m.untyped_storage().data_ptr(): t.untyped_storage() for m, t in zip(moved, inputs)}
+    back = []
+    for t in outs:
+        if t is None or id(t) in same:
+            back.append(None if t is None else same[id(t)])
+            continue
+        if not t.untyped_storage().nbytes():
+            copy = t.cpu()
+        else:
+            key = t.untyped_storage().data_ptr()
+            if key not in storages:
+                storages[key] = t.untyped_storage().cpu()
+            copy = torch.empty(0, dtype=t.dtype).set_(storages[key], t.storage_offset(), t.shape, t.stride())
+        same[id(t)] = copy
+        back.append(copy)
+    return back
+
+
+class ProgramRunner(ProgramPlan):
+    """A loaded Program: `runner(list_of_tensors) -> list[Tensor | None]`.
+
+    `options` are the compile's (cache-keyed) options; `context` the loaded model's live state
+    (`LoadContext`: recompile budget, compile profile, kernel directory, tuning memos), shared
+    by every program of the model; without one, the runner has a context of its own."""
+
+    def __init__(self, program: Program, options: CompileOptions | None = None,
+                 context: LoadContext | None = None):
+        options = options or CompileOptions()
+        self.context = context = context if context is not None else LoadContext()
+        # the compile-time profile (pipec_ir.profile): what loading, compiling, tuning and the first
+        # call cost, recorded while a window measures a model's first call (else nothing is kept)
+        self.profile = context.profile or CompileProfile()
+        self.first_call_pending = True  # the next call through __call__ is the program's first
+        self.autotune = bool(options.autotune)
+        self.kernel_dir = context.kernel_dir
+        # autotuning: the picks are kept for the model (`memo`) and on disk per (kernel, size
+        # bucket, GPU) unless the context says tuning_cache=False; autotune_configs=N times only
+        # the first N candidates (1: no timing at all)
+        self.memo = context.memo(MEMO_KEY, TuningMemo)
+        self.tuning_cache = TuningCache(self.kernel_dir) if context.tuning_cache else None
+        self.autotune_configs = options.get("autotune_configs")
+        if self.autotune_configs is not None and (
+                not isinstance(self.autotune_configs, int) or self.autotune_configs < 1):
+            raise ProgramLoadError(f"autotune_configs must be a positive integer, got {self.autotune_configs!r}")
+        self.choice = options.get("choice")  # force this alternative in every choice group (choices.py)
+        super().__init__(program, options.get("bucket", "pow2"))
+        self.tuned: dict[tuple[str, tuple], int] = {}  # (kernel, size bucket) -> chosen config index
+
+        self._plans: dict[str, list] = {}
+        self._launches: dict[str, list] = {}  # device type -> every launch of its plan (alternatives too)
+        self._precompiled: set[tuple] = set()  # (device type, size bucket) whose first call compiled at once
+        self._schedules: dict[int, tuple[list, list]] = {}  # id(plan) -> (plan, allocation schedule)
+        # symbol values -> (device, specialized run): see `specialize.py`
+        self.specialized: dict[tuple, tuple] = {}
+        self.specialize = bool(options.get("specialize", True))
+        self._raw_stream = None
+        self.choice_timer = "wall"  # how choice groups are timed (choices.py); "graph" under CUDA Graphs
+        self.default_device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        if self.default_device.type == "cpu":
+            enable_interpreter()
+        self._plans[self.default_device.type] = self._build(self.default_device.type)
+
+    @property
+    def plans(self) -> dict[str, list]:
+        """device type -> the step list built for it (`[(step, released values), ...]`)."""
+        return self._plans
+
+    def _build(self, device_type: str, tune: bool | None = None) -> list:
+        """The step closures for one device type (cuda: compiled kernels, cpu: interpreter)."""
+        interpret = device_type == "cpu" or interpreter_active()
+        reads_by_launch = {n for s in self.program.steps if s.kind == "launch" for n in s.inputs}
+        if tune is None:
+            tune = self.autotune and not interpret
+        steps = []
+        for k, s in enumerate(self.program.steps):
+            if s.kind == "launch":
+                kernel = self.kernels.get(s.target)
+                if kernel is None:
+                    raise ProgramLoadError(f"program {self.name}: step {k} launches unknown kernel {s.target!r}")
+                fn = load_kernel(kernel, interpret=interpret, cache_dir=self.kernel_dir)
+                self.profile.distinct("kernels", (self.name, kernel.name))
+                self.profile.distinct("unique_kernels", body_digest(kernel))  # identical layers: one
+                fn = honour_debug(fn) if interpret else fn
+                steps.append((LaunchStep(self, s, kernel, fn, interpret, tune), self.release[k]))
+            elif s.kind == "extern":
+                steps.append((ExternStep(s, self.index, reads_by_launch, self.symbols), self.release[k]))
+            else:
+                raise ProgramLoadError(f"program {self.name}: step {k} has unknown kind {s.kind!r}")
+        self._launches[device_type] = [step for step, _ in steps if isinstance(step, LaunchStep)]
+        return group_choices(self, steps, tune, self.choice)
+
+    def precompile_once(self, inputs: list, symvals: tuple, device: torch.device) -> None:
+        """`_precompile` on the first call of each size bucket (all symbols) on each device type:
+        a new bucket may bring new configs to time and new sizes to specialize for."""
+        key = (device.type, self.bucket_key(symvals))
+        if key not in self._precompiled:
+            self._precompiled.add(key)
+            self._precompile(inputs, symvals, device)
+
+    def _precompile(self, inputs: list, symvals: tuple, device: torch.device) -> None:
+        """Compile what the first call will compile, all at once (`compile_all`): every launch's
+        candidate configs, those of every choice-group alternative included, which the steps
+        would otherwise compile one launch after another. Values not made yet are stood in for by
+        small tensors of their dtype: compiling reads only dtypes and alignment."""
+        stand_ins: dict[torch.dtype, torch.Tensor] = {}
+
+        def tensor(i: int):
+            if i < len(inputs):
+                return inputs[i]
+            dtype = self.value_dtypes.get(i)
+            if dtype is not None and dtype not in stand_ins:
+                stand_ins[dtype] = torch.empty(16, dtype=dtype, device=device)
+            return stand_ins.get(dtype)
+
+        jobs, launches = [], 0
+        for launch in self._launches.get(device.type, ()):
+            args = [tensor(i) for i in launch.ptrs]
+            if all(a is not None for a in args):
+                found = launch.compile_jobs(launch.candidates(symvals, device), args, symvals)
+                jobs += found
+                launches += bool(found)
+        if len(jobs) > 1:
+            tuning_log.info("%s: compiling %d kernel configs of %d launches at once", self.name, len(jobs), launches)
+        compile_all(jobs, self.profile)
+
+    # ---------------------------------------------------------- per call
+    def _fail(self, message: str):
+        raise RuntimeError(f"pipec program {self.name!r}: {message}")
+
+    def prepare(self, inputs) -> tuple[list, tuple, torch.device]:
+        """Check the inputs against Program.inputs; -> (inputs, contiguous where a kernel reads them
+        (`dense_inputs`), symbol values, device)."""
+        specs = self.program.inputs
+        if len(inputs) != len(specs):
+            self._fail(f"expected {len(specs)} inputs ({', '.join(b.name for b in specs)}), got {len(inputs)}")
+        for i, (t, dtype) in enumerate(zip(inputs, self.input_dtypes)):
+            if not isinstance(t, torch.Tensor):
+                self._fail(f"input {i} ({specs[i].name}) is a {type(t).__name__}, expected a tensor")
+            if t.dtype != dtype:
+                self._fail(f"input {i} ({specs[i].name}) has dtype {str(t.dtype).removeprefix('torch.')}, "
+                           f"expected {specs[i].type.dtype}")
+        symvals = tuple(inputs[i].shape[d] for i, d in self.symbol_source)
+        for value, name, (lo, hi) in zip(symvals, self.symbols, self.symbol_ranges):
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                self._fail(f"size {name}={value} is outside its range [{lo}, {hi if hi is not None else 'inf'}]")
+        for i, (t, shape) in enumerate(zip(inputs, self.input_shapes)):
+            expected = shape(*symvals)
+            if t.shape != expected:
+                self._fail(f"input {i} ({specs[i].name}) has shape {tuple(t.shape)}, expected {tuple(expected)}")
+        # the GPU the inputs are on; CPU tensors beside them (index tensors, scalars) move to it,
+        # as ATen moves them for an op that takes them (kernels cannot read host memory)
+        device = next((t.device for t in inputs if t.device.type != "cpu"), None)
+        device = device or (inputs[0].device if inputs else self.default_device)
+        for i, t in enumerate(inputs):
+            if t.device != device and t.device.type != "cpu":
+                first = next(k for k, u in enumerate(inputs) if u.device == device)
+                self._fail(f"input {i} ({specs[i].name}) is on {t.device}, input {first} is on {device}")
+        dense = self.dense_inputs
+        return [t.to(device).contiguous() if i in dense else t.to(device) for i, t in enumerate(inputs)], symvals, device
+
+    def steps_for(self, device: torch.device) -> list:
+        plan = self._plans.get(device.type)
+        if plan is None:
+            plan = self._plans[device.type] = self._build(device.type)
+        return plan
+
+    def run(self, inputs: list, symvals: tuple, device: torch.device, observe: dict | None = None) -> list:
+        """Run the steps on prepared inputs; the program's outputs. `observe` (a dict) receives
+        {value: (shape, stride, dtype)} of every tensor value the run made (views.py reads it)."""
+        if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
+            return self.run_cpu_on_cuda(inputs, symvals)
+        steps = self.steps_for(device)
+        if device.type == "cuda" and not interpreter_active():
+            with torch.cuda.device(device):
+                self.precompile_once(inputs, symvals, device)
+        schedule = self._allocation_schedule(steps)
+        vals = [None] * self.nvals
+        vals[:len(inputs)] = inputs
+        args = (steps, schedule, vals, symvals, device, observe)
+        if device.type == "cpu" and not interpreter_active():
+            with interpreter_scope(True):
+                self._run_steps(*args)
+        elif device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                self._run_steps(*args)
+        else:
+            self._run_steps(*args)
+        if observe is not None:
+            observe_values(observe, range(self.nvals), vals)
+        return [None if i is None else vals[i] for i in self.out_index]
+
+    def _allocation_schedule(self, steps: list) -> list:
+        """Per plan position, the allocations made just before it: each slot's storage (with
+        the views of all its buffers) and each unslotted buffer where it is first written,
+        so what the memory plan says is live is what is allocated (as in specialize.py)."""
+        cached = self._schedules.get(id(steps))
+        if cached is not None and cached[0] is steps:
+            return cached[1]
+        first: dict[int, int] = {}
+        for k, (step, _) in enumerate(steps):
+            alternatives = getattr(step, "alternatives", None)
+            objs = [o for alt in alternatives.values() for o in alt] if alternatives else [step]
+            for obj in objs:
+                for i in getattr(obj, "allocates", getattr(obj, "writes", ())):
+                    first.setdefault(i, k)
+        schedule: list[list] = [[] for _ in steps] or [[]]
+        for nbytes, views in self.slot_allocs:
+            k = min(first.get(i, 0) for i, *_ in views)
+            schedule[k].append((nbytes, views))
+        for i, shape, dtype in self.plain_allocs:
+            schedule[first.get(i, 0)].append((None, ((i, dtype, shape, None),)))
+        self._schedules[id(steps)] = (steps, schedule)
+        return schedule
+
+    @staticmethod
+    def _allocate(actions, vals, symvals, device) -> None:
+        for nbytes, views in actions:
+            if nbytes is None:  # a buffer of its own
+                (i, dtype, shape, _), = views
+                vals[i] = torch.empty(shape(*symvals), dtype=dtype, device=device)
+                continue
+            storage = torch.empty(round_up(max(nbytes(*symvals))), dtype=torch.uint8, device=device)
+            for i, dtype, shape, size in views:
+                vals[i] = storage[:size(*symvals)[0]].view(dtype).view(shape(*symvals))
+
+    def run_cpu_on_cuda(self, inputs: list, symvals: tuple) -> list:
+        """CPU tensors on a machine with CUDA: the kernels run on the GPU, everything else as
+        it would for CPU tensors, and the caller gets CPU tensors.
+
+        Why not the interpreter here: before triton 3.7 the interpreter patches
+        triton.language for good when it first runs a kernel, so every kernel compiled
+        for the GPU afterwards in the same process fails to build.
+
+        * Extern calls other than views run on the CPU (`HostExtern`): ops with only a CPU
+          kernel (`_scaled_dot_product_flash_attention_for_cpu`), random draws from the CPU
+          generator eager uses, and ATen's CPU numerics.
+        * Outputs keep eager's aliasing: an input passed through is the input itself, a view
+          of an input is that view of the caller's tensor, outputs sharing storage share
+          one copied-back storage.
+        """
+        cuda = torch.device("cuda", torch.cuda.current_device())
+        moved = [t.to(cuda) for t in inputs]
+        steps = self._plans.get("cpu-on-cuda")
+        if steps is None:
+            steps = self._plans["cpu-on-cuda"] = [(HostExtern(s, self.index) if runs_on_host(s) else s, r)
+                                                  for s, r in self.steps_for(cuda)]
+        vals = [None] * self.nvals
+        vals[:len(moved)] = moved
+        self._run_steps(steps, self._allocation_schedule(steps), vals, symvals, cuda)
+        return outputs_to_caller([None if i is None else vals[i] for i in self.out_index], moved, inputs)
+
+    @classmethod
+    def _run_steps(cls, steps, schedule, vals, symvals, device, observe: dict | None = None) -> None:
+        if not steps:
+            cls._allocate(schedule[0], vals, symvals, device)
+        for (step, release), actions in zip(steps, schedule):
+            if actions:
+                cls._allocate(actions, vals, symvals, device)
+            step(vals, symvals, device)
+            if observe is not None:
+                observe_values(observe, release, vals)
+            for i in release:
+                vals[i] = None
+
+    def __call__(self, inputs) -> list:
+        if self.specialized:
+            out = self._run_specialized(inputs)
+            if out is not None:
+                return out
+        if self.first_call_pending:
+            self.first_call_pending = False
+            with self.profile.part("first_run"):
+                return self(inputs)
+        may_specialize = self.specialize and len(self.specialized) < MAX_SPECIALIZED
+        strides = input_strides(inputs) if may_specialize else None  # before `prepare` copies any
+        inputs, symvals, device = self.prepare(inputs)
+        specialize = may_specialize and symvals not in self.specialized
+        observed = {} if specialize else None  # the layouts the specialized run builds on
+        out = self.run(inputs, symvals, device, observed)
+        if specialize:
+            self._specialize(symvals, device, observed, strides)
+        return out
+
+    def _run_specialized(self, inputs) -> list | None:
+        """The specialized run for these inputs' sizes, or None (guards failed, other device)."""
+        try:
+            symvals = tuple([inputs[i].shape[d] for i, d in self.symbol_source])
+        except (IndexError, AttributeError, TypeError):
+            return None
+        entry = self.specialized.get(symvals)
+        if entry is None:
+            return None
+        device_index, run = entry
+        if device_index < 0:
+            return run(inputs, None)
+        if torch._C._cuda_getDevice() != device_index or hooks_active():
+            return None
+        return run(inputs, self._raw_stream(device_index))
+
+    def _specialize(self, symvals: tuple, device: torch.device, observed: dict | None = None,
+                    strides: list | None = None) -> None:
+        """Build the specialized run for `symvals` on `device` (a plain CUDA device that is the
+        current one, or the CPU under the interpreter); other cases keep the general path.
+        `strides`: per input, None if it was contiguous, else its strides (input_strides)."""
+        if device.type == "cuda":
+            if device.index is not None and device.index != torch.cuda.current_device():
+                return
+            device = torch.device("cuda", torch.cuda.current_device())
+            if self._raw_stream is None:
+                self._raw_stream = current_stream_getter()
+        elif not (device.type == "cpu" and interpreter_active()):
+            return
+        run = build_specialized(self, self.steps_for(device), symvals, device, observed or {}, strides)
+        if run is None:
+            return
+        self.specialized[symvals] = (device.index if device.type == "cuda" else -1, run)
+
+
+def observe_values(observed: dict, indices, vals) -> None:
+    for i in indices:
+        v = vals[i]
+        if isinstance(v, torch.Tensor) and i not in observed:
+            observed[i] = (tuple(v.shape), v.stride(), v.dtype)
+
+
+__all__ = ["MAX_SPECIALIZED", "ProgramRunner", "input_strides", "outputs_to_caller"]
