@@ -412,7 +412,9 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
             with profile.part(PROFILE_PARTS.get(stage.name, stage.name)):
                 if cache is not None and digest is None and stage.kind is not None:
                     digest = source_digest(doc, example_inputs)  # the first stage's input
-                doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, options, example_inputs)
+                # the runtime names its calls in profiler traces after the graph (profiling.py)
+                stage_options = options.with_extra(graph_name=stats.name) if stage.kind is None else options
+                doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, stage_options, example_inputs)
                 digest = text_digest(text) if text is not None else None
         except PipecError:
             raise
