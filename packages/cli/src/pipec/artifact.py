@@ -362,6 +362,9 @@ def load(path, runtime: str | None = None, *, sha256: str | None = None, **kwarg
     """
     from pipec_runtime_cudagraph.artifact import load_artifact
 
+    from .logs import configure_logs
+
+    configure_logs()  # PIPEC_LOGS=tuning: what the runtime tunes for it
     return load_artifact(path, runtime, sha256=sha256, **kwargs)
 
 

@@ -21,6 +21,7 @@ from pipec_ir import CompileOptions, CompileProfile
 from .cache import open_cache, source_digest, stage_key, text_digest
 from .constants import bind_constants, graph_constants
 from .errors import PipecError, PipecFallbackWarning
+from .logs import log_stage
 from .plugins import get_plugin_manager, get_registry
 
 
@@ -433,6 +434,7 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
             constants = graph_constants(entry.impl, source, doc)
             captured = doc
         _add_stats(stats, doc)
+        log_stage(stage.name, stats.name, doc, stats.units)
         if stage.kind is not None and options.dump_dir:
             dump_document(options.dump_dir, stats.name, stage.name, doc)
         _notify_observers(stage.name, stats.name, doc, seconds)
