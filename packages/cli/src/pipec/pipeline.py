@@ -140,6 +140,9 @@ class GraphStats:
     kernel_rows: list[dict] = field(default_factory=list)  # kernel_rows(): each kernel and how it runs
     cache: dict[str, str] = field(default_factory=dict)  # stage -> "hit" | "miss" (stages looked up)
     units: list[dict] | None = field(default=None, repr=False)  # plan_units(), once the plan is made
+    # the documents themselves, for `pipec report` (its fusion picture, launch configs)
+    plan: pipec_ir.KernelPlan | None = field(default=None, repr=False, compare=False)
+    program: pipec_ir.Program | None = field(default=None, repr=False, compare=False)
 
     def add_graph(self, graph: pipec_ir.Graph) -> None:
         self.op_count = sum(1 for n in graph.nodes if is_compute(n))
@@ -148,6 +151,7 @@ class GraphStats:
 
     def add_plan(self, plan: pipec_ir.KernelPlan) -> None:
         self.units = plan_units(plan)
+        self.plan = plan
         self.fusion_count = sum(1 for unit in self.units if len(unit["ops"]) > 1)
         self.not_fused = [(r.first, r.second, r.reason) for r in plan.rejected]
 
@@ -158,6 +162,7 @@ class GraphStats:
         self.kernel_count = len([k for k in program.kernels if k.name not in other])
         self.kernels = [(k.name, k.source) for k in program.kernels]
         self.kernel_rows = kernel_rows(self.units, program)
+        self.program = program
 
     def to_dict(self) -> dict:
         return {
