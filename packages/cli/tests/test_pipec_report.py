@@ -208,3 +208,12 @@ def test_page_renders_in_headless_chromium(page, tmp_path):
     assert inked > 0.03 * width * height  # boxes, text and arrows: a blank or broken SVG has ~none
     red = sum(1 for row in rows for i in range(0, len(row), bpp) if row[i] > 200 and row[i + 1] < 80 and row[i + 2] < 80)
     assert red > 20  # the rejected fusion's red marker is drawn
+
+
+def test_a_mismatch_is_exit_1_with_the_page_written(fake_stages, capsys, model_file, tmp_path):
+    out = tmp_path / "r.html"
+    code, _, err = run(["report", model_file, "-o", out, "--runtime", "wrong", "--device", "cpu"], capsys)
+    assert code == 1 and "differs" in one_error_line(err)
+    text = out.read_text()
+    parse(text)
+    assert "MISMATCH" in text

@@ -50,11 +50,21 @@ def picture_of(plan) -> dict:
     graph = plan.graph
     return {
         "inputs": [{"name": i.name, "role": i.role, "type": str(i.type)} for i in graph.inputs],
-        "nodes": [{"name": n.name, "op": n.op, "kind": kind_of(n.op) if n.op in OPS else "other",
+        "nodes": [{"name": n.name, "op": n.op, "label": _label(n), "kind": kind_of(n.op) if n.op in OPS else "other",
                    "inputs": list(n.inputs), "type": str(n.type)} for n in graph.nodes],
         "kernels": [{"name": k.name, "kind": k.kind, "nodes": list(k.nodes)} for k in plan.kernels],
         "rejected": [{"first": r.first, "second": r.second, "reason": r.reason} for r in plan.rejected],
     }
+
+
+def _label(node, longest: int = 28) -> str:
+    """An op's label in the picture: its op, an extern call by its ATen op (`aten.mm.default`: mm)."""
+    target = node.attr("target") if node.op == "extern" else None
+    if not target:
+        return node.op
+    parts = str(target).split(".")
+    name = parts[1] if len(parts) > 2 and parts[0] in ("aten", "prims", "pipec") else str(target)
+    return name if len(name) <= longest else name[:longest - 1] + "…"
 
 
 def launch_of(kernel, tuning: list[str], interpreted: bool) -> dict:

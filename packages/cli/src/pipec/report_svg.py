@@ -112,7 +112,7 @@ def layout(picture: dict) -> dict:
 
     def label_of(name: str) -> str:
         node = nodes.get(name)
-        return node["op"] if node else name
+        return node.get("label", node["op"]) if node else name
 
     def title_of(index: int) -> str:
         return "inputs and literals" if index < 0 else f"{kernels[index]['name']} ({kernels[index]['kind']})"
@@ -187,7 +187,7 @@ def fusion_svg(picture: dict, title: str = "fusion graph", uid: str = "0") -> st
     for name, (cx, cy, w) in pos.items():
         node = nodes.get(name)
         if node is not None:
-            label, kind, what = node["op"], node["kind"], f'{name} = {node["op"]}  # {node["type"]}'
+            label, kind, what = node.get("label", node["op"]), node["kind"], f'{name} = {node["op"]}  # {node["type"]}'
         else:
             item = inputs.get(name, {"role": "input", "type": ""})
             label, kind, what = name, "input", f'{item["role"]} {name}  # {item["type"]}'
