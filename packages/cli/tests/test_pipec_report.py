@@ -105,6 +105,7 @@ def test_page_sections(page):
     assert "<h2>Compile-time profile</h2>" in text and "first call (wall)" in text
     assert "@triton.jit" in text and "def pipec_fused_mm_add_gelu_" in text
     assert "warps=" in text and "cdiv(" in text  # launch configs and grid
+    assert "# kernel plan for " in text  # the plan's IR text
     assert "not tuned: Triton&#x27;s interpreter runs the first config" in text or "one config" in text
 
 

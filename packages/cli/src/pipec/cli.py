@@ -3,6 +3,7 @@
     pipec compile MODEL.py [--fusion NAME] [--runtime NAME] [--mode default|reduce-overhead|max-autotune|...]
                            [--dynamic] [--fullgraph] [--dump-ir DIR] [--output-code] [--json]
     pipec explain MODEL.py [same options]
+    pipec report MODEL.py -o report.html [same options]   (one offline HTML page; docs/debugging.md)
     pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--pipec-mode MODE]
                          [--keep-going] [--json] [-o FILE]
     pipec capture MODEL.py -o graph.json [--exporter export|dynamo]
@@ -18,7 +19,8 @@ Exit codes: 0 success; 1 compile failure or numerical mismatch vs eager;
 with one line on stderr saying why. Environment: PIPEC_DISABLE_PLUGINS,
 PIPEC_LOAD_PLUGINS (see pipec.plugins), PIPEC_DUMP_IR (default --dump-ir),
 PIPEC_TRACEBACK=1 (print the full traceback of a compile failure), PIPEC_CACHE
-(default --cache), PIPEC_CACHE_DIR and PIPEC_REDIS_URL (see pipec.cache).
+(default --cache), PIPEC_CACHE_DIR and PIPEC_REDIS_URL (see pipec.cache), PIPEC_LOGS
+(what each stage decides, on stderr: see pipec.logs).
 """
 
 from __future__ import annotations

@@ -89,6 +89,8 @@ def collect(report, session, *, model: str, device: str, interpreted: bool, opti
             versions: dict[str, str] | None = None) -> dict:
     """Everything the page shows, as plain data: `report.to_dict(with_code=True)` (what `pipec
     explain --json` prints) with, per graph, `picture` and each Triton kernel's `launch`."""
+    from pipec_ir.text import format_plan
+
     data = report.to_dict(with_code=True)
     data.update(model=model, device=device, interpreter=interpreted, versions=versions or {},
                 stages={"capture": options.capture, "fusion": options.fusion, "codegen": options.codegen,
@@ -100,6 +102,7 @@ def collect(report, session, *, model: str, device: str, interpreted: bool, opti
         graph["launch"] = ({k.name: launch_of(k, tuning, interpreted) for k in program.kernels}
                            if program is not None else {})
         graph["sources"] = dict(stats.kernels)
+        graph["plan_text"] = format_plan(stats.plan) if stats.plan is not None else None
         graph["choices"] = [line for line in tuning if line.startswith("choice ")]
     return data
 
@@ -218,6 +221,9 @@ def _graph(index: int, g: dict) -> str:
     if g["extern_ops"]:
         rows = [[_e(x["target"]), _e(x["reason"])] for x in g["extern_ops"]]
         out.append("<h3>Library calls</h3>" + _table(["ATen op", "why"], rows))
+    if g.get("plan_text"):
+        out.append(f"<details><summary>the kernel plan as IR text (--dump-ir)</summary>"
+                   f"<pre><code>{_e(g['plan_text'])}</code></pre></details>")
     return "".join(out)
 
 
