@@ -307,23 +307,21 @@ class ProgramRunner(ProgramPlan):
             for i in release:
                 vals[i] = None
 
-    def __call__(self, inputs) -> list:
-        if profiler_state._is_profiler_enabled:  # a profiler records: name the call and its kernels (profiling.py)
+    def __call__(self, inputs, in_range: bool = False) -> list:
+        """One call. `in_range`: a profiler records and this call's range is open (profiling.py);
+        then no specialized interpreter run, which would hide the kernels from the profiler (the
+        general path gives each its range)."""
+        if profiler_state._is_profiler_enabled and not in_range:  # name the call and its kernels
             with graph_range(self.range_name):
-                return self._call(inputs, interpreted_fast=False)
-        return self._call(inputs)
-
-    def _call(self, inputs, interpreted_fast: bool = True) -> list:
-        """One call. `interpreted_fast=False`: not through a specialized interpreter run, which
-        would hide the kernels from the profiler (the general path gives each its range)."""
+                return self(inputs, True)
         if self.specialized:
-            out = self._run_specialized(inputs, interpreted_fast)
+            out = self._run_specialized(inputs, not in_range)
             if out is not None:
                 return out
         if self.first_call_pending:
             self.first_call_pending = False
             with self.profile.part("first_run"):
-                return self._call(inputs, interpreted_fast)
+                return self(inputs, in_range)
         may_specialize = self.specialize and len(self.specialized) < MAX_SPECIALIZED
         strides = input_strides(inputs) if may_specialize else None  # before `prepare` copies any
         inputs, symvals, device = self.prepare(inputs)
