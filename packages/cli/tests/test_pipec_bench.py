@@ -102,6 +102,49 @@ def test_backends_are_timed_as_compiled_not_recompiled(monkeypatch):
     assert result.backend("pipec").compile_warm_s is not None  # the warm compile ran, after the timing
 
 
+def test_timing_warnings_name_a_loaded_machine_and_disagreeing_rounds():
+    from pipec.bench_measure import rounds_spread, timing_warnings
+
+    calm = BackendResult("eager", "eager", ms_rounds=[1.0, 1.05, 1.02])
+    noisy = BackendResult("pipec", "pipec (default, launch)", ms_rounds=[1.0, 1.3, 1.1])
+    for b in (calm, noisy):
+        b.rounds_spread = rounds_spread(b.ms_rounds)
+    assert calm.rounds_spread == pytest.approx(0.05) and rounds_spread([2.0]) is None
+    assert timing_warnings({"start": 0.5, "end": 1.5, "cpus": 2}, [calm]) == []
+    # one high reading alone (the benchmark's own compile in the 1-minute average) is not enough
+    assert timing_warnings({"start": 6.0, "end": 1.5, "cpus": 2}, [calm]) == []
+    assert timing_warnings({"start": None, "end": None, "cpus": 2}, [calm]) == []  # no load average here
+    loaded, rounds = timing_warnings({"start": 5.8, "end": 4.0, "cpus": 2}, [calm, noisy])
+    assert loaded.startswith("load average 5.8 on 2 CPUs: other processes compete")
+    assert rounds == "pipec (default, launch): timing rounds disagree by 30% (1, 1.3, 1.1 ms)"
+
+
+def test_run_bench_records_the_load_and_the_rounds_spread(monkeypatch):
+    from pipec import bench_measure
+    from pipec.api import make_options
+    from pipec.bench import run_bench
+
+    # calls in rounds of rotated order: eager, pipec | pipec, eager | eager, pipec
+    times = iter([1.0, 5.0, 5.6, 5.0, 1.0, 5.0])  # eager 1, 5, 1 (400% apart); pipec 5, 5.6, 5 (12%)
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: next(times))
+    loads = iter([7.5, 6.25])
+    monkeypatch.setattr(bench_measure, "load_average", lambda: next(loads))
+    monkeypatch.setattr(bench_measure, "usable_cpus", lambda: 4)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
+    options = BenchOptions(pipec=make_options(), inductor=False, rounds=3, warmup_ms=0, rep_ms=1, warm=False)
+    result = run_bench(model, (torch.randn(4, 5),), "seq", options)
+    data = result.to_dict()
+    assert data["load_average"] == {"start": 7.5, "end": 6.25, "cpus": 4}
+    eager, pipec = data["backends"]
+    assert eager["rounds_spread"] == pytest.approx(4.0) and pipec["rounds_spread"] == pytest.approx(0.12)
+    assert len(data["timing_warnings"]) == 3
+    assert data["timing_warnings"][0].startswith("load average 7.5 on 4 CPUs")
+    assert "eager: timing rounds disagree by 400%" in data["timing_warnings"][1]
+    table = bench.bench_table(result)
+    assert table.caption.startswith("WARNING, timings may not be trusted: load average 7.5 on 4 CPUs")
+    assert table.columns[1]._cells[0].endswith("±400%")
+
+
 # ---------------------------------------------------------------- the command, real stages
 
 

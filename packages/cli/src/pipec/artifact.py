@@ -362,6 +362,9 @@ def load(path, runtime: str | None = None, *, sha256: str | None = None, **kwarg
     """
     from pipec_runtime_cudagraph import load_artifact
 
+    from .logs import configure_logs
+
+    configure_logs()  # PIPEC_LOGS=tuning: what the runtime tunes for it
     kwargs.setdefault("kernel_dir", env_kernel_dir())  # the runtime package reads no environment
     return load_artifact(path, runtime, sha256=sha256, **kwargs)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pipec_ir import CompileOptions
 
 from .errors import PipecError
+from .logs import configure_logs, logger
 from .pipeline import Session, compile_graph
 from .plugins import get_registry
 
@@ -24,6 +25,7 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
     one (pipec.compile makes one per model); once it is used up, the recompiled graph runs
     eagerly (or, with fullgraph=True, `RecompileLimitError` is raised).
     """
+    configure_logs()  # PIPEC_LOGS / TORCH_LOGS, read here, in the front end (logs.py)
     session = session if session is not None else Session()
     budget = session.context.budget if session.context is not None else None
     profile = session.profile
@@ -39,7 +41,12 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
         reason = break_reason(gm)
         if reason is not None:
             session.break_reasons.append(reason)
+            logger("graph_breaks").info("graph %s_%d ends at a graph break: %s", prefix,
+                                        session.dynamo_graphs, reason)
         compile_id = _compile_id()
+        if budget is None and compile_id is not None and compile_id[1]:  # else the budget logs it
+            logger("recompiles").info("recompile %d of frame %d (inputs %s)", compile_id[1], compile_id[0],
+                                      _describe(example_inputs))
         if budget is not None and compile_id is not None and compile_id[1]:
             if compile_id not in charged:  # one charge per recompile, however many graphs it breaks into
                 charged.add(compile_id)

@@ -65,6 +65,7 @@ from pipec_ir import CompileOptions
 from .bench_measure import (
     _tensors, io_bytes, count_flops, describe_inputs, _synchronize, cpu_median_ms, measure_ms, timer_label, copy_tb_per_s, count_launches, peak_memory_mib, reserved_bytes,
 )
+from . import bench_measure
 
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # pipec's compile cache, its kernel sources and tuning results, Inductor's and Triton's caches
@@ -97,6 +98,7 @@ class BackendResult:
     label: str
     ms: float | None = None  # the median of `ms_rounds`
     ms_rounds: list[float] = field(default_factory=list)  # one median per timing round
+    rounds_spread: float | None = None  # (slowest - fastest) / fastest round: > 10% is warned about
     max_error: float | None = None
     kernels: int | None = None
     extern_ops: int | None = None
@@ -135,6 +137,10 @@ class BenchResult:
     versions: dict[str, str]
     copy_tb_per_s: float | None = None
     backends: list[BackendResult] = field(default_factory=list)
+    # the 1-minute load average when the timing rounds started and ended, and the usable CPUs
+    load_average: dict[str, float | int | None] = field(default_factory=dict)
+    # why the timings may not be trusted (bench_measure.timing_warnings); empty: no reason found
+    timing_warnings: list[str] = field(default_factory=list)
 
     def backend(self, name: str) -> BackendResult | None:
         return next((b for b in self.backends if b.name == name), None)
@@ -323,6 +329,7 @@ def time_rounds(pending: list[Timed], device: str, options: BenchOptions,
             timed.result.ms_rounds = []
         else:
             timed.result.ms = statistics.median(timed.result.ms_rounds)
+            timed.result.rounds_spread = bench_measure.rounds_spread(timed.result.ms_rounds)
 
 
 def bench_eager(model, inputs) -> Timed:
@@ -500,7 +507,11 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                 continue
             result.backends.append(pending[-1].result)
             on_update(result)
+        load_start = bench_measure.load_average()
         time_rounds(pending, device, options, progress)
+        result.load_average = {"start": load_start, "end": bench_measure.load_average(),
+                               "cpus": bench_measure.usable_cpus()}
+        result.timing_warnings = bench_measure.timing_warnings(result.load_average, result.backends)
         pending = [timed for timed in pending if not timed.result.error]  # keep_going: failed while timed
         on_update(result)
         # torch.profiler may leave Triton launch hooks set for the rest of the process, and a launch
@@ -572,7 +583,9 @@ def bench_table(result: BenchResult):
         d = result.derived(b)
         tbps = _fmt(d["tb_per_s"], ".3g") + (f" ({d['fraction_of_copy']:.0%})" if d["fraction_of_copy"] else "")
         kernels = _fmt(b.kernels, "d") + (f" +{b.extern_ops} extern" if b.extern_ops else "")
-        row = [b.label, _fmt(b.ms, ".4g"), _fmt(d["speedup_vs_eager"], ".3g", "×"),
+        spread = b.rounds_spread is not None and b.rounds_spread > bench_measure.ROUNDS_SPREAD_LIMIT
+        ms = _fmt(b.ms, ".4g") + (f" ±{b.rounds_spread:.0%}" if spread else "")  # rounds disagree
+        row = [b.label, ms, _fmt(d["speedup_vs_eager"], ".3g", "×"),
                _fmt(d["speedup_vs_inductor"], ".3g", "×"), tbps]
         if result.flops:
             row.append(_fmt(d["tflop_per_s"], ".3g"))
@@ -582,6 +595,7 @@ def bench_table(result: BenchResult):
         row += [_fmt(b.compile_cold_s, ".2f"), _fmt(b.compile_warm_s, ".2f"), _fmt(b.max_error, ".3g")]
         table.add_row(*row)
     notes = [f"{b.name} failed: {b.error}" for b in result.backends if b.error]
+    notes += [f"WARNING, timings may not be trusted: {w}" for w in result.timing_warnings]
     notes += [f"{result.bytes / 1e6:.4g} MB moved per call (inputs, weights, outputs once each)"]
     if result.copy_tb_per_s:
         notes.append(f"copy of the same bytes: {result.copy_tb_per_s:.3f} TB/s")

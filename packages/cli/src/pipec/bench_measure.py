@@ -5,6 +5,7 @@ peak memory. bench.py runs the backends and makes the table; these are its instr
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -99,6 +100,55 @@ def timer_label(device: str, warmup_ms: float, rep_ms: float, rounds: int = 1) -
     if device.startswith("cuda"):
         return f"triton.testing.do_bench median ({each}){rounds_text}"
     return f"CPU wall time, time.perf_counter median ({each}){rounds_text}"
+
+
+# ---------------------------------------------------------------- can the numbers be trusted
+
+# a backend's timing rounds disagreeing by more than this (slowest vs fastest) say the machine
+# changed under the benchmark: other work, clocks, thermal state
+ROUNDS_SPREAD_LIMIT = 0.10
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's share), else os.cpu_count()."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (runnable and waiting tasks); None where the OS has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def rounds_spread(ms_rounds: list[float]) -> float | None:
+    """How far a backend's timing rounds disagree: (slowest - fastest) / fastest; None under 2 rounds."""
+    if len(ms_rounds) < 2 or min(ms_rounds) <= 0:
+        return None
+    return (max(ms_rounds) - min(ms_rounds)) / min(ms_rounds)
+
+
+def timing_warnings(load: dict, backends) -> list[str]:
+    """Why the timings may not be trusted (empty: no reason found).
+
+    `load`: {"start", "end": the load average when the timing rounds started and ended, "cpus"}.
+    A load above the CPU count at both ends means other processes competed for the CPUs all
+    along (one reading alone may be the benchmark's own compile, still in the 1-minute average).
+    `backends`: BackendResults whose `rounds_spread` is set."""
+    out = []
+    start, end, cpus = load.get("start"), load.get("end"), load.get("cpus") or 1
+    if start is not None and end is not None and min(start, end) > cpus:
+        out.append(f"load average {max(start, end):.1f} on {cpus} CPUs: other processes compete with the "
+                   "benchmark (host overhead and CPU times are inflated)")
+    for b in backends:
+        if b.rounds_spread is not None and b.rounds_spread > ROUNDS_SPREAD_LIMIT:
+            rounds = ", ".join(f"{ms:.4g}" for ms in b.ms_rounds)
+            out.append(f"{b.label}: timing rounds disagree by {b.rounds_spread:.0%} ({rounds} ms)")
+    return out
 
 
 def copy_tb_per_s(nbytes: int, device: str, warmup_ms: float, rep_ms: float) -> float | None:

@@ -5,6 +5,7 @@
     pipec explain MODEL.py [same options]
     pipec bisect MODEL.py [same options] [--dtype D] [--repro-dir DIR] [--no-narrow] [--json]
     pipec minify MODEL.py [same options] [--dtype D] -o repro.py [--json]
+    pipec report MODEL.py -o report.html [same options]   (one offline HTML page; docs/debugging.md)
     pipec bench MODEL.py [--fusion NAME] [--mode ...] [--no-inductor] [--inductor-mode MODE] [--pipec-mode MODE]
                          [--keep-going] [--json] [-o FILE]
     pipec capture MODEL.py -o graph.json [--exporter export|dynamo]
@@ -20,7 +21,8 @@ Exit codes: 0 success; 1 compile failure or numerical mismatch vs eager;
 with one line on stderr saying why. Environment: PIPEC_DISABLE_PLUGINS,
 PIPEC_LOAD_PLUGINS (see pipec.plugins), PIPEC_DUMP_IR (default --dump-ir),
 PIPEC_TRACEBACK=1 (print the full traceback of a compile failure), PIPEC_CACHE
-(default --cache), PIPEC_CACHE_DIR and PIPEC_REDIS_URL (see pipec.cache).
+(default --cache), PIPEC_CACHE_DIR and PIPEC_REDIS_URL (see pipec.cache), PIPEC_LOGS
+(what each stage decides, on stderr: see pipec.logs).
 """
 
 from __future__ import annotations
@@ -349,9 +351,12 @@ class StageProgress:
 # ---------------------------------------------------------------- compile / explain
 
 
-def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, mode: Mode, dynamic: bool,
-         fullgraph: bool, dump_ir: Path | None, output_code: bool, json_out: bool, model_name: str,
-         inputs_name: str, device: str, capture: str, codegen: str, cache: str | None = None) -> None:
+def _compile_model(model_file: Path, *, fusion: str, runtime: str | None, mode: Mode, dynamic: bool,
+                   fullgraph: bool, dump_ir: Path | None, model_name: str, inputs_name: str, device: str,
+                   capture: str, codegen: str, cache: str | None):
+    """What compile, explain and report share: load the model file, compile it with pipec, run it
+    and compare with eager. -> (ExplainReport, Session, options, model name, device, interpreted,
+    CommandClock, mismatch or None); a failure exits with one line."""
     from .profile import CommandClock
 
     clock = CommandClock()  # where the command's time goes (JSON `command_seconds`, explain's table)
@@ -398,6 +403,16 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
     report = report_from_session(session, max_error=max_error, mismatch=mismatch)  # breaks: as the backend saw them
     clock.lap("check against eager")
     clock.split("check against eager", "first call", report.compile_profile.get("wall_s", 0.0))
+    return report, session, options, name, device, interpreted, clock, mismatch
+
+
+def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, mode: Mode, dynamic: bool,
+         fullgraph: bool, dump_ir: Path | None, output_code: bool, json_out: bool, model_name: str,
+         inputs_name: str, device: str, capture: str, codegen: str, cache: str | None = None) -> None:
+    report, _, options, name, device, interpreted, clock, mismatch = _compile_model(
+        model_file, fusion=fusion, runtime=runtime, mode=mode, dynamic=dynamic, fullgraph=fullgraph,
+        dump_ir=dump_ir, model_name=model_name, inputs_name=inputs_name, device=device, capture=capture,
+        codegen=codegen, cache=cache)
     interpreted = interpreted and report.kernel_count > 0  # Triton kernels ran in the interpreter
     if json_out:
         data = report.to_dict(with_code=output_code)
@@ -547,6 +562,40 @@ def explain_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: R
          fullgraph=fullgraph, dump_ir=dump_ir, output_code=output_code, json_out=json_out, model_name=model,
          inputs_name=inputs, device=device, capture=capture, codegen=codegen,
          cache=_cache_name(cache, no_cache))
+
+
+@app.command("report")
+def report_cmd(model_file: ModelFile,
+               output: Annotated[Path, typer.Option("-o", "--output", help="The HTML page to write.")] = Path("report.html"),
+               fusion: FusionOpt = "default", runtime: RuntimeOpt = None,
+               mode: ModeOpt = Mode.default, dynamic: DynamicOpt = False, fullgraph: FullgraphOpt = False,
+               model: ModelNameOpt = "model", inputs: InputsNameOpt = "example_inputs",
+               device: DeviceOpt = "auto", capture: CaptureOpt = "dynamo", codegen: CodegenOpt = "triton",
+               cache: CacheOpt = None, no_cache: NoCacheOpt = False) -> None:
+    """Compile MODEL.py and write one offline HTML page about it: graphs and breaks, the fusion graph,
+    each kernel's source, launch and tuning, the compile-time profile, the error against eager."""
+    from .bench import _versions, record_tuning
+    from .report import collect, render
+
+    if output.is_dir() or not output.parent.is_dir():
+        fail(f"cannot write the report to {str(output)!r}: "
+             + ("it is a directory" if output.is_dir() else "its directory does not exist"))
+    with record_tuning() as tuning:  # the runtime's `pipec.tuning` log: what autotuning picked
+        report, session, options, name, device, interpreted, _, mismatch = _compile_model(
+            model_file, fusion=fusion, runtime=runtime, mode=mode, dynamic=dynamic, fullgraph=fullgraph,
+            dump_ir=None, model_name=model, inputs_name=inputs, device=device, capture=capture, codegen=codegen,
+            cache=_cache_name(cache, no_cache))
+    data = collect(report, session, model=name, device=device, interpreted=interpreted and report.kernel_count > 0,
+                   options=options, tuning=tuning, versions=_versions())
+    from pipec_runtime_cudagraph.files import atomic_write
+
+    try:
+        atomic_write(str(output), render(data).encode(), mode=0o644)
+    except OSError as exc:
+        fail(f"cannot write {str(output)!r}: {exc.strerror or exc}")
+    stderr.print(f"report written to {output}")
+    if mismatch:
+        fail(f"{name}: {mismatch}", 1)
 
 
 # ---------------------------------------------------------------- bench

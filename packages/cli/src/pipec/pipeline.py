@@ -22,6 +22,7 @@ from pipec_ir import CompileOptions, CompileProfile, LoadContext
 from .cache import open_cache, source_digest, stage_key, text_digest
 from .constants import bind_constants, graph_constants
 from .errors import PipecError, PipecFallbackWarning
+from .logs import log_stage
 from .plugins import get_plugin_manager, get_registry
 
 
@@ -172,6 +173,9 @@ class GraphStats:
     kernel_rows: list[dict] = field(default_factory=list)  # kernel_rows(): each kernel and how it runs
     cache: dict[str, str] = field(default_factory=dict)  # stage -> "hit" | "miss" (stages looked up)
     units: list[dict] | None = field(default=None, repr=False)  # plan_units(), once the plan is made
+    # the documents themselves, for `pipec report` (its fusion picture, launch configs)
+    plan: pipec_ir.KernelPlan | None = field(default=None, repr=False, compare=False)
+    program: pipec_ir.Program | None = field(default=None, repr=False, compare=False)
 
     def add_graph(self, graph: pipec_ir.Graph) -> None:
         self.op_count = sum(1 for n in graph.nodes if is_compute(n))
@@ -180,6 +184,7 @@ class GraphStats:
 
     def add_plan(self, plan: pipec_ir.KernelPlan) -> None:
         self.units = plan_units(plan)
+        self.plan = plan
         self.fusion_count = sum(1 for unit in self.units if len(unit["ops"]) > 1)
         self.not_fused = [(r.first, r.second, r.reason) for r in plan.rejected]
 
@@ -190,6 +195,7 @@ class GraphStats:
         self.kernel_count = len([k for k in program.kernels if k.name not in other])
         self.kernels = [(k.name, k.source) for k in program.kernels]
         self.kernel_rows = kernel_rows(self.units, program)
+        self.program = program
 
     def to_dict(self) -> dict:
         return {
@@ -452,7 +458,9 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
             with profile.part(PROFILE_PARTS.get(stage.name, stage.name)):
                 if cache is not None and digest is None and stage.kind is not None:
                     digest = source_digest(doc, example_inputs)  # the first stage's input
-                doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, options, example_inputs,
+                # the runtime names its calls in profiler traces after the graph (profiling.py)
+                stage_options = options.with_extra(graph_name=stats.name) if stage.kind is None else options
+                doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, stage_options, example_inputs,
                                                      context, load_options)
                 digest = text_digest(text) if text is not None else None
         except PipecError:
@@ -472,6 +480,7 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
             constants = graph_constants(entry.impl, source, doc)
             captured = doc
         _add_stats(stats, doc)
+        log_stage(stage.name, stats.name, doc, stats.units)
         if stage.kind is not None and options.dump_dir:
             dump_document(options.dump_dir, stats.name, stage.name, doc)
         _notify_observers(stage.name, stats.name, doc, seconds)

@@ -15,10 +15,14 @@ no recompile and no re-tune.
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 
 DEFAULT_RECOMPILE_LIMIT = 8
+
+# each charge, at INFO (PIPEC_LOGS=recompiles turns it on: pipec/logs.py)
+recompiles_log = logging.getLogger("pipec.recompiles")
 BUCKET_POLICIES = ("pow2", "exact")
 
 
@@ -53,9 +57,12 @@ class RecompileBudget:
                 self.spent += 1
                 self.events.append(what)
                 if self.spent <= self.limit:
+                    recompiles_log.info("model %s: %s (recompile budget: %d of %d spent)", self.name, what,
+                                        self.spent, self.limit)
                     return True
                 self.exhausted = True
                 first_refusal = True
+        recompiles_log.info("model %s: %s: recompile budget (%d) used up, runs eagerly", self.name, what, self.limit)
         message = (f"pipec: model {self.name} used up its recompile budget (recompile_limit={self.limit}, "
                    f"shared by recompiles and CUDA Graph re-records) at: {what}")
         if self.strict:

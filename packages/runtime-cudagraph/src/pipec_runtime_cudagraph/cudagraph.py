@@ -65,6 +65,7 @@ import torch
 from pipec_ir import CompileOptions, LoadContext, Program
 
 from .buckets import GraphTable, PadPolicy, budget_from, copy_input, prefix_slices
+from .profiling import graph_range, profiler_state
 from .pysource import Source, compile_source
 from .runner import ProgramRunner
 
@@ -281,7 +282,10 @@ class CudaGraphProgram:
         sync = [st.target for st in program.steps if st.kind == "extern" and st.target in HOST_SYNC_TARGETS]
         self._not_capturable = f"{sync[0]} synchronizes with the host" if sync else None
 
-    def __call__(self, inputs) -> list:
+    def __call__(self, inputs, in_range: bool = False) -> list:
+        if profiler_state._is_profiler_enabled and not in_range:  # name the call (profiling.py)
+            with graph_range(self.runner.range_name):
+                return self(inputs, True)
         if self.replays:
             try:
                 symvals = tuple([inputs[i].shape[d] for i, d in self.runner.symbol_source])
@@ -305,8 +309,8 @@ class CudaGraphProgram:
     def _call(self, inputs) -> list:
         """The general path: check the inputs, pick (or record) a variant, replay."""
         runner = self.runner
-        if self.fallback is not None:
-            return runner(inputs)
+        if self.fallback is not None:  # inside this call's range, if a profiler records
+            return runner(inputs, profiler_state._is_profiler_enabled)
         prepared, symvals, device = runner.prepare(inputs)
         if device.type != self.device_type:
             return runner.run(prepared, symvals, device)

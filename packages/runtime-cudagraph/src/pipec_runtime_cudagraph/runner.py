@@ -20,6 +20,7 @@ from .interpreter import enable_interpreter, honour_debug, interpreter_active, i
 from .kernels import body_digest, load_kernel
 from .memory import round_up
 from .plan import ProgramPlan
+from .profiling import graph_range, profiler_state, range_name, ranged_plan
 from .specialize import build_specialized
 from .steps import ExternStep, HostExtern, LaunchStep, ProgramLoadError, runs_on_host
 from .tuning_cache import TuningCache
@@ -92,6 +93,8 @@ class ProgramRunner(ProgramPlan):
             raise ProgramLoadError(f"autotune_configs must be a positive integer, got {self.autotune_configs!r}")
         self.choice = options.get("choice")  # force this alternative in every choice group (choices.py)
         super().__init__(program, options.get("bucket", "pow2"))
+        # its calls' range in profiler traces (profiling.py): the graph's name as the front end gave it
+        self.range_name = range_name(options.get("graph_name") or program.name)
         self.tuned: dict[tuple[str, tuple], int] = {}  # (kernel, size bucket) -> chosen config index
 
         self._plans: dict[str, list] = {}
@@ -218,6 +221,8 @@ class ProgramRunner(ProgramPlan):
         if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
             return self.run_cpu_on_cuda(inputs, symvals)
         steps = self.steps_for(device)
+        if device.type == "cpu" and profiler_state._is_profiler_enabled:  # interpreter kernels: a range each
+            steps = ranged_plan(self, steps)
         if device.type == "cuda" and not interpreter_active():
             with torch.cuda.device(device):
                 self.precompile_once(inputs, symvals, device)
@@ -310,15 +315,21 @@ class ProgramRunner(ProgramPlan):
             for i in release:
                 vals[i] = None
 
-    def __call__(self, inputs) -> list:
+    def __call__(self, inputs, in_range: bool = False) -> list:
+        """One call. `in_range`: a profiler records and this call's range is open (profiling.py);
+        then no specialized interpreter run, which would hide the kernels from the profiler (the
+        general path gives each its range)."""
+        if profiler_state._is_profiler_enabled and not in_range:  # name the call and its kernels
+            with graph_range(self.range_name):
+                return self(inputs, True)
         if self.specialized:
-            out = self._run_specialized(inputs)
+            out = self._run_specialized(inputs, not in_range)
             if out is not None:
                 return out
         if self.first_call_pending:
             self.first_call_pending = False
             with self.profile.part("first_run"):
-                return self(inputs)
+                return self(inputs, in_range)
         may_specialize = self.specialize and len(self.specialized) < MAX_SPECIALIZED
         strides = input_strides(inputs) if may_specialize else None  # before `prepare` copies any
         inputs, symvals, device = self.prepare(inputs)
@@ -329,8 +340,9 @@ class ProgramRunner(ProgramPlan):
             self._specialize(symvals, device, observed, strides)
         return out
 
-    def _run_specialized(self, inputs) -> list | None:
-        """The specialized run for these inputs' sizes, or None (guards failed, other device)."""
+    def _run_specialized(self, inputs, interpreted: bool = True) -> list | None:
+        """The specialized run for these inputs' sizes, or None (guards failed, other device, or
+        an interpreter run when not `interpreted`)."""
         try:
             symvals = tuple([inputs[i].shape[d] for i, d in self.symbol_source])
         except (IndexError, AttributeError, TypeError):
@@ -340,7 +352,7 @@ class ProgramRunner(ProgramPlan):
             return None
         device_index, run = entry
         if device_index < 0:
-            return run(inputs, None)
+            return run(inputs, None) if interpreted else None
         if torch._C._cuda_getDevice() != device_index or hooks_active():
             return None
         return run(inputs, self._raw_stream(device_index))
