@@ -18,7 +18,7 @@ from pipec_ir import Device, Dtype, Node, Ref, TensorType, make_attrs
 from pipec_ir.symbolic import contiguous_strides
 
 from .dtypes import is_float
-from .lower import NoLowering, register
+from .table import NoLowering, register
 from .lower_indexing import I64, binop, iota
 
 SEED_TARGET = "aten.randint.low"

@@ -13,10 +13,11 @@ from pipec_ir import Ref
 from pipec_ir.symbolic import numel
 
 from .dtypes import is_float
-from .lower import Lowerer, NoLowering, register, wrap_dim
+from .builder import GraphBuilder, wrap_dim
+from .table import NoLowering, register
 
 
-def lower_scan(cx: Lowerer, node, x: Ref, dim: int, combine: str) -> Ref:
+def lower_scan(cx: GraphBuilder, node, x: Ref, dim: int, combine: str) -> Ref:
     t = cx.result(node)
     if t.dtype == "bool":
         raise NoLowering("a bool scan result (eager has no bool cumsum/cumprod kernel)")
