@@ -34,6 +34,15 @@ def test_every_op_has_a_type_rule():
     assert all(d.rule is not None for d in OPS.values()), [op for op, d in OPS.items() if d.rule is None]
 
 
+def test_reductions_are_rows_of_the_op_table():
+    """A reduction's meaning is its row (identity, result dtype, indexed), and only reductions have one."""
+    from pipec_ir.ops import IDENTITIES, REDUCTION, REDUCTION_OPS, kind_of
+
+    assert REDUCTION_OPS == {op for op, d in OPS.items() if d.reduction is not None}
+    assert all(kind_of(op) == REDUCTION and OPS[op].reduction.identity in IDENTITIES for op in REDUCTION_OPS)
+    assert {op for op in REDUCTION_OPS if OPS[op].reduction.indexed} == {"argmax", "argmin"}
+
+
 # ---------------------------------------------------------------- documents that are right verify
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sympy
 
 from pipec_ir import Ref
+from pipec_ir.ops import reduction_of
 from pipec_ir.symbolic import numel
 
 from .builder import GraphBuilder, wrap_dim
@@ -13,20 +14,22 @@ from .table import LOWERINGS, register
 
 
 def reduce(cx: GraphBuilder, op: str, x: Ref, dims, keepdim: bool, dtype: str | None = None) -> Ref:
-    """One IR reduction over normalized dims (input cast to the output dtype for sum/prod/max/min)."""
+    """One IR reduction over normalized dims: the input cast to the result's dtype (`dtype`, or
+    the input's) where the op keeps its input's dtype, to bool for `any` (pipec_ir.ops.Reduction)."""
     shape = cx.shape(x)
     dims = cx.dims(dims, len(shape))
-    if op in ("sum", "prod", "max", "min"):
+    meaning = reduction_of(op)
+    if meaning.result_dtype is None:
         x = cx.cast(x, dtype or cx.dtype(x))
         out_dtype = cx.dtype(x)
-    elif op == "any":
-        x = cx.cast(x, "bool")
-        out_dtype = "bool"
+    elif not meaning.indexed:  # a result of its own dtype computed from the input taken as it
+        x = cx.cast(x, meaning.result_dtype)
+        out_dtype = meaning.result_dtype
     else:
-        out_dtype = "int64"
-    if len(shape) == 0:  # a 0-dim tensor: reducing it is the identity
-        return cx.emit("identity", [x], (), out_dtype) if op not in ("argmax", "argmin") \
-            else cx.full(0, (), "int64")
+        out_dtype = meaning.result_dtype
+    if len(shape) == 0:  # a 0-dim tensor: reducing it is the identity (an index: 0)
+        return cx.emit("identity", [x], (), out_dtype) if not meaning.indexed \
+            else cx.full(0, (), out_dtype)
     out_shape = tuple(sympy.Integer(1) if i in dims else s for i, s in enumerate(shape)) if keepdim \
         else tuple(s for i, s in enumerate(shape) if i not in dims)
     return cx.emit(op, [x], out_shape, out_dtype, dims=dims, keepdim=bool(keepdim))

@@ -18,7 +18,7 @@ import torch
 
 import pipec_ir
 from pipec_ir import Device, Dtype, Graph, Node, Ref, Size
-from pipec_ir.ops import COMPARISONS, LOGICAL, OPS
+from pipec_ir.ops import COMPARISONS, LOGICAL, OPS, reduction_of
 
 from . import philox
 from .dtypes import IR_TO_TORCH, is_float
@@ -56,6 +56,26 @@ _HALF = (torch.float16, torch.bfloat16)
 
 def _compute(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in _HALF else t
+
+
+def _prod(x, dims, keepdim, out):
+    r = _compute(x)
+    for d in sorted(dims, reverse=True):
+        r = torch.prod(r, dim=d, keepdim=keepdim)
+    return r.to(out)
+
+
+# The reference's row per reduction op (pipec_ir.ops.Reduction says what each means):
+# (input, dims, keepdim, result dtype) -> result; for an indexed op, torch's pick along a dim.
+TORCH_REDUCTIONS = {
+    "sum": lambda x, dims, keepdim, out: torch.sum(_compute(x), dim=dims, keepdim=keepdim).to(out),
+    "prod": _prod,
+    "max": lambda x, dims, keepdim, out: torch.amax(x, dim=dims, keepdim=keepdim),
+    "min": lambda x, dims, keepdim, out: torch.amin(x, dim=dims, keepdim=keepdim),
+    "any": lambda x, dims, keepdim, out: torch.amax(x.bool().to(torch.uint8), dim=dims, keepdim=keepdim).bool(),
+    "argmax": torch.argmax,
+    "argmin": torch.argmin,
+}
 
 
 class Evaluator:
@@ -203,27 +223,16 @@ class Evaluator:
         if self.strict:
             if list(dims) != sorted(set(dims)) or any(d < 0 or d >= x.dim() for d in dims):
                 self.fail(node, f"dims {dims} must be sorted, unique, non-negative and < rank {x.dim()}")
-            if node.op in ("sum", "prod", "max", "min") and x.dtype != out:
+            if reduction_of(node.op).result_dtype is None and x.dtype != out:
                 self.fail(node, f"{node.op} input dtype {x.dtype} != output dtype {out} (capture casts first)")
-        if node.op == "sum":
-            return torch.sum(_compute(x), dim=dims, keepdim=keepdim).to(out)
-        if node.op == "max":
-            return torch.amax(x, dim=dims, keepdim=keepdim)
-        if node.op == "min":
-            return torch.amin(x, dim=dims, keepdim=keepdim)
-        if node.op == "any":
-            return torch.amax(x.bool().to(torch.uint8), dim=dims, keepdim=keepdim).bool()
-        if node.op == "prod":
-            r = _compute(x)
-            for d in sorted(dims, reverse=True):
-                r = torch.prod(r, dim=d, keepdim=keepdim)
-            return r.to(out)
-        # argmax / argmin over one dim (several dims: over their row-major flattening)
+        fn = TORCH_REDUCTIONS[node.op]
+        if not reduction_of(node.op).indexed:
+            return fn(x, dims, keepdim, out)
+        # an index over one dim (several dims: over their row-major flattening)
         perm = [d for d in range(x.dim()) if d not in dims] + list(dims)
         xp = x.permute(perm)
         kept = xp.shape[: x.dim() - len(dims)]
         flat = xp.reshape(*kept, -1)
-        fn = torch.argmax if node.op == "argmax" else torch.argmin
         r = fn(flat, dim=-1)
         if keepdim:
             r = r.reshape(self.shape(node.type))

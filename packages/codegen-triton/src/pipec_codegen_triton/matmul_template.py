@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import sympy
 from pipec_ir import TMA_CONSTANT, Graph, Kernel, LaunchConfig, TritonKernel
 from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
-from pipec_ir.ops import VIEW, kind_of
+from pipec_ir.ops import MATMUL_OPS, VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
 from .bounds import check_operands
@@ -31,7 +31,6 @@ from .matmul_tma import (PERSISTENT_PROGRAMS, SUBTILE_SPLIT, TMA_CONFIGS, TmaOpe
 from .simplify import collapse
 from .writer import CodegenError, KernelWriter, Scope
 
-MATMUL_OPS = frozenset({"mm", "bmm"})
 TEMPLATE_DTYPES = ("float16", "bfloat16", "float32")
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages); the first is used untuned.
@@ -554,4 +553,4 @@ def _split_coordinates(w: EpilogueWriter, coords, out_shape, refined) -> list[st
     return lines
 
 
-__all__ = ["write_template", "epilogue_refinement", "value_at", "template_configs", "operand_layout", "epilogue_inputs", "MATMUL_OPS"]
+__all__ = ["write_template", "epilogue_refinement", "value_at", "template_configs", "operand_layout", "epilogue_inputs"]

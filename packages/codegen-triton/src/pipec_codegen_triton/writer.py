@@ -22,15 +22,16 @@ from dataclasses import dataclass, field
 import sympy
 from pipec_ir import ITEMSIZE, Graph, Kernel, Size, TensorType
 from pipec_ir.indexing import view_source_index
-from pipec_ir.ops import CREATION, POINTWISE, REDUCTION, VIEW, kind_of
+from pipec_ir.ops import CREATION, POINTWISE, REDUCTION, VIEW, kind_of, reduction_of
 from pipec_ir.symbolic import (
     FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel, pyexpr, set_upper_bound,
 )
 
 from .configs import OUTER_PERSISTENT_LIMIT, PERSISTENT_ROW_BYTES, pow2_at_least
-from .dtypes import FLOAT_COMPUTE, highest, literal, lowest, tl_compute, tl_storage
+from .dtypes import FLOAT_COMPUTE, literal, tl_compute, tl_storage
 from .indexing_ops import take_value
 from .pointwise_ops import POINTWISE as TEMPLATES
+from .reductions import TRITON_REDUCTIONS, TritonReduction, identity_literal
 from .row_loops import plan_row_loops
 from .simplify import simplify_index
 
@@ -628,9 +629,18 @@ class KernelWriter:
         return node, src
 
     def _identity(self, node) -> str:
-        dtype = self.types[node.inputs[0]].dtype
-        return {"sum": "0", "any": "0", "prod": "1", "max": lowest(dtype), "argmax": lowest(dtype),
-                "min": highest(dtype), "argmin": highest(dtype)}[node.op]
+        return identity_literal(node.op, self.types[node.inputs[0]].dtype)
+
+    def _row(self, node) -> TritonReduction:
+        """Codegen's row for the reduction `node` (reductions.py)."""
+        row = TRITON_REDUCTIONS.get(node.op)
+        if row is None:
+            raise CodegenError(f"{self.kernel.name}: no Triton row for reduction {node.op} ({node.name})")
+        return row
+
+    def _combine_fn(self, node) -> str:
+        """The combine function of reduction `node` for its input's dtype."""
+        return self._row(node).fn(self.types[node.inputs[0]].dtype)
 
     def _reduce_persistent(self, name):
         node, src = self._reduce_setup(name)
@@ -642,26 +652,14 @@ class KernelWriter:
         self.reduction_values[name] = (result, self._outer_index(name))
 
     def _finish(self, scope, node, acc, idx):
-        op = node.op
-        if op == "sum":
-            text = f"tl.sum({acc}, 1)[:, None]"
-        elif op == "any":
-            text = f"(tl.sum(({acc} != 0).to(tl.int32), 1) > 0)[:, None]"
-        elif op == "prod":
-            text = f"tl.reduce({acc}, 1, _pipec_product)[:, None]"
-        elif op in ("max", "min"):
-            text = f"tl.reduce({acc}, 1, {self._max_min(node)})[:, None]"
-        else:  # argmax / argmin
+        row = self._row(node)
+        if reduction_of(node.op).indexed:  # the index of the (value, index) pair picked
             pair = self.fresh()
-            scope.lines.append(f"{scope.indent}_, {pair} = tl.reduce(({acc}, {idx}), 1, _pipec_{op})")
+            scope.lines.append(f"{scope.indent}_, {pair} = tl.reduce(({acc}, {idx}), 1, {self._combine_fn(node)})")
             text = f"{pair}[:, None].to(tl.int64)"
+        else:
+            text = row.finish.format(acc=acc, fn=self._combine_fn(node) if row.fn else "")
         return self.emit(scope, text)
-
-    def _max_min(self, node) -> str:
-        """The NaN-propagating max/min combine: one max.NaN instruction for floats."""
-        if self.types[node.inputs[0]].dtype in FLOAT_COMPUTE:
-            return "_pipec_fmax" if node.op == "max" else "_pipec_fmin"
-        return "_pipec_maximum" if node.op == "max" else "_pipec_minimum"
 
     def _reduce_loop(self, items):
         """One `for roffset` loop over the row updating the accumulators of every item
@@ -684,22 +682,21 @@ class KernelWriter:
 
     def _plain_loop(self, name):
         node, src = self._reduce_setup(name)
-        ctype = tl_compute(self.types[src].dtype) if node.op not in ("any",) else "tl.int32"
+        row = self._row(node)
+        ctype = row.accumulator or tl_compute(self.types[src].dtype)
         init = self._identity(node)
         acc = self._accumulator(init, ctype)
-        idx = self._accumulator("2147483647", "tl.int32") if node.op in ("argmax", "argmin") else None
+        idx = self._accumulator("2147483647", "tl.int32") if reduction_of(node.op).indexed else None
+        fn = self._combine_fn(node) if row.fn else ""
 
         def update(s):
             v, _ = self.value(src, self.domain_index)
             masked = self.emit(s, f"tl.where(xmask & rmask, {v}, {init})")
             if idx is not None:
                 ridx = "tl.where(xmask & rmask, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]), 2147483647)"
-                s.lines.append(f"{s.indent}{acc}, {idx} = _pipec_{node.op}({acc}, {idx}, {masked}, {ridx})")
+                s.lines.append(f"{s.indent}{acc}, {idx} = {fn}({acc}, {idx}, {masked}, {ridx})")
                 return
-            combine = {"sum": f"{acc} + {masked}", "any": f"{acc} | ({masked} != 0).to(tl.int32)",
-                       "prod": f"{acc} * {masked}", "max": f"{self._max_min(node)}({acc}, {masked})",
-                       "min": f"{self._max_min(node)}({acc}, {masked})"}
-            s.lines.append(f"{s.indent}{acc} = {combine[node.op]}")
+            s.lines.append(f"{s.indent}{acc} = {row.combine.format(acc=acc, x=masked, fn=fn)}")
 
         def finish(scope):
             result = self._finish(scope, node, acc, idx)
@@ -719,14 +716,14 @@ class KernelWriter:
         def update(s):
             v, _ = self.value(src, self.domain_index)
             a = self.emit(s, f"tl.where(xmask & rmask, {v}, float('-inf'))")
-            m_new = self.emit(s, f"{self._max_min(node)}({m_acc}, {a})")
+            m_new = self.emit(s, f"{self._combine_fn(node)}({m_acc}, {a})")
             # a lane that has seen only -inf keeps s = 0 (exp(-inf - -inf) would be NaN)
             m_safe = self.emit(s, f"tl.where({m_new} == float('-inf'), 0.0, {m_new})")
             s.lines.append(f"{s.indent}{s_acc} = {s_acc} * tl.exp({m_acc} - {m_safe}) + tl.exp({a} - {m_safe})")
             s.lines.append(f"{s.indent}{m_acc} = {m_new}")
 
         def finish(scope):
-            peak = self.emit(scope, f"tl.reduce({m_acc}, 1, {self._max_min(node)})[:, None]")
+            peak = self.emit(scope, f"tl.reduce({m_acc}, 1, {self._combine_fn(node)})[:, None]")
             # a row of only -inf gives NaN here, as sum(exp(a - max)) does in eager
             total = self.emit(scope, f"tl.sum({s_acc} * tl.exp({m_acc} - {peak}), 1)[:, None]")
             self.reduction_values[peak_name] = (peak, self._outer_index(peak_name))

@@ -219,7 +219,15 @@ def rand(node, ins, ctx) -> Inferred:
     return Inferred(ins[0].shape, "float32")
 
 
+def reduction_to(result_dtype: str | None) -> Rule:
+    """The rule of a reduction whose result has `result_dtype` (None: the input's dtype)."""
+    def rule(node, ins, ctx) -> Inferred:
+        return Inferred(reduction(node, ins, ctx).shape, result_dtype or ins[0].dtype)
+    return rule
+
+
 def reduction(node, ins, ctx) -> Inferred:
+    """The shape of a reduction's result (and its input's dtype)."""
     x = ins[0]
     dims = attr_dims(node, "dims", x.rank)
     if list(dims) != sorted(set(dims)):
@@ -229,11 +237,10 @@ def reduction(node, ins, ctx) -> Inferred:
         shape = tuple(_ONE if d in dims else s for d, s in enumerate(x.shape))
     else:
         shape = tuple(s for d, s in enumerate(x.shape) if d not in dims)
-    return Inferred(shape, _REDUCTION_DTYPE.get(node.op, x.dtype))
+    return Inferred(shape, x.dtype)
 
 
 _ONE = sympy.Integer(1)
-_REDUCTION_DTYPE = {"argmax": "int64", "argmin": "int64", "any": "bool"}  # else: the input's
 
 
 def scan(node, ins, ctx) -> Inferred:
