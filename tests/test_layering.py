@@ -36,7 +36,6 @@ ALLOWED_STATE = {
     "pipec_runtime_cudagraph.tma._SM_COUNTS": "memo: a device's SM count",
     "pipec_capture.table.LOWERINGS": "the op table, filled at import time by the lowering decorators",
     # debts: state that changes what a later compilation does, or outlives a model
-    "pipec_ir.symbolic._BOUNDS": "debt: index-symbol bounds written by fusion and codegen",
     "pipec_capture.symbols._DEFINITIONS": "debt: symbol definitions per shape environment",
     "pipec_runtime_cudagraph.launch._TUNED": "debt: autotuning memo keyed by a budget object",
     "pipec_runtime_cudagraph.choices._CHOSEN": "debt: chosen alternatives, process-wide",

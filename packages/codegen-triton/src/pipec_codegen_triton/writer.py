@@ -15,7 +15,6 @@ row, and a final loop writes row-level outputs.
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -24,7 +23,7 @@ from pipec_ir import ITEMSIZE, Graph, Kernel, Size, TensorType
 from pipec_ir.indexing import view_source_index
 from pipec_ir.ops import CREATION, POINTWISE, REDUCTION, VIEW, kind_of, reduction_of
 from pipec_ir.symbolic import (
-    FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel, pyexpr, set_upper_bound,
+    FloorDiv, ModularIndexing, bounded_index, contiguous_strides, index_symbol, numel, pyexpr,
 )
 
 from .configs import OUTER_PERSISTENT_LIMIT, PERSISTENT_ROW_BYTES, pow2_at_least
@@ -36,9 +35,15 @@ from .row_loops import plan_row_loops
 from .simplify import simplify_index
 
 
-_WRITER_IDS = itertools.count()
 _EVICT_LAST = ", eviction_policy='evict_last'"
 _L2_MARK = re.compile(r"@l2:(\w+):(\d+)@")  # a looped row's load: @l2:<pointer>:<pass>@, see _l2_hint
+
+
+def _index(name: str, size) -> sympy.Symbol:
+    """The index variable `name` over `size` elements: bounded when the size is static."""
+    if size is not None and size.is_Integer:
+        return bounded_index(name, int(size))
+    return index_symbol(name)
 
 
 class CodegenError(Exception):
@@ -153,20 +158,13 @@ class KernelWriter:
         self.reduced = [d for d in range(len(domain)) if d in red]
         self.xnumel = numel([domain[d] for d in self.kept])
         self.rnumel = numel([domain[d] for d in self.reduced]) if self.is_reduction else None
-        # Index symbols carry upper bounds (which drop provably redundant `%`), and sympy
-        # caches evaluations process-wide: symbols must never be shared between kernels,
-        # not even between two kernels of the same name in different programs.
-        tag = f"{kernel.name}_{next(_WRITER_IDS)}"
-        self.xsyms = [index_symbol(f"x{k}_{tag}") for k in range(len(self.kept))]
-        self.rsyms = [index_symbol(f"r{k}_{tag}") for k in range(len(self.reduced))]
+        # A static dim's index symbol carries its bound (which drops provably redundant `//`
+        # and `%`) in its name (`bounded_index`): symbols over equal bounds mean the same
+        # wherever they appear, so kernels may share them.
+        self.xsyms = [_index(f"x{k}", domain[d]) for k, d in enumerate(self.kept)]
+        self.rsyms = [_index(f"r{k}", domain[d]) for k, d in enumerate(self.reduced)]
         self.names = {s: f"x{k}" for k, s in enumerate(self.xsyms)}
         self.names.update({s: f"r{k}" for k, s in enumerate(self.rsyms)})
-        for s, d in zip(self.xsyms, self.kept):
-            if domain[d].is_Integer:
-                set_upper_bound(s, int(domain[d]))
-        for s, d in zip(self.rsyms, self.reduced):
-            if domain[d].is_Integer:
-                set_upper_bound(s, int(domain[d]))
         index = [None] * len(domain)
         for s, d in zip(self.xsyms, self.kept):
             index[d] = s
@@ -175,14 +173,10 @@ class KernelWriter:
         # a size-1 dim has only index 0: say so, so that equal reads compare equal
         index = [sympy.Integer(0) if domain[d] == 1 else i for d, i in enumerate(index)]
         self.domain_index = tuple(index)
-        self.xindex = index_symbol(f"xindex_{tag}")
-        self.rindex = index_symbol(f"rindex_{tag}")
+        self.xindex = _index("xindex", self.xnumel)
+        self.rindex = _index("rindex", self.rnumel)
         self.names[self.xindex] = "xindex"
         self.names[self.rindex] = "rindex"
-        if self.xnumel.is_Integer:
-            set_upper_bound(self.xindex, int(self.xnumel))
-        if self.rnumel is not None and self.rnumel.is_Integer:
-            set_upper_bound(self.rindex, int(self.rnumel))
         # Reducing over non-innermost dims (a column sum): the innermost (contiguous) dim is a
         # kept one, so blocks run wide along x and short along r, and loads stay coalesced.
         self.outer_reduction = self.is_reduction and bool(self.kept) and self.kept[-1] == len(domain) - 1

@@ -30,7 +30,7 @@ import sympy
 
 from pipec_ir.indexing import coarse_index, refine_shapes
 from pipec_ir.ops import MATMUL_OPS, REDUCTION_OPS, SCAN_OPS
-from pipec_ir.symbolic import index_symbol, set_upper_bound
+from pipec_ir.symbolic import bounded_index, index_symbol
 
 from .analysis import GraphAnalysis, index_vars, same_index, same_shape, shape_str
 from .scatter_legality import SCATTER, check_scatter_group, scatter_merge
@@ -114,15 +114,13 @@ def epilogue_merge(first: Group, second: Group, kind: str) -> tuple[str | None, 
 
 def _bounded_vars(shape) -> tuple:
     """Index variables over `shape` that know their static bound (so `(16*j0 + j1) // 16`
-    simplifies to j0); named by dim and size, so a name always means the same bound."""
+    simplifies to j0): `bounded_index`, whose name carries the bound."""
     out = []
     for k, size in enumerate(shape):
         if not sympy.sympify(size).is_Integer:
             out.append(index_symbol(f"j{k}"))
             continue
-        sym = index_symbol(f"j{k}_lt{int(size)}")
-        set_upper_bound(sym, int(size))
-        out.append(sym)
+        out.append(bounded_index(f"j{k}", int(size)))
     return tuple(out)
 
 
