@@ -241,7 +241,7 @@ def test_half_gelu_matches_eager_and_its_helper_is_accurate(builder, tmp_path):
 
     import triton
 
-    from pipec_codegen_triton.writer import HELPERS
+    from pipec_codegen_triton.triton_helpers import HELPERS
 
     b = builder
     x = b.input("x", (4096,), "bfloat16")

@@ -29,7 +29,9 @@ from .matmul_gluon import gluon_lines, pingpong_config, pingpong_source, store_t
 from .matmul_tma import (PERSISTENT_PROGRAMS, SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop,
                          persistent_split, tma_operand)
 from .simplify import collapse
-from .writer import CodegenError, KernelWriter, Scope
+from .kernel_source import CodegenError, Scope
+from .triton_helpers import helpers_used
+from .writer import KernelWriter
 
 TEMPLATE_DTYPES = ("float16", "bfloat16", "float32")
 
@@ -344,7 +346,7 @@ def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
     ops = [nodes[n].op for n in kernel.nodes if kind_of(nodes[n].op) != VIEW]
     shape_a = "[B, M, K] @ [B, K, N]" if batched else "[M, K] @ [K, N]"
     doc = f"{' -> '.join(ops)}: {shape_a} into an fp32 tile, epilogue on the tile; writes {', '.join(kernel.outputs)}"
-    source = "\n".join(header) + "\n" + KernelWriter._helpers(body) + f"\n\n{w.jit}\n"
+    source = "\n".join(header) + "\n" + helpers_used(body) + f"\n\n{w.jit}\n"
     source += f"def {kernel.name}({', '.join(params)}):\n"
     source += f'    """{doc}"""\n' + "\n".join(body) + "\n"
 
@@ -389,7 +391,7 @@ def _pingpong_epilogue(w: EpilogueWriter, product, outputs, out_shape, refined, 
     first = next((o for o in stores if w.types[o].dtype in ("float16", "bfloat16")), None)
     lines = _epilogue(w, product, outputs, out_shape, False, refined, "acc", "[BLOCK_M, BLOCK_N]",
                       {first: "c_desc"} if first else None, "om, on", store_tile=store_tile_lines)
-    helpers = KernelWriter._helpers(lines)
+    helpers = helpers_used(lines)
     lines, helper_lines = gluon_lines(lines), gluon_lines(helpers.split("\n"), in_tile=False)
     if lines is None or helper_lines is None or w.uses_libdevice:
         return None

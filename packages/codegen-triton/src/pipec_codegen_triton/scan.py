@@ -23,7 +23,8 @@ from pipec_ir.ops import VIEW, kind_of
 
 from .configs import PERSISTENT_SCAN_BYTES
 from .dtypes import FLOAT_COMPUTE, tl_compute
-from .writer import CodegenError, KernelWriter
+from .kernel_source import CodegenError
+from .writer import KernelWriter
 
 SCAN_HELPERS = '''
 @triton.jit

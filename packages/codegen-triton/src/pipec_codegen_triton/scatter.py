@@ -22,7 +22,8 @@ from pipec_ir.symbolic import numel
 
 from .configs import pointwise_configs, upper_bound
 from .dtypes import tl_storage
-from .writer import CodegenError, KernelWriter, Scope
+from .kernel_source import CodegenError, Scope
+from .writer import KernelWriter
 
 # reduce attr -> the Triton call writing one value at each position
 _WRITE = {"none": "tl.store", "sum": "tl.atomic_add", "amax": "tl.atomic_max", "amin": "tl.atomic_min"}
