@@ -301,8 +301,9 @@ def test_a_check_of_a_defined_size_taken_as_input_lowers_to_nothing():
 
 
 def test_every_ir_reduction_has_a_reference_row():
-    """The reference interpreter's reductions are a table keyed like pipec_ir.ops.OPS's rows."""
-    from pipec_capture.reference import TORCH_REDUCTIONS
-    from pipec_ir.ops import REDUCTION_OPS
+    """The reference interpreter's reductions and scans are tables keyed like pipec_ir.ops's rows."""
+    from pipec_capture.reference import TORCH_REDUCTIONS, TORCH_SCANS
+    from pipec_ir.ops import REDUCTION_OPS, SCAN_COMBINES
 
     assert set(TORCH_REDUCTIONS) == REDUCTION_OPS
+    assert set(TORCH_SCANS) == set(SCAN_COMBINES)

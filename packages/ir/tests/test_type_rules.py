@@ -254,3 +254,12 @@ def test_undecidable_sizes_are_accepted_but_definite_ones_are_not():
         verify(bad)
     with pytest.raises(TypeMismatchError):  # a rank difference is always certain
         verify(graph({"x": TensorType((S0,), "float32")}, [n("a", "relu", ["x"], TensorType((S0, 1), "float32"))]))
+
+
+def test_scan_combines_are_rows_of_the_op_table():
+    """A scan's combine is a row (identity, floats only) the type rule and every stage read."""
+    from pipec_ir.ops import IDENTITIES, SCAN_COMBINES
+
+    assert set(SCAN_COMBINES) == {"add", "mul", "logaddexp"}
+    assert all(c.identity in IDENTITIES for c in SCAN_COMBINES.values())
+    assert [op for op, c in SCAN_COMBINES.items() if c.floats_only] == ["logaddexp"]

@@ -10,10 +10,11 @@ empty result a `full`: codegen never sees a trivial scan.
 from __future__ import annotations
 
 from pipec_ir import Ref
+from pipec_ir.ops import SCAN_COMBINES
 from pipec_ir.symbolic import numel
 
-from .dtypes import is_float
 from .builder import GraphBuilder, wrap_dim
+from .dtypes import is_float
 from .table import NoLowering, register
 
 
@@ -21,7 +22,7 @@ def lower_scan(cx: GraphBuilder, node, x: Ref, dim: int, combine: str) -> Ref:
     t = cx.result(node)
     if t.dtype == "bool":
         raise NoLowering("a bool scan result (eager has no bool cumsum/cumprod kernel)")
-    if combine == "logaddexp" and not is_float(t.dtype):
+    if SCAN_COMBINES[combine].floats_only and not is_float(t.dtype):
         raise NoLowering(f"logcumsumexp of dtype {t.dtype}")
     shape = tuple(cx.shape(x))
     dim = wrap_dim(dim, len(shape))  # a 0-d tensor takes dim 0 or -1

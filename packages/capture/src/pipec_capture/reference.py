@@ -18,7 +18,7 @@ import torch
 
 import pipec_ir
 from pipec_ir import Device, Dtype, Graph, Node, Ref, Size
-from pipec_ir.ops import COMPARISONS, LOGICAL, OPS, reduction_of
+from pipec_ir.ops import COMPARISONS, LOGICAL, OPS, SCAN_COMBINES, reduction_of
 
 from . import philox
 from .dtypes import IR_TO_TORCH, is_float
@@ -76,6 +76,9 @@ TORCH_REDUCTIONS = {
     "argmax": torch.argmax,
     "argmin": torch.argmin,
 }
+
+# The reference's row per scan combine (pipec_ir.ops.SCAN_COMBINES): (values, dim) -> inclusive scan.
+TORCH_SCANS = {"add": torch.cumsum, "mul": torch.cumprod, "logaddexp": torch.logcumsumexp}
 
 
 class Evaluator:
@@ -248,12 +251,8 @@ class Evaluator:
             if x.dtype != out:
                 self.fail(node, f"scan input dtype {x.dtype} != output dtype {out} (capture casts first)")
         work = _compute(x) if is_float(node.type.dtype) else x.to(torch.int64)
-        if combine == "add":
-            return torch.cumsum(work, dim).to(out)
-        if combine == "mul":
-            return torch.cumprod(work, dim).to(out)
-        if combine == "logaddexp" and work.is_floating_point():
-            return torch.logcumsumexp(work, dim).to(out)
+        if combine in TORCH_SCANS and (work.is_floating_point() or not SCAN_COMBINES[combine].floats_only):
+            return TORCH_SCANS[combine](work, dim).to(out)
         self.fail(node, f"unknown scan combine {combine!r} for dtype {x.dtype}")
 
     def view(self, node: Node, x):

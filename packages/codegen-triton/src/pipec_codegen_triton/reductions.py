@@ -53,7 +53,11 @@ TRITON_REDUCTIONS: dict[str, TritonReduction] = {
 
 def identity_literal(op: str, dtype: str) -> str:
     """The Triton literal of reduction `op`'s identity for an input of `dtype`."""
-    identity = reduction_of(op).identity
+    return literal_of_identity(reduction_of(op).identity, dtype)
+
+
+def literal_of_identity(identity: str, dtype: str) -> str:
+    """The Triton literal of an identity named as pipec_ir.ops names them ("zero", "lowest", ...)."""
     if identity == "lowest":
         return lowest(dtype)
     if identity == "highest":

@@ -41,6 +41,23 @@ IDENTITIES = ("zero", "one", "lowest", "highest")
 
 
 @dataclass(frozen=True)
+class ScanCombine:
+    """What a `scan`'s `combine` attribute means (docs/IR.md, "Scans"): its identity (as a
+    `Reduction`'s), and whether it takes floating-point inputs only."""
+    identity: str
+    floats_only: bool = False
+
+
+# One row per scan combine; each stage builds its own row from these (codegen's scan.py,
+# the reference interpreter, capture's lower_scan.py).
+SCAN_COMBINES = {
+    "add": ScanCombine("zero"),
+    "mul": ScanCombine("one"),
+    "logaddexp": ScanCombine("lowest", floats_only=True),
+}
+
+
+@dataclass(frozen=True)
 class OpDef:
     kind: str
     arity: int | None  # tensor inputs; None = any number
@@ -88,8 +105,7 @@ def _table():
     t["rand"] = OpDef(POINTWISE, 2, ("distribution", "offset"), rules.rand)
     for name, meaning in _REDUCTIONS.items():
         t[name] = OpDef(REDUCTION, 1, ("dims", "keepdim"), rules.reduction_to(meaning.result_dtype), meaning)
-    # combine: "add" | "mul" | "logaddexp"
-    t["scan"] = OpDef(SCAN, 1, ("dim", "combine"), rules.scan)
+    t["scan"] = OpDef(SCAN, 1, ("dim", "combine"), rules.scan_over(SCAN_COMBINES))  # combine: a SCAN_COMBINES key
     t["reshape"] = OpDef(VIEW, 1, rule=rules.reshape)  # to the node's shape (row-major order)
     t["permute"] = OpDef(VIEW, 1, ("dims",), rules.permute)
     t["expand"] = OpDef(VIEW, 1, rule=rules.expand)  # broadcast to the node's shape (same rank)

@@ -243,13 +243,16 @@ def reduction(node, ins, ctx) -> Inferred:
 _ONE = sympy.Integer(1)
 
 
-def scan(node, ins, ctx) -> Inferred:
-    x = ins[0]
-    attr_int(node, "dim", lo=0, hi=x.rank)
-    combine = attr_choice(node, "combine", ("add", "mul", "logaddexp"))
-    if combine == "logaddexp" and x.dtype not in ir.FLOAT_DTYPES:
-        raise _mismatch(f"combine logaddexp needs a floating-point input, got {x.dtype}")
-    return Inferred(x.shape, x.dtype)
+def scan_over(combines: dict) -> Rule:
+    """The rule of `scan` whose `combine` is a key of `combines` (pipec_ir.ops.SCAN_COMBINES)."""
+    def scan(node, ins, ctx) -> Inferred:
+        x = ins[0]
+        attr_int(node, "dim", lo=0, hi=x.rank)
+        combine = attr_choice(node, "combine", tuple(combines))
+        if combines[combine].floats_only and x.dtype not in ir.FLOAT_DTYPES:
+            raise _mismatch(f"combine {combine} needs a floating-point input, got {x.dtype}")
+        return Inferred(x.shape, x.dtype)
+    return scan
 
 
 def reshape(node, ins, ctx) -> Inferred:
