@@ -263,3 +263,10 @@ def test_scan_combines_are_rows_of_the_op_table():
     assert set(SCAN_COMBINES) == {"add", "mul", "logaddexp"}
     assert all(c.identity in IDENTITIES for c in SCAN_COMBINES.values())
     assert [op for op, c in SCAN_COMBINES.items() if c.floats_only] == ["logaddexp"]
+
+
+def test_scatter_reduces_are_rows_of_the_op_table():
+    from pipec_ir.ops import IDENTITIES, SCATTER_REDUCES
+
+    assert SCATTER_REDUCES["none"] is None
+    assert all(i in IDENTITIES for r, i in SCATTER_REDUCES.items() if r != "none")

@@ -35,8 +35,8 @@ from pipec_ir import Ref, TensorType
 from pipec_ir.symbolic import contiguous_strides
 
 from .dtypes import acc_dtype, is_float
+from .lower_indexing import I64, binop, clamp, flat_position, iota, padded_read, take
 from .table import NoLowering, register
-from .lower_indexing import I64, padded_read, binop, clamp, flat_position, iota, take
 
 MAX_TAPS = 64
 

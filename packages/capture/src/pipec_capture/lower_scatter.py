@@ -19,11 +19,12 @@ import sympy
 import torch
 
 from pipec_ir import Ref
+from pipec_ir.ops import SCATTER_REDUCES
 
-from .dtypes import torch_dtype
 from .builder import GraphBuilder, wrap_dim
-from .table import NoLowering, register
+from .dtypes import torch_dtype
 from .lower_indexing import I64, advanced_index_coords, flat_position, iota, take
+from .table import NoLowering, register
 
 # eager's reduce names -> the IR's
 _REDUCE = {"sum": "sum", "add": "sum", "amax": "amax", "amin": "amin"}
@@ -51,13 +52,15 @@ def scatter(cx: GraphBuilder, base: Ref, pos: Ref, src: Ref, reduce: str) -> Ref
 
 
 def _identity(reduce: str, dtype: str):
-    """The value a position starts from when scatter_reduce leaves self out (include_self=False)."""
-    if reduce == "sum":
+    """The value a position starts from when scatter_reduce leaves self out (include_self=False):
+    the identity pipec_ir.ops.SCATTER_REDUCES names for `reduce`."""
+    identity = SCATTER_REDUCES[reduce]
+    if identity == "zero":
         return 0
     t = torch_dtype(dtype)
     if t.is_floating_point:
-        return float("-inf") if reduce == "amax" else float("inf")
-    return torch.iinfo(t).min if reduce == "amax" else torch.iinfo(t).max
+        return float("-inf") if identity == "lowest" else float("inf")
+    return torch.iinfo(t).min if identity == "lowest" else torch.iinfo(t).max
 
 
 def dim_positions(cx: GraphBuilder, self_shape, dim: int, index: Ref) -> Ref:

@@ -18,7 +18,7 @@ import torch
 
 import pipec_ir
 from pipec_ir import Device, Dtype, Graph, Node, Ref, Size
-from pipec_ir.ops import COMPARISONS, LOGICAL, OPS, SCAN_COMBINES, reduction_of
+from pipec_ir.ops import COMPARISONS, LOGICAL, OPS, SCAN_COMBINES, SCATTER_REDUCES, reduction_of
 
 from . import philox
 from .dtypes import IR_TO_TORCH, is_float
@@ -308,7 +308,7 @@ class Evaluator:
                 self.fail(node, f"scatter self/src dtypes {base.dtype}/{src.dtype} != node dtype {node.type.dtype}")
             if index.numel() and not (0 <= int(index.min()) and int(index.max()) < base.numel()):
                 self.fail(node, f"scatter index outside [0, {base.numel()})")
-            if reduce not in ("none", "sum", "amax", "amin"):
+            if reduce not in SCATTER_REDUCES:
                 self.fail(node, f"unknown scatter reduce {reduce!r}")
         flat = base.reshape(-1).clone()
         if reduce == "none":

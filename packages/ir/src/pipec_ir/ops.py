@@ -56,6 +56,10 @@ SCAN_COMBINES = {
     "logaddexp": ScanCombine("lowest", floats_only=True),
 }
 
+# A `scatter`'s `reduce` attribute -> the identity it accumulates from (None: a plain write),
+# named as a `Reduction`'s (docs/IR.md, `scatter`).
+SCATTER_REDUCES = {"none": None, "sum": "zero", "amax": "lowest", "amin": "highest"}
+
 
 @dataclass(frozen=True)
 class OpDef:
@@ -114,7 +118,7 @@ def _table():
     # take(src, index): src's row-major flattening read at a computed position (docs/IR.md)
     t["take"] = OpDef(INDEXING, 2, rule=rules.take)
     # scatter(self, index, src): self with src written/accumulated at flat positions index (docs/IR.md)
-    t["scatter"] = OpDef(INDEXING, 3, ("reduce",), rules.scatter)
+    t["scatter"] = OpDef(INDEXING, 3, ("reduce",), rules.scatter_over(SCATTER_REDUCES))
     t["full"] = OpDef(CREATION, 0, ("value",), rules.full)
     t["iota"] = OpDef(CREATION, 0, ("dim", "start", "step"), rules.iota)  # start + step * index[dim]
     t["mm"] = OpDef(MATMUL, 2, rule=rules.mm)

@@ -346,17 +346,20 @@ def take(node, ins, ctx) -> Inferred:
     return Inferred(index.shape, src.dtype)
 
 
-def scatter(node, ins, ctx) -> Inferred:
-    base, index, src = ins
-    attr_choice(node, "reduce", ("none", "sum", "amax", "amin"))
-    if index.dtype != "int64":
-        raise _mismatch(f"scatter index {node.inputs[1]} is {index.dtype}, expected int64")
-    if index.rank != src.rank or not all(ctx.same(a, b) for a, b in zip(index.shape, src.shape)):
-        raise _mismatch(f"scatter index {node.inputs[1]} is {fmt_type(index)} but src {node.inputs[2]} is "
-                        f"{fmt_type(src)}: they must have one shape")
-    if src.dtype != base.dtype:
-        raise _mismatch(f"scatter src {node.inputs[2]} is {src.dtype} but self {node.inputs[0]} is {base.dtype}")
-    return Inferred(base.shape, base.dtype)
+def scatter_over(reduces) -> Rule:
+    """The rule of `scatter` whose `reduce` is one of `reduces` (pipec_ir.ops.SCATTER_REDUCES)."""
+    def scatter(node, ins, ctx) -> Inferred:
+        base, index, src = ins
+        attr_choice(node, "reduce", tuple(reduces))
+        if index.dtype != "int64":
+            raise _mismatch(f"scatter index {node.inputs[1]} is {index.dtype}, expected int64")
+        if index.rank != src.rank or not all(ctx.same(a, b) for a, b in zip(index.shape, src.shape)):
+            raise _mismatch(f"scatter index {node.inputs[1]} is {fmt_type(index)} but src {node.inputs[2]} is "
+                            f"{fmt_type(src)}: they must have one shape")
+        if src.dtype != base.dtype:
+            raise _mismatch(f"scatter src {node.inputs[2]} is {src.dtype} but self {node.inputs[0]} is {base.dtype}")
+        return Inferred(base.shape, base.dtype)
+    return scatter
 
 
 def full(node, ins, ctx) -> Inferred:
