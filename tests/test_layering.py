@@ -13,14 +13,8 @@ PACKAGES = Path(__file__).resolve().parents[1] / "packages"
 
 # Import cycles that exist today (issue 25, "Modules with many jobs"), each the set of modules
 # of one cycle. A cycle found is accepted when all its modules are in one of these sets; a set
-# no cycle touches any more fails the test, so the list only shrinks. The capture split removes
-# the first: the lead empties it when that branch is merged.
+# no cycle touches any more fails the test, so the list only shrinks.
 KNOWN_CYCLES = [
-    # capture/lower.py holds the Lowerer and the table; the family modules import both, and
-    # lower.py imports the families to fill the table.
-    {"pipec_capture.lower", "pipec_capture.lower_functional", "pipec_capture.lower_indexing",
-     "pipec_capture.lower_math", "pipec_capture.lower_pool", "pipec_capture.lower_random",
-     "pipec_capture.lower_scan", "pipec_capture.lower_scatter"},
     # api.make_backend <- backend.pipec_backend -> api.make_options (a function-level import).
     {"pipec.api", "pipec.backend"},
 ]
@@ -36,9 +30,8 @@ ALLOWED_STATE = {
     "pipec.cache.keys._FILE_DIGESTS": "memo: a source file's digest, keyed by path, mtime and size",
     "pipec.cache.keys._SOURCES": "memo: a distribution's source files",
     "pipec_runtime_cudagraph.tma._SM_COUNTS": "memo: a device's SM count",
-    "pipec_capture.lower.LOWERINGS": "the op table, filled at import time by the lowering decorators",
+    "pipec_capture.table.LOWERINGS": "the op table, filled at import time by the lowering decorators",
     # debts: state that changes what a later compilation does, or outlives a model
-    "pipec_ir.symbolic._BOUNDS": "debt: index-symbol bounds written by fusion and codegen",
     "pipec_capture.symbols._DEFINITIONS": "debt: symbol definitions per shape environment",
     "pipec_runtime_cudagraph.kernels._modules": "debt: loaded kernel modules (no size limit)",
     "pipec_runtime_cudagraph.kernels._fallback_dir": "debt: the kernel directory when none is given",

@@ -298,3 +298,12 @@ def test_a_check_of_a_defined_size_taken_as_input_lowers_to_nothing():
     assert [i.name for i in graph.inputs] == ["x"] and "mul" in ops(graph)
     with pytest.raises(CaptureError, match="node check.*input of type SymBool is not supported"):
         lower_graph(_graph_taking_a_size_check(defined=False), name="t")
+
+
+def test_every_ir_reduction_has_a_reference_row():
+    """The reference interpreter's reductions and scans are tables keyed like pipec_ir.ops's rows."""
+    from pipec_capture.reference import TORCH_REDUCTIONS, TORCH_SCANS
+    from pipec_ir.ops import REDUCTION_OPS, SCAN_COMBINES
+
+    assert set(TORCH_REDUCTIONS) == REDUCTION_OPS
+    assert set(TORCH_SCANS) == set(SCAN_COMBINES)

@@ -211,17 +211,27 @@ def test_view_returned_to_the_caller_keeps_its_source_alive(builder):
 
 def test_same_kernel_name_in_two_programs_gets_its_own_index_symbols(builder):
     """Regression (found by the fuzzer): index symbols carry upper bounds that drop a `% size`,
-    and sympy caches evaluations process-wide, so two kernels of the same name (in two
-    programs) must not share symbols, or one kernel's bounds simplify the other's indices."""
+    and sympy caches evaluations process-wide, so two kernels of the same name over other sizes
+    (in two programs) must not share symbols, or one kernel's bounds simplify the other's
+    indices. The bound is in the symbol (pipec_ir.symbolic.bounded_index): equal bounds share a
+    symbol and print the same kernel, whatever ran in between."""
     from pipec_codegen_triton.writer import KernelWriter
+    from pipec_ir.symbolic import upper_bound
 
-    x = builder.input("x", (4, 8))
-    builder.node("y", "exp", [x], (4, 8))
-    g = builder.graph(["y"])
-    k = kernel("pipec_exp_0", "pointwise", ["y"], ["x"], ["y"], (4, 8))
-    first, second = KernelWriter(g, k), KernelWriter(g, k)
-    assert not set(first.xsyms) & set(second.xsyms)
-    assert first.write().source == second.write().source  # the printed kernel is the same
+    def exp_kernel(cols):
+        x = builder.input(f"x{cols}", (4, cols))
+        builder.node(f"y{cols}", "exp", [x], (4, cols))
+        g = builder.graph([f"y{cols}"])
+        return g, kernel("pipec_exp_0", "pointwise", [f"y{cols}"], [f"x{cols}"], [f"y{cols}"], (4, cols))
+
+    narrow, wide = exp_kernel(8), exp_kernel(16)
+    first = KernelWriter(*narrow)
+    before = first.write().source
+    other = KernelWriter(*wide)
+    assert [upper_bound(s) for s in first.xsyms] == [3, 7] and [upper_bound(s) for s in other.xsyms] == [3, 15]
+    assert "% 16" in other.write().source.replace("(", "").replace(")", "")
+    again = KernelWriter(*narrow)
+    assert again.xsyms == first.xsyms and again.write().source == before
 
 
 def test_half_gelu_matches_eager_and_its_helper_is_accurate(builder, tmp_path):
@@ -231,7 +241,7 @@ def test_half_gelu_matches_eager_and_its_helper_is_accurate(builder, tmp_path):
 
     import triton
 
-    from pipec_codegen_triton.writer import HELPERS
+    from pipec_codegen_triton.triton_helpers import HELPERS
 
     b = builder
     x = b.input("x", (4096,), "bfloat16")

@@ -345,3 +345,12 @@ def test_columns_are_held_only_when_short_whatever_the_row_limit(builder, rows, 
     g = builder.graph(["total"])
     k = kernel("pipec_sum_0", "reduction", ["total"], ["x"], ["total"], (rows, 64), (0,))
     assert KernelWriter(g, k, persistent_limit=limit).persistent == persistent
+
+
+def test_every_ir_reduction_has_a_triton_row():
+    """Adding a reduction to pipec_ir.ops.OPS needs a row in reductions.py (and nothing else in codegen)."""
+    from pipec_codegen_triton.reductions import TRITON_REDUCTIONS, identity_literal
+    from pipec_ir.ops import REDUCTION_OPS
+
+    assert set(TRITON_REDUCTIONS) == REDUCTION_OPS
+    assert {op: identity_literal(op, "int32") for op in ("sum", "prod", "any")} == {"sum": "0", "prod": "1", "any": "0"}

@@ -154,3 +154,10 @@ def test_a_scan_keeps_a_padded_prefix_unless_its_row_is_merged(merged):
     graph = Graph("g", (GraphInput("x", TensorType((s0, s1), "float32")),), tuple(nodes), ("s",),
                   (SymbolRange("s0", 0, None, 4), SymbolRange("s1", 0, None, 5)))
     assert pad_symbols(graph) == (("s0",) if merged else ("s0", "s1"))
+
+
+def test_every_ir_scan_combine_has_a_triton_row():
+    from pipec_codegen_triton.scan import TRITON_SCANS
+    from pipec_ir.ops import SCAN_COMBINES
+
+    assert set(TRITON_SCANS) == set(SCAN_COMBINES)

@@ -56,3 +56,10 @@ def test_positions_outside_self_are_dropped(builder):
     expected[2] += 20
     expected[14] += 10
     torch.testing.assert_close(out, expected.reshape(5, 3))
+
+
+def test_every_ir_scatter_reduce_has_a_triton_row():
+    from pipec_codegen_triton.scatter import TRITON_SCATTER_WRITES
+    from pipec_ir.ops import SCATTER_REDUCES
+
+    assert set(TRITON_SCATTER_WRITES) == set(SCATTER_REDUCES)

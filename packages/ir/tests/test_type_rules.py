@@ -34,6 +34,15 @@ def test_every_op_has_a_type_rule():
     assert all(d.rule is not None for d in OPS.values()), [op for op, d in OPS.items() if d.rule is None]
 
 
+def test_reductions_are_rows_of_the_op_table():
+    """A reduction's meaning is its row (identity, result dtype, indexed), and only reductions have one."""
+    from pipec_ir.ops import IDENTITIES, REDUCTION, REDUCTION_OPS, kind_of
+
+    assert REDUCTION_OPS == {op for op, d in OPS.items() if d.reduction is not None}
+    assert all(kind_of(op) == REDUCTION and OPS[op].reduction.identity in IDENTITIES for op in REDUCTION_OPS)
+    assert {op for op in REDUCTION_OPS if OPS[op].reduction.indexed} == {"argmax", "argmin"}
+
+
 # ---------------------------------------------------------------- documents that are right verify
 
 
@@ -245,3 +254,19 @@ def test_undecidable_sizes_are_accepted_but_definite_ones_are_not():
         verify(bad)
     with pytest.raises(TypeMismatchError):  # a rank difference is always certain
         verify(graph({"x": TensorType((S0,), "float32")}, [n("a", "relu", ["x"], TensorType((S0, 1), "float32"))]))
+
+
+def test_scan_combines_are_rows_of_the_op_table():
+    """A scan's combine is a row (identity, floats only) the type rule and every stage read."""
+    from pipec_ir.ops import IDENTITIES, SCAN_COMBINES
+
+    assert set(SCAN_COMBINES) == {"add", "mul", "logaddexp"}
+    assert all(c.identity in IDENTITIES for c in SCAN_COMBINES.values())
+    assert [op for op, c in SCAN_COMBINES.items() if c.floats_only] == ["logaddexp"]
+
+
+def test_scatter_reduces_are_rows_of_the_op_table():
+    from pipec_ir.ops import IDENTITIES, SCATTER_REDUCES
+
+    assert SCATTER_REDUCES["none"] is None
+    assert all(i in IDENTITIES for r, i in SCATTER_REDUCES.items() if r != "none")

@@ -8,7 +8,8 @@ docs/IR.md, used by tests).
 
 from .aot import core_decompositions, make_dynamo_backend
 from .errors import CaptureError
-from .lower import LIBRARY_OPS, LOWERINGS, constant_bindings, lower_graph
+from .lowerer import constant_bindings, lower_graph
+from .table import LIBRARY_OPS, LOWERINGS
 
 __version__ = "0.1.0"
 

@@ -9,7 +9,7 @@ import torch
 
 from .attention import choose_attention_kernels
 from .decompositions import DECOMPOSITIONS, matmul_folded
-from .lower import LIBRARY_OPS, LOWERINGS, base_name
+from .table import LIBRARY_OPS, LOWERINGS, base_name
 
 # Ops that pipec lowers itself (better fusion than their decompositions) or runs
 # as library externs (attention): kept out of the decomposition table.

@@ -10,7 +10,7 @@ from pipec_ir import CompileOptions, Graph
 
 from .aot import export_decompositions
 from .errors import CaptureError
-from .lower import lower_graph
+from .lowerer import lower_graph
 
 
 def export_program(model, example_inputs, options: CompileOptions | None = None):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pipec_ir import Ref
 
-from .lower import NoLowering, register
+from .table import NoLowering, register
 
 
 @register("aten.copy.default")

@@ -16,29 +16,30 @@ import sympy
 from pipec_ir import Ref
 from pipec_ir.symbolic import contiguous_strides
 
-from .lower import Lowerer, NoLowering, register, wrap_dim
+from .builder import GraphBuilder, wrap_dim
+from .table import NoLowering, register
 
 I64 = "int64"
 
 
-def _static_shape(cx: Lowerer, shape) -> tuple[int, ...]:
+def _static_shape(cx: GraphBuilder, shape) -> tuple[int, ...]:
     return tuple(cx.static(s) for s in shape)
 
 
-def iota(cx: Lowerer, shape, dim: int) -> Ref:
+def iota(cx: GraphBuilder, shape, dim: int) -> Ref:
     """The coordinate along `dim` of every point of `shape` (int64)."""
     return cx.emit("iota", [], shape, I64, dim=dim, start=0, step=1)
 
 
-def binop(cx: Lowerer, op: str, a, b, shape, dtype: str = I64) -> Ref:
+def binop(cx: GraphBuilder, op: str, a, b, shape, dtype: str = I64) -> Ref:
     return cx.pointwise(op, [a, b], shape, dtype)
 
 
-def clamp(cx: Lowerer, x: Ref, lo: int, hi: int, shape) -> Ref:
+def clamp(cx: GraphBuilder, x: Ref, lo: int, hi: int, shape) -> Ref:
     return binop(cx, "minimum", binop(cx, "maximum", x, lo, shape), hi, shape)
 
 
-def flat_position(cx: Lowerer, coords, src_shape, shape) -> Ref:
+def flat_position(cx: GraphBuilder, coords, src_shape, shape) -> Ref:
     """sum(coord_k * stride_k) over src's dims: coords are Refs of `shape` or ints."""
     pos = None
     for c, stride in zip(coords, contiguous_strides(src_shape)):
@@ -47,25 +48,25 @@ def flat_position(cx: Lowerer, coords, src_shape, shape) -> Ref:
     return pos if pos is not None else cx.full(0, shape, I64)
 
 
-def take(cx: Lowerer, src: Ref, pos, shape) -> Ref:
+def take(cx: GraphBuilder, src: Ref, pos, shape) -> Ref:
     if not isinstance(pos, Ref):
         pos = cx.full(pos, shape, I64)
     return cx.emit("take", [src, cx.cast(pos, I64)], shape, cx.dtype(src))
 
 
-def wrap_negative(cx: Lowerer, idx: Ref, size: int, shape) -> Ref:
+def wrap_negative(cx: GraphBuilder, idx: Ref, size: int, shape) -> Ref:
     """Python-style negative indices (index.Tensor accepts them) -> [0, size)."""
     neg = cx.pointwise("lt", [idx, 0], shape, "bool", operand_dtype=I64)
     return cx.emit("where", [neg, binop(cx, "add", idx, size, shape), idx], shape, I64)
 
 
-def index_operand(cx: Lowerer, idx: Ref, shape) -> Ref:
+def index_operand(cx: GraphBuilder, idx: Ref, shape) -> Ref:
     if cx.dtype(idx) not in ("int64", "int32"):
         raise NoLowering(f"index tensor of dtype {cx.dtype(idx)} (a mask: data-dependent shape)")
     return cx.broadcast(cx.cast(idx, I64), shape)
 
 
-def gather_along(cx: Lowerer, src: Ref, dim: int, idx: Ref, shape) -> Ref:
+def gather_along(cx: GraphBuilder, src: Ref, dim: int, idx: Ref, shape) -> Ref:
     """out[p] = src[p with p[dim] = idx[p]]; idx already has the output's shape."""
     src_shape = _static_shape(cx, cx.shape(src))
     coords = [idx if d == dim else iota(cx, shape, d) for d in range(len(src_shape))]
@@ -191,7 +192,7 @@ def lower_cat(cx, node, tensors, dim=0):
     return result
 
 
-def _padded_read(cx, x, t, lows, fill):
+def padded_read(cx, x, t, lows, fill):
     """out[p] = x[p - lows] where that is inside x, else `fill` (lows per dim, may be 0)."""
     src_shape = _static_shape(cx, cx.shape(x))
     coords, inside = [], None
@@ -224,7 +225,7 @@ def lower_constant_pad_nd(cx, node, x, pad, value=0):
         lows[rank - 1 - k] = pads[2 * k]
     if 0 in _static_shape(cx, cx.shape(x)):
         return cx.full(value, t.shape, t.dtype)
-    return _padded_read(cx, x, t, lows, value)
+    return padded_read(cx, x, t, lows, value)
 
 
 @register("aten.flip.default")

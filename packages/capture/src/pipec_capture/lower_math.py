@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 from .dtypes import acc_dtype, is_float
-from .lower import NoLowering, reduce, register
+from .lower_reduction import reduce
+from .table import NoLowering, register
 
 
 def _float_result(cx, node):

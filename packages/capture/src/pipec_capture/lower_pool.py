@@ -35,8 +35,8 @@ from pipec_ir import Ref, TensorType
 from pipec_ir.symbolic import contiguous_strides
 
 from .dtypes import acc_dtype, is_float
-from .lower import NoLowering, register
-from .lower_indexing import I64, _padded_read, binop, clamp, flat_position, iota, take
+from .lower_indexing import I64, binop, clamp, flat_position, iota, padded_read, take
+from .table import NoLowering, register
 
 MAX_TAPS = 64
 
@@ -85,7 +85,7 @@ class Window:
         shape = self.lead + tuple(size + p + h for size, p, h in zip(self.size, self.padding, highs))
         t = TensorType(tuple(sympy.Integer(s) for s in shape), cx.dtype(x))
         lows = [0] * len(self.lead) + list(self.padding)
-        return _padded_read(cx, x, t, lows, fill)
+        return padded_read(cx, x, t, lows, fill)
 
     def tap(self, cx, src, offset):
         """The window tap `offset` of every output point: strided slices of the padded input."""

@@ -18,8 +18,8 @@ from pipec_ir import Device, Dtype, Node, Ref, TensorType, make_attrs
 from pipec_ir.symbolic import contiguous_strides
 
 from .dtypes import is_float
-from .lower import NoLowering, register
 from .lower_indexing import I64, binop, iota
+from .table import NoLowering, register
 
 SEED_TARGET = "aten.randint.low"
 SEED_HIGH = 2**31 - 1

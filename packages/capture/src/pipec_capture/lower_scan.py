@@ -10,17 +10,19 @@ empty result a `full`: codegen never sees a trivial scan.
 from __future__ import annotations
 
 from pipec_ir import Ref
+from pipec_ir.ops import SCAN_COMBINES
 from pipec_ir.symbolic import numel
 
+from .builder import GraphBuilder, wrap_dim
 from .dtypes import is_float
-from .lower import Lowerer, NoLowering, register, wrap_dim
+from .table import NoLowering, register
 
 
-def lower_scan(cx: Lowerer, node, x: Ref, dim: int, combine: str) -> Ref:
+def lower_scan(cx: GraphBuilder, node, x: Ref, dim: int, combine: str) -> Ref:
     t = cx.result(node)
     if t.dtype == "bool":
         raise NoLowering("a bool scan result (eager has no bool cumsum/cumprod kernel)")
-    if combine == "logaddexp" and not is_float(t.dtype):
+    if SCAN_COMBINES[combine].floats_only and not is_float(t.dtype):
         raise NoLowering(f"logcumsumexp of dtype {t.dtype}")
     shape = tuple(cx.shape(x))
     dim = wrap_dim(dim, len(shape))  # a 0-d tensor takes dim 0 or -1

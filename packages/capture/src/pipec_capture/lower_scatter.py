@@ -19,10 +19,12 @@ import sympy
 import torch
 
 from pipec_ir import Ref
+from pipec_ir.ops import SCATTER_REDUCES
 
+from .builder import GraphBuilder, wrap_dim
 from .dtypes import torch_dtype
-from .lower import Lowerer, NoLowering, register, wrap_dim
 from .lower_indexing import I64, advanced_index_coords, flat_position, iota, take
+from .table import NoLowering, register
 
 # eager's reduce names -> the IR's
 _REDUCE = {"sum": "sum", "add": "sum", "amax": "amax", "amin": "amin"}
@@ -31,11 +33,11 @@ _ACCUMULATE_IN = {"float16": "float32", "bfloat16": "float32", "float32": "float
                   "int8": "int32", "uint8": "int32", "int16": "int32", "int32": "int32", "int64": "int64"}
 
 
-def _static_shape(cx: Lowerer, shape) -> tuple[int, ...]:
+def _static_shape(cx: GraphBuilder, shape) -> tuple[int, ...]:
     return tuple(cx.static(s) for s in shape)
 
 
-def scatter(cx: Lowerer, base: Ref, pos: Ref, src: Ref, reduce: str) -> Ref:
+def scatter(cx: GraphBuilder, base: Ref, pos: Ref, src: Ref, reduce: str) -> Ref:
     """`base` with `src` (of pos's shape) written or accumulated at `pos`, in base's dtype.
 
     An accumulating scatter on a dtype without atomics runs in its accumulation dtype and
@@ -50,16 +52,18 @@ def scatter(cx: Lowerer, base: Ref, pos: Ref, src: Ref, reduce: str) -> Ref:
 
 
 def _identity(reduce: str, dtype: str):
-    """The value a position starts from when scatter_reduce leaves self out (include_self=False)."""
-    if reduce == "sum":
+    """The value a position starts from when scatter_reduce leaves self out (include_self=False):
+    the identity pipec_ir.ops.SCATTER_REDUCES names for `reduce`."""
+    identity = SCATTER_REDUCES[reduce]
+    if identity == "zero":
         return 0
     t = torch_dtype(dtype)
     if t.is_floating_point:
-        return float("-inf") if reduce == "amax" else float("inf")
-    return torch.iinfo(t).min if reduce == "amax" else torch.iinfo(t).max
+        return float("-inf") if identity == "lowest" else float("inf")
+    return torch.iinfo(t).min if identity == "lowest" else torch.iinfo(t).max
 
 
-def dim_positions(cx: Lowerer, self_shape, dim: int, index: Ref) -> Ref:
+def dim_positions(cx: GraphBuilder, self_shape, dim: int, index: Ref) -> Ref:
     """Flat positions in self of scatter along `dim`: the index's own point with its `dim`
     coordinate replaced by the index value."""
     shape = cx.shape(index)
@@ -68,7 +72,7 @@ def dim_positions(cx: Lowerer, self_shape, dim: int, index: Ref) -> Ref:
     return flat_position(cx, coords, self_shape, shape)
 
 
-def _src_at_index_points(cx: Lowerer, src, index: Ref, dtype: str) -> Ref:
+def _src_at_index_points(cx: GraphBuilder, src, index: Ref, dtype: str) -> Ref:
     """src read at the index's points (src may be larger than the index in any dim), or a scalar."""
     shape = cx.shape(index)
     if not isinstance(src, Ref):

@@ -9,7 +9,7 @@ from pipec_ir import CompileOptions, Graph
 
 from .aot import core_decompositions, make_dynamo_backend
 from .export import export_graph
-from .lower import constant_bindings, lower_graph
+from .lowerer import constant_bindings, lower_graph
 
 
 class DynamoCapture:

@@ -18,7 +18,7 @@ import torch
 
 import pipec_ir
 from pipec_ir import Device, Dtype, Graph, Node, Ref, Size
-from pipec_ir.ops import COMPARISONS, LOGICAL, OPS
+from pipec_ir.ops import COMPARISONS, LOGICAL, OPS, SCAN_COMBINES, SCATTER_REDUCES, reduction_of
 
 from . import philox
 from .dtypes import IR_TO_TORCH, is_float
@@ -56,6 +56,29 @@ _HALF = (torch.float16, torch.bfloat16)
 
 def _compute(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in _HALF else t
+
+
+def _prod(x, dims, keepdim, out):
+    r = _compute(x)
+    for d in sorted(dims, reverse=True):
+        r = torch.prod(r, dim=d, keepdim=keepdim)
+    return r.to(out)
+
+
+# The reference's row per reduction op (pipec_ir.ops.Reduction says what each means):
+# (input, dims, keepdim, result dtype) -> result; for an indexed op, torch's pick along a dim.
+TORCH_REDUCTIONS = {
+    "sum": lambda x, dims, keepdim, out: torch.sum(_compute(x), dim=dims, keepdim=keepdim).to(out),
+    "prod": _prod,
+    "max": lambda x, dims, keepdim, out: torch.amax(x, dim=dims, keepdim=keepdim),
+    "min": lambda x, dims, keepdim, out: torch.amin(x, dim=dims, keepdim=keepdim),
+    "any": lambda x, dims, keepdim, out: torch.amax(x.bool().to(torch.uint8), dim=dims, keepdim=keepdim).bool(),
+    "argmax": torch.argmax,
+    "argmin": torch.argmin,
+}
+
+# The reference's row per scan combine (pipec_ir.ops.SCAN_COMBINES): (values, dim) -> inclusive scan.
+TORCH_SCANS = {"add": torch.cumsum, "mul": torch.cumprod, "logaddexp": torch.logcumsumexp}
 
 
 class Evaluator:
@@ -203,27 +226,16 @@ class Evaluator:
         if self.strict:
             if list(dims) != sorted(set(dims)) or any(d < 0 or d >= x.dim() for d in dims):
                 self.fail(node, f"dims {dims} must be sorted, unique, non-negative and < rank {x.dim()}")
-            if node.op in ("sum", "prod", "max", "min") and x.dtype != out:
+            if reduction_of(node.op).result_dtype is None and x.dtype != out:
                 self.fail(node, f"{node.op} input dtype {x.dtype} != output dtype {out} (capture casts first)")
-        if node.op == "sum":
-            return torch.sum(_compute(x), dim=dims, keepdim=keepdim).to(out)
-        if node.op == "max":
-            return torch.amax(x, dim=dims, keepdim=keepdim)
-        if node.op == "min":
-            return torch.amin(x, dim=dims, keepdim=keepdim)
-        if node.op == "any":
-            return torch.amax(x.bool().to(torch.uint8), dim=dims, keepdim=keepdim).bool()
-        if node.op == "prod":
-            r = _compute(x)
-            for d in sorted(dims, reverse=True):
-                r = torch.prod(r, dim=d, keepdim=keepdim)
-            return r.to(out)
-        # argmax / argmin over one dim (several dims: over their row-major flattening)
+        fn = TORCH_REDUCTIONS[node.op]
+        if not reduction_of(node.op).indexed:
+            return fn(x, dims, keepdim, out)
+        # an index over one dim (several dims: over their row-major flattening)
         perm = [d for d in range(x.dim()) if d not in dims] + list(dims)
         xp = x.permute(perm)
         kept = xp.shape[: x.dim() - len(dims)]
         flat = xp.reshape(*kept, -1)
-        fn = torch.argmax if node.op == "argmax" else torch.argmin
         r = fn(flat, dim=-1)
         if keepdim:
             r = r.reshape(self.shape(node.type))
@@ -239,12 +251,8 @@ class Evaluator:
             if x.dtype != out:
                 self.fail(node, f"scan input dtype {x.dtype} != output dtype {out} (capture casts first)")
         work = _compute(x) if is_float(node.type.dtype) else x.to(torch.int64)
-        if combine == "add":
-            return torch.cumsum(work, dim).to(out)
-        if combine == "mul":
-            return torch.cumprod(work, dim).to(out)
-        if combine == "logaddexp" and work.is_floating_point():
-            return torch.logcumsumexp(work, dim).to(out)
+        if combine in TORCH_SCANS and (work.is_floating_point() or not SCAN_COMBINES[combine].floats_only):
+            return TORCH_SCANS[combine](work, dim).to(out)
         self.fail(node, f"unknown scan combine {combine!r} for dtype {x.dtype}")
 
     def view(self, node: Node, x):
@@ -300,7 +308,7 @@ class Evaluator:
                 self.fail(node, f"scatter self/src dtypes {base.dtype}/{src.dtype} != node dtype {node.type.dtype}")
             if index.numel() and not (0 <= int(index.min()) and int(index.max()) < base.numel()):
                 self.fail(node, f"scatter index outside [0, {base.numel()})")
-            if reduce not in ("none", "sum", "amax", "amin"):
+            if reduce not in SCATTER_REDUCES:
                 self.fail(node, f"unknown scatter reduce {reduce!r}")
         flat = base.reshape(-1).clone()
         if reduce == "none":

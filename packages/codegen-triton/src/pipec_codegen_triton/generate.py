@@ -16,7 +16,8 @@ from .memory_plan import plan_program_memory
 from .padding import pad_symbols
 from .scan import ScanWriter
 from .scatter import scatter_launches
-from .writer import CodegenError, KernelWriter
+from .kernel_source import CodegenError
+from .writer import KernelWriter
 
 # View ops materialized as torch views (never copies) when a library call or the
 # caller needs them as tensors.

@@ -29,7 +29,7 @@ def take_value(writer, node, index) -> tuple[str, bool]:
     """(source name of take(src, index) at `index`, whether it lives in the row scope)."""
     src, idx = node.inputs
     position, inner = writer.value(idx, index)
-    pos = index_symbol(f"{position}_take_{writer.kernel.name}")
+    pos = index_symbol(f"take_{writer.kernel.name}_{position}")  # never a bounded name (`_lt<n>`)
     writer.names[pos] = position
     # map the flat position through the view chain down to the buffer the kernel reads
     value, at = src, _unflatten(pos, writer.types[src].shape)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import sympy
 from pipec_ir import CompileOptions, Graph, Kernel, Ref, Step, TensorType, TritonKernel, get_attr, make_attrs
 from pipec_ir.indexing import view_source_index
-from pipec_ir.ops import POINTWISE, VIEW, kind_of
+from pipec_ir.ops import MATMUL_OPS, POINTWISE, VIEW, kind_of
 from pipec_ir.symbolic import index_symbol, numel
 
 from .configs import pointwise_configs, upper_bound
-from .matmul_template import MATMUL_OPS, epilogue_inputs, epilogue_refinement, value_at, write_template
+from .matmul_template import epilogue_inputs, epilogue_refinement, value_at, write_template
 from .view_steps import reshape_args
 from .writer import KernelWriter
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import sympy
 from pipec_ir import TMA_CONSTANT, Graph, Kernel, LaunchConfig, TritonKernel
 from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
-from pipec_ir.ops import VIEW, kind_of
+from pipec_ir.ops import MATMUL_OPS, VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
 from .bounds import check_operands
@@ -29,9 +29,10 @@ from .matmul_gluon import gluon_lines, pingpong_config, pingpong_source, store_t
 from .matmul_tma import (PERSISTENT_PROGRAMS, SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop,
                          persistent_split, tma_operand)
 from .simplify import collapse
-from .writer import CodegenError, KernelWriter, Scope
+from .kernel_source import CodegenError, Scope
+from .triton_helpers import helpers_used
+from .writer import KernelWriter
 
-MATMUL_OPS = frozenset({"mm", "bmm"})
 TEMPLATE_DTYPES = ("float16", "bfloat16", "float32")
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages); the first is used untuned.
@@ -345,7 +346,7 @@ def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
     ops = [nodes[n].op for n in kernel.nodes if kind_of(nodes[n].op) != VIEW]
     shape_a = "[B, M, K] @ [B, K, N]" if batched else "[M, K] @ [K, N]"
     doc = f"{' -> '.join(ops)}: {shape_a} into an fp32 tile, epilogue on the tile; writes {', '.join(kernel.outputs)}"
-    source = "\n".join(header) + "\n" + KernelWriter._helpers(body) + f"\n\n{w.jit}\n"
+    source = "\n".join(header) + "\n" + helpers_used(body) + f"\n\n{w.jit}\n"
     source += f"def {kernel.name}({', '.join(params)}):\n"
     source += f'    """{doc}"""\n' + "\n".join(body) + "\n"
 
@@ -390,7 +391,7 @@ def _pingpong_epilogue(w: EpilogueWriter, product, outputs, out_shape, refined, 
     first = next((o for o in stores if w.types[o].dtype in ("float16", "bfloat16")), None)
     lines = _epilogue(w, product, outputs, out_shape, False, refined, "acc", "[BLOCK_M, BLOCK_N]",
                       {first: "c_desc"} if first else None, "om, on", store_tile=store_tile_lines)
-    helpers = KernelWriter._helpers(lines)
+    helpers = helpers_used(lines)
     lines, helper_lines = gluon_lines(lines), gluon_lines(helpers.split("\n"), in_tile=False)
     if lines is None or helper_lines is None or w.uses_libdevice:
         return None
@@ -554,4 +555,4 @@ def _split_coordinates(w: EpilogueWriter, coords, out_shape, refined) -> list[st
     return lines
 
 
-__all__ = ["write_template", "epilogue_refinement", "value_at", "template_configs", "operand_layout", "epilogue_inputs", "MATMUL_OPS"]
+__all__ = ["write_template", "epilogue_refinement", "value_at", "template_configs", "operand_layout", "epilogue_inputs"]

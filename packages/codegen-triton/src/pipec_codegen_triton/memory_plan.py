@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import sympy
 from pipec_ir import ITEMSIZE, Buffer, Slot, Step, TensorType
-from pipec_ir.ops import OPS, POINTWISE
+from pipec_ir.ops import POINTWISE_OPS
 from pipec_ir.symbolic import numel, size_symbol
 from pipec_ir.types import get_attr, make_attrs
 
 ALIGN = 64
-POINTWISE_OPS = frozenset(op for op, d in OPS.items() if d.kind == POINTWISE)
 
 # Extern targets that return views of their first argument (no new memory).
 _VIEW_OPS = frozenset({

@@ -25,7 +25,7 @@ def _gelu(node, a):
         inner = f"{_SQRT_2_OVER_PI} * ({a} + 0.044715 * {a} * {a} * {a})"
         return f"0.5 * {a} * (1.0 + {_tanh(inner)})"
     if node.type.dtype in ("bfloat16", "float16"):
-        return f"_pipec_gelu_half({a})"  # writer.HELPERS: erfc's polynomial instead of libdevice's erf
+        return f"_pipec_gelu_half({a})"  # triton_helpers.HELPERS: erfc's polynomial instead of libdevice's erf
     return f"0.5 * {a} * (1.0 + tl.erf({a} * {_INV_SQRT2}))"
 
 

@@ -19,11 +19,13 @@ node's compute type, so the epilogue sees what eager would.
 
 from __future__ import annotations
 
-from pipec_ir.ops import VIEW, kind_of
+from pipec_ir.ops import SCAN_COMBINES, VIEW, kind_of
 
 from .configs import PERSISTENT_SCAN_BYTES
 from .dtypes import FLOAT_COMPUTE, tl_compute
-from .writer import CodegenError, KernelWriter
+from .kernel_source import CodegenError
+from .reductions import literal_of_identity
+from .writer import KernelWriter
 
 SCAN_HELPERS = '''
 @triton.jit
@@ -36,14 +38,20 @@ def _pipec_logaddexp(a, b):
     return hi + tl.log(1.0 + tl.exp(delta))
 '''
 
-# combine -> (identity as a Triton literal for the accumulator, scan of a block along axis 1,
-#             combine of two values, reduction of a block along axis 1 keeping a [XBLOCK, 1] shape)
-_COMBINES = {
-    "add": ("0", "tl.cumsum({x}, 1)", "{a} + {b}", "tl.sum({x}, 1)[:, None]"),
-    "mul": ("1", "tl.cumprod({x}, 1)", "{a} * {b}", "tl.reduce({x}, 1, _pipec_product)[:, None]"),
-    "logaddexp": ("float('-inf')", "tl.associative_scan({x}, 1, _pipec_logaddexp)", "_pipec_logaddexp({a}, {b})",
+# codegen's row per scan combine (pipec_ir.ops.SCAN_COMBINES gives its identity):
+# combine -> (scan of a block along axis 1, combine of two values, reduction of a block along
+#             axis 1 keeping a [XBLOCK, 1] shape)
+TRITON_SCANS = {
+    "add": ("tl.cumsum({x}, 1)", "{a} + {b}", "tl.sum({x}, 1)[:, None]"),
+    "mul": ("tl.cumprod({x}, 1)", "{a} * {b}", "tl.reduce({x}, 1, _pipec_product)[:, None]"),
+    "logaddexp": ("tl.associative_scan({x}, 1, _pipec_logaddexp)", "_pipec_logaddexp({a}, {b})",
                   "tl.reduce({x}, 1, _pipec_logaddexp)[:, None]"),
 }
+
+
+def _identity(combine: str, dtype: str) -> str:
+    """The Triton literal of `combine`'s identity for values of `dtype`."""
+    return literal_of_identity(SCAN_COMBINES[combine].identity, dtype)
 
 
 def accumulator_type(dtype: str) -> str:
@@ -66,7 +74,7 @@ class ScanWriter(KernelWriter):
         if (self.scan.attr("dim"),) != tuple(kernel.reduce_dims) or tuple(self.scan.type.shape) != self.domain:
             raise CodegenError(f"{kernel.name}: scan {self.scan.name} does not run over the kernel's domain "
                                f"along its dim {list(kernel.reduce_dims)}")
-        if self.scan.attr("combine") not in _COMBINES:
+        if self.scan.attr("combine") not in TRITON_SCANS:
             raise CodegenError(f"{kernel.name}: no Triton scan for combine {self.scan.attr('combine')!r}")
         self.scan_value: tuple[str, tuple] | None = None  # (variable, index) in the current row scope
 
@@ -90,8 +98,8 @@ class ScanWriter(KernelWriter):
             self._scan_block(carry=None)
             self._store_rows()
         else:
-            init = _COMBINES[self.scan.attr("combine")][0]
             acc = accumulator_type(self.types[self.scan.inputs[0]].dtype)
+            init = _identity(self.scan.attr("combine"), self.types[self.scan.inputs[0]].dtype)
             lines.append(f"    carry = tl.full([XBLOCK, 1], {init}, {acc})  # the row's total before this block")
             self.inner = self._open_row([])
             self._scan_block(carry="carry")
@@ -104,8 +112,9 @@ class ScanWriter(KernelWriter):
     def _scan_block(self, carry: str | None) -> None:
         """Scan the current row block (and fold in and advance `carry` when looping)."""
         node, s = self.scan, self.inner
-        init, scan, combine, reduce = _COMBINES[node.attr("combine")]
+        scan, combine, reduce = TRITON_SCANS[node.attr("combine")]
         src = node.inputs[0]
+        init = _identity(node.attr("combine"), self.types[src].dtype)
         acc = accumulator_type(self.types[src].dtype)
         v, _ = self.value(src, self.domain_index)
         if acc != tl_compute(self.types[src].dtype):

@@ -22,10 +22,12 @@ from pipec_ir.symbolic import numel
 
 from .configs import pointwise_configs, upper_bound
 from .dtypes import tl_storage
-from .writer import CodegenError, KernelWriter, Scope
+from .kernel_source import CodegenError, Scope
+from .writer import KernelWriter
 
-# reduce attr -> the Triton call writing one value at each position
-_WRITE = {"none": "tl.store", "sum": "tl.atomic_add", "amax": "tl.atomic_max", "amin": "tl.atomic_min"}
+# codegen's row per scatter reduce (pipec_ir.ops.SCATTER_REDUCES): the Triton call writing one
+# value at each position
+TRITON_SCATTER_WRITES = {"none": "tl.store", "sum": "tl.atomic_add", "amax": "tl.atomic_max", "amin": "tl.atomic_min"}
 # dtypes Triton has these atomics for (capture accumulates narrower types in one of these)
 _ATOMIC_DTYPES = ("float32", "float64", "int32", "int64")
 
@@ -41,7 +43,7 @@ class ScatterWriter(KernelWriter):
         base, index, src = self.scatter.inputs
         reduce = self.scatter.attr("reduce")
         dtype = self.scatter.type.dtype
-        if reduce not in _WRITE:
+        if reduce not in TRITON_SCATTER_WRITES:
             raise CodegenError(f"{self.kernel.name}: unknown scatter reduce {reduce!r}")
         if reduce != "none" and dtype not in _ATOMIC_DTYPES:
             raise CodegenError(f"{self.kernel.name}: no Triton atomic for scatter {reduce} on {dtype}")
@@ -62,7 +64,7 @@ class ScatterWriter(KernelWriter):
         if reduce == "none":
             lines.append(f"    tl.store({out} + {position}, {stored}, mask={mask})")
         else:  # relaxed: only the sum at the end of the launch is read
-            lines.append(f"    {_WRITE[reduce]}({out} + {position}, {stored}, mask={mask}, sem=\"relaxed\")")
+            lines.append(f"    {TRITON_SCATTER_WRITES[reduce]}({out} + {position}, {stored}, mask={mask}, sem=\"relaxed\")")
         return lines
 
     def _docstring(self) -> str:

@@ -10,127 +10,45 @@ computed once.
 Reduction kernels have an outer scope (one row per x, shape [XBLOCK, 1]) and an
 inner scope (the row, [XBLOCK, RBLOCK]). A row that fits in one block is handled
 in one pass ("persistent"); otherwise each reduction gets its own loop over the
-row, and a final loop writes row-level outputs.
+row, and a final loop writes row-level outputs (reduction_rows.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import re
-from dataclasses import dataclass, field
 
 import sympy
 from pipec_ir import ITEMSIZE, Graph, Kernel, Size, TensorType
 from pipec_ir.indexing import view_source_index
 from pipec_ir.ops import CREATION, POINTWISE, REDUCTION, VIEW, kind_of
 from pipec_ir.symbolic import (
-    FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel, pyexpr, set_upper_bound,
+    FloorDiv, ModularIndexing, bounded_index, contiguous_strides, index_symbol, numel, pyexpr,
 )
 
 from .configs import OUTER_PERSISTENT_LIMIT, PERSISTENT_ROW_BYTES, pow2_at_least
-from .dtypes import FLOAT_COMPUTE, highest, literal, lowest, tl_compute, tl_storage
+from .dtypes import FLOAT_COMPUTE, literal, tl_compute, tl_storage
 from .indexing_ops import take_value
+from .kernel_source import CodegenError, KernelSource, Scope
 from .pointwise_ops import POINTWISE as TEMPLATES
-from .row_loops import plan_row_loops
+from .reduction_rows import ReductionRows
 from .simplify import simplify_index
+from .triton_helpers import helpers_used
 
 
-_WRITER_IDS = itertools.count()
 _EVICT_LAST = ", eviction_policy='evict_last'"
 _L2_MARK = re.compile(r"@l2:(\w+):(\d+)@")  # a looped row's load: @l2:<pointer>:<pass>@, see _l2_hint
 
 
-class CodegenError(Exception):
-    """The plan asks for something this code generator cannot emit."""
+def _index(name: str, size) -> sympy.Symbol:
+    """The index variable `name` over `size` elements: bounded when the size is static."""
+    if size is not None and size.is_Integer:
+        return bounded_index(name, int(size))
+    return index_symbol(name)
 
 
-@dataclass
-class Scope:
-    lines: list[str]
-    inner: bool
-    indent: str
-    cache: dict = field(default_factory=dict)
+class KernelWriter(ReductionRows):
+    """The Triton source of one pointwise or reduction kernel (`write`)."""
 
-
-@dataclass
-class KernelSource:
-    source: str
-    sizes: tuple[tuple[str, sympy.Expr], ...]
-    uses_libdevice: bool
-    persistent: bool
-    rnumel: sympy.Expr | None
-    outer_reduction: bool = False  # reduces non-innermost dims (x runs along the contiguous dim)
-
-
-HELPERS = '''
-@triton.jit
-def _pipec_maximum(a, b):
-    return tl.where((a > b) | (a != a), a, b)
-
-
-@triton.jit
-def _pipec_minimum(a, b):
-    return tl.where((a < b) | (a != a), a, b)
-
-
-@triton.jit
-def _pipec_fmax(a, b):
-    # one max.NaN instruction: NaN wins, like torch.amax
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def _pipec_fmin(a, b):
-    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def _pipec_welford(mean1, m2_1, n1, mean2, m2_2, n2):
-    # Chan et al.: merge two (mean, sum of squared deviations, count) partials
-    n = n1 + n2
-    w2 = n2 / tl.maximum(n, 1.0)  # 0 when both are empty
-    delta = mean2 - mean1
-    return mean1 + delta * w2, m2_1 + m2_2 + delta * delta * n1 * w2, n
-
-
-@triton.jit
-def _pipec_product(a, b):
-    return a * b
-
-
-@triton.jit
-def _pipec_argmax(v1, i1, v2, i2):
-    take1 = (v1 > v2) | ((v1 == v2) & (i1 < i2)) | ((v1 != v1) & ((v2 == v2) | (i1 < i2)))
-    return tl.where(take1, v1, v2), tl.where(take1, i1, i2)
-
-
-@triton.jit
-def _pipec_argmin(v1, i1, v2, i2):
-    take1 = (v1 < v2) | ((v1 == v2) & (i1 < i2)) | ((v1 != v1) & ((v2 == v2) | (i1 < i2)))
-    return tl.where(take1, v1, v2), tl.where(take1, i1, i2)
-
-
-@triton.jit
-def _pipec_gelu_half(x):
-    # exact GELU, x * Phi(x), for a result rounded to bf16/fp16. libdevice's erf made a GELU pass
-    # after a large bf16 GEMM compute-bound (docs/performance.md, "The half-precision GELU"); here
-    # erfc(|z|) = t * P(t) * exp(-z^2), t = 1 / (1 + p |z|) (Abramowitz & Stegun 7.1.26, error
-    # < 1.5e-7, ~10^4 below a bf16/fp16 rounding step) costs a reciprocal, an exp and five FMAs.
-    # 1 + erf(z) is 2 - erfc(z) above 0 and erfc(-z) below, with no cancellation in the tail.
-    # In a GEMM epilogue every instruction is paid per output element (issue-bound), so z = x / sqrt(2)
-    # is folded into the constants (p / sqrt(2); exp(-z^2) as exp2(x^2 * -0.5 / ln 2)) and
-    # t = 1 / d as rsqrt(d)^2: `1.0 / d` is div.full.f32, whose range checks around the
-    # reciprocal cost ~7 instructions; d >= 1 here, so rsqrt's single MUFU op (relative error
-    # ~2^-22 after squaring) does. sm_90 SASS: 16 instructions per element, 22 with the division.
-    r = tl.rsqrt(1.0 + 0.2316418882663604 * tl.abs(x))
-    t = r * r
-    p = 0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-    erfc = t * p * tl.exp2(x * x * -0.7213475204444817)
-    return 0.5 * x * tl.where(x >= 0, 2.0 - erfc, erfc)
-'''
-
-
-class KernelWriter:
     def __init__(self, graph: Graph, kernel: Kernel, persistent_limit: int | None = None,
                  persistent_bytes: int = PERSISTENT_ROW_BYTES, bounds_check: bool = False):
         self.graph = graph
@@ -152,20 +70,13 @@ class KernelWriter:
         self.reduced = [d for d in range(len(domain)) if d in red]
         self.xnumel = numel([domain[d] for d in self.kept])
         self.rnumel = numel([domain[d] for d in self.reduced]) if self.is_reduction else None
-        # Index symbols carry upper bounds (which drop provably redundant `%`), and sympy
-        # caches evaluations process-wide: symbols must never be shared between kernels,
-        # not even between two kernels of the same name in different programs.
-        tag = f"{kernel.name}_{next(_WRITER_IDS)}"
-        self.xsyms = [index_symbol(f"x{k}_{tag}") for k in range(len(self.kept))]
-        self.rsyms = [index_symbol(f"r{k}_{tag}") for k in range(len(self.reduced))]
+        # A static dim's index symbol carries its bound (which drops provably redundant `//`
+        # and `%`) in its name (`bounded_index`): symbols over equal bounds mean the same
+        # wherever they appear, so kernels may share them.
+        self.xsyms = [_index(f"x{k}", domain[d]) for k, d in enumerate(self.kept)]
+        self.rsyms = [_index(f"r{k}", domain[d]) for k, d in enumerate(self.reduced)]
         self.names = {s: f"x{k}" for k, s in enumerate(self.xsyms)}
         self.names.update({s: f"r{k}" for k, s in enumerate(self.rsyms)})
-        for s, d in zip(self.xsyms, self.kept):
-            if domain[d].is_Integer:
-                set_upper_bound(s, int(domain[d]))
-        for s, d in zip(self.rsyms, self.reduced):
-            if domain[d].is_Integer:
-                set_upper_bound(s, int(domain[d]))
         index = [None] * len(domain)
         for s, d in zip(self.xsyms, self.kept):
             index[d] = s
@@ -174,14 +85,10 @@ class KernelWriter:
         # a size-1 dim has only index 0: say so, so that equal reads compare equal
         index = [sympy.Integer(0) if domain[d] == 1 else i for d, i in enumerate(index)]
         self.domain_index = tuple(index)
-        self.xindex = index_symbol(f"xindex_{tag}")
-        self.rindex = index_symbol(f"rindex_{tag}")
+        self.xindex = _index("xindex", self.xnumel)
+        self.rindex = _index("rindex", self.rnumel)
         self.names[self.xindex] = "xindex"
         self.names[self.rindex] = "rindex"
-        if self.xnumel.is_Integer:
-            set_upper_bound(self.xindex, int(self.xnumel))
-        if self.rnumel is not None and self.rnumel.is_Integer:
-            set_upper_bound(self.rindex, int(self.rnumel))
         # Reducing over non-innermost dims (a column sum): the innermost (contiguous) dim is a
         # kept one, so blocks run wide along x and short along r, and loads stay coalesced.
         self.outer_reduction = self.is_reduction and bool(self.kept) and self.kept[-1] == len(domain) - 1
@@ -471,13 +378,9 @@ class KernelWriter:
         """The kernel's lines after its signature (scan.ScanWriter walks rows its own way)."""
         return self._write_reduction() if self.is_reduction else self._write_pointwise()
 
-    @staticmethod
-    def _helpers(body: list[str]) -> str:
-        """The combine functions this kernel calls (and only those)."""
-        text = "\n".join(body)
-        parts = HELPERS.split("\n\n\n")
-        used = [p.strip() for p in parts if p.split("def ")[1].split("(")[0] in text]
-        return ("\n\n" + "\n\n\n".join(used) + "\n") if used else ""
+    def _helpers(self, body: list[str]) -> str:
+        """The helper functions this kernel calls (and only those)."""
+        return helpers_used(body)
 
     def _docstring(self) -> str:
         ops = [self.nodes[n].op for n in self.kernel.nodes if kind_of(self.nodes[n].op) != VIEW]
@@ -539,225 +442,3 @@ class KernelWriter:
         if tuple(self.types[out].shape) != self.domain:
             raise CodegenError(f"{self.kernel.name}: output {out} does not have the kernel's domain shape")
         return var
-
-    def _row_level(self, name) -> bool:
-        return tuple(self.types[name].shape) == self.domain
-
-    def _outer_index(self, name) -> tuple:
-        """Index into a reduced-shape value (keepdim or not) for the current row."""
-        shape = self.types[name].shape
-        if len(shape) == len(self.domain):
-            return tuple(sympy.Integer(0) if d in self.reduced else self.domain_index[d] for d in range(len(shape)))
-        return tuple(self.domain_index[d] for d in self.kept)
-
-    def _open_rows(self) -> list[str]:
-        """The outer scope of a row kernel (reductions, scans): XBLOCK rows per program, the row
-        coordinates defined, `rbase` ready for the row's blocks; returns its lines."""
-        self.outer = Scope([], inner=False, indent="    ")
-        self.inner = None
-        lines = self.outer.lines
-        lines += ["    xoffset = tl.program_id(0) * XBLOCK",
-                  "    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
-                  self._mask("xmask", "xindex", "xnumel", self.xnumel, "XBLOCK", "[XBLOCK, 1]"),
-                  "    rbase = tl.arange(0, RBLOCK)[None, :]"]
-        self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
-        return lines
-
-    def _write_reduction(self) -> list[str]:
-        lines = self._open_rows()
-        reductions = [n for n in self.kernel.nodes if kind_of(self.nodes[n].op) == REDUCTION]
-        row_outputs = [o for o in self.kernel.outputs if self._row_level(o)]
-        outer_outputs = [o for o in self.kernel.outputs if o not in row_outputs]
-        if self.persistent:
-            # One pass: the row and the per-row values share one list of lines.
-            self.inner = self._open_row(None)
-            for r in reductions:
-                self._reduce_persistent(r)
-            for o in row_outputs:
-                var, _ = self.value(o, self.domain_index)
-                self._store(self.inner, o, var, self._row_offset(o), "xmask & rmask")
-        else:
-            for loop in plan_row_loops(self.nodes, self.kernel.nodes, self.rnumel):
-                self._reduce_loop(loop)
-            if row_outputs:
-                self.inner = self._open_row(lines)
-                for o in row_outputs:
-                    var, _ = self.value(o, self.domain_index)
-                    self._store(self.inner, o, var, self._row_offset(o), "xmask & rmask")
-                lines += self.inner.lines
-        self.inner = None
-        for o in outer_outputs:
-            var, _ = self.value(o, self._outer_index(o))
-            self._store(self.outer, o, var, "xindex", "xmask")
-        return lines
-
-    def _flat_offset(self, name):
-        return sum((i * s for i, s in zip(self.domain_index, contiguous_strides(self.domain))), sympy.Integer(0))
-
-    def _row_offset(self, name) -> str:
-        """Store offset of a row-level value, always a full [XBLOCK, RBLOCK] block of pointers."""
-        offset = self._flat_offset(name)
-        text = self.print_index(offset)
-        if not (self._has_x([offset]) and self._has_r([offset])):
-            text += " + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
-        return text
-
-    def _open_row(self, loop_lines):
-        """Start the row scope: one pass (persistent) or a `for roffset` loop."""
-        if loop_lines is None:
-            scope = Scope(self.outer.lines, inner=True, indent="    ")
-            scope.lines += ["    rindex = rbase",
-                            self._mask("rmask", "rindex", "rnumel", self.rnumel, "RBLOCK", "[1, RBLOCK]")]
-        else:
-            self.row_passes += 1
-            scope = Scope([], inner=True, indent="        ")
-            scope.lines += ["    for roffset in range(0, rnumel, RBLOCK):",
-                            "        rindex = roffset + rbase",
-                            "    " + self._mask("rmask", "rindex", "rnumel", self.rnumel, "RBLOCK", "[1, RBLOCK]")]
-        self._define_indices(scope, self.rsyms, self.reduced, "rindex")
-        return scope
-
-    def _reduce_setup(self, name):
-        node = self.nodes[name]
-        if tuple(node.attr("dims")) != tuple(self.kernel.reduce_dims):
-            raise CodegenError(f"{self.kernel.name}: {name} reduces dims {node.attr('dims')}, kernel reduces "
-                               f"{list(self.kernel.reduce_dims)}")
-        src = node.inputs[0]
-        if tuple(self.types[src].shape) != self.domain:
-            raise CodegenError(f"{self.kernel.name}: {name} reads shape {self.types[src].shape}, not the domain")
-        return node, src
-
-    def _identity(self, node) -> str:
-        dtype = self.types[node.inputs[0]].dtype
-        return {"sum": "0", "any": "0", "prod": "1", "max": lowest(dtype), "argmax": lowest(dtype),
-                "min": highest(dtype), "argmin": highest(dtype)}[node.op]
-
-    def _reduce_persistent(self, name):
-        node, src = self._reduce_setup(name)
-        v, _ = self.value(src, self.domain_index)
-        s = self.inner
-        init = self._identity(node)
-        masked = self.emit(s, f"tl.where(xmask & rmask, {v}, {init})")
-        result = self._finish(s, node, masked, "tl.broadcast_to(rindex, [XBLOCK, RBLOCK])")
-        self.reduction_values[name] = (result, self._outer_index(name))
-
-    def _finish(self, scope, node, acc, idx):
-        op = node.op
-        if op == "sum":
-            text = f"tl.sum({acc}, 1)[:, None]"
-        elif op == "any":
-            text = f"(tl.sum(({acc} != 0).to(tl.int32), 1) > 0)[:, None]"
-        elif op == "prod":
-            text = f"tl.reduce({acc}, 1, _pipec_product)[:, None]"
-        elif op in ("max", "min"):
-            text = f"tl.reduce({acc}, 1, {self._max_min(node)})[:, None]"
-        else:  # argmax / argmin
-            pair = self.fresh()
-            scope.lines.append(f"{scope.indent}_, {pair} = tl.reduce(({acc}, {idx}), 1, _pipec_{op})")
-            text = f"{pair}[:, None].to(tl.int64)"
-        return self.emit(scope, text)
-
-    def _max_min(self, node) -> str:
-        """The NaN-propagating max/min combine: one max.NaN instruction for floats."""
-        if self.types[node.inputs[0]].dtype in FLOAT_COMPUTE:
-            return "_pipec_fmax" if node.op == "max" else "_pipec_fmin"
-        return "_pipec_maximum" if node.op == "max" else "_pipec_minimum"
-
-    def _reduce_loop(self, items):
-        """One `for roffset` loop over the row updating the accumulators of every item
-        (row_loops.LoopItem), then each item's per-row results."""
-        starts = {"plain": self._plain_loop, "online_softmax": self._online_softmax_loop,
-                  "welford": self._welford_loop}
-        steps = [starts[item.kind](*item.reductions) for item in items]  # accumulators set up
-        self.inner = self._open_row([])
-        for update, _ in steps:
-            update(self.inner)
-        self.outer.lines.extend(self.inner.lines)
-        self.inner = None
-        for _, finish in steps:
-            finish(self.outer)
-
-    def _accumulator(self, init: str, ctype: str) -> str:
-        acc = self.fresh()
-        self.outer.lines.append(f"    {acc} = tl.full([XBLOCK, RBLOCK], {init}, {ctype})")
-        return acc
-
-    def _plain_loop(self, name):
-        node, src = self._reduce_setup(name)
-        ctype = tl_compute(self.types[src].dtype) if node.op not in ("any",) else "tl.int32"
-        init = self._identity(node)
-        acc = self._accumulator(init, ctype)
-        idx = self._accumulator("2147483647", "tl.int32") if node.op in ("argmax", "argmin") else None
-
-        def update(s):
-            v, _ = self.value(src, self.domain_index)
-            masked = self.emit(s, f"tl.where(xmask & rmask, {v}, {init})")
-            if idx is not None:
-                ridx = "tl.where(xmask & rmask, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]), 2147483647)"
-                s.lines.append(f"{s.indent}{acc}, {idx} = _pipec_{node.op}({acc}, {idx}, {masked}, {ridx})")
-                return
-            combine = {"sum": f"{acc} + {masked}", "any": f"{acc} | ({masked} != 0).to(tl.int32)",
-                       "prod": f"{acc} * {masked}", "max": f"{self._max_min(node)}({acc}, {masked})",
-                       "min": f"{self._max_min(node)}({acc}, {masked})"}
-            s.lines.append(f"{s.indent}{acc} = {combine[node.op]}")
-
-        def finish(scope):
-            result = self._finish(scope, node, acc, idx)
-            self.reduction_values[name] = (result, self._outer_index(name))
-
-        return update, finish
-
-    def _online_softmax_loop(self, peak_name, total_name):
-        """max(a) and sum(exp(a - max(a))) in one pass: per lane a running max m and a running
-        sum s of exp(a - m), rescaled by exp(m_old - m_new) whenever m grows."""
-        node, src = self._reduce_setup(peak_name)
-        self._reduce_setup(total_name)
-        ctype = tl_compute(self.types[src].dtype)
-        m_acc = self._accumulator("float('-inf')", ctype)
-        s_acc = self._accumulator("0", ctype)
-
-        def update(s):
-            v, _ = self.value(src, self.domain_index)
-            a = self.emit(s, f"tl.where(xmask & rmask, {v}, float('-inf'))")
-            m_new = self.emit(s, f"{self._max_min(node)}({m_acc}, {a})")
-            # a lane that has seen only -inf keeps s = 0 (exp(-inf - -inf) would be NaN)
-            m_safe = self.emit(s, f"tl.where({m_new} == float('-inf'), 0.0, {m_new})")
-            s.lines.append(f"{s.indent}{s_acc} = {s_acc} * tl.exp({m_acc} - {m_safe}) + tl.exp({a} - {m_safe})")
-            s.lines.append(f"{s.indent}{m_acc} = {m_new}")
-
-        def finish(scope):
-            peak = self.emit(scope, f"tl.reduce({m_acc}, 1, {self._max_min(node)})[:, None]")
-            # a row of only -inf gives NaN here, as sum(exp(a - max)) does in eager
-            total = self.emit(scope, f"tl.sum({s_acc} * tl.exp({m_acc} - {peak}), 1)[:, None]")
-            self.reduction_values[peak_name] = (peak, self._outer_index(peak_name))
-            self.reduction_values[total_name] = (total, self._outer_index(total_name))
-
-        return update, finish
-
-    def _welford_loop(self, total_name, squares_name):
-        """sum(a) and sum((a - mean)**2) in one pass: a plain running sum, plus per lane
-        Welford's running mean and M2 (sum of squared deviations) over a count."""
-        _, src = self._reduce_setup(total_name)
-        self._reduce_setup(squares_name)
-        ctype = tl_compute(self.types[src].dtype)
-        sum_acc, mean_acc, m2_acc, count = (self._accumulator("0", ctype) for _ in range(4))
-
-        def update(s):
-            v, _ = self.value(src, self.domain_index)
-            s.lines.append(f"{s.indent}{sum_acc} = {sum_acc} + tl.where(xmask & rmask, {v}, 0)")
-            s.lines.append(f"{s.indent}{count} = {count} + tl.where(xmask & rmask, 1.0, 0.0)")
-            delta = self.emit(s, f"{v} - {mean_acc}")
-            s.lines.append(f"{s.indent}{mean_acc} = {mean_acc} + "
-                           f"tl.where(xmask & rmask, {delta} / tl.maximum({count}, 1.0), 0.0)")
-            s.lines.append(f"{s.indent}{m2_acc} = {m2_acc} + tl.where(xmask & rmask, {delta} * ({v} - {mean_acc}), 0.0)")
-
-        def finish(scope):
-            total = self.emit(scope, f"tl.sum({sum_acc}, 1)[:, None]")
-            m2 = self.fresh()
-            scope.lines.append(f"{scope.indent}_, {m2}, _ = tl.reduce(({mean_acc}, {m2_acc}, {count}), 1, "
-                               "_pipec_welford)")
-            self.reduction_values[total_name] = (total, self._outer_index(total_name))
-            self.reduction_values[squares_name] = (self.emit(scope, f"{m2}[:, None]"),
-                                                   self._outer_index(squares_name))
-
-        return update, finish

@@ -12,10 +12,8 @@ from collections import defaultdict
 import sympy
 from pipec_ir import Graph, Node, kind_of
 from pipec_ir.indexing import view_source_index
+from pipec_ir.ops import VIEW_OPS
 from pipec_ir.symbolic import index_symbol, size_symbol
-
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "select"})
-CREATION_OPS = frozenset({"full", "iota"})
 
 
 def group_kind_of(node: Node) -> str:

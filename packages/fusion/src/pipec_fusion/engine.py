@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 import networkx as nx
 from pipec_ir import FusionDecision, Graph, Kernel, KernelPlan, RejectedFusion, verify
+from pipec_ir.ops import MATMUL_OPS
 from pipec_ir.verify import is_multi_result
 
 from .analysis import GraphAnalysis, group_kind_of
 from .heuristics import GroupInfo, Heuristics
-from .legality import MATMUL_OPS, Group, GroupCheck, check_group, cycle_through, merged_group
+from .legality import Group, GroupCheck, check_group, cycle_through, merged_group
 from .reachability import Reachability
 from .recompute_stored import find_candidates, landed, rewrite
 from .scan_rules import scan_domain

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CREATION_OPS = frozenset({"full", "iota"})
+from pipec_ir.ops import CREATION_OPS
+
 # What policy 'default' recomputes per element of a broadcast consumer: a short chain of
 # these over a much smaller domain (a layer_norm weight's cast to fp32, a bias scaled).
 # Reading the small input again is an L1/L2 hit; its own kernel would cost a launch.

@@ -29,14 +29,14 @@ import networkx as nx
 import sympy
 
 from pipec_ir.indexing import coarse_index, refine_shapes
-from pipec_ir.symbolic import index_symbol, set_upper_bound
+from pipec_ir.ops import MATMUL_OPS, REDUCTION_OPS, SCAN_OPS
+from pipec_ir.symbolic import bounded_index, index_symbol
 
 from .analysis import GraphAnalysis, index_vars, same_index, same_shape, shape_str
 from .scatter_legality import SCATTER, check_scatter_group, scatter_merge
-from .scan_rules import SCAN_OPS, scan_group_reason, scan_merge_reason, scan_read_reason
+from .scan_rules import scan_group_reason, scan_merge_reason, scan_read_reason
 
 LIBRARY_KINDS = ("matmul", "extern")
-MATMUL_OPS = frozenset({"mm", "bmm"})
 
 
 @dataclass(frozen=True)
@@ -114,15 +114,13 @@ def epilogue_merge(first: Group, second: Group, kind: str) -> tuple[str | None, 
 
 def _bounded_vars(shape) -> tuple:
     """Index variables over `shape` that know their static bound (so `(16*j0 + j1) // 16`
-    simplifies to j0); named by dim and size, so a name always means the same bound."""
+    simplifies to j0): `bounded_index`, whose name carries the bound."""
     out = []
     for k, size in enumerate(shape):
         if not sympy.sympify(size).is_Integer:
             out.append(index_symbol(f"j{k}"))
             continue
-        sym = index_symbol(f"j{k}_lt{int(size)}")
-        set_upper_bound(sym, int(size))
-        out.append(sym)
+        out.append(bounded_index(f"j{k}", int(size)))
     return tuple(out)
 
 
@@ -160,7 +158,7 @@ class _Levels:
             if self.refined is not None:  # or over a contiguous reshape of it, at the same flat index
                 return coarse_index(self.refined_vars, self.refined, shape)
             return None
-        if node.op in _REDUCTIONS:
+        if node.op in REDUCTION_OPS:
             return self.keep if node.attr("keepdim") else self.nokeep
         if same_shape(shape, self.domain):
             return self.row
@@ -170,8 +168,6 @@ class _Levels:
             return self.nokeep
         return None
 
-
-_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "argmax", "argmin", "any"})
 
 
 def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
@@ -190,7 +186,7 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
 
     for name in ordered:
         node = an.nodes[name]
-        if node.op in _REDUCTIONS:
+        if node.op in REDUCTION_OPS:
             if group.kind != "reduction":
                 return GroupCheck(f"{name} is a reduction in a pointwise kernel")
             src = an.shape(node.inputs[0])
@@ -224,7 +220,7 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
 
     for name in reversed(ordered):
         node = an.nodes[name]
-        indices = [lv.row] if node.op in _REDUCTIONS or node.op in SCAN_OPS else list(needed[name])
+        indices = [lv.row] if node.op in REDUCTION_OPS or node.op in SCAN_OPS else list(needed[name])
         for index in indices:
             for value in node.inputs[1:] if node.op == "take" else node.inputs:
                 root, src = an.map_index(value, index)
@@ -237,7 +233,7 @@ def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
         off = [(i, reader) for i, reader in needed[name].items() if level is None or not same_index(i, level)]
         if not off:
             continue
-        if an.nodes[name].op in _REDUCTIONS:
+        if an.nodes[name].op in REDUCTION_OPS:
             index, reader = off[0]
             return GroupCheck(f"{reader} reads reduction {name} at another row than its own "
                               f"(index {_index_str(index)}, row {_index_str(level)})")
@@ -261,7 +257,7 @@ def _matmul_reason(an: GraphAnalysis, group: Group, ordered: list[str]) -> str |
         return f"a matmul kernel holds one matmul, not {len(mms)} ({', '.join(mms)})"
     (mm,) = mms
     for name in ordered:
-        if an.nodes[name].op in _REDUCTIONS:
+        if an.nodes[name].op in REDUCTION_OPS:
             return f"a matmul epilogue holds only pointwise ops; {name} is a reduction"
     operands = {an.root[v] for v in an.nodes[mm].inputs}
     for name in ordered:

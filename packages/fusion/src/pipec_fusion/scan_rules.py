@@ -9,9 +9,10 @@ its own index. Everything it stores has the domain's shape (the row level).
 
 from __future__ import annotations
 
+from pipec_ir.ops import SCAN_OPS
+
 from .analysis import GraphAnalysis, same_shape, shape_str
 
-SCAN_OPS = frozenset({"scan"})
 
 
 def scan_domain(an: GraphAnalysis, name: str) -> tuple[tuple, tuple[int, ...]]:

@@ -1,7 +1,7 @@
 """pipec's own op set: small, closed, grouped by kind.
 
 Each row: op name -> (kind, number of tensor inputs or None for variadic, required
-attributes, type rule). The type rule (`pipec_ir.type_rules`) gives the node's type
+attributes, type rule, and for a reduction what it means: `Reduction`). The type rule (`pipec_ir.type_rules`) gives the node's type
 from its inputs' types and its attributes; `verify` checks every node's declared
 type against it (docs/IR.md, "Type rules").
 Operand dtypes of pointwise ops are already promoted by capture: arithmetic ops
@@ -21,11 +21,65 @@ SCAN = "scan"  # an inclusive scan along one dim (docs/IR.md, "Scans")
 
 
 @dataclass(frozen=True)
+class Reduction:
+    """What a reduction op computes, for every stage to build its own row from (capture's
+    lowering, the reference interpreter, codegen's accumulators; fusion needs only the kind).
+
+    identity: the element of the input's dtype that changes no result: "zero", "one",
+      "lowest" or "highest" (for argmax/argmin: of the values compared).
+    result_dtype: None = the input's dtype (capture casts the input to the result's dtype
+      first); otherwise the result's dtype whatever the input's.
+    indexed: the result is the position of the value picked (argmax/argmin), row-major over
+      the reduced dims, the first one on ties.
+    """
+    identity: str
+    result_dtype: str | None = None
+    indexed: bool = False
+
+
+IDENTITIES = ("zero", "one", "lowest", "highest")
+
+
+@dataclass(frozen=True)
+class ScanCombine:
+    """What a `scan`'s `combine` attribute means (docs/IR.md, "Scans"): its identity (as a
+    `Reduction`'s), and whether it takes floating-point inputs only."""
+    identity: str
+    floats_only: bool = False
+
+
+# One row per scan combine; each stage builds its own row from these (codegen's scan.py,
+# the reference interpreter, capture's lower_scan.py).
+SCAN_COMBINES = {
+    "add": ScanCombine("zero"),
+    "mul": ScanCombine("one"),
+    "logaddexp": ScanCombine("lowest", floats_only=True),
+}
+
+# A `scatter`'s `reduce` attribute -> the identity it accumulates from (None: a plain write),
+# named as a `Reduction`'s (docs/IR.md, `scatter`).
+SCATTER_REDUCES = {"none": None, "sum": "zero", "amax": "lowest", "amin": "highest"}
+
+
+@dataclass(frozen=True)
 class OpDef:
     kind: str
     arity: int | None  # tensor inputs; None = any number
     attrs: tuple[str, ...] = ()  # required attribute keys
     rule: rules.Rule | None = None  # type rule: (node, input types, context) -> Inferred
+    reduction: Reduction | None = None  # a REDUCTION row's meaning
+
+
+# One row per reduction op (tinygrad's identity_element, as a table).
+_REDUCTIONS = {
+    "sum": Reduction("zero"),
+    "prod": Reduction("one"),
+    "max": Reduction("lowest"),
+    "min": Reduction("highest"),
+    "argmax": Reduction("lowest", "int64", indexed=True),
+    "argmin": Reduction("highest", "int64", indexed=True),
+    "any": Reduction("zero", "bool"),  # of the input taken as bool (capture casts it first)
+}
 
 
 def _table():
@@ -53,10 +107,9 @@ def _table():
     t["where"] = OpDef(POINTWISE, 3, rule=rules.where)
     # rand(seed, position): Philox(seed, offset + position) as U[0, 1) or N(0, 1) fp32 (docs/IR.md)
     t["rand"] = OpDef(POINTWISE, 2, ("distribution", "offset"), rules.rand)
-    for name in ("sum", "prod", "max", "min", "argmax", "argmin", "any"):
-        t[name] = OpDef(REDUCTION, 1, ("dims", "keepdim"), rules.reduction)
-    # combine: "add" | "mul" | "logaddexp"
-    t["scan"] = OpDef(SCAN, 1, ("dim", "combine"), rules.scan)
+    for name, meaning in _REDUCTIONS.items():
+        t[name] = OpDef(REDUCTION, 1, ("dims", "keepdim"), rules.reduction_to(meaning.result_dtype), meaning)
+    t["scan"] = OpDef(SCAN, 1, ("dim", "combine"), rules.scan_over(SCAN_COMBINES))  # combine: a SCAN_COMBINES key
     t["reshape"] = OpDef(VIEW, 1, rule=rules.reshape)  # to the node's shape (row-major order)
     t["permute"] = OpDef(VIEW, 1, ("dims",), rules.permute)
     t["expand"] = OpDef(VIEW, 1, rule=rules.expand)  # broadcast to the node's shape (same rank)
@@ -65,7 +118,7 @@ def _table():
     # take(src, index): src's row-major flattening read at a computed position (docs/IR.md)
     t["take"] = OpDef(INDEXING, 2, rule=rules.take)
     # scatter(self, index, src): self with src written/accumulated at flat positions index (docs/IR.md)
-    t["scatter"] = OpDef(INDEXING, 3, ("reduce",), rules.scatter)
+    t["scatter"] = OpDef(INDEXING, 3, ("reduce",), rules.scatter_over(SCATTER_REDUCES))
     t["full"] = OpDef(CREATION, 0, ("value",), rules.full)
     t["iota"] = OpDef(CREATION, 0, ("dim", "start", "step"), rules.iota)  # start + step * index[dim]
     t["mm"] = OpDef(MATMUL, 2, rule=rules.mm)
@@ -77,9 +130,30 @@ def _table():
 
 OPS: dict[str, OpDef] = _table()
 
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"})
-LOGICAL = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not"})
+
+def ops_of_kind(kind: str) -> frozenset[str]:
+    """The ops of one kind, read off the table (never spelled out again elsewhere)."""
+    return frozenset(op for op, d in OPS.items() if d.kind == kind)
+
+
+POINTWISE_OPS = ops_of_kind(POINTWISE)
+REDUCTION_OPS = ops_of_kind(REDUCTION)
+SCAN_OPS = ops_of_kind(SCAN)
+VIEW_OPS = ops_of_kind(VIEW)
+CREATION_OPS = ops_of_kind(CREATION)
+MATMUL_OPS = ops_of_kind(MATMUL)
+# pointwise ops whose operands share one dtype other than the result's (bool): by type rule
+COMPARISONS = frozenset(op for op, d in OPS.items() if d.rule is rules.compare)
+LOGICAL = frozenset(op for op, d in OPS.items() if d.rule is rules.logical)
 
 
 def kind_of(op: str) -> str:
     return OPS[op].kind
+
+
+def reduction_of(op: str) -> Reduction:
+    """The meaning of reduction op `op` (its row's `Reduction`)."""
+    meaning = OPS[op].reduction
+    if meaning is None:
+        raise KeyError(f"{op!r} is not a reduction op")
+    return meaning

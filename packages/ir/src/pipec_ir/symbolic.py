@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import sympy
 
@@ -25,6 +26,27 @@ def size_symbol(name: str) -> sympy.Symbol:
 def index_symbol(name: str) -> sympy.Symbol:
     """An index variable: a non-negative integer."""
     return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def bounded_index(name: str, bound: int) -> sympy.Symbol:
+    """An index variable known to be < `bound` (exclusive), which lets `FloorDiv` and
+    `ModularIndexing` drop provably redundant `//` and `%`.
+
+    The bound is part of the symbol's name (`x0_lt16`), so it travels with every expression
+    the symbol is in: no table of bounds, nothing that depends on what ran earlier in the
+    process, and sympy's evaluation cache (keyed by the expression) can never hand one bound's
+    simplification to another. Two bounded indices with one name and bound mean the same.
+    """
+    return index_symbol(f"{name}_lt{int(bound)}")
+
+
+_BOUND_IN_NAME = re.compile(r"_lt(\d+)$")
+
+
+@functools.lru_cache(maxsize=4096)  # a pure function of the name; FloorDiv.eval asks often
+def _bound_of(name: str) -> int | None:
+    m = _BOUND_IN_NAME.search(name)
+    return None if m is None else int(m.group(1)) - 1
 
 
 class FloorDiv(sympy.Function):
@@ -85,22 +107,13 @@ class ModularIndexing(sympy.Function):
         return None
 
 
-# Upper bounds of index symbols, registered by whoever creates them (codegen's
-# domain variables). Used only to drop provably redundant `%`.
-_BOUNDS: dict[sympy.Symbol, int] = {}
-
-
-def set_upper_bound(symbol: sympy.Symbol, bound: int) -> None:
-    """Declare that `symbol` < bound (exclusive)."""
-    _BOUNDS[symbol] = bound - 1
-
-
 def upper_bound(expr: sympy.Expr) -> int | None:
-    """An inclusive upper bound for a non-negative integer expression, if one is known."""
+    """An inclusive upper bound for a non-negative integer expression, if one is known
+    (an index symbol's from its name: `bounded_index`)."""
     if expr.is_Integer:
         return int(expr)
     if expr.is_Symbol:
-        return _BOUNDS.get(expr)
+        return _bound_of(expr.name) if expr.is_nonnegative and not expr.is_positive else None
     if expr.is_Add:
         parts = [upper_bound(a) for a in expr.args]
         return None if None in parts else sum(parts)

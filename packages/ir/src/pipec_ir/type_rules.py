@@ -219,7 +219,15 @@ def rand(node, ins, ctx) -> Inferred:
     return Inferred(ins[0].shape, "float32")
 
 
+def reduction_to(result_dtype: str | None) -> Rule:
+    """The rule of a reduction whose result has `result_dtype` (None: the input's dtype)."""
+    def rule(node, ins, ctx) -> Inferred:
+        return Inferred(reduction(node, ins, ctx).shape, result_dtype or ins[0].dtype)
+    return rule
+
+
 def reduction(node, ins, ctx) -> Inferred:
+    """The shape of a reduction's result (and its input's dtype)."""
     x = ins[0]
     dims = attr_dims(node, "dims", x.rank)
     if list(dims) != sorted(set(dims)):
@@ -229,20 +237,22 @@ def reduction(node, ins, ctx) -> Inferred:
         shape = tuple(_ONE if d in dims else s for d, s in enumerate(x.shape))
     else:
         shape = tuple(s for d, s in enumerate(x.shape) if d not in dims)
-    return Inferred(shape, _REDUCTION_DTYPE.get(node.op, x.dtype))
+    return Inferred(shape, x.dtype)
 
 
 _ONE = sympy.Integer(1)
-_REDUCTION_DTYPE = {"argmax": "int64", "argmin": "int64", "any": "bool"}  # else: the input's
 
 
-def scan(node, ins, ctx) -> Inferred:
-    x = ins[0]
-    attr_int(node, "dim", lo=0, hi=x.rank)
-    combine = attr_choice(node, "combine", ("add", "mul", "logaddexp"))
-    if combine == "logaddexp" and x.dtype not in ir.FLOAT_DTYPES:
-        raise _mismatch(f"combine logaddexp needs a floating-point input, got {x.dtype}")
-    return Inferred(x.shape, x.dtype)
+def scan_over(combines: dict) -> Rule:
+    """The rule of `scan` whose `combine` is a key of `combines` (pipec_ir.ops.SCAN_COMBINES)."""
+    def scan(node, ins, ctx) -> Inferred:
+        x = ins[0]
+        attr_int(node, "dim", lo=0, hi=x.rank)
+        combine = attr_choice(node, "combine", tuple(combines))
+        if combines[combine].floats_only and x.dtype not in ir.FLOAT_DTYPES:
+            raise _mismatch(f"combine {combine} needs a floating-point input, got {x.dtype}")
+        return Inferred(x.shape, x.dtype)
+    return scan
 
 
 def reshape(node, ins, ctx) -> Inferred:
@@ -336,17 +346,20 @@ def take(node, ins, ctx) -> Inferred:
     return Inferred(index.shape, src.dtype)
 
 
-def scatter(node, ins, ctx) -> Inferred:
-    base, index, src = ins
-    attr_choice(node, "reduce", ("none", "sum", "amax", "amin"))
-    if index.dtype != "int64":
-        raise _mismatch(f"scatter index {node.inputs[1]} is {index.dtype}, expected int64")
-    if index.rank != src.rank or not all(ctx.same(a, b) for a, b in zip(index.shape, src.shape)):
-        raise _mismatch(f"scatter index {node.inputs[1]} is {fmt_type(index)} but src {node.inputs[2]} is "
-                        f"{fmt_type(src)}: they must have one shape")
-    if src.dtype != base.dtype:
-        raise _mismatch(f"scatter src {node.inputs[2]} is {src.dtype} but self {node.inputs[0]} is {base.dtype}")
-    return Inferred(base.shape, base.dtype)
+def scatter_over(reduces) -> Rule:
+    """The rule of `scatter` whose `reduce` is one of `reduces` (pipec_ir.ops.SCATTER_REDUCES)."""
+    def scatter(node, ins, ctx) -> Inferred:
+        base, index, src = ins
+        attr_choice(node, "reduce", tuple(reduces))
+        if index.dtype != "int64":
+            raise _mismatch(f"scatter index {node.inputs[1]} is {index.dtype}, expected int64")
+        if index.rank != src.rank or not all(ctx.same(a, b) for a, b in zip(index.shape, src.shape)):
+            raise _mismatch(f"scatter index {node.inputs[1]} is {fmt_type(index)} but src {node.inputs[2]} is "
+                            f"{fmt_type(src)}: they must have one shape")
+        if src.dtype != base.dtype:
+            raise _mismatch(f"scatter src {node.inputs[2]} is {src.dtype} but self {node.inputs[0]} is {base.dtype}")
+        return Inferred(base.shape, base.dtype)
+    return scatter
 
 
 def full(node, ins, ctx) -> Inferred:

@@ -11,7 +11,7 @@ import sympy
 
 from . import types as ir
 from .errors import AttributeTypeError, TypeMismatchError, VerifyError
-from .ops import OPS
+from .ops import OPS, VIEW_OPS
 from .symbolic import size_symbol
 from .type_rules import Context, fmt_shape, fmt_type
 
@@ -94,7 +94,7 @@ def verify_plan(plan: ir.KernelPlan) -> ir.KernelPlan:
         for n in k.nodes:
             if n not in nodes:
                 raise VerifyError(f"kernel {k.name}: unknown node {n!r}")
-            if nodes[n].op not in ("reshape", "permute", "expand", "slice", "select") and n in owner:
+            if nodes[n].op not in VIEW_OPS and n in owner:
                 raise VerifyError(f"node {n} is computed by both {owner[n]} and {k.name}")
             owner.setdefault(n, k.name)
         for i in k.inputs:

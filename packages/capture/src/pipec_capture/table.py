@@ -1,0 +1,72 @@
+"""The lowering table: ATen overload name -> lowering (a leaf: nothing of the package imported).
+
+`LOWERINGS` is keyed by ATen overload name (`str(node.target)`, e.g. "aten.add.Tensor"). A
+lowering receives the `GraphBuilder` (builder.py) it emits into, the fx node and the node's
+arguments with every tensor replaced by a `pipec_ir.Ref` to its IR value, and returns the IR
+value(s) of the result: a `Ref`, a tuple of `Ref`s (multi-result ops such as
+native_layer_norm), or a plain Python value (symbolic sizes). A lowering may emit many IR
+nodes and may raise `NoLowering` to fall back to an `extern` node for that op.
+
+The family modules (`lower_*.py`) add their rows with `register` when imported; `lowerer.py`
+imports them all, so the table is complete whenever the package is imported.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+Lowering = Callable[..., Any]
+
+LOWERINGS: dict[str, Lowering] = {}
+
+
+def register(*names: str):
+    """A decorator adding the function as the lowering of every overload in `names`."""
+    def deco(fn):
+        for n in names:
+            LOWERINGS[n] = fn
+        return fn
+    return deco
+
+
+class NoLowering(Exception):
+    """Raised by a lowering that cannot handle this particular call: the op becomes an extern."""
+
+
+
+# Ops for which a vendor library is the right answer: extern with reason "library".
+LIBRARY_OPS = frozenset({
+    "convolution", "_convolution", "convolution_backward", "cudnn_convolution",
+    "cudnn_convolution_transpose", "mkldnn_convolution", "miopen_convolution",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "matmul", "linear",
+    "_int_mm", "_scaled_mm", "_addmm_activation",
+    "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention_backward",
+    "_flash_attention_forward", "_flash_attention_backward",
+    "_efficient_attention_forward", "_efficient_attention_backward",
+})
+
+def op_name(target) -> str:
+    """The overload name used as the lowering-table key: "aten.add.Tensor"."""
+    if target is operator.getitem:
+        return "getitem"
+    return str(target)
+
+
+def base_name(target: str) -> str:
+    """"aten.convolution.default" -> "convolution"."""
+    parts = target.split(".")
+    return parts[1] if len(parts) >= 2 else target
+
+
+def extern_reason(target: str) -> str:
+    return "library" if base_name(target) in LIBRARY_OPS else f"no lowering for {target}"
