@@ -101,8 +101,11 @@ def test_cuda_trace_names_the_kernels(options):
     torch.testing.assert_close(out[0], (x + x).sum(1) * 2)
     names = {e.name for e in prof.events()}
     assert "pipec:slots" in names
-    gpu = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
-    assert {"pipec_add_big", "pipec_sum_rows", "pipec_add_small"} <= gpu, sorted(gpu)
+    gpu = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    # pipec_add_small has pipec_add_big's body: one JITFunction (kernels.load_kernel), so the GPU
+    # runs it under the name it was first loaded with, twice
+    assert {"pipec_add_big", "pipec_sum_rows"} <= set(gpu), sorted(gpu)
+    assert gpu.count("pipec_add_big") == 2, sorted(gpu)
 
 
 def test_step_labels():
