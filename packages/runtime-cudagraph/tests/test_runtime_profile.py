@@ -50,7 +50,8 @@ def test_loads_tuning_and_the_first_run_are_recorded(tmp_path, monkeypatch):
     assert (counts["kernels"], counts["unique_kernels"]) == (2, 1)
     assert (counts["kernels_timed"], counts["configs_tried"]) == (1, len(CONFIGS))
     assert len(timed) == len(CONFIGS) * ROUNDS
-    assert counts["triton_compiles"] == 0  # the interpreter compiles nothing
+    # the interpreter compiles nothing; a GPU host runs CPU tensors' kernels on the GPU (interpreter.py)
+    assert (counts["triton_compiles"] > 0) == torch.cuda.is_available()
     assert seconds["autotune"] > 0 and seconds["first_run"] > 0
     assert all(s >= 0 for s in seconds.values())
     assert sum(seconds.values()) == pytest.approx(data["wall_s"])

@@ -101,11 +101,12 @@ def test_cuda_trace_names_the_kernels(options):
     torch.testing.assert_close(out[0], (x + x).sum(1) * 2)
     names = {e.name for e in prof.events()}
     assert "pipec:slots" in names
-    gpu = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    # pipec_add_small has pipec_add_big's body: one JITFunction (kernels.load_kernel), so the GPU
-    # runs it under the name it was first loaded with, twice
-    assert {"pipec_add_big", "pipec_sum_rows"} <= set(gpu), sorted(gpu)
-    assert gpu.count("pipec_add_big") == 2, sorted(gpu)
+    gpu = sorted(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    # kernels with one body are one JITFunction in the process (kernels.load_kernel): the GPU runs
+    # each under the name its body was first loaded with (pipec_add_small has pipec_add_big's body,
+    # and an earlier test of the process may have loaded either body first under another name)
+    assert len(gpu) == 3 and all(name.startswith("pipec_") for name in gpu), gpu
+    assert len(set(gpu)) == 2, gpu  # the two adds are one function
 
 
 def test_step_labels():
