@@ -123,7 +123,35 @@ def fsdp2_per_block(rank: int) -> dict:
     return {"kinds": [g.kind for g in session.graphs], "matmuls": matmuls_compiled(session)}
 
 
-SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block}
+def comm_model(x, w, y):
+    """Functional collectives inside a compiled function, each with work it does not depend on."""
+    import torch.distributed._functional_collectives as fc
+
+    group = dist.group.WORLD
+    h = torch.tanh(x @ w)
+    summed = fc.all_reduce(h, "sum", group)                 # needs h: starts right after its kernel
+    gathered = fc.all_gather_tensor(y * 2, 0, group)        # needs only an input
+    scattered = fc.reduce_scatter_tensor(y.t().contiguous(), "avg", 0, group)
+    swapped = fc.all_to_all_single(y + 1, None, None, group)
+    independent = (y.sin() * y).sum(-1)                     # overlaps the communication
+    out = summed.relu() + h                                 # the all_reduce's first reader
+    return out, gathered.cos(), scattered * 3, swapped - y, independent
+
+
+def collectives(rank: int) -> dict:
+    """Collectives as pipec IR nodes: results equal to eager, and the compiled program's order."""
+    backend, session = pipec_backend()
+    compiled = torch.compile(comm_model, backend=backend, fullgraph=True)
+    x, w, y = batch(rank, 4, 8), batch(7, 8, 6), batch(rank + 2, 6, 4)
+    for got, want in zip(compiled(x, w, y), comm_model(x, w, y), strict=True):
+        torch.testing.assert_close(got, want)
+    (graph,) = session.graphs
+    steps = [(s.kind, s.target, s.inputs, s.outputs) for s in graph.program.steps]
+    return {"steps": steps, "extern_ops": list(graph.extern_ops or ()),
+            "kinds": [k.kind for k in graph.plan.kernels]}
+
+
+SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block, "collectives": collectives}
 
 
 def run(rank: int, world: int, port: int, names: list[str], queue) -> None:

@@ -57,6 +57,32 @@ def test_fsdp2_per_block_compile(results):
     assert r["matmuls"] >= 2 * 2, r
 
 
+def test_collectives_are_ir_nodes_started_early_and_waited_late(results):
+    """Functional collectives compile to pipec's collective ops (no extern fallback), equal to
+    eager on both ranks; each start comes as soon as its input is made and each wait just before
+    its first reader, with independent kernels in between (docs/distributed.md)."""
+    r = check(results, "collectives")
+    assert not any(t.startswith("_c10d_functional") for t, _ in r["extern_ops"]), r["extern_ops"]
+    assert r["kinds"].count("collective") == 8, r["kinds"]  # 4 starts, 4 waits
+    steps = r["steps"]
+    assert results["collectives"][1]["steps"] == steps  # every rank issues them in one order
+    made_at = {out: i for i, (_, _, _, outs) in enumerate(steps) for out in outs}
+    starts = [i for i, s in enumerate(steps) if s[1].startswith("_c10d_functional.") and "wait_tensor" not in s[1]]
+    waits = [i for i, s in enumerate(steps) if s[1] == "_c10d_functional.wait_tensor.default"]
+    assert len(starts) == len(waits) == 4
+    for i in starts:  # as early as the inputs allow: only other starts since its input was made
+        ready = max((made_at[v] for v in steps[i][2] if v in made_at), default=-1)
+        assert all(k in starts for k in range(ready + 1, i)), (steps[i], steps)
+    for i in waits:  # as late as its first reader: only other waits between it and that reader
+        (value,) = steps[i][3]
+        first_reader = min(k for k, s in enumerate(steps) if value in s[2])
+        assert all(k in waits for k in range(i + 1, first_reader)), (steps[i], steps)
+    # the all_reduce's communication overlaps kernels that do not depend on it
+    (start,) = [i for i in starts if steps[i][1] == "_c10d_functional.all_reduce.default"]
+    (wait,) = [i for i in waits if steps[i][2] == steps[start][3]]
+    assert any(s[0] == "launch" for s in steps[start + 1:wait]), steps
+
+
 def test_explain_says_when_dynamo_hands_pipec_nothing():
     """torch's own layers wrapped in DDP: Dynamo compiles nothing, and explain says so."""
     import os
