@@ -157,7 +157,29 @@ def collectives(rank: int) -> dict:
             "kinds": [k.kind for k in graph.plan.kernels]}
 
 
-SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block, "collectives": collectives}
+def ddp_compiled_autograd(rank: int) -> dict:
+    """DDP under compiled autograd (`optimize_ddp="python_reducer"`): the gradient all-reduces
+    are functional collectives inside the backward graph, compiled by pipec as collective ops."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    net = Block(16)
+    reference = DDP(copy.deepcopy(net))
+    backend, session = pipec_backend()
+    x = batch(rank, 4, 16)
+    with torch._dynamo.config.patch(optimize_ddp="python_reducer"):
+        model = DDP(net)
+        with torch._dynamo.compiled_autograd._enable(torch.compile(backend=backend)):
+            torch.compile(model, backend=backend)(x).pow(2).sum().backward()
+    reference(x).pow(2).sum().backward()
+    compare_grads(model, reference)
+    backward = [g for g in session.graphs if any(k.kind == "collective" for k in g.plan.kernels)]
+    return {"kernels": [[(k.kind, k.name) for k in g.plan.kernels] for g in backward],
+            "extern_ops": [t for g in session.graphs for t, _ in g.extern_ops]}
+
+
+SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block, "collectives": collectives,
+             "ddp_compiled_autograd": ddp_compiled_autograd}
 
 
 def run(rank: int, world: int, port: int, names: list[str], queue) -> None:

@@ -54,3 +54,24 @@ def test_starts_early_and_waits_just_before_their_first_reader():
     # waits nothing reads (graph outputs, or unread) go last
     assert order[-2:] == [("gw",), ("unread_wait",)]
     assert plan.kernels[at["start"]].name.startswith("pipec_all_reduce_")
+
+
+def test_a_kernel_making_only_an_output_from_a_wait_goes_last_with_its_wait():
+    """DDP's gradient copies under compiled autograd: `copy(wait(all_reduce(g)))` is a graph output
+    nothing reads, so it and its wait move past the rest of the backward (which the all-reduce
+    then overlaps); a reader that also holds another intermediate value keeps its place."""
+    g = GraphBuilder()
+    x, y = g.input("x", (8, 8)), g.input("y", (8, 8))
+    start = g.node("all_reduce", (x,), (8, 8), name="start", reduce_op="sum", group="0")
+    wait = g.node("wait_tensor", (start,), (8, 8), name="wait")
+    copy = g.pw("identity", wait, name="copy")                     # only a graph output
+    e = g.pw("exp", y, name="e")
+    rest = g.reduce("sum", g.pw("mul", e, y, name="m"), (1,))    # the rest of the backward
+    start2 = g.node("all_reduce", (y,), (8, 8), name="start2", reduce_op="sum", group="0")
+    wait2 = g.node("wait_tensor", (start2,), (8, 8), name="wait2")
+    mixed = g.pw("add", wait2, e, name="mixed")                    # reads e too: stays in place
+    tail = g.pw("tanh", rest, name="tail")
+    order = [k.nodes for k in fuse(g.build(copy, mixed, tail), "none").kernels]
+    at = {n: i for i, nodes in enumerate(order) for n in nodes}
+    assert order[-2:] == [("wait",), ("copy",)], order
+    assert at["start"] < at["e"] and at["mixed"] < at["tail"] and at["wait2"] == at["mixed"] - 1

@@ -383,8 +383,14 @@ def schedule_keys(an: GraphAnalysis, kernels: list[Kernel], kdag: nx.DiGraph) ->
     start comes as early as its inputs allow, so its communication overlaps the kernels that
     follow; its `wait_tensor` as late as possible, just before its first reader (the smallest key
     among its readers), so every kernel placed before that reader runs while data is in flight.
-    A wait nothing reads goes last."""
+    A wait nothing reads goes last, and so does a kernel nothing reads (it makes graph outputs)
+    that reads only waits' results and graph inputs: moving it holds no other value longer, and
+    its waits go last with it (the gradient copies of DDP's all-reduces under compiled autograd
+    then overlap the whole rest of the backward)."""
     keys: dict[int, tuple] = {}
+    made_by = {o: kernels[k] for k in kdag for o in kernels[k].outputs}
+    waited = {o for k in kdag for o in kernels[k].outputs if an.nodes[kernels[k].nodes[0]].op == "wait_tensor"}
+    last = float("inf")
     for k in reversed(list(nx.topological_sort(kdag))):
         kernel = kernels[k]
         first = min(an.pos(n) for n in kernel.nodes)
@@ -397,7 +403,10 @@ def schedule_keys(an: GraphAnalysis, kernels: list[Kernel], kdag: nx.DiGraph) ->
                 a, b, c = min(readers)
                 keys[k] = (a, b, c - 0.5)
             else:
-                keys[k] = (float("inf"), first, k)
+                keys[k] = (last, first, k)
+        elif not kdag.out_degree(k) and kernel.inputs and any(v in waited for v in kernel.inputs) and \
+                all(v in waited or v not in made_by for v in kernel.inputs):
+            keys[k] = (last, first, k)
         else:
             keys[k] = (first, 0, k)
     return keys
