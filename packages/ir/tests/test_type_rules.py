@@ -83,6 +83,8 @@ GOOD = {
                           group="0"),
                         n("a", "all_to_all_single", ["x"], T("float32", 5, 4), output_split_sizes=(2, 3),
                           input_split_sizes=(1, 2), group="0"),
+                        n("e", "all_to_all_single", ["x"], T("float32", 3, 4), output_split_sizes=None,
+                          input_split_sizes=None, group="0"),
                         n("w", "wait_tensor", ["s"], T("float32", 3, 4))]),
     "extern": (X, [n("e", "extern", ["x"], T("float32", 9, 9), target="aten.foo.default", args=(Ref("x"),),
                      kwargs=(), reason="no lowering")]),
@@ -293,3 +295,14 @@ def test_scatter_reduces_are_rows_of_the_op_table():
 
     assert SCATTER_REDUCES["none"] is None
     assert all(i in IDENTITIES for r, i in SCATTER_REDUCES.items() if r != "none")
+
+
+def test_collective_call_is_torchs_functional_collective_with_the_attributes_in_order():
+    from pipec_ir.ops import collective_call
+
+    g = graph(*GOOD["collectives"])
+    nodes = g.node_map()
+    assert collective_call(nodes["s"]) == ("_c10d_functional.reduce_scatter_tensor.default",
+                                           (Ref("gw"), "avg", 2, "0"))
+    assert collective_call(nodes["e"]) == ("_c10d_functional.all_to_all_single.default", (Ref("x"), (), (), "0"))
+    assert collective_call(nodes["w"]) == ("_c10d_functional.wait_tensor.default", (Ref("s"),))
