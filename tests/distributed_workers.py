@@ -123,7 +123,63 @@ def fsdp2_per_block(rank: int) -> dict:
     return {"kinds": [g.kind for g in session.graphs], "matmuls": matmuls_compiled(session)}
 
 
-SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block}
+def comm_model(x, w, y):
+    """Functional collectives inside a compiled function, each with work it does not depend on."""
+    import torch.distributed._functional_collectives as fc
+
+    group = dist.group.WORLD
+    h = torch.tanh(x @ w)
+    summed = fc.all_reduce(h, "sum", group)                 # needs h: starts right after its kernel
+    gathered = fc.all_gather_tensor(y * 2, 0, group)        # needs only an input
+    scattered = fc.reduce_scatter_tensor(y.t().contiguous(), "avg", 0, group)
+    swapped = fc.all_to_all_single(y + 1, None, None, group)
+    independent = (y.sin() * y).sum(-1)                     # overlaps the communication
+    out = summed.relu() + h                                 # the all_reduce's first reader
+    return out, gathered.cos(), scattered * 3, swapped - y, independent
+
+
+def collectives(rank: int) -> dict:
+    """Collectives as pipec IR nodes: results equal to eager, and the compiled program's order."""
+    backend, session = pipec_backend()
+    compiled = torch.compile(comm_model, backend=backend, fullgraph=True)
+    x, w, y = batch(rank, 4, 8), batch(7, 8, 6), batch(rank + 2, 6, 4)
+    want = comm_model(x, w, y)
+    for got, expected in zip(compiled(x, w, y), want, strict=True):
+        torch.testing.assert_close(got, expected)
+    (graph,) = session.graphs
+    # the reference interpreter (docs/IR.md's meaning of each op) agrees, collectives included
+    from pipec_capture.reference import run_graph
+
+    for got, expected in zip(run_graph(graph.plan.graph, [x, w, y]), want, strict=True):
+        torch.testing.assert_close(got, expected)
+    steps = [(s.kind, s.target, s.inputs, s.outputs) for s in graph.program.steps]
+    return {"steps": steps, "extern_ops": list(graph.extern_ops or ()),
+            "kinds": [k.kind for k in graph.plan.kernels]}
+
+
+def ddp_compiled_autograd(rank: int) -> dict:
+    """DDP under compiled autograd (`optimize_ddp="python_reducer"`): the gradient all-reduces
+    are functional collectives inside the backward graph, compiled by pipec as collective ops."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    net = Block(16)
+    reference = DDP(copy.deepcopy(net))
+    backend, session = pipec_backend()
+    x = batch(rank, 4, 16)
+    with torch._dynamo.config.patch(optimize_ddp="python_reducer"):
+        model = DDP(net)
+        with torch._dynamo.compiled_autograd._enable(torch.compile(backend=backend)):
+            torch.compile(model, backend=backend)(x).pow(2).sum().backward()
+    reference(x).pow(2).sum().backward()
+    compare_grads(model, reference)
+    backward = [g for g in session.graphs if any(k.kind == "collective" for k in g.plan.kernels)]
+    return {"kernels": [[(k.kind, k.name) for k in g.plan.kernels] for g in backward],
+            "extern_ops": [t for g in session.graphs for t, _ in g.extern_ops]}
+
+
+SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block, "collectives": collectives,
+             "ddp_compiled_autograd": ddp_compiled_autograd}
 
 
 def run(rank: int, world: int, port: int, names: list[str], queue) -> None:

@@ -192,3 +192,22 @@ def test_minify_shrinks_a_compile_error(tmp_path, corrupt_plugin, capsys):
     path, data, graph_file = write_repro(result, tmp_path / "repro.py")
     assert _main("compile", path, "--codegen", "fail-sigmoid", "--device", "cpu", "--no-cache") == 1
     assert "fail-sigmoid cannot generate sigmoid" in capsys.readouterr().err
+
+
+def test_bisect_runs_a_collective_with_its_wait_as_one_unit():
+    """A start's pending result is never judged alone, and no start is left unwaited."""
+    from pipec.bisect import program_units
+    from pipec_ir import Program, Ref, Step, make_attrs
+
+    def ext(target, ins, outs, *args):
+        return Step("extern", target, ins, outs, make_attrs(args=(Ref(ins[0]), *args), kwargs=()))
+
+    steps = (ext("_c10d_functional.all_reduce.default", ("x",), ("r",), "sum", "0"),
+             Step("launch", "pipec_sin_1", ("y",), ("s",)),
+             ext("_c10d_functional.wait_tensor.default", ("r",), ("w",)),
+             Step("launch", "pipec_relu_3", ("w",), ("out",)))
+    units = program_units(Program("p", (), ("out", "s"), (), (), steps), None)
+    assert [[s.target for s in u.steps] for u in units] == [
+        ["_c10d_functional.all_reduce.default", "_c10d_functional.wait_tensor.default"],
+        ["pipec_sin_1"], ["pipec_relu_3"]]
+    assert units[0].reads == ("x",) and units[0].writes == ("r", "w")

@@ -21,15 +21,19 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def results():
+def results(tmp_path_factory):
     """Every scenario in one pair of processes (each start costs seconds of imports)."""
     import distributed_workers
 
     names = list(distributed_workers.SCENARIOS)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    mp.start_processes(distributed_workers.run, args=(WORLD, free_port(), names, queue), nprocs=WORLD,
-                       start_method="spawn")
+    # a compile cache of their own: this module-scoped fixture runs before conftest's per-test one
+    with pytest.MonkeyPatch.context() as mp_env:
+        mp_env.setenv("PIPEC_CACHE_DIR", str(tmp_path_factory.mktemp("pipec-cache")))
+        mp_env.delenv("PIPEC_CACHE", raising=False)
+        mp.start_processes(distributed_workers.run, args=(WORLD, free_port(), names, queue), nprocs=WORLD,
+                           start_method="spawn")
     out: dict = {}
     for _ in range(WORLD * len(names)):
         rank, name, result = queue.get(timeout=60)
@@ -55,6 +59,46 @@ def test_fsdp2_per_block_compile(results):
     assert r["kinds"].count("forward") == 2 and r["kinds"].count("backward") == 2, r["kinds"]
     # each block's two Linear layers forward, and their input and weight gradients backward
     assert r["matmuls"] >= 2 * 2, r
+
+
+def test_collectives_are_ir_nodes_started_early_and_waited_late(results):
+    """Functional collectives compile to pipec's collective ops (no extern fallback), equal to
+    eager on both ranks; each start comes as soon as its input is made and each wait just before
+    its first reader, with independent kernels in between (docs/distributed.md)."""
+    r = check(results, "collectives")
+    assert not any(t.startswith("_c10d_functional") for t, _ in r["extern_ops"]), r["extern_ops"]
+    assert r["kinds"].count("collective") == 8, r["kinds"]  # 4 starts, 4 waits
+    steps = r["steps"]
+    assert results["collectives"][1]["steps"] == steps  # every rank issues them in one order
+    made_at = {out: i for i, (_, _, _, outs) in enumerate(steps) for out in outs}
+    starts = [i for i, s in enumerate(steps) if s[1].startswith("_c10d_functional.") and "wait_tensor" not in s[1]]
+    waits = [i for i, s in enumerate(steps) if s[1] == "_c10d_functional.wait_tensor.default"]
+    assert len(starts) == len(waits) == 4
+    for i in starts:  # as early as the inputs allow: only other starts since its input was made
+        ready = max((made_at[v] for v in steps[i][2] if v in made_at), default=-1)
+        assert all(k in starts for k in range(ready + 1, i)), (steps[i], steps)
+    for i in waits:  # as late as its first reader: only other waits between it and that reader
+        (value,) = steps[i][3]
+        first_reader = min(k for k, s in enumerate(steps) if value in s[2])
+        assert all(k in waits for k in range(i + 1, first_reader)), (steps[i], steps)
+    # the all_reduce's communication overlaps kernels that do not depend on it
+    (start,) = [i for i in starts if steps[i][1] == "_c10d_functional.all_reduce.default"]
+    (wait,) = [i for i in waits if steps[i][2] == steps[start][3]]
+    assert any(s[0] == "launch" for s in steps[start + 1:wait]), steps
+
+
+def test_ddp_compiled_autograd_all_reduces_are_pipec_collectives(results):
+    """The backward graph's gradient all-reduces are pipec collectives, each started as soon as
+    its gradient is made and waited for only after the whole backward's compute (they overlap
+    it); gradients equal plain DDP's."""
+    r = check(results, "ddp_compiled_autograd")
+    assert not any(t.startswith("_c10d_functional") for t in r["extern_ops"]), r["extern_ops"]
+    (kernels,) = r["kernels"]
+    starts = [i for i, (_, name) in enumerate(kernels) if name.startswith("pipec_all_reduce_")]
+    waits = [i for i, (_, name) in enumerate(kernels) if name.startswith("pipec_wait_tensor_")]
+    assert len(starts) == len(waits) == 6, kernels  # one per parameter of the Block
+    compute = [i for i, (kind, _) in enumerate(kernels) if kind in ("matmul", "reduction")]
+    assert starts[0] < compute[-1] < waits[0], kernels
 
 
 def test_explain_says_when_dynamo_hands_pipec_nothing():

@@ -51,6 +51,13 @@ RELEASED = {
         "kernel_plan": "7c45f00b1387eb5fe257992cde2c97da5dcf4add1a39d3848179ab1d97970c13",
         "program": "b588bd4a394846a1ece03931c7636582e3ae427c28b3d7108224a9498f9b61d2",
     },
+    # 1.6: the `collective` op kind and kernel kind (all_reduce, all_gather_into_tensor,
+    # reduce_scatter_tensor, all_to_all_single, wait_tensor; docs/IR.md). Same structure.
+    (1, 6): {
+        "graph": "7518e83e6774883730f41997e9f406bc676739b82434ac875cda2d383d038867",
+        "kernel_plan": "ec7b8f8ec715d59f1b7fc32bf352b0e82b3dccc5251bb7b0279352eb5b47b231",
+        "program": "bd4aba14795678d0e6981056e1c893c7bb1bf512aaf38a3dd39584caca8dd955",
+    },
 }
 
 

@@ -76,6 +76,16 @@ GOOD = {
             [n("m", "bmm", ["a", "b"], T("float16", 2, 3, 5))]),
     "rand": ({"s": T("int64", 3), "p": T("int64", 3)},
              [n("r", "rand", ["s", "p"], T("float32", 3), distribution="normal", offset=0)]),
+    "collectives": (X, [n("r", "all_reduce", ["x"], T("float32", 3, 4), reduce_op="sum", group="0"),
+                        n("g", "all_gather_into_tensor", ["x"], T("float32", 6, 4), group_size=2, group="0"),
+                        n("gw", "wait_tensor", ["g"], T("float32", 6, 4)),
+                        n("s", "reduce_scatter_tensor", ["gw"], T("float32", 3, 4), reduce_op="avg", group_size=2,
+                          group="0"),
+                        n("a", "all_to_all_single", ["x"], T("float32", 5, 4), output_split_sizes=(2, 3),
+                          input_split_sizes=(1, 2), group="0"),
+                        n("e", "all_to_all_single", ["x"], T("float32", 3, 4), output_split_sizes=None,
+                          input_split_sizes=None, group="0"),
+                        n("w", "wait_tensor", ["s"], T("float32", 3, 4))]),
     "extern": (X, [n("e", "extern", ["x"], T("float32", 9, 9), target="aten.foo.default", args=(Ref("x"),),
                      kwargs=(), reason="no lowering")]),
     "multi-result extern": (X, [
@@ -176,6 +186,21 @@ BAD = {
         n("e", "extern", ["x"], T("tuple"), target="aten.sort.default", args=(Ref("x"),), kwargs=(),
           reason="r", results=((("3", "4"), "float32"),)),
         n("a", "relu", ["e"], T("float32", 3, 4))], TypeMismatchError, "only getitem may"),
+    "all_gather rows": (X, [n("g", "all_gather_into_tensor", ["x"], T("float32", 3, 4), group_size=2, group="0")],
+                        TypeMismatchError, "gives float32[6, 4]"),
+    "reduce_scatter rows": (X, [n("s", "reduce_scatter_tensor", ["x"], T("float32", 2, 4), reduce_op="sum",
+                                  group_size=2, group="0")], TypeMismatchError, "over 2 ranks"),
+    "reduce op": (X, [n("r", "all_reduce", ["x"], T("float32", 3, 4), reduce_op="mean", group="0")],
+                  AttributeTypeError, "reduce_op='mean' must be one of sum"),
+    "group": (X, [n("r", "all_reduce", ["x"], T("float32", 3, 4), reduce_op="sum", group=0)],
+              AttributeTypeError, "a process group's name"),
+    "all_to_all splits": (X, [n("a", "all_to_all_single", ["x"], T("float32", 3, 4), output_split_sizes=None,
+                                input_split_sizes=(1, 1), group="0")], TypeMismatchError, "do not add up"),
+    "pending result read": (X, [n("r", "all_reduce", ["x"], T("float32", 3, 4), reduce_op="sum", group="0"),
+                                n("a", "relu", ["r"], T("float32", 3, 4))], TypeMismatchError,
+                            "pending result (only wait_tensor may)"),
+    "wait of a tensor": (X, [n("w", "wait_tensor", ["x"], T("float32", 3, 4))], TypeMismatchError,
+                         "not a collective"),
 }
 
 
@@ -270,3 +295,14 @@ def test_scatter_reduces_are_rows_of_the_op_table():
 
     assert SCATTER_REDUCES["none"] is None
     assert all(i in IDENTITIES for r, i in SCATTER_REDUCES.items() if r != "none")
+
+
+def test_collective_call_is_torchs_functional_collective_with_the_attributes_in_order():
+    from pipec_ir.ops import collective_call
+
+    g = graph(*GOOD["collectives"])
+    nodes = g.node_map()
+    assert collective_call(nodes["s"]) == ("_c10d_functional.reduce_scatter_tensor.default",
+                                           (Ref("gw"), "avg", 2, "0"))
+    assert collective_call(nodes["e"]) == ("_c10d_functional.all_to_all_single.default", (Ref("x"), (), (), "0"))
+    assert collective_call(nodes["w"]) == ("_c10d_functional.wait_tensor.default", (Ref("s"),))

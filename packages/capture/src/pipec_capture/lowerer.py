@@ -16,12 +16,13 @@ import torch.fx
 
 import pipec_ir
 from pipec_ir import Device, Dtype, Graph, GraphInput, Node, Ref, TensorType, make_attrs, size_attr
+from pipec_ir.ops import COLLECTIVE_OPS
 from pipec_ir.symbolic import expr_str
 
 # Each family module adds its rows to table.LOWERINGS on import.
 from . import (  # noqa: F401
-    lower_functional, lower_indexing, lower_math, lower_matmul, lower_pointwise, lower_pool, lower_random,
-    lower_reduction, lower_scan, lower_scatter, lower_views,
+    lower_collectives, lower_functional, lower_indexing, lower_math, lower_matmul, lower_pointwise, lower_pool,
+    lower_random, lower_reduction, lower_scan, lower_scatter, lower_views,
 )
 from .builder import GraphBuilder, scalar_value
 from .dtypes import ir_dtype
@@ -391,12 +392,13 @@ def eliminate_dead_nodes(nodes: list[Node], outputs) -> list[Node]:
     """Drop nodes nothing reads (e.g. the unused mean/rstd of native_layer_norm).
 
     Externs are always kept (they may have effects pipec cannot see), except the seed of
-    random ops when no live `rand` reads it (a dead randn in a backward graph).
+    random ops when no live `rand` reads it (a dead randn in a backward graph). Collectives are
+    always kept: every rank of the group must take part, whether or not this one reads the result.
     """
     live = {o for o in outputs if o is not None}
     kept = []
     for n in reversed(nodes):
-        if n.name in live or (n.op == "extern" and not is_philox_seed(n)):
+        if n.name in live or (n.op == "extern" and not is_philox_seed(n)) or n.op in COLLECTIVE_OPS:
             live.update(n.inputs)
             kept.append(n)
     return kept[::-1]

@@ -18,7 +18,9 @@ import torch
 
 import pipec_ir
 from pipec_ir import Device, Dtype, Graph, Node, Ref, Size
-from pipec_ir.ops import COMPARISONS, LOGICAL, OPS, SCAN_COMBINES, SCATTER_REDUCES, reduction_of
+from pipec_ir.ops import (
+    COLLECTIVE, COMPARISONS, LOGICAL, OPS, SCAN_COMBINES, SCATTER_REDUCES, collective_call, reduction_of,
+)
 
 from . import philox
 from .dtypes import IR_TO_TORCH, is_float
@@ -162,6 +164,9 @@ class Evaluator:
         args = [self.env[i] for i in node.inputs]
         if node.op == "extern":
             return self.extern(node)
+        if kind == COLLECTIVE:  # through torch.distributed, as the runtime runs it
+            target, call_args = collective_call(node)
+            return self.check_result(node, resolve_overload(target)(*self.decode(call_args)))
         if node.op == "getitem":
             result = args[0][node.attr("index")]
         elif node.op == "rand":

@@ -168,7 +168,8 @@ def references(case: GraphCase) -> References:
 
 @dataclass
 class Unit:
-    """Consecutive Program steps that make one KernelPlan kernel (or one choice group)."""
+    """Consecutive Program steps that make one KernelPlan kernel (or one choice group), or a
+    collective's start with its wait."""
     index: int
     steps: tuple[pipec_ir.Step, ...]
     kernel: str | None  # the KernelPlan kernel, when known
@@ -184,10 +185,21 @@ def _refs(value):
             yield from _refs(v)
 
 
+_WAIT = "_c10d_functional.wait_tensor.default"  # what codegen emits for `wait_tensor`
+
+
 def program_units(program: Program, plan: KernelPlan | None) -> list[Unit]:
     owner = {o: k.name for k in (plan.kernels if plan else ()) for o in k.outputs}
     groups: list[tuple[Any, list]] = []
+    # a collective's start and its wait are one unit: a pending result is never judged (its data
+    # may still be in flight) and no start is left unwaited (docs/IR.md, "Collectives")
+    wait_of = {s.inputs[0]: s for s in program.steps if s.kind == "extern" and s.target == _WAIT}
     for k, step in enumerate(program.steps):
+        if step.kind == "extern" and step.target == _WAIT:
+            continue
+        if step.kind == "extern" and step.outputs and step.outputs[0] in wait_of:
+            groups.append((("step", k), [step, wait_of[step.outputs[0]]]))
+            continue
         choice = pipec_ir.get_attr(step.attrs, "choice")
         key = choice if choice is not None else next((owner[o] for o in step.outputs if o in owner), ("step", k))
         if groups and groups[-1][0] == key:

@@ -102,7 +102,7 @@ PROFILE_PARTS = {"capture": "capture", "fusion": "fusion", "codegen": "codegen",
 # ---------------------------------------------------------------- statistics
 
 
-COMPUTE_KINDS = ("pointwise", "reduction", "scan", "matmul", "indexing", "extern")
+COMPUTE_KINDS = ("pointwise", "reduction", "scan", "matmul", "indexing", "extern", "collective")
 
 
 def is_compute(node: pipec_ir.Node) -> bool:

@@ -26,10 +26,12 @@ MAX_W = 1500  # kernels of one level wrap past this width
 
 # fill of an op's box by its kind (pipec_ir.kind_of); stroke of a kernel's cluster by its kind
 KIND_FILL = {"pointwise": "#dbeafe", "reduction": "#fde68a", "scan": "#fbcfe8", "matmul": "#fecaca",
-             "indexing": "#bbf7d0", "view": "#e5e7eb", "extern": "#ddd6fe", "input": "#ffffff"}
+             "indexing": "#bbf7d0", "view": "#e5e7eb", "extern": "#ddd6fe", "collective": "#fed7aa",
+             "input": "#ffffff"}
 OTHER_FILL = "#f3f4f6"
 KERNEL_STROKE = {"pointwise": "#2563eb", "reduction": "#b45309", "matmul": "#b91c1c", "extern": "#6d28d9",
-                 "view": "#6b7280", "scan": "#be185d", "indexing": "#15803d", "scatter": "#0f766e"}
+                 "view": "#6b7280", "scan": "#be185d", "indexing": "#15803d", "scatter": "#0f766e",
+                 "collective": "#c2410c"}
 REJECTED = "#dc2626"
 
 

@@ -6,6 +6,7 @@ import sympy
 from pipec_ir import (
     CompileOptions, KernelPlan, Program, Ref, Step, TritonKernel, attr_expr, make_attrs, size_attr, verify,
 )
+from pipec_ir.ops import collective_call
 from pipec_ir.symbolic import parse_expr
 from pipec_ir.types import Buffer, TensorType, get_attr
 
@@ -72,6 +73,15 @@ def _library_step(kernel, nodes, types) -> Step:
                 make_attrs(args=node.attr("args"), kwargs=node.attr("kwargs")))
 
 
+def _collective_step(node) -> Step:
+    """A collective runs as torch's functional collective of the same name (the runtime's extern
+    path: torch.distributed issues it on the named process group). Not a fresh-memory call to the
+    memory plan, so a start's input lives until its wait's result dies: the process group may
+    still read it while the data is in flight (all_gather_into_tensor does)."""
+    target, args = collective_call(node)
+    return Step("extern", target, tuple(node.inputs), (node.name,), make_attrs(args=args, kwargs=()))
+
+
 def _count_option(options: CompileOptions, name: str) -> int | None:
     """An option that is a count (elements, bytes): a non-negative integer, or None when not given."""
     value = options.get(name)
@@ -136,6 +146,8 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
             steps.extend(more_steps)
         elif kernel.kind in ("view", "matmul", "extern"):
             steps.append(_library_step(kernel, nodes, types))
+        elif kernel.kind == "collective":
+            steps.append(_collective_step(nodes[kernel.nodes[0]]))
         else:
             raise CodegenError(f"kernel {kernel.name}: unknown kind {kernel.kind!r}")
     for step in steps:  # unused results of multi-result externs still need a declared type

@@ -23,7 +23,7 @@ def group_kind_of(node: Node) -> str:
         return "scatter"
     if kind in ("pointwise", "creation", "indexing"):  # indexing: `take`, a pointwise gather
         return "pointwise"
-    if kind in ("reduction", "matmul", "extern", "scan"):
+    if kind in ("reduction", "matmul", "extern", "scan", "collective"):  # collective: never fused
         return kind
     raise ValueError(f"fusion: node {node.name} has op {node.op!r} of kind {kind!r}, which fusion cannot place")
 
@@ -86,7 +86,7 @@ class GraphAnalysis:
         need: set[str] = set()
         for name in self.compute:
             n = self.nodes[name]
-            if group_kind_of(n) in ("matmul", "extern") and n.op != "getitem":
+            if group_kind_of(n) in ("matmul", "extern", "collective") and n.op != "getitem":
                 need.update(v for v in n.inputs if self.is_view(v))
         need.update(o for o in graph.outputs if o is not None and self.is_view(o))
         stack = list(need)
@@ -155,8 +155,8 @@ class GraphAnalysis:
     def _live_nodes(self) -> set[str]:
         live: set[str] = set()
         stack = [o for o in self.graph.outputs if o is not None and o in self.nodes]
-        for n in self.graph.nodes:  # library calls run whatever happens to their results
-            if n.op in ("extern", "getitem"):
+        for n in self.graph.nodes:  # library calls and collectives run whatever happens to their results
+            if n.op in ("extern", "getitem") or kind_of(n.op) == "collective":
                 stack.append(n.name)
         while stack:
             name = stack.pop()

@@ -5,7 +5,8 @@
       -> initial_groups        one group per computing node (an extern with its getitems)
       -> merge_greedily        best-scoring legal candidate first, until none is left
       -> build_kernels         nodes / inputs / outputs / domain, plus view kernels
-      -> order_and_name        topological order, readable unique names
+      -> order_and_name        topological order (collectives' starts early, waits late:
+                               schedule_keys), readable unique names
       -> verify
       -> recompute_stored      cheap stored values copied into the kernels reading them, fused again
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 from pipec_ir import FusionDecision, Graph, Kernel, KernelPlan, RejectedFusion, verify
-from pipec_ir.ops import MATMUL_OPS
+from pipec_ir.ops import COLLECTIVE_STARTS, MATMUL_OPS
 from pipec_ir.verify import is_multi_result
 
 from .analysis import GraphAnalysis, group_kind_of
@@ -321,6 +322,9 @@ def _compute_kernel(an: GraphAnalysis, group: Group) -> Kernel:
     if group.kind == "matmul" and len(members) == 1:
         (name,) = members
         return Kernel("", "matmul", (name,), (name,), _dedupe(an.nodes[name].inputs), an.shape(name))
+    if group.kind == "collective":
+        (name,) = members
+        return Kernel("", "collective", (name,), (name,), _dedupe(an.nodes[name].inputs), an.shape(name))
     if group.kind == "extern":
         ext = next(n for n in members if an.nodes[n].op == "extern")
         node = an.nodes[ext]
@@ -354,7 +358,7 @@ def _kernel_name(an: GraphAnalysis, kernel: Kernel, index: int) -> str:
     ops = [an.nodes[n].op for n in kernel.nodes]
     if kernel.kind == "view":
         return f"pipec_view_{ops[0]}_{index}"
-    if kernel.kind == "matmul" and len(kernel.nodes) == 1:
+    if kernel.kind == "collective" or (kernel.kind == "matmul" and len(kernel.nodes) == 1):
         return f"pipec_{ops[0]}_{index}"
     if kernel.kind == "extern":
         ext = next(an.nodes[n] for n in kernel.nodes if an.nodes[n].op == "extern")
@@ -373,6 +377,41 @@ def _kernel_name(an: GraphAnalysis, kernel: Kernel, index: int) -> str:
     return f"pipec_fused_{'_'.join(named[:4])}_{index}"
 
 
+def schedule_keys(an: GraphAnalysis, kernels: list[Kernel], kdag: nx.DiGraph) -> dict[int, tuple]:
+    """The order of the plan: kernel -> sort key of a topological sort taking the smallest key
+    ready. A kernel keeps its place in the graph (its first node's position). A collective's
+    start comes as early as its inputs allow, so its communication overlaps the kernels that
+    follow; its `wait_tensor` as late as possible, just before its first reader (the smallest key
+    among its readers), so every kernel placed before that reader runs while data is in flight.
+    A wait nothing reads goes last, and so does a kernel nothing reads (it makes graph outputs)
+    that reads only waits' results and graph inputs: moving it holds no other value longer, and
+    its waits go last with it (the gradient copies of DDP's all-reduces under compiled autograd
+    then overlap the whole rest of the backward)."""
+    keys: dict[int, tuple] = {}
+    made_by = {o: kernels[k] for k in kdag for o in kernels[k].outputs}
+    waited = {o for k in kdag for o in kernels[k].outputs if an.nodes[kernels[k].nodes[0]].op == "wait_tensor"}
+    last = float("inf")
+    for k in reversed(list(nx.topological_sort(kdag))):
+        kernel = kernels[k]
+        first = min(an.pos(n) for n in kernel.nodes)
+        op = an.nodes[kernel.nodes[0]].op
+        if kernel.kind == "collective" and op in COLLECTIVE_STARTS:
+            keys[k] = (-1, first, k)
+        elif kernel.kind == "collective":  # wait_tensor
+            readers = [keys[s] for s in kdag.successors(k)]
+            if readers:
+                a, b, c = min(readers)
+                keys[k] = (a, b, c - 0.5)
+            else:
+                keys[k] = (last, first, k)
+        elif not kdag.out_degree(k) and kernel.inputs and any(v in waited for v in kernel.inputs) and \
+                all(v in waited or v not in made_by for v in kernel.inputs):
+            keys[k] = (last, first, k)
+        else:
+            keys[k] = (first, 0, k)
+    return keys
+
+
 def build_plan(state: _State, graph: Graph, policy: str, fusions, rejected) -> KernelPlan:
     an = state.an
     kernels: list[Kernel] = []
@@ -389,8 +428,8 @@ def build_plan(state: _State, graph: Graph, policy: str, fusions, rejected) -> K
         for value in kernel.inputs:
             if value in producer and producer[value] != k:
                 kdag.add_edge(producer[value], k)
-    first_pos = {k: min(an.pos(n) for n in kernel.nodes) for k, kernel in enumerate(kernels)}
-    order = list(nx.lexicographical_topological_sort(kdag, key=lambda k: (first_pos[k], k)))
+    keys = schedule_keys(an, kernels, kdag)
+    order = list(nx.lexicographical_topological_sort(kdag, key=keys.__getitem__))
 
     final: list[Kernel] = []
     kernel_of_group: dict[int, str] = {}

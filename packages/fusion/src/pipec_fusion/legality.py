@@ -42,7 +42,7 @@ LIBRARY_KINDS = ("matmul", "extern")
 @dataclass(frozen=True)
 class Group:
     """A set of computing (non-view) graph nodes that would be one kernel."""
-    kind: str  # "pointwise" | "reduction" | "matmul" | "extern"
+    kind: str  # "pointwise" | "reduction" | "matmul" | "extern" | "collective" | "scan" | "scatter"
     members: frozenset
     domain: tuple = ()
     reduce_dims: tuple = ()
@@ -55,6 +55,9 @@ class GroupCheck:
 
 
 def library_reason(an: GraphAnalysis, group: Group) -> str | None:
+    if group.kind == "collective":
+        (name,) = group.members
+        return f"collective {an.nodes[name].op} runs through torch.distributed"
     if group.kind == "matmul":
         return "matmul runs as a library call"
     if group.kind == "extern":
@@ -65,6 +68,9 @@ def library_reason(an: GraphAnalysis, group: Group) -> str | None:
 
 def merged_group(an: GraphAnalysis, first: Group, second: Group, kind: str) -> tuple[str | None, Group | None]:
     """The group `first` and `second` would form (kind "vertical": first produces for second)."""
+    for g in (first, second):  # communication is never fused with anything (docs/IR.md, "Collectives")
+        if g.kind == "collective":
+            return library_reason(an, g), None
     if SCATTER in (first.kind, second.kind):
         return scatter_merge(an, first, second, kind, Group)
     if "matmul" in (first.kind, second.kind) and "extern" not in (first.kind, second.kind):
@@ -172,7 +178,7 @@ class _Levels:
 
 def check_group(an: GraphAnalysis, group: Group) -> GroupCheck:
     """Can `group` be one kernel on its own? (Shapes and indices; cycles are `cycle_through`.)"""
-    if group.kind == "extern" or (group.kind == "matmul" and len(group.members) == 1):
+    if group.kind in ("extern", "collective") or (group.kind == "matmul" and len(group.members) == 1):
         return GroupCheck(None)
     if group.kind == SCATTER:
         return GroupCheck(*check_scatter_group(an, group))

@@ -18,6 +18,10 @@ POINTWISE, REDUCTION, VIEW, CREATION, INDEXING, MATMUL, EXTERN = (
     "pointwise", "reduction", "view", "creation", "indexing", "matmul", "extern",
 )
 SCAN = "scan"  # an inclusive scan along one dim (docs/IR.md, "Scans")
+COLLECTIVE = "collective"  # communication through torch.distributed (docs/IR.md, "Collectives")
+
+# A collective's `reduce_op` attribute: torch's functional-collective names (c10d ReduceOp).
+COLLECTIVE_REDUCE_OPS = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor")
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,17 @@ def _table():
     t["iota"] = OpDef(CREATION, 0, ("dim", "start", "step"), rules.iota)  # start + step * index[dim]
     t["mm"] = OpDef(MATMUL, 2, rule=rules.mm)
     t["bmm"] = OpDef(MATMUL, 2, rule=rules.mm)
+    # collectives (docs/IR.md, "Collectives"): each starts communication on process group
+    # `group` (torch's group name) and gives a pending result that only `wait_tensor` makes ready
+    # (attributes in torch's argument order: `collective_call`)
+    t["all_reduce"] = OpDef(COLLECTIVE, 1, ("reduce_op", "group"), rules.all_reduce_over(COLLECTIVE_REDUCE_OPS))
+    t["all_gather_into_tensor"] = OpDef(COLLECTIVE, 1, ("group_size", "group"), rules.all_gather)
+    t["reduce_scatter_tensor"] = OpDef(COLLECTIVE, 1, ("reduce_op", "group_size", "group"),
+                                       rules.reduce_scatter_over(COLLECTIVE_REDUCE_OPS))
+    t["all_to_all_single"] = OpDef(COLLECTIVE, 1, ("output_split_sizes", "input_split_sizes", "group"),
+                                   rules.all_to_all)
+    t["wait_tensor"] = OpDef(COLLECTIVE, 1, rule=rules.wait_for(
+        tuple(op for op, d in t.items() if d.kind == COLLECTIVE)))
     t["extern"] = OpDef(EXTERN, None, ("target", "args", "kwargs", "reason"), rules.extern)
     t["getitem"] = OpDef(EXTERN, 1, ("index",), rules.getitem)  # one result of a multi-result extern
     return t
@@ -142,6 +157,9 @@ SCAN_OPS = ops_of_kind(SCAN)
 VIEW_OPS = ops_of_kind(VIEW)
 CREATION_OPS = ops_of_kind(CREATION)
 MATMUL_OPS = ops_of_kind(MATMUL)
+COLLECTIVE_OPS = ops_of_kind(COLLECTIVE)
+# collectives that start communication (each read by one `wait_tensor`)
+COLLECTIVE_STARTS = COLLECTIVE_OPS - {"wait_tensor"}
 # pointwise ops whose operands share one dtype other than the result's (bool): by type rule
 COMPARISONS = frozenset(op for op, d in OPS.items() if d.rule is rules.compare)
 LOGICAL = frozenset(op for op, d in OPS.items() if d.rule is rules.logical)
@@ -157,3 +175,16 @@ def reduction_of(op: str) -> Reduction:
     if meaning is None:
         raise KeyError(f"{op!r} is not a reduction op")
     return meaning
+
+
+def collective_call(node) -> tuple[str, tuple]:
+    """What collective node `node` means in torch: the `torch.ops._c10d_functional` overload of
+    the same name and its arguments, the input (a `Ref`) then the row's attributes, which are
+    listed in torch's argument order. Stages that run a collective (the runtime, reference
+    interpreters) call exactly this; null split sizes are torch's [] (equal splits)."""
+    from .types import Ref
+
+    if node.op not in COLLECTIVE_OPS:
+        raise KeyError(f"{node.op!r} is not a collective op")
+    attrs = tuple(() if node.attr(k) is None else node.attr(k) for k in OPS[node.op].attrs)
+    return f"_c10d_functional.{node.op}.default", (Ref(node.inputs[0]),) + attrs

@@ -21,7 +21,7 @@ from .symbolic import expr_str, parse_expr
 from .verify import verify as verify_document
 
 FORMAT = "pipec-ir"
-VERSION = (1, 5)
+VERSION = (1, 6)
 
 
 # ---------------------------------------------------------------- encoding

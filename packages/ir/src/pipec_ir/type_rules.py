@@ -387,6 +387,82 @@ def mm(node, ins, ctx) -> Inferred:
     return Inferred(a.shape[:-1] + b.shape[-1:], a.dtype)
 
 
+# ---------------------------------------------------------------- collectives (docs/IR.md, "Collectives")
+
+
+def _group(node) -> str:
+    group = _attr(node, "group")
+    if not isinstance(group, str) or not group:
+        raise AttributeTypeError(f"attribute group={group!r} must be a process group's name")
+    return group
+
+
+
+
+def _split_sizes(node, key: str):
+    """None, or the split sizes along dim 0 as sympy expressions."""
+    v = _attr(node, key)
+    if v is None:
+        return None
+    if not isinstance(v, tuple) or not all(isinstance(s, ir.Size) or (isinstance(s, int) and not isinstance(s, bool))
+                                           for s in v):
+        raise AttributeTypeError(f"attribute {key}={v!r} must be null or a list of sizes")
+    return [s.value if isinstance(s, ir.Size) else sympy.Integer(s) for s in v]
+
+
+def _rows(node, x: ir.TensorType) -> None:
+    if x.rank == 0:
+        raise _mismatch(f"{node.op} needs an operand of rank >= 1 (it splits or gathers along dim 0)")
+
+
+def all_reduce_over(reduce_ops: tuple[str, ...]) -> Rule:
+    def all_reduce(node, ins, ctx) -> Inferred:
+        attr_choice(node, "reduce_op", reduce_ops), _group(node)
+        return Inferred(ins[0].shape, ins[0].dtype)
+    return all_reduce
+
+
+def all_gather(node, ins, ctx) -> Inferred:
+    _group(node)
+    (x,) = ins
+    _rows(node, x)
+    size = attr_int(node, "group_size", lo=1)
+    return Inferred((x.shape[0] * size,) + x.shape[1:], x.dtype)
+
+
+def reduce_scatter_over(reduce_ops: tuple[str, ...]) -> Rule:
+    def reduce_scatter(node, ins, ctx) -> Inferred:
+        attr_choice(node, "reduce_op", reduce_ops), _group(node)
+        (x,) = ins
+        _rows(node, x)
+        size = attr_int(node, "group_size", lo=1)
+        if node.type.rank == x.rank and not ctx.same(node.type.shape[0] * size, x.shape[0]):
+            raise _mismatch(f"{node.op} over {size} ranks of {fmt_type(x)} cannot give {fmt_type(node.type)}")
+        return Inferred((None,) + x.shape[1:], x.dtype)
+    return reduce_scatter
+
+
+def all_to_all(node, ins, ctx) -> Inferred:
+    _group(node)
+    (x,) = ins
+    _rows(node, x)
+    out, inp = _split_sizes(node, "output_split_sizes"), _split_sizes(node, "input_split_sizes")
+    if inp is not None and not ctx.same(sum(inp, sympy.Integer(0)), x.shape[0]):
+        raise _mismatch(f"{node.op}: input_split_sizes do not add up to dim 0 of {fmt_type(x)}")
+    rows = x.shape[0] if out is None else sum(out, sympy.Integer(0))
+    return Inferred((rows,) + x.shape[1:], x.dtype)
+
+
+def wait_for(starts: tuple[str, ...]) -> Rule:
+    """The rule of `wait_tensor`: it reads the pending result of one of the ops `starts`."""
+    def wait_tensor(node, ins, ctx) -> Inferred:
+        src = ctx.nodes.get(node.inputs[0])
+        if src is None or src.op not in starts:
+            raise _mismatch(f"wait_tensor reads {node.inputs[0]!r}, which is not a collective")
+        return Inferred(ins[0].shape, ins[0].dtype)
+    return wait_tensor
+
+
 def extern(node, ins, ctx) -> Inferred:
     """An ATen call: its declared type is trusted; its tensor arguments must be its inputs."""
     target = _attr(node, "target")

@@ -11,7 +11,7 @@ import sympy
 
 from . import types as ir
 from .errors import AttributeTypeError, TypeMismatchError, VerifyError
-from .ops import OPS, VIEW_OPS
+from .ops import COLLECTIVE_STARTS, OPS, VIEW_OPS
 from .symbolic import size_symbol
 from .type_rules import Context, fmt_shape, fmt_type
 
@@ -62,6 +62,11 @@ def _check_rule(n: ir.Node, rule, ins: list[ir.TensorType], ctx: Context, where:
         for name, t in zip(n.inputs, ins):
             if t.dtype == "tuple":  # a multi-result extern
                 raise TypeMismatchError(f"{where}: reads {name}, a multi-result extern (only getitem may)")
+    if n.op != "wait_tensor":
+        for name in n.inputs:
+            src = ctx.nodes.get(name)
+            if src is not None and src.op in COLLECTIVE_STARTS:  # its data arrives only at the wait
+                raise TypeMismatchError(f"{where}: reads {name}, a collective's pending result (only wait_tensor may)")
     try:
         got = rule(n, ins, ctx)
     except (TypeMismatchError, AttributeTypeError) as exc:

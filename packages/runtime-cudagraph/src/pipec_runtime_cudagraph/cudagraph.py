@@ -79,6 +79,9 @@ HOST_SYNC_TARGETS = frozenset({
     "aten.repeat_interleave.Tensor", "aten.index.Tensor_bool", "aten.equal.default", "aten.is_nonzero.default",
 })
 
+# torch's functional collectives (pipec's `collective` ops run as these)
+COLLECTIVE_PREFIX = "_c10d_functional."
+
 MAX_SHARED = 2  # variants per key whose outputs go to the caller: two serve a `y = model(x)` loop
 MAX_RECORDS = 6  # shared variants recorded per key in all (pins that moved, double buffers)
 MAX_PRIVATE = 2  # private (output-copying) variants recorded per key
@@ -281,6 +284,11 @@ class CudaGraphProgram:
         self._warned = False  # the one warning about copied outputs or plain launches
         sync = [st.target for st in program.steps if st.kind == "extern" and st.target in HOST_SYNC_TARGETS]
         self._not_capturable = f"{sync[0]} synchronizes with the host" if sync else None
+        # collectives run as launched: gloo cannot be captured at all, and NCCL under capture (its
+        # work handles, waited on at capture time only) is not tested yet (docs/distributed.md)
+        comm = [st.target for st in program.steps if st.kind == "extern" and st.target.startswith(COLLECTIVE_PREFIX)]
+        if comm and not sync:
+            self._not_capturable = f"{comm[0]} communicates through torch.distributed"
 
     def __call__(self, inputs, in_range: bool = False) -> list:
         if profiler_state._is_profiler_enabled and not in_range:  # name the call (profiling.py)
