@@ -29,6 +29,7 @@ ALLOWED_STATE = {
     "pipec_ir.serialize._FAST": "memo: a decoder per IR class",
     "pipec.cache.keys._FILE_DIGESTS": "memo: a source file's digest, keyed by path, mtime and size",
     "pipec.cache.keys._SOURCES": "memo: a distribution's source files",
+    "pipec.logs._applied": "memo: the PIPEC_LOGS setting last applied to Python's (process-wide) loggers",
     "pipec_runtime_cudagraph.tma._SM_COUNTS": "memo: a device's SM count",
     "pipec_capture.table.LOWERINGS": "the op table, filled at import time by the lowering decorators",
     # debts: state that changes what a later compilation does, or outlives a model
