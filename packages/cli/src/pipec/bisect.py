@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 import pipec_ir
-from pipec_ir import Buffer, CompileOptions, Dtype, Graph, KernelPlan, Program, Ref, TensorType
+from pipec_ir import Buffer, CompileOptions, Dtype, Graph, KernelPlan, Program, TensorType, ref_names
 from pipec_ir.text import format_node
 from pipec_ir.types import FLOAT_DTYPES
 
@@ -177,13 +177,6 @@ class Unit:
     writes: tuple[str, ...]
 
 
-def _refs(value):
-    if isinstance(value, Ref):
-        yield value.name
-    elif isinstance(value, tuple):
-        for v in value:
-            yield from _refs(v)
-
 
 _WAIT = "_c10d_functional.wait_tensor.default"  # what codegen emits for `wait_tensor`
 
@@ -211,7 +204,7 @@ def program_units(program: Program, plan: KernelPlan | None) -> list[Unit]:
         writes: list[str] = []
         reads: list[str] = []
         for s in steps:
-            for name in (*s.inputs, *(r for _, v in s.attrs for r in _refs(v))):
+            for name in (*s.inputs, *(r for _, v in s.attrs for r in ref_names(v))):
                 if name not in writes and name not in reads:
                     reads.append(name)
             writes.extend(o for o in s.outputs if o not in writes)

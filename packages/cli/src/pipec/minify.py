@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 import pipec_ir
-from pipec_ir import CompileOptions, Device, Dtype, Graph, GraphInput, Node, Ref, Size
+from pipec_ir import CompileOptions, Device, Dtype, Graph, GraphInput, Node, Ref, Size, ref_names
 
 from .bisect import GraphCase, capture_cases, compile_plan, first_failure, judge, references
 from .errors import find_pipec_error
@@ -79,10 +79,10 @@ def subgraph(graph: Graph, keep: set[str], values: dict[str, Any]) -> tuple[Grap
     kept = [n for n in graph.nodes if n.name in keep]
     if not kept:
         return None
-    read = {i for n in kept for i in n.inputs} | {r for n in kept for _, v in n.attrs for r in _refs(v)}
+    read = {i for n in kept for i in n.inputs} | {r for n in kept for _, v in n.attrs for r in ref_names(v)}
     originals = {i.name: i for i in graph.inputs}
     inputs: list[GraphInput] = [i for i in graph.inputs if i.name in read]
-    for name in dict.fromkeys(i for n in kept for i in (*n.inputs, *(r for _, v in n.attrs for r in _refs(v)))):
+    for name in dict.fromkeys(i for n in kept for i in (*n.inputs, *(r for _, v in n.attrs for r in ref_names(v)))):
         if name not in keep and name not in originals:
             if not isinstance(values.get(name), torch.Tensor):
                 return None
@@ -96,13 +96,6 @@ def subgraph(graph: Graph, keep: set[str], values: dict[str, Any]) -> tuple[Grap
         return None
     return sub, {i.name: values[i.name] for i in inputs}
 
-
-def _refs(value):
-    if isinstance(value, Ref):
-        yield value.name
-    elif isinstance(value, tuple):
-        for v in value:
-            yield from _refs(v)
 
 
 def ddmin(items: list, fails: Callable[[list], bool]) -> list:

@@ -478,9 +478,9 @@ def extern(node, ins, ctx) -> Inferred:
             isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in kwargs):
         raise AttributeTypeError(f"attribute kwargs={kwargs!r} must be a list of [name, value] pairs")
     inputs = set(node.inputs)
-    for ref in _refs((args, kwargs)):
-        if ref.name not in inputs:
-            raise AttributeTypeError(f"argument {ref.name!r} of {target} is not one of the node's inputs")
+    for name in ir.ref_names((args, kwargs)):
+        if name not in inputs:
+            raise AttributeTypeError(f"argument {name!r} of {target} is not one of the node's inputs")
     if node.type.dtype == "tuple":
         results = _attr(node, "results")
         if not isinstance(results, tuple) or not all(r is None or _is_result(r) for r in results):
@@ -500,13 +500,6 @@ def result_type(r) -> ir.TensorType:
 
     return ir.TensorType(tuple(as_expr(s) for s in r[0]), r[1])
 
-
-def _refs(value):
-    if isinstance(value, ir.Ref):
-        yield value
-    elif isinstance(value, tuple):
-        for v in value:
-            yield from _refs(v)
 
 
 def getitem(node, ins, ctx) -> Inferred:

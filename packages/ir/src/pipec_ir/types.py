@@ -29,6 +29,15 @@ class Ref:
     name: str
 
 
+def ref_names(value):
+    """The names of the `Ref`s inside an extern call's argument (tuples nest)."""
+    if isinstance(value, Ref):
+        yield value.name
+    elif isinstance(value, tuple):
+        for v in value:
+            yield from ref_names(v)
+
+
 @dataclass(frozen=True)
 class Dtype:
     """A torch dtype argument, by name ("float32")."""

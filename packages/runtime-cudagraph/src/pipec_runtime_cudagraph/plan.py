@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sympy
 
-from pipec_ir import BUCKET_POLICIES, Program, Ref, Size, bucket_of, get_attr
+from pipec_ir import BUCKET_POLICIES, Program, Size, bucket_of, get_attr, ref_names
 
 from .exprs import compile_ints, is_static, static_ints
 from .memory import buffer_nbytes, plan_check
@@ -174,7 +174,7 @@ class ProgramPlan:
             for n in (*s.inputs, *s.outputs):
                 last[n] = k
             for _, v in s.attrs:
-                for ref in _refs(v):
+                for ref in ref_names(v):
                     last[ref] = k
         release: list[list[int]] = [[] for _ in program.steps]
         for n, k in last.items():
@@ -190,13 +190,6 @@ def _size_symbols(value) -> set[str]:
         return set().union(*(_size_symbols(v) for v in value)) if value else set()
     return set()
 
-
-def _refs(value):
-    if isinstance(value, Ref):
-        yield value.name
-    elif isinstance(value, tuple):
-        for v in value:
-            yield from _refs(v)
 
 
 __all__ = ["ProgramPlan"]
