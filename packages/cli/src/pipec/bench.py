@@ -418,7 +418,8 @@ def bench_inductor(model, fresh_model, inputs, expected, device: str, options: B
 # ---------------------------------------------------------------- the whole run
 
 
-def _versions() -> dict[str, str]:
+def versions() -> dict[str, str]:
+    """The versions a benchmark or a report records: python, torch, triton and pipec."""
     import importlib.metadata
     import platform
 
@@ -470,7 +471,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
         tolerance={"atol": options.atol, "rtol": options.rtol} if options.atol is not None else None,
         pipec_options={"fusion": options.pipec.fusion, "runtime": options.pipec.runtime,
                        "capture": options.pipec.capture, "codegen": options.pipec.codegen},
-        versions=_versions())
+        versions=versions())
     caches = contextlib.nullcontext() if options.keep_caches else private_caches()
     with caches:
         progress("warming up the process (a tiny compile per backend)")
