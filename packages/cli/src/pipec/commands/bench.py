@@ -88,7 +88,8 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     """Time eager, TorchInductor and pipec on MODEL.py, after checking their outputs against eager."""
     import torch
 
-    from ..bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, bench_table, profile_table, run_bench, write_json
+    from ..bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, run_bench, write_json
+    from ..bench_table import bench_table, profile_table
 
     modes = ["default"] + [m for m in (inductor_mode or []) if m != "default"]
     unknown = [m for m in modes if m not in INDUCTOR_MODES]
