@@ -19,7 +19,6 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-
 def one_line(exc: BaseException) -> str:
     inner = getattr(exc, "inner_exception", None)
     if isinstance(inner, BaseException):  # Dynamo's BackendCompilerFailed: "backend='x' raised:", then it
@@ -28,11 +27,9 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
 
 
-
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
     print(f"warning: {text}", file=sys.stderr, flush=True)
-
 
 
 def setup_warnings() -> None:

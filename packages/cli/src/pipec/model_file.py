@@ -17,7 +17,6 @@ def load_model_file(path: Path, model_name: str = "model", inputs_name: str = "e
     return model, inputs, name
 
 
-
 def load_model_module(path: Path, model_name: str = "model", inputs_name: str = "example_inputs"):
     """load_model_file, also returning the imported module (for optional names like `tolerance`)."""
     import torch
@@ -68,7 +67,6 @@ def load_model_module(path: Path, model_name: str = "model", inputs_name: str = 
     return model, inputs, name, module
 
 
-
 def to_device(model, inputs, device: str):
     import torch
     from torch.utils._pytree import tree_map
@@ -77,7 +75,6 @@ def to_device(model, inputs, device: str):
         model = model.to(device)
     inputs = tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, inputs)
     return model, inputs
-
 
 
 def to_dtype(model, inputs, dtype: str):

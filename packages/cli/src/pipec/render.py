@@ -45,15 +45,12 @@ class StageProgress:
         return self.progress.__exit__(*exc)
 
 
-
 def fmt_error(err: float | None) -> str:
     return "n/a" if err is None else f"{err:.3g}"
 
 
-
 def fmt_shape(shape) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
-
 
 
 def print_report(report, name: str, options, device: str, interpreted: bool, *, explain: bool) -> None:
@@ -106,14 +103,12 @@ def print_report(report, name: str, options, device: str, interpreted: bool, *, 
             stdout.print(kernel_table(g["kernels"]))
 
 
-
 def print_profile(data: dict) -> None:
     from .profile import profile_table
 
     table = profile_table(data)
     if table is not None:
         stdout.print(table)
-
 
 
 def kernel_table(rows: list[dict]):
@@ -131,7 +126,6 @@ def kernel_table(rows: list[dict]):
     return table
 
 
-
 def fmt_cache(report) -> str:
     """`local: hits capture 1, fusion 1, codegen 1; misses none` (or `off`)."""
     if report.cache is None:
@@ -141,7 +135,6 @@ def fmt_cache(report) -> str:
         return ", ".join(f"{s} {n}" for s, n in d.items() if n) or "none"
 
     return f"{report.cache}: hits {counts(report.cache_hits)}; misses {counts(report.cache_misses)}"
-
 
 
 def print_code(kernels) -> None:

@@ -22,11 +22,9 @@ class Mode(str, enum.Enum):
     max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
 
 
-
 class Exporter(str, enum.Enum):
     export = "export"
     dynamo = "dynamo"
-
 
 
 class BenchDtype(str, enum.Enum):
@@ -63,7 +61,6 @@ def cache_name(cache: str | None, no_cache: bool) -> str | None:
     return "none" if no_cache else cache
 
 
-
 def check_cache_usable(options) -> None:
     """An unusable compile cache (unsafe directory, unreachable server) is a usage error: exit 2."""
     from ..cache import CacheError, check_cache
@@ -75,7 +72,6 @@ def check_cache_usable(options) -> None:
         fail(str(exc))
 
 
-
 def check_dynamo_capture(options) -> None:
     """compile/explain/bench run the model under torch.compile: the capture must plug into Dynamo."""
     from ..plugins import get_registry
@@ -85,7 +81,6 @@ def check_dynamo_capture(options) -> None:
              f"use a Dynamo capture such as 'dynamo' (or `pipec export` for a torch.export capture)")
 
 
-
 def options_or_exit(**kwargs):
     from ..api import make_options
 
@@ -93,7 +88,6 @@ def options_or_exit(**kwargs):
         return make_options(**kwargs)
     except ValueError as exc:
         fail(str(exc))
-
 
 
 def resolve_device(device: str) -> str:
@@ -117,7 +111,6 @@ def resolve_device(device: str) -> str:
     return device
 
 
-
 def _cannot_write_in(directory: Path) -> str | None:
     """Why no file can be created in `directory` (None: one can). Tried for real: permission bits
     say nothing to root, or of a read-only or special file system."""
@@ -126,7 +119,6 @@ def _cannot_write_in(directory: Path) -> str | None:
             return None
     except OSError as exc:
         return exc.strerror or str(exc)
-
 
 
 def check_dump_dir(path: Path | None) -> None:
@@ -142,7 +134,6 @@ def check_dump_dir(path: Path | None) -> None:
     why = _cannot_write_in(path)
     if why:
         fail(f"--dump-ir {str(path)!r}: cannot write in the directory ({why})")
-
 
 
 def check_output_file(path: Path | None, flag: str, *, make_parents: bool = False) -> None:
@@ -164,13 +155,11 @@ def check_output_file(path: Path | None, flag: str, *, make_parents: bool = Fals
         fail(f"{flag} {str(path)!r}: cannot write in {str(directory)!r} ({why})")
 
 
-
 def check_finite(value: float | None, flag: str, *, positive: bool = False) -> None:
     if value is None:
         return
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         fail(f"{flag} must be a finite number {'> 0' if positive else '>= 0'}, got {value}")
-
 
 
 def use_interpreter(device: str) -> bool:

@@ -50,7 +50,6 @@ def _bench_tolerance(module, name: str, atol: float | None, rtol: float | None) 
     return float(tolerance["atol"]), float(tolerance["rtol"])
 
 
-
 def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: RuntimeOpt = None,
               mode: ModeOpt = Mode.default, model: ModelNameOpt = "model", inputs: InputsNameOpt = "example_inputs",
               device: DeviceOpt = "auto",

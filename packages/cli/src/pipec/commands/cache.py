@@ -32,7 +32,6 @@ def _cache_backend(name: str):
         fail(str(exc))
 
 
-
 def _cache_call(entry, method: str):
     fn = getattr(entry.impl, method, None)
     if fn is None:
@@ -45,7 +44,6 @@ def _cache_call(entry, method: str):
         fail(f"cache {entry.name}: {exc.strerror or exc}")
 
 
-
 def _fmt_bytes(n: int) -> str:
     size, unit = float(n), "bytes"
     for bigger in ("KiB", "MiB", "GiB"):
@@ -53,7 +51,6 @@ def _fmt_bytes(n: int) -> str:
             break
         size, unit = size / 1024, bigger
     return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit} ({n} bytes)"
-
 
 
 @cache_app.command("info")
@@ -73,7 +70,6 @@ def cache_info_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> 
     table.add_row("entries", str(info.get("entries", "?")))
     table.add_row("size", _fmt_bytes(int(info.get("bytes", 0))))
     stdout.print(table, markup=False)
-
 
 
 @cache_app.command("clear")

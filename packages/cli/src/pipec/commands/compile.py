@@ -94,7 +94,6 @@ def compile_model(model_file: Path, *, fusion: str, runtime: str | None, mode: M
     return report, session, options, name, device, interpreted, clock, mismatch
 
 
-
 def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, mode: Mode, dynamic: bool,
          fullgraph: bool, dump_ir: Path | None, output_code: bool, json_out: bool, model_name: str,
          inputs_name: str, device: str, capture: str, codegen: str, cache: str | None = None) -> None:
@@ -128,7 +127,6 @@ def _run(model_file: Path, *, explain: bool, fusion: str, runtime: str | None, m
         fail(f"{name}: {mismatch}", 1)
 
 
-
 def compile_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: RuntimeOpt = None,
                 mode: ModeOpt = Mode.default, dynamic: DynamicOpt = False, fullgraph: FullgraphOpt = False,
                 dump_ir: DumpOpt = None, output_code: CodeOpt = False, json_out: JsonOpt = False,
@@ -140,7 +138,6 @@ def compile_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: R
          fullgraph=fullgraph, dump_ir=dump_ir, output_code=output_code, json_out=json_out, model_name=model,
          inputs_name=inputs, device=device, capture=capture, codegen=codegen,
          cache=cache_name(cache, no_cache))
-
 
 
 def explain_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: RuntimeOpt = None,

@@ -60,14 +60,12 @@ def _load_to_check(model_file: Path, model: str, inputs: str, device: str, dtype
     return model_obj, example, name
 
 
-
 def _compile_failure(name: str, exc: Exception) -> NoReturn:
     if os.environ.get("PIPEC_TRACEBACK"):
         traceback.print_exc()
     found = find_pipec_error(exc)
     fail(f"{found if found else f'compiling {name} failed: {one_line(exc)}'} "
          f"(`pipec minify` shrinks it to a small repro)", 1)
-
 
 
 def bisect_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: RuntimeOpt = None,
@@ -109,7 +107,6 @@ def bisect_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Ru
         print(format_report(report, sources=source))
     if report.diverged:
         fail(report.summary, 1)
-
 
 
 def minify_cmd(model_file: ModelFile,

@@ -121,7 +121,6 @@ def export_cmd(model_file: ModelFile,
         fail(f"{name}: the artifact's outputs differ from eager: {result.mismatch}", 1)
 
 
-
 def _read_input_file(path: Path, loaded) -> list:
     """User inputs from a safetensors file: keyed by input name, or by position ("0", "1", ...)."""
     from safetensors import SafetensorError
@@ -146,7 +145,6 @@ def _read_input_file(path: Path, loaded) -> list:
          f"names, or by position 0, 1, ...)")
 
 
-
 def _tensor_summary(index: int, name, t) -> dict:
     import hashlib
 
@@ -161,11 +159,9 @@ def _tensor_summary(index: int, name, t) -> dict:
             "sum": total, "sha256": hashlib.sha256(raw).hexdigest()}
 
 
-
 class ArtifactRuntime(str, enum.Enum):
     launch = "launch"
     cudagraph = "cudagraph"
-
 
 
 def run_cmd(artifact: Annotated[Path, typer.Argument(help="Artifact file (from `pipec export`).",

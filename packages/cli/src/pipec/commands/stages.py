@@ -33,14 +33,12 @@ def _read_ir(path: Path, kind: str):
         fail(f"{path}: {exc}")
 
 
-
 def _write_ir(path: Path, doc) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(pipec_ir.dumps(doc))
     except OSError as exc:
         fail(f"cannot write {str(path)!r}: {exc.strerror or exc}")
-
 
 
 def _run_stage(source, example_inputs, options, stop_after: str, name: str | None = None):
@@ -78,7 +76,6 @@ def capture_cmd(model_file: ModelFile, output: OutputOpt, exporter: Annotated[Ex
         print(pipec_ir.format_document(graph))
 
 
-
 def _capture_with_dynamo(module, example, options, name: str):
     import torch
 
@@ -112,10 +109,8 @@ def _capture_with_dynamo(module, example, options, name: str):
     return graphs[0]
 
 
-
 def _as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
-
 
 
 def fuse_cmd(graph_file: Annotated[Path, typer.Argument(help="Graph IR file (from `pipec capture`).",
@@ -130,7 +125,6 @@ def fuse_cmd(graph_file: Annotated[Path, typer.Argument(help="Graph IR file (fro
                  f"{len(plan.rejected)} rejected (policy {plan.policy!r})")
     if text:
         print(pipec_ir.format_document(plan))
-
 
 
 def codegen_cmd(plan_file: Annotated[Path, typer.Argument(help="KernelPlan IR file (from `pipec fuse`).",
