@@ -38,7 +38,7 @@ MIB = 1 << 20
 
 def load(path: str, inputs_name: str):
     """(model, inputs) of a model file: its `inputs_name` where it has one, else example_inputs."""
-    from pipec.cli import load_model_module
+    from pipec.model_file import load_model_module
 
     model, inputs, _, module = load_model_module(Path(path), "model", "example_inputs")
     chosen = getattr(module, inputs_name, None)

@@ -88,7 +88,7 @@ def parse_and_load(doc: str, script: str, backends: str, calls: int, top: int):
         logging.getLogger("pipec.tuning").setLevel(logging.INFO)
     if not torch.cuda.is_available():
         raise SystemExit(f"{script} needs a CUDA GPU")
-    from pipec.cli import load_model_file
+    from pipec.model_file import load_model_file
 
     sys.path.insert(0, str(args.model_file.resolve().parent))
     model, inputs, name = load_model_file(args.model_file)

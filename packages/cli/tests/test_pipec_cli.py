@@ -162,24 +162,24 @@ def test_compile_with_a_capture_dynamo_cannot_run_is_a_usage_error(capsys, watch
 
 
 def test_an_error_wrapped_by_dynamo_is_reported_by_its_inner_line():
-    from pipec.cli import _one_line
+    from pipec.exits import one_line
 
     class BackendCompilerFailed(Exception):
         def __init__(self, inner):
             super().__init__("backend='backend' raised:\n" + f"{type(inner).__name__}: {inner}")
             self.inner_exception = inner
 
-    assert _one_line(BackendCompilerFailed(OSError("disk full"))) == "OSError: disk full"
+    assert one_line(BackendCompilerFailed(OSError("disk full"))) == "OSError: disk full"
 
 
 def test_unexpected_error_is_one_line_and_the_traceback_only_on_request(fake_stages, capsys, monkeypatch,
                                                                         model_file):
-    import pipec.cli
+    import pipec.commands.compile
 
     def broken(*args, **kwargs):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(pipec.cli, "load_model_file", broken)
+    monkeypatch.setattr(pipec.commands.compile, "load_model_file", broken)
     code, _, err = run(["compile", model_file], capsys)
     assert code == 1
     assert one_error_line(err) == ("error: KeyError: 'surprise' (unexpected; PIPEC_TRACEBACK=1 prints "

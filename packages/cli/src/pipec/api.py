@@ -3,68 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import math
-import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pipec_ir
-from pipec_ir import BUCKET_POLICIES, DEFAULT_RECOMPILE_LIMIT, CompileOptions, RecompileBudget, RecompileLimitError
+from pipec_ir import DEFAULT_RECOMPILE_LIMIT, CompileOptions, RecompileBudget, RecompileLimitError
 
 from .backend import make_backend
 from .errors import PipecError, find_error, find_pipec_error
-from .modes import MODES, mode_options
+from .options import make_options
 from .pipeline import Session, make_load_context
-from .plugins import get_registry
 from .profile import first_call
 from .trace_settings import call_settings, settings_scope, size_oblivious
-
-BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
-_OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
-
-
-def make_options(*, mode: str = "default", fusion: str = "default", runtime: str | None = None,
-                 dynamic: bool | None = None, fullgraph: bool = False, **options: Any) -> CompileOptions:
-    """CompileOptions from pipec.compile's keywords; unknown stage names raise ValueError at once."""
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r} (expected one of: {', '.join(MODES)})")
-    options = mode_options(mode, options)  # max-autotune: exhaustive tuning (modes.py)
-    if dynamic not in (None, True, False):
-        raise ValueError(f"dynamic must be None, True or False, got {dynamic!r}")
-    bucket = options.get("bucket", "pow2")
-    if bucket not in BUCKET_POLICIES:
-        raise ValueError(f"unknown bucket policy {bucket!r} (expected one of: {', '.join(BUCKET_POLICIES)})")
-    limit = options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT)
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise ValueError(f"recompile_limit must be a non-negative integer, got {limit!r}")
-    if "bounds_check" not in options and os.environ.get(BOUNDS_CHECK_ENV, "0") not in ("", "0"):
-        options["bounds_check"] = True  # every compile of this process bounds-checked (gpu_sanitize.sh)
-    if not isinstance(options.get("bounds_check", False), bool):
-        raise ValueError(f"bounds_check must be True or False, got {options['bounds_check']!r}")
-    fields = {k: options.pop(k) for k in list(options) if k in _OPTION_FIELDS}
-    opts = CompileOptions(fusion=fusion, runtime=runtime or MODES[mode], dynamic=dynamic,
-                          fullgraph=fullgraph, **fields)
-    if options:
-        opts = opts.with_extra(**options)
-    check_stage_names(opts)
-    return opts
-
-
-def check_stage_names(opts: CompileOptions) -> None:
-    registry = get_registry()
-    for stage in ("capture", "fusion", "codegen", "runtime", "cache"):
-        name = getattr(opts, stage)
-        if name is None or (stage == "cache" and name == "none"):  # cache="none": no compile cache
-            continue
-        try:
-            registry.entry(stage, name)
-        except pipec_ir.UnknownStageError as exc:
-            raise ValueError(str(exc)) from None
 
 
 def _model_name(model) -> str:

@@ -13,6 +13,7 @@ from pipec_ir import CompileOptions
 
 from .errors import PipecError
 from .logs import configure_logs, logger
+from .options import make_options
 from .pipeline import Session, compile_graph
 from .plugins import get_registry
 
@@ -295,8 +296,6 @@ def _describe(example_inputs) -> str:
 
 def pipec_backend(gm, example_inputs, mode=None, options=None, **kwargs):
     """The `backend="pipec"` entry point: torch.compile(model, backend="pipec", options={...})."""
-    from .api import make_options
-
     merged = dict(options or {})
     merged.update(kwargs)
     opts = make_options(mode=mode or "default", **merged)

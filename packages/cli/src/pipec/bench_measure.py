@@ -15,7 +15,8 @@ from typing import Any
 # ---------------------------------------------------------------- what one call moves and computes
 
 
-def _tensors(value) -> list:
+def tensors_in(value) -> list:
+    """The tensors in a nest of lists, tuples and dicts."""
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -26,7 +27,7 @@ def io_bytes(model, inputs, outputs) -> int:
     """Bytes of inputs, parameters, buffers and outputs, each storage once (see the module docstring)."""
     import torch
 
-    tensors = _tensors(inputs) + _tensors(outputs)
+    tensors = tensors_in(inputs) + tensors_in(outputs)
     if isinstance(model, torch.nn.Module):
         tensors += list(model.parameters()) + list(model.buffers())
     seen: dict[tuple[str, int], int] = {}
@@ -54,7 +55,7 @@ def count_flops(model, inputs) -> int | None:
 def describe_inputs(inputs) -> list[str]:
     short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
     out = []
-    for t in _tensors(inputs):
+    for t in tensors_in(inputs):
         dtype = str(t.dtype).removeprefix("torch.")
         out.append(f"{short.get(dtype, dtype)}[{', '.join(str(s) for s in t.shape)}]")
     return out
@@ -63,7 +64,8 @@ def describe_inputs(inputs) -> list[str]:
 # ---------------------------------------------------------------- timing
 
 
-def _synchronize(device: str) -> None:
+def synchronize(device: str) -> None:
+    """Wait for the GPU (CUDA devices only), so that a host clock measures finished work."""
     import torch
 
     if device.startswith("cuda"):

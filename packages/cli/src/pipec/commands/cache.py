@@ -1,0 +1,84 @@
+"""`pipec cache info` and `pipec cache clear`: the compile cache backend's own `info` and `clear`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+import pipec_ir
+
+from ..exits import fail
+from ..render import stdout
+from .arguments import JsonOpt
+
+cache_app = typer.Typer(name="cache", help="The compile cache: where it is and what it holds; clear it.",
+                        no_args_is_help=True)
+CacheNameOpt = Annotated[str, typer.Option(
+    "--cache", envvar="PIPEC_CACHE", help="Which cache: local (PIPEC_CACHE_DIR) or redis (PIPEC_REDIS_URL).")]
+
+
+def _cache_backend(name: str):
+    """The registry entry of cache `name`; a usage error (exit 2) if there is none."""
+    from ..plugins import get_registry
+
+    if name == "none":
+        fail("--cache none: there is no cache to show or clear")
+    try:
+        return get_registry().entry("cache", name)
+    except pipec_ir.UnknownStageError as exc:
+        fail(str(exc))
+
+
+def _cache_call(entry, method: str):
+    fn = getattr(entry.impl, method, None)
+    if fn is None:
+        fail(f"cache {entry.name!r} ({entry.distribution} {entry.version}) does not support `pipec cache {method}`")
+    try:
+        return fn()
+    except pipec_ir.CacheError as exc:  # a backend's "cannot be used" (pipec's CacheError is one)
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cache {entry.name}: {exc.strerror or exc}")
+
+
+def _fmt_bytes(n: int) -> str:
+    size, unit = float(n), "bytes"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit} ({n} bytes)"
+
+
+@cache_app.command("info")
+def cache_info_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> None:
+    """Show the compile cache: backend, location, number of entries and their size."""
+    entry = _cache_backend(cache)
+    info = dict(_cache_call(entry, "info"))
+    info.update(backend=entry.name, distribution=entry.distribution, version=entry.version)
+    if json_out:
+        print(json.dumps(info, indent=2))
+        return
+    table = Table(title="pipec compile cache", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("backend", f"{entry.name} ({entry.distribution} {entry.version})")
+    table.add_row("location", str(info.get("location", "?")))
+    table.add_row("entries", str(info.get("entries", "?")))
+    table.add_row("size", _fmt_bytes(int(info.get("bytes", 0))))
+    stdout.print(table, markup=False)
+
+
+@cache_app.command("clear")
+def cache_clear_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> None:
+    """Delete every entry of the compile cache (nothing else in its directory or Redis database)."""
+    entry = _cache_backend(cache)
+    removed = _cache_call(entry, "clear")
+    location = getattr(entry.impl, "location", entry.name)
+    if json_out:
+        print(json.dumps({"backend": entry.name, "location": str(location), "removed": removed}, indent=2))
+    else:
+        stdout.print(f"cleared {removed} entries from the {entry.name} cache ({location})", markup=False)

@@ -1,0 +1,63 @@
+"""CompileOptions from pipec.compile's keywords, with unknown stage names refused at once.
+
+Its own module because both the public API (`api.py`) and the torch.compile backend
+(`backend.py`, `backend="pipec"`) build options, and the API imports the backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import pipec_ir
+from pipec_ir import BUCKET_POLICIES, DEFAULT_RECOMPILE_LIMIT, CompileOptions
+
+from .modes import MODES, mode_options
+from .plugins import get_registry
+
+BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
+_OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
+
+
+def make_options(*, mode: str = "default", fusion: str = "default", runtime: str | None = None,
+                 dynamic: bool | None = None, fullgraph: bool = False, **options: Any) -> CompileOptions:
+    """CompileOptions from pipec.compile's keywords; unknown stage names raise ValueError at once."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r} (expected one of: {', '.join(MODES)})")
+    options = mode_options(mode, options)  # max-autotune: exhaustive tuning (modes.py)
+    if dynamic not in (None, True, False):
+        raise ValueError(f"dynamic must be None, True or False, got {dynamic!r}")
+    bucket = options.get("bucket", "pow2")
+    if bucket not in BUCKET_POLICIES:
+        raise ValueError(f"unknown bucket policy {bucket!r} (expected one of: {', '.join(BUCKET_POLICIES)})")
+    limit = options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ValueError(f"recompile_limit must be a non-negative integer, got {limit!r}")
+    if "bounds_check" not in options and os.environ.get(BOUNDS_CHECK_ENV, "0") not in ("", "0"):
+        options["bounds_check"] = True  # every compile of this process bounds-checked (gpu_sanitize.sh)
+    if not isinstance(options.get("bounds_check", False), bool):
+        raise ValueError(f"bounds_check must be True or False, got {options['bounds_check']!r}")
+    fields = {k: options.pop(k) for k in list(options) if k in _OPTION_FIELDS}
+    opts = CompileOptions(fusion=fusion, runtime=runtime or MODES[mode], dynamic=dynamic,
+                          fullgraph=fullgraph, **fields)
+    if options:
+        opts = opts.with_extra(**options)
+    check_stage_names(opts)
+    return opts
+
+
+def check_stage_names(opts: CompileOptions) -> None:
+    """ValueError unless every stage named in `opts` is registered (cache "none": no cache)."""
+    registry = get_registry()
+    for stage in ("capture", "fusion", "codegen", "runtime", "cache"):
+        name = getattr(opts, stage)
+        if name is None or (stage == "cache" and name == "none"):  # cache="none": no compile cache
+            continue
+        try:
+            registry.entry(stage, name)
+        except pipec_ir.UnknownStageError as exc:
+            raise ValueError(str(exc)) from None
+
+
+__all__ = ["BOUNDS_CHECK_ENV", "check_stage_names", "make_options"]
