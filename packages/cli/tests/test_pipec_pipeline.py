@@ -137,7 +137,8 @@ def test_the_runtime_gets_the_models_load_context_and_options_without_it(fake_st
     (first_options, first), (_, second) = seen
     assert first is second is session.context
     assert (first.kernel_dir, first.tuning_cache, first.profile) == (str(tmp_path / "env"), False, session.profile)
-    assert first_options.extra == (("block", 4),)  # a plugin's option stays; the context's left
+    # a plugin's option stays, the context's left; the runtime also learns the graph's name (profiler ranges)
+    assert dict(first_options.extra) == {"block": 4, "graph_name": session.graphs[0].name}
     explicit = compile_graph(gm, inputs, options.with_extra(kernel_dir=str(tmp_path / "k")))
     torch.testing.assert_close(explicit(inputs)[0], tiny(*inputs))
     assert seen[-1][1].kernel_dir == str(tmp_path / "k")  # the option wins over the environment
