@@ -91,3 +91,21 @@ def to_dtype(model, inputs, dtype: str):
 
 
 __all__ = ["load_model_file", "load_model_module", "to_device", "to_dtype"]
+
+
+def ready_to_check(model, example, name: str, device: str, dtype: str | None):
+    """(model, inputs) on `device`, cast to `dtype`, in eval mode, after one eager run that must
+    succeed (else a usage error): what bench, bisect and minify compare the compiled model with."""
+    import torch
+
+    model, example = to_device(model, example, device)
+    if dtype is not None:
+        model, example = to_dtype(model, example, dtype)
+    if isinstance(model, torch.nn.Module):
+        model = model.eval()
+    try:
+        with torch.no_grad():
+            model(*example)
+    except Exception as exc:
+        fail(f"running {name} eagerly on its example inputs failed: {one_line(exc)}")
+    return model, example

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from ..errors import find_pipec_error
 from ..exits import fail, one_line
-from ..model_file import load_model_module, to_device, to_dtype
+from ..model_file import load_model_module, ready_to_check
 from ..render import stderr, stdout
 from .arguments import (
     BenchDtype,
@@ -85,7 +85,6 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
                   "-o", "--output", help="Also write the JSON here (updated after each backend).")] = None,
               json_out: JsonOpt = False) -> None:
     """Time eager, TorchInductor and pipec on MODEL.py, after checking their outputs against eager."""
-    import torch
 
     from ..bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, run_bench, write_json
     from ..bench_table import bench_table, profile_table
@@ -108,16 +107,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     check_output_file(output, "--output")
     model_obj, example, name, module = load_model_module(model_file, model, inputs)
     atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
-    model_obj, example = to_device(model_obj, example, device)
-    if dtype is not None:
-        model_obj, example = to_dtype(model_obj, example, dtype.value)
-    if isinstance(model_obj, torch.nn.Module):
-        model_obj = model_obj.eval()
-    try:
-        with torch.no_grad():
-            model_obj(*example)
-    except Exception as exc:
-        fail(f"running {name} eagerly on its example inputs failed: {one_line(exc)}")
+    model_obj, example = ready_to_check(model_obj, example, name, device, dtype.value if dtype is not None else None)
     bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
                                  rep_ms=rep, rounds=rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
                                  pipec_modes=pipec_modes, keep_going=keep_going, warm=warm)

@@ -15,7 +15,7 @@ import pipec_ir
 
 from ..errors import find_pipec_error
 from ..exits import fail, one_line
-from ..model_file import load_model_file, to_device, to_dtype
+from ..model_file import load_model_file, ready_to_check
 from ..render import stderr, stdout
 from .arguments import (
     BenchDtype,
@@ -44,19 +44,8 @@ from .arguments import (
 
 def _load_to_check(model_file: Path, model: str, inputs: str, device: str, dtype):
     """(model, inputs, name) on `device`, cast to `dtype`, after one eager run (else exit 2)."""
-    import torch
-
     model_obj, example, name = load_model_file(model_file, model, inputs)
-    model_obj, example = to_device(model_obj, example, device)
-    if dtype is not None:
-        model_obj, example = to_dtype(model_obj, example, dtype.value)
-    if isinstance(model_obj, torch.nn.Module):
-        model_obj = model_obj.eval()
-    try:
-        with torch.no_grad():
-            model_obj(*example)
-    except Exception as exc:
-        fail(f"running {name} eagerly on its example inputs failed: {one_line(exc)}")
+    model_obj, example = ready_to_check(model_obj, example, name, device, dtype.value if dtype is not None else None)
     return model_obj, example, name
 
 
