@@ -178,8 +178,49 @@ def ddp_compiled_autograd(rank: int) -> dict:
             "extern_ops": [t for g in session.graphs for t, _ in g.extern_ops]}
 
 
+class MLP(torch.nn.Module):
+    """The Megatron-style MLP: `up` split by columns, `down` by rows (one all-reduce)."""
+
+    def __init__(self, d: int = 8) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(d, 4 * d)
+        self.down = torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+def tensor_parallel(rank: int) -> dict:
+    """Tensor parallel (DTensor, ColwiseParallel + RowwiseParallel) with the MLP compiled: the
+    graphs take the DeviceMesh as an object input, and DTensor's all-reduces (forward: the
+    row-wise output; backward: the input's gradient) are pipec collective ops."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+    torch.manual_seed(0)
+    model = MLP()
+    reference = copy.deepcopy(model)
+    parallelize_module(model, mesh, plan)
+    parallelize_module(reference, mesh, plan)
+    backend, session = pipec_backend()
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
+    x = batch(0, 4, 8).requires_grad_()  # TP's input is replicated: the same on every rank
+    x_ref = x.detach().clone().requires_grad_()
+    out, want = compiled(x), reference(x_ref)
+    torch.testing.assert_close(out, want)
+    out.pow(2).sum().backward()
+    want.pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    compare_grads(model, reference, full=lambda t: t.full_tensor())
+    return {"kinds": [g.kind for g in session.graphs], "matmuls": matmuls_compiled(session),
+            "collectives": [k.name for g in session.graphs for k in g.plan.kernels if k.kind == "collective"],
+            "extern_ops": [t for g in session.graphs for t, _ in g.extern_ops]}
+
+
 SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block, "collectives": collectives,
-             "ddp_compiled_autograd": ddp_compiled_autograd}
+             "ddp_compiled_autograd": ddp_compiled_autograd, "tensor_parallel": tensor_parallel}
 
 
 def run(rank: int, world: int, port: int, names: list[str], queue) -> None:

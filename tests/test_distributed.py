@@ -101,6 +101,17 @@ def test_ddp_compiled_autograd_all_reduces_are_pipec_collectives(results):
     assert starts[0] < compute[-1] < waits[0], kernels
 
 
+def test_tensor_parallel_mlp_compiled(results):
+    """ColwiseParallel + RowwiseParallel MLP compiled by pipec: outputs and gradients equal to
+    uncompiled TP on both ranks, the matmuls compiled, DTensor's all-reduces pipec collectives."""
+    r = check(results, "tensor_parallel")
+    assert r["kinds"] == ["forward", "backward"], r["kinds"]
+    assert not any(t.startswith("_c10d_functional") for t in r["extern_ops"]), r["extern_ops"]
+    # forward: the row-wise layer's partial sums; backward: the column-wise layer's input gradient
+    assert sum(n.startswith("pipec_all_reduce_") for n in r["collectives"]) == 2, r["collectives"]
+    assert r["matmuls"] >= 2 + 3, r  # 2 forward, and the backward's weight and input gradients
+
+
 def test_explain_says_when_dynamo_hands_pipec_nothing():
     """torch's own layers wrapped in DDP: Dynamo compiles nothing, and explain says so."""
     import os
