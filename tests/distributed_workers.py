@@ -178,35 +178,46 @@ def ddp_compiled_autograd(rank: int) -> dict:
             "extern_ops": [t for g in session.graphs for t, _ in g.extern_ops]}
 
 
-class MLP(torch.nn.Module):
-    """The Megatron-style MLP: `up` split by columns, `down` by rows (one all-reduce)."""
+class TPBlock(torch.nn.Module):
+    """A Megatron-style block: causal attention (q, k, v split by columns, so each rank has
+    its own heads; o by rows) and an MLP (`up` by columns, `down` by rows)."""
 
-    def __init__(self, d: int = 8) -> None:
+    PLAN = {"q": "col", "k": "col", "v": "col", "o": "row", "up": "col", "down": "row"}
+
+    def __init__(self, d: int = 16, heads: int = 4) -> None:
         super().__init__()
-        self.up = torch.nn.Linear(d, 4 * d)
-        self.down = torch.nn.Linear(4 * d, d)
+        self.head_dim = d // heads
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+        self.up = torch.nn.Linear(d, 2 * d)
+        self.down = torch.nn.Linear(2 * d, d)
 
     def forward(self, x):
-        return self.down(F.gelu(self.up(x)))
+        b, s, _ = x.shape
+        # -1: the heads of this rank (a column-wise layer's output is its share of the heads)
+        q, k, v = (lin(x).view(b, s, -1, self.head_dim).transpose(1, 2) for lin in (self.q, self.k, self.v))
+        x = x + self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1))
+        return x + self.down(F.gelu(self.up(x)))
 
 
 def tensor_parallel(rank: int) -> dict:
-    """Tensor parallel (DTensor, ColwiseParallel + RowwiseParallel) with the MLP compiled: the
-    graphs take the DeviceMesh as an object input, and DTensor's all-reduces (forward: the
-    row-wise output; backward: the input's gradient) are pipec collective ops."""
+    """Tensor parallel (DTensor, ColwiseParallel + RowwiseParallel) with the block compiled: the
+    graphs take the DeviceMesh as an object input, and DTensor's all-reduces (forward: each
+    row-wise layer's output; backward: the gradients of the column-wise layers' input) are
+    pipec collective ops."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+    styles = {"col": ColwiseParallel, "row": RowwiseParallel}
+    plan = {name: styles[style]() for name, style in TPBlock.PLAN.items()}
     torch.manual_seed(0)
-    model = MLP()
+    model = TPBlock()
     reference = copy.deepcopy(model)
     parallelize_module(model, mesh, plan)
     parallelize_module(reference, mesh, plan)
     backend, session = pipec_backend()
     compiled = torch.compile(model, backend=backend, fullgraph=True)
-    x = batch(0, 4, 8).requires_grad_()  # TP's input is replicated: the same on every rank
+    x = batch(0, 2, 5, 16).requires_grad_()  # TP's input is replicated: the same on every rank
     x_ref = x.detach().clone().requires_grad_()
     out, want = compiled(x), reference(x_ref)
     torch.testing.assert_close(out, want)
