@@ -178,8 +178,60 @@ def ddp_compiled_autograd(rank: int) -> dict:
             "extern_ops": [t for g in session.graphs for t, _ in g.extern_ops]}
 
 
+class TPBlock(torch.nn.Module):
+    """A Megatron-style block: causal attention (q, k, v split by columns, so each rank has
+    its own heads; o by rows) and an MLP (`up` by columns, `down` by rows)."""
+
+    PLAN = {"q": "col", "k": "col", "v": "col", "o": "row", "up": "col", "down": "row"}
+
+    def __init__(self, d: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.head_dim = d // heads
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+        self.up = torch.nn.Linear(d, 2 * d)
+        self.down = torch.nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        # -1: the heads of this rank (a column-wise layer's output is its share of the heads)
+        q, k, v = (lin(x).view(b, s, -1, self.head_dim).transpose(1, 2) for lin in (self.q, self.k, self.v))
+        x = x + self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1))
+        return x + self.down(F.gelu(self.up(x)))
+
+
+def tensor_parallel(rank: int) -> dict:
+    """Tensor parallel (DTensor, ColwiseParallel + RowwiseParallel) with the block compiled: the
+    graphs take the DeviceMesh as an object input, and DTensor's all-reduces (forward: each
+    row-wise layer's output; backward: the gradients of the column-wise layers' input) are
+    pipec collective ops."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    styles = {"col": ColwiseParallel, "row": RowwiseParallel}
+    plan = {name: styles[style]() for name, style in TPBlock.PLAN.items()}
+    torch.manual_seed(0)
+    model = TPBlock()
+    reference = copy.deepcopy(model)
+    parallelize_module(model, mesh, plan)
+    parallelize_module(reference, mesh, plan)
+    backend, session = pipec_backend()
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
+    x = batch(0, 2, 5, 16).requires_grad_()  # TP's input is replicated: the same on every rank
+    x_ref = x.detach().clone().requires_grad_()
+    out, want = compiled(x), reference(x_ref)
+    torch.testing.assert_close(out, want)
+    out.pow(2).sum().backward()
+    want.pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    compare_grads(model, reference, full=lambda t: t.full_tensor())
+    return {"kinds": [g.kind for g in session.graphs], "matmuls": matmuls_compiled(session),
+            "collectives": [k.name for g in session.graphs for k in g.plan.kernels if k.kind == "collective"],
+            "extern_ops": [t for g in session.graphs for t, _ in g.extern_ops]}
+
+
 SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block, "collectives": collectives,
-             "ddp_compiled_autograd": ddp_compiled_autograd}
+             "ddp_compiled_autograd": ddp_compiled_autograd, "tensor_parallel": tensor_parallel}
 
 
 def run(rank: int, world: int, port: int, names: list[str], queue) -> None:

@@ -101,6 +101,21 @@ def test_ddp_compiled_autograd_all_reduces_are_pipec_collectives(results):
     assert starts[0] < compute[-1] < waits[0], kernels
 
 
+def test_tensor_parallel_block_compiled(results):
+    """A Megatron-style attention + MLP block under ColwiseParallel/RowwiseParallel compiled by
+    pipec: outputs and gradients equal to uncompiled TP on both ranks, every matmul compiled,
+    DTensor's all-reduces pipec collectives."""
+    r = check(results, "tensor_parallel")
+    assert r["kinds"] == ["forward", "backward"], r["kinds"]
+    assert not any(t.startswith("_c10d_functional") for t in r["extern_ops"]), r["extern_ops"]
+    # forward: the partial sums of o and down (row-wise); backward: the input gradients of
+    # q, k, v and up (column-wise), one all-reduce each
+    assert sum(n.startswith("pipec_all_reduce_") for n in r["collectives"]) == 2 + 4, r["collectives"]
+    assert sum(n.startswith("pipec_wait_tensor_") for n in r["collectives"]) == 2 + 4, r["collectives"]
+    # 6 layers: each one's product forward, and its weight and input gradients backward
+    assert r["matmuls"] >= 6 * 3, r
+
+
 def test_explain_says_when_dynamo_hands_pipec_nothing():
     """torch's own layers wrapped in DDP: Dynamo compiles nothing, and explain says so."""
     import os

@@ -138,6 +138,21 @@ def test_compare_outputs():
     assert compare_outputs(nan, nan.clone()) == (0.0, None)
 
 
+def test_object_inputs_returned_unchanged_are_passed_through():
+    """Under tensor parallel a graph returns its DeviceMesh input (saved for the backward); the
+    Program returns None there and the backend puts back the object of this call."""
+    from pipec.backend import with_object_outputs
+
+    g = torch.fx.Graph()
+    x, mesh = g.placeholder("x"), g.placeholder("mesh")
+    g.output((g.call_function(torch.neg, (x,)), mesh, x))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    call = with_object_outputs(lambda args: [-args[0], None, args[0]], gm, [torch.randn(2), object()])
+    t, m = torch.randn(2), object()
+    neg, passed, same = call([t, m])
+    assert passed is m and same is t and torch.equal(neg, -t)
+
+
 def test_size_outputs_and_conditions_on_sizes_are_computed_per_call():
     """A graph returning sizes and conditions on them (torch 2.11's forward graphs return the
     checks `u0 >= 0` their backward asserts): the backend computes each from this call's input

@@ -43,6 +43,22 @@ _DEFAULT_LIKE = {torch.strided, torch.contiguous_format, torch.preserve_format}
 _DROPPABLE_KWARGS = ("layout", "memory_format", "pin_memory")
 
 
+def opaque_object_name(val: Any) -> str | None:
+    """The class name of a script object or opaque object (`torch._library.opaque_object`)
+    graph input, as AOTAutograd's fake tracing sees it (a FakeScriptObject) or as it runs;
+    None for anything else."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    if isinstance(val, FakeScriptObject):
+        return val.script_class_name.rsplit(".", 1)[-1]
+    if isinstance(val, torch.ScriptObject):
+        return "ScriptObject"
+    from torch._library import opaque_object
+
+    is_opaque = getattr(opaque_object, "is_opaque_value", None)
+    return type(val).__name__ if is_opaque is not None and is_opaque(val) else None
+
+
 def size_only_placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     """The SymInt arguments of `gm` that carry a size no tensor argument has as a dimension (an
     AOTAutograd backward graph takes the forward input's sizes it needs, such as the reduced
@@ -128,12 +144,28 @@ class Lowerer(GraphBuilder):
                 self.env[node] = self.symbols.input_size(val)
             else:
                 self.env[node] = self.symbols.size(val) if isinstance(val, int) else val
+        elif opaque_object_name(val) is not None:
+            self.opaque_input(node, opaque_object_name(val))
         elif isinstance(val, torch.SymBool) and self.symbols.mentions_defined(val):
             # torch 2.11's backward takes the forward's checks of a defined size (`u0 >= 0`) for
             # its asserts, which hold by the definition: no input (checks_a_defined_size)
             self.env[node] = None
         else:
             raise CaptureError(f"{self.where(node)}: input of type {type(val).__name__} is not supported")
+
+    def opaque_input(self, node: torch.fx.Node, what: str) -> None:
+        """An object input (a script or opaque object: DTensor's DeviceMesh under tensor
+        parallel) that the graph only hands on to its outputs (AOTAutograd saves the mesh for
+        the backward graph, and a backward returns it where the forward's DTensor inputs had
+        it). It is no graph input: the graph's output there is None, which the caller fills
+        with the object it passed (pipec.backend.with_object_outputs). A graph whose ops read
+        the object is not supported; its collectives name their group by string."""
+        readers = [u for u in node.users if u.op != "output"]
+        if readers:
+            raise CaptureError(
+                f"{self.where(readers[0])}: reads input {node.name}, a {what} object; pipec passes "
+                "script and opaque objects (a DTensor's DeviceMesh) only through to the outputs")
+        self.env[node] = None
 
     def get_attr(self, node: torch.fx.Node) -> None:
         """A tensor constant of the fx graph: a one-element constant becomes a `full` literal;

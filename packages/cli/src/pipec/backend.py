@@ -72,7 +72,8 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
             fn = compile_graph(aten_gm, aten_inputs, options, session=session, name=name)
             for stats in session.graphs[first_new:]:
                 stats.kind = kind or "inference"
-            return with_size_outputs(tensors_only(fn, aten_inputs), aten_gm, aten_inputs, name)
+            fn = with_size_outputs(tensors_only(fn, aten_inputs), aten_gm, aten_inputs, name)
+            return with_object_outputs(fn, aten_gm, aten_inputs)
 
         return aten_backend(dynamo_backend, compile_aten_graph, options)(gm, example_inputs)
 
@@ -174,6 +175,32 @@ def with_size_outputs(fn, gm, example_inputs, name: str = "graph"):
         out = list(fn(args))
         for i, size_of in size_fns.items():
             out[i] = size_of(args)
+        return out
+
+    call.pipec_runtime = getattr(fn, "pipec_runtime", fn)
+    return call
+
+
+def with_object_outputs(fn, gm, example_inputs):
+    """Under tensor parallel, AOTAutograd's graphs take DTensor's DeviceMesh (an opaque object)
+    as inputs and return them unchanged (the forward saves the mesh for the backward graph).
+    The Program has no such input and returns None there (capture's `opaque_input`): each such
+    output is the object this call passed."""
+    import torch
+
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else (out_node.args[0],)
+    plain = (torch.Tensor, int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool, type(None))
+    passed = {k: placeholders[o] for k, o in enumerate(outs)
+              if o in placeholders and not isinstance(example_inputs[placeholders[o]], plain)}
+    if not passed:
+        return fn
+
+    def call(args):
+        out = list(fn(args))
+        for k, i in passed.items():
+            out[k] = args[i]
         return out
 
     call.pipec_runtime = getattr(fn, "pipec_runtime", fn)
