@@ -168,3 +168,18 @@ def test_size_outputs_and_conditions_on_sizes_are_computed_per_call():
         x = torch.randn(rows, 2)
         doubled, less, condition = call([x])
         assert torch.equal(doubled, x * 2) and less == rows - 1 and condition is big
+
+
+def test_a_graph_that_fails_to_compile_runs_eagerly_with_a_warning(fake_stages):
+    """Outside fullgraph a stage failure costs the graph, not the call: it runs eagerly, and one
+    warning names the graph and the failure; fullgraph=True raises it."""
+    torch._dynamo.reset()
+    x, y = torch.randn(3), torch.randn(3)
+    compiled = pipec.compile(f, fusion="crash")
+    with pytest.warns(pipec.PipecFallbackWarning, match=r"graph f_0 could not be compiled and runs eagerly: "
+                                                       r"fusion \(crash\) failed"):
+        torch.testing.assert_close(compiled(x, y), f(x, y))
+    assert compiled.pipec_session.eager_graphs == 1
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"fusion \(crash\) failed"):
+        pipec.compile(f, fusion="crash", fullgraph=True)(x, y)

@@ -392,6 +392,7 @@ def explain(model, *example_inputs, **compile_kwargs) -> ExplainReport:
     """Compile `model` with pipec on `example_inputs` and report what happened (see ExplainReport)."""
     import torch
 
+    compile_kwargs.setdefault("eager_fallback", False)  # a graph that fails is reported, not run eagerly
     opts = make_options(**compile_kwargs)
     torch._dynamo.reset()  # graphs, breaks and compile times of this model alone
     _, max_error, mismatch, session = run_and_compare(model, example_inputs, opts)

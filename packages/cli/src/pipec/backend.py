@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
-from pipec_ir import CompileOptions
+import warnings
 
-from .errors import PipecError
+from pipec_ir import CompileOptions, RecompileLimitError
+
+from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error
 from .logs import configure_logs, logger
 from .options import make_options
 from .pipeline import Session, compile_graph
@@ -75,7 +77,22 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
             fn = with_size_outputs(tensors_only(fn, aten_inputs), aten_gm, aten_inputs, name)
             return with_object_outputs(fn, aten_gm, aten_inputs)
 
-        return aten_backend(dynamo_backend, compile_aten_graph, options)(gm, example_inputs)
+        try:
+            return aten_backend(dynamo_backend, compile_aten_graph, options)(gm, example_inputs)
+        except RecompileLimitError:
+            raise
+        except Exception as exc:
+            # outside fullgraph a graph pipec cannot compile runs as Dynamo traced it, eagerly,
+            # with one warning naming it; `pipec compile` and `explain` report it instead
+            found = find_pipec_error(exc)
+            if options.fullgraph or not options.get("eager_fallback", True) or isinstance(found, PipecConfigError):
+                raise
+            why = str(found) if found is not None else f"{type(exc).__name__}: {exc}"
+            warnings.warn(PipecFallbackWarning(
+                f"pipec: graph {prefix}_{index} could not be compiled and runs eagerly: {why.splitlines()[0]}"),
+                stacklevel=2)
+            session.eager_graphs += 1
+            return gm.forward
 
     backend.pipec_options = options
     backend.pipec_session = session

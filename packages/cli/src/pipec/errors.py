@@ -14,12 +14,18 @@ class PipecError(RuntimeError):
         self.graph = graph
 
 
+class PipecConfigError(PipecError):
+    """The user's configuration cannot work (an unwritable dump_dir, an unusable cache): an
+    error wherever it happens, never a reason to run a graph eagerly."""
+
+
 class PipecPluginWarning(UserWarning):
     """A plugin could not be loaded or registered and was skipped."""
 
 
 class PipecFallbackWarning(UserWarning):
-    """An op has no pipec lowering and runs through torch as an extern call."""
+    """What pipec could not compile runs through torch: an op without a lowering (an extern call),
+    or, outside fullgraph, a whole graph that failed to compile (eagerly)."""
 
 
 def find_error(exc: BaseException | None, kind: type) -> BaseException | None:

@@ -21,7 +21,7 @@ from pipec_ir import CompileOptions, CompileProfile, LoadContext
 
 from .cache import open_cache, source_digest, stage_key, text_digest
 from .constants import bind_constants, graph_constants
-from .errors import PipecError, PipecFallbackWarning
+from .errors import PipecConfigError, PipecError, PipecFallbackWarning
 from .logs import log_stage
 from .plugins import get_plugin_manager, get_registry
 
@@ -311,7 +311,7 @@ def dump_document(dump_dir: str, name: str, stage: str, doc) -> None:
         (directory / f"{name}.{stage}.json").write_text(pipec_ir.dumps(doc))
         (directory / f"{name}.{stage}.txt").write_text(pipec_ir.format_document(doc) + "\n")
     except OSError as exc:
-        raise PipecError(f"cannot write the IR of graph {name} to dump_dir {str(directory)!r}: "
+        raise PipecConfigError(f"cannot write the IR of graph {name} to dump_dir {str(directory)!r}: "
                          f"{exc.strerror or exc}", stage=stage, graph=name) from exc
 
 
@@ -397,7 +397,7 @@ def _open_cache(options: CompileOptions, registry: pipec_ir.Registry):
     try:
         return open_cache(options.cache, registry)
     except pipec_ir.UnknownStageError as exc:
-        raise PipecError(f"cache ({options.cache}): {exc}", stage="cache", impl=options.cache) from exc
+        raise PipecConfigError(f"cache ({options.cache}): {exc}", stage="cache", impl=options.cache) from exc
 
 
 # an IR document given to compile_graph starts the pipeline after the stage that makes it

@@ -29,6 +29,10 @@ KEY_FORMAT = 2  # bump when what goes into a key changes meaning
 # ---------------------------------------------------------------- stage keys
 
 
+# options only the front end reads (what to do when a graph fails): no stage output depends on them
+FRONT_END_OPTIONS = ("eager_fallback",)
+
+
 def stage_key(stage: str, entry: pipec_ir.Entry, options: CompileOptions, input_digest: str,
               load_options: Iterable[str] = ()) -> str:
     """The cache key of running `entry` (a Registry entry of `stage`) on an input with `input_digest`.
@@ -41,7 +45,7 @@ def stage_key(stage: str, entry: pipec_ir.Entry, options: CompileOptions, input_
         "distribution": entry.distribution,
         "version": entry.version,
         "code": implementation_fingerprint(entry, torch=stage == "capture"),
-        "options": options.key(exclude=load_options),
+        "options": options.key(exclude=(*load_options, *FRONT_END_OPTIONS)),
         "input": input_digest,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

@@ -56,7 +56,8 @@ def compile_model(model_file: Path, *, fusion: str, runtime: str | None, mode: M
     clock.lap("import torch")
     options = options_or_exit(mode=mode.value, fusion=fusion, runtime=runtime, dynamic=True if dynamic else None,
                        fullgraph=fullgraph, capture=capture, codegen=codegen,
-                       dump_dir=str(dump_ir) if dump_ir else None, cache=cache)
+                       dump_dir=str(dump_ir) if dump_ir else None, cache=cache,
+                       eager_fallback=False)  # a graph that fails to compile is the command's error
     device = resolve_device(device)
     check_dynamo_capture(options)
     check_dump_dir(dump_ir)
