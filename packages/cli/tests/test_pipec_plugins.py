@@ -165,6 +165,26 @@ def test_stage_finished_observer_sees_every_stage(fake_stages):
     assert [c[2] for c in obs.calls[:3]] == ["Graph", "KernelPlan", "Program"]
 
 
+class FailingObserver:
+    @pipec_ir.hookimpl
+    def pipec_stage_finished(self, stage):
+        raise RuntimeError(f"observer broke on {stage}")
+
+
+def test_a_failing_observer_keeps_neither_the_compile_nor_the_others_from_running(fake_stages):
+    import torch
+    import pipec
+
+    obs = Observer()
+    plugins.register_plugin(obs, name="observer")
+    plugins.register_plugin(FailingObserver(), name="failing")  # registered last: pluggy calls it first
+    with pytest.warns(UserWarning, match="plugin 'failing' failed in pipec_stage_finished after capture"):
+        f = pipec.compile(lambda a, b: torch.relu(a) + b)
+        a, b = torch.randn(3), torch.randn(3)
+        torch.testing.assert_close(f(a, b), torch.relu(a) + b)
+    assert [c[0] for c in obs.calls] == ["capture", "fusion", "codegen", "runtime"]
+
+
 # ---------------------------------------------------------------- composing plugins
 
 

@@ -328,12 +328,23 @@ def warn_fallbacks(graph: pipec_ir.Graph, name: str) -> None:
 
 
 def _notify_observers(stage: str, name: str, document: object, seconds: float) -> None:
-    try:
-        get_plugin_manager().hook.pipec_stage_finished(stage=stage, name=name, document=document,
-                                                       seconds=seconds)
-    except Exception as exc:  # an observer never breaks a compilation
-        warnings.warn(f"pipec: a pipec_stage_finished observer failed after {stage} on {name}: {exc}",
-                      stacklevel=2)
+    """Call each `pipec_stage_finished` observer on its own, in pluggy's order, so one that fails
+    (one warning naming it) neither breaks the compilation nor keeps the others from seeing it."""
+    hook = get_plugin_manager().hook.pipec_stage_finished
+    kwargs = {"stage": stage, "name": name, "document": document, "seconds": seconds}
+    impls = hook.get_hookimpls()
+    if any(getattr(i, "hookwrapper", False) or getattr(i, "wrapper", False) for i in impls):
+        impls = None  # wrappers need pluggy's own call: all observers in one call
+    for impl in reversed(impls) if impls is not None else (None,):
+        try:
+            if impl is None:
+                hook(**kwargs)
+            else:
+                impl.function(*(kwargs[arg] for arg in impl.argnames))
+        except Exception as exc:  # an observer never breaks a compilation
+            who = f"plugin {impl.plugin_name!r}" if impl is not None else "a pipec_stage_finished observer"
+            warnings.warn(f"pipec: {who} failed in pipec_stage_finished after {stage} on {name}: {exc}",
+                          stacklevel=2)
 
 
 def _one_line(exc: BaseException) -> str:
