@@ -27,6 +27,7 @@ import torch
 
 import pipec_ir
 from pipec_ir import CompileOptions, Device, Dtype, Graph, GraphInput, Node, Ref, Size, ref_names
+from pipec_ir.types import ITEMSIZE
 
 from .bisect import GraphCase, capture_cases, compile_plan, first_failure, judge, references
 from .errors import find_pipec_error
@@ -259,9 +260,13 @@ class _Names:
         return self.names[name]
 
 
-_TORCH_DTYPES = {"float64": "torch.float64", "float32": "torch.float32", "float16": "torch.float16",
-                 "bfloat16": "torch.bfloat16", "int64": "torch.int64", "int32": "torch.int32",
-                 "int16": "torch.int16", "int8": "torch.int8", "uint8": "torch.uint8", "bool": "torch.bool"}
+def _torch_dtype(name: str) -> str:
+    """torch's spelling of an IR dtype: the IR names dtypes as torch does (pipec_ir.types.ITEMSIZE)."""
+    if name not in ITEMSIZE:
+        raise KeyError(name)
+    return f"torch.{name}"
+
+
 _FUNCTIONAL = {"silu": "torch.nn.functional.silu", "relu": "torch.relu", "identity": "torch.clone"}
 _REDUCTIONS = {"max": "torch.amax", "min": "torch.amin"}
 
@@ -275,7 +280,7 @@ def torch_expression(node: Node, names: _Names, device: str) -> str:
     from pipec_ir.ops import OPS
 
     xs = [names(i) for i in node.inputs]
-    dtype = _TORCH_DTYPES[node.type.dtype]
+    dtype = _torch_dtype(node.type.dtype)
     op, kind = node.op, OPS[node.op].kind
     attr = node.attr
     if op == "cast":
@@ -344,7 +349,7 @@ def _literal(value, names: _Names, device: str) -> str:
     if isinstance(value, Ref):
         return names(value.name)
     if isinstance(value, Dtype):
-        return _TORCH_DTYPES[value.name]
+        return _torch_dtype(value.name)
     if isinstance(value, Device):
         return device
     if isinstance(value, Size):
