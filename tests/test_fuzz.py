@@ -52,3 +52,18 @@ def test_family_matches_eager(family):
         check_program(prog)
 
     run()
+
+
+def test_size_guarded_to_a_constant_by_tracing():
+    """A slice whose start and step Dynamo made symbolic has length `(-s1 + s2)//s2`; tracing
+    guards it to 1 and torch carries 1 downstream, so capture must see the constant too (it
+    raised "cannot broadcast (FloorDiv(-s1 + s2, s2),) to (1,)" and the graph ran eagerly;
+    found by `scripts/fuzz.py --seed 3`)."""
+    from fuzz_graphs import Program, Step
+
+    prog = Program(
+        input_shapes=((1, 2),),
+        steps=(Step("unfold", (0,), (0, 1, 1)), Step("permute", (1,), (1, 2, 0)), Step("diagonal", (2,), (2, 0)),
+               Step("slice", (3,), (1, 0, 3)), Step("flatten", (4,)), Step("log_safe", (5,))),
+        outputs=(6,), dtype="float32", train=False, sizes=(((1, 5),),), dynamo=True, policies=("none",))
+    check_program(prog)

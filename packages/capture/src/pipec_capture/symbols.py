@@ -18,6 +18,23 @@ from .errors import CaptureError
 _DEFINITIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _known_constant(shape_env, expr: sympy.Expr) -> sympy.Expr:
+    """`expr` as an integer when the guards prove it equals its hint, else unchanged.
+
+    Tracing may guard a compound size to one value (a slice of symbolic start and step whose
+    length a later op needs to be 1) without a replacement for any symbol; torch's fake tensors
+    then carry the constant downstream while the size itself stays an expression, and the IR
+    could not relate the two (a broadcast of `(-s3 + s4)//s4` to `1`)."""
+    if expr.is_Symbol or expr.is_number or not expr.free_symbols:
+        return expr
+    try:
+        hint = shape_env.size_hint(expr)
+        proved = shape_env._maybe_evaluate_static(sympy.Eq(expr, hint))
+    except Exception:  # noqa: BLE001 - no hint (unbacked) or torch's private API moved: keep the expression
+        return expr
+    return sympy.Integer(int(hint)) if proved is not None and bool(proved) else expr
+
+
 def _hints(shape_env) -> dict:
     """The shape env's example value of each backed symbol (torch renamed the map over time)."""
     vals = getattr(shape_env, "backed_var_to_val", None)
@@ -88,6 +105,7 @@ class SymbolTable:
                     expr = shape_env.replace(expr)
                 except Exception:  # noqa: BLE001 - best effort simplification
                     pass
+                expr = _known_constant(shape_env, sympy.sympify(expr))
             return self._convert(sympy.sympify(expr), shape_env)
         if isinstance(value, sympy.Expr):
             ours = set(self._map.values())
