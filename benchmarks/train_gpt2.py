@@ -8,7 +8,12 @@ checks pipec's (and Inductor's) loss, gradients and the loss after one AdamW ste
 eager at bf16 tolerances, then times a whole step with triton.testing.do_bench (median),
 prints a table and writes JSON (exit code 1 when a check fails).
 
-Compile time: the model is compiled regionally. The embedding, one transformer block and
+With --ddp the model runs under DistributedDataParallel on one GPU (NCCL, world size 1: the
+bucketed gradient all-reduces are real NCCL calls on one rank), and each backend compiles the
+whole DDP-wrapped model, as a DDP user does (`torch.compile(DDP(model))`): Dynamo's
+DDPOptimizer splits the graph at the gradient buckets.
+
+Compile time: without --ddp the model is compiled regionally. The embedding, one transformer block and
 the head + loss are three compiled functions; the block function takes the block as an
 argument, so Dynamo traces it once and all 12 blocks reuse that graph (parameters are graph
 inputs). Both compilers get the same regions.
@@ -126,6 +131,35 @@ def compiled_regions(compiler) -> Regions:
     return Regions(embed=compiler(embed), block=compiler(run_block), head=compiler(head_loss))
 
 
+class WholeLoss(nn.Module):
+    """The loss as one module (what DDP wraps and --ddp's backends compile whole)."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return gpt_loss(self.model, Regions(), idx, targets)
+
+
+def ddp_loss(model: GPT, compiler):
+    """`compiler(DDP(WholeLoss(model)))` (compiler None: eager DDP)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    wrapped = DDP(WholeLoss(model), device_ids=[torch.cuda.current_device()])
+    return wrapped if compiler is None else compiler(wrapped)
+
+
+def init_single_rank_nccl() -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29531")
+    dist.init_process_group("nccl", rank=0, world_size=1)
+
+
 # ---------------------------------------------------------------- one backend
 
 
@@ -142,14 +176,16 @@ class Result:
 
 
 class Trainer:
-    def __init__(self, name: str, model: GPT, regions: Regions, idx, targets) -> None:
+    def __init__(self, name: str, model: GPT, regions: Regions, idx, targets, loss_fn=None) -> None:
         self.name, self.model, self.regions = name, model, regions
         self.idx, self.targets = idx, targets
+        # the whole loss as one callable (--ddp), else the regions
+        self.loss_fn = loss_fn or functools.partial(gpt_loss, model, regions)
         self.opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1)
 
     def forward_backward(self) -> torch.Tensor:
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = gpt_loss(self.model, self.regions, self.idx, self.targets)
+            loss = self.loss_fn(self.idx, self.targets)
         loss.backward()
         return loss.detach()
 
@@ -206,9 +242,10 @@ def problems_vs_eager(result: Result, eager: Result) -> list[str]:
     return out
 
 
-def pipec_stats(regions: Regions) -> tuple[int, list]:
+def pipec_stats(trainer: Trainer) -> tuple[int, list]:
     graphs = []
-    for fn in (regions.embed, regions.block, regions.head):
+    regions = trainer.regions
+    for fn in (trainer.loss_fn, regions.embed, regions.block, regions.head):
         session = getattr(fn, "pipec_session", None)
         for g in session.graphs if session is not None else ():
             graphs.append({"name": g.name, "kind": getattr(g, "kind", None), "kernels": g.kernel_count,
@@ -231,6 +268,8 @@ def parse_args(argv=None):
     p.add_argument("--rep-ms", type=int, default=1000)
     p.add_argument("--pipec-fusion", default="default",
                    help="pipec's fusion policy (also policies.py's, e.g. default-stored)")
+    p.add_argument("--ddp", action="store_true",
+                   help="DistributedDataParallel at world size 1 (NCCL), each backend compiling the whole DDP model")
     p.add_argument("--autotune-configs", type=int, default=None,
                    help="pipec times only the first N launch configs per kernel (a faster compile)")
     return p.parse_args(argv)
@@ -250,6 +289,8 @@ def main(argv=None) -> int:
         print(f"unknown backend(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     cfg = GPTConfig(seq=args.seq, n_layer=args.layers)
+    if args.ddp:
+        init_single_rank_nccl()
     torch.manual_seed(0)
     base = GPT(cfg).cuda()
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -264,16 +305,17 @@ def main(argv=None) -> int:
         if args.pipec_fusion in POLICIES:
             register_policies()
         pipec_options["fusion"] = args.pipec_fusion
-    compilers = {
-        "eager": lambda: Regions(),
-        "inductor": lambda: compiled_regions(torch.compile),
-        "pipec": lambda: compiled_regions(functools.partial(pipec.compile, **pipec_options)),
-    }
+    compilers = {"eager": None, "inductor": torch.compile, "pipec": functools.partial(pipec.compile, **pipec_options)}
     results: dict[str, Result] = {}
     reference = None
     problems: list[str] = []
     for name in ["eager"] + [b for b in backends if b != "eager"]:
-        trainer = Trainer(name, copy.deepcopy(base), compilers[name](), idx, targets)
+        model, compiler = copy.deepcopy(base), compilers[name]
+        if args.ddp:
+            trainer = Trainer(name, model, Regions(), idx, targets, loss_fn=ddp_loss(model, compiler))
+        else:
+            regions = Regions() if compiler is None else compiled_regions(compiler)
+            trainer = Trainer(name, model, regions, idx, targets)
         try:
             result, grads = check_and_time(trainer, reference, args)
         except Exception as exc:  # one backend failing still reports the others
@@ -286,7 +328,7 @@ def main(argv=None) -> int:
         else:
             problems += problems_vs_eager(result, results["eager"])
         if name == "pipec":
-            result.kernels, result.graphs = pipec_stats(trainer.regions)
+            result.kernels, result.graphs = pipec_stats(trainer)
         results[name] = result
         del trainer, grads
         torch.cuda.empty_cache()
@@ -302,6 +344,7 @@ def main(argv=None) -> int:
     data = {
         "benchmark": "train_gpt2", "config": asdict(cfg), "batch": args.batch, "params": n_params,
         "pipec_options": pipec_options,
+        "ddp": {"backend": "nccl", "world_size": 1, "compiled": "the whole DDP model"} if args.ddp else None,
         "dtype": "bfloat16 autocast", "device": torch.cuda.get_device_name(),
         "torch": torch.__version__, "triton": triton.__version__,
         "timing": "triton.testing.do_bench median of a whole step (forward, backward, AdamW)",
@@ -312,6 +355,10 @@ def main(argv=None) -> int:
     with open(args.out, "w") as f:
         json.dump(data, f, indent=2, default=str)
     print(f"results written to {args.out}")
+    if args.ddp:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     return 0 if not problems else 1
 
 

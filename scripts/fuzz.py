@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the differential fuzzer: N random graphs through pipec, against eager.
 
-    .venv/bin/python scripts/fuzz.py --count 2000 [--seed 0] [--family all] [--device cuda] [--bounds-check]
+    .venv/bin/python scripts/fuzz.py --count 2000 [--seed 0] [--family all] [--device cuda] [--bounds-check] [--seconds S]
 
 Families (tests/fuzz_graphs.py): classic (float32 pointwise/reduction graphs, every fusion
 preset), matmul (epilogues), half (bf16/fp16, judged against float64), train (gradients),
@@ -40,6 +40,8 @@ def main() -> int:
     parser.add_argument("--last-program", default=None,
                         help="file the program about to run is written to (default with cuda: fuzz-last-program.txt)")
     parser.add_argument("--summary", default=None, help="write the figures as JSON to this file")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="stop drawing new graphs after this long (the figures count only the graphs run)")
     args = parser.parse_args()
 
     from hypothesis import HealthCheck, given, seed, settings
@@ -67,6 +69,9 @@ def main() -> int:
     @settings(max_examples=args.count, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(strategy)
     def run(prog):
+        if args.seconds is not None and time.perf_counter() - start > args.seconds:
+            done["skipped after --seconds"] += 1  # hypothesis still draws; nothing is run or counted
+            return
         if last:
             pathlib.Path(last).write_text(f"{prog}\n\n{prog!r}\n")
         try:
@@ -91,6 +96,7 @@ def main() -> int:
         print(f"fuzz: mismatch after {done['graphs']} graphs (shrunk repros above)", file=sys.stderr)
         status = 1
     seconds = time.perf_counter() - start
+    skipped = done.pop("skipped after --seconds", 0)
     kinds = {k: v for k, v in sorted(done.items()) if k != "graphs"}  # graphs that exercised each feature
     if status == 0:
         print(f"fuzz: {done['graphs']} graphs on {args.device}, 0 mismatches "
@@ -100,7 +106,7 @@ def main() -> int:
         pathlib.Path(args.summary).write_text(json.dumps({
             "graphs": done["graphs"], "mismatches": len(failures) and 1, "by_kind": kinds, "seed": args.seed,
             "count": args.count, "family": args.family, "device": args.device, "bounds_check": bounds_check,
-            "seconds": round(seconds), "first_failure": str(failures[0]) if failures else None}, indent=1) + "\n")
+            "seconds": round(seconds), "stopped_by_time_limit": bool(skipped), "first_failure": str(failures[0]) if failures else None}, indent=1) + "\n")
     return status
 
 
