@@ -180,7 +180,7 @@ class Trainer:
         self.name, self.model, self.regions = name, model, regions
         self.idx, self.targets = idx, targets
         # the whole loss as one callable (--ddp), else the regions
-        self.loss_fn = loss_fn or functools.partial(gpt_loss, model, regions)
+        self.loss_fn = loss_fn if loss_fn is not None else functools.partial(gpt_loss, model, regions)
         self.opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1)
 
     def forward_backward(self) -> torch.Tensor:
