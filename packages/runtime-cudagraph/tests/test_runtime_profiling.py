@@ -101,7 +101,9 @@ def test_cuda_trace_names_the_kernels(options):
     torch.testing.assert_close(out[0], (x + x).sum(1) * 2)
     names = {e.name for e in prof.events()}
     assert "pipec:slots" in names
-    gpu = sorted(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    # torch >= 2.11 also puts the record_function ranges on the GPU timeline (as user annotations)
+    gpu = sorted(e.name for e in prof.events()
+                 if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("pipec:"))
     # kernels with one body are one JITFunction in the process (kernels.load_kernel): the GPU runs
     # each under the name its body was first loaded with (pipec_add_small has pipec_add_big's body,
     # and an earlier test of the process may have loaded either body first under another name)
