@@ -67,3 +67,32 @@ def test_size_guarded_to_a_constant_by_tracing():
                Step("slice", (3,), (1, 0, 3)), Step("flatten", (4,)), Step("log_safe", (5,))),
         outputs=(6,), dtype="float32", train=False, sizes=(((1, 5),),), dynamo=True, policies=("none",))
     check_program(prog)
+
+
+def test_in_place_output_written_after_every_load():
+    """A pointwise kernel writing `abs(permute(d1))` over its input `diagonal` stored it before
+    it loaded `diagonal` for its other output (outputs are not in node order), so that output
+    read the new values: 7 of 8 elements wrong (found by `scripts/fuzz.py --device cuda --seed
+    106`; the plan below is what the seeded random policy makes of it)."""
+    from fuzz_graphs import Program, Step
+
+    steps = (Step("slice", (0,), (0, 1, 1)), Step("diagonal", (1,), (2, 1)), Step("unfold", (2,), (1, 1, 1)),
+             Step("diagonal", (3,), (2, 0)), Step("movedim", (4,), (1, 0)), Step("movedim", (5,), (0, 1)),
+             Step("amin", (6,), (1, False)), Step("where_gt", (2, 2)), Step("gather", (4,), (0, 5, 4, 6)),
+             Step("div_safe", (0, 5)), Step("add", (8, 7)))
+    prog = Program(input_shapes=((2, 8, 8),), steps=steps, outputs=(11, 10), dtype="float32", train=False,
+                   sizes=(), dynamo=True, policies=("random:1439",))
+    check_program(prog)
+
+
+def test_gemm_epilogue_of_one_column_reads_inside_its_operands():
+    """A Linear to one feature (N = 1) with a residual of shape [..., 1]: the epilogue loaded the
+    residual at the tile's flat index `rm + rn` under the row mask only, reading past its end in
+    the tile's columns rn >= 1 (bounds-checked kernels fail; found on the H200 by `scripts/fuzz.py
+    --device cuda --seed 102`, where it also broke the next cuBLAS call)."""
+    from fuzz_graphs import Program, Step
+
+    prog = Program(input_shapes=((3, 5, 16), (1, 16), (1,), (1,), (3, 5, 1)),
+                   steps=(Step("linear", (0, 1, 2)), Step("add", (5, 3)), Step("add", (6, 4)), Step("tanh", (7,))),
+                   outputs=(8,), dtype="float32", train=True, sizes=(), dynamo=True, policies=("aggressive",))
+    check_program(prog, bounds_check=True)

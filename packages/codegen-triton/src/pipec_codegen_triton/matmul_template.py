@@ -176,7 +176,13 @@ class EpilogueWriter(KernelWriter):
             frozenset(used & {"m", "n"}))
         if mask == "xmask" or (mask is None and not used):
             return super()._load(name, index)
-        where = self.check_bounds(self.outer, name, self.print_index(offset), mask, "load", offset)
+        printed = self.print_index(offset)
+        if re.search(r"\bxindex\b", printed):
+            # simplified into the tile's flat index (an operand of the output's own layout but for a
+            # size-1 dim): that is right only where the whole tile mask holds, and off it past the
+            # operand's end (a [M, 1] output's columns rn >= 1 read rm + rn)
+            return super()._load(name, index)
+        where = self.check_bounds(self.outer, name, printed, mask, "load", offset)
         if mask is None:  # the batch (pid_b) only: one element per tile, and every pid_b is a batch
             text = f"tl.broadcast_to(tl.load({self.in_ptr[name]} + ({where})), {self.block})"
         else:

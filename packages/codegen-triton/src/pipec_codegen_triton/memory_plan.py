@@ -77,14 +77,12 @@ def inplace_candidates(plan) -> dict[str, frozenset[str]]:
         if kernel.kind != "pointwise":
             continue
         members = [nodes[n] for n in kernel.nodes if n in nodes]
-        # the kernel stores each output as soon as it is computed (node order): an input read
-        # after the first store could already hold an output's element, so only inputs whose
-        # readers all come at or before the first output may be overwritten
-        first_store = next((k for k, n in enumerate(members) if n.name in kernel.outputs), len(members))
+        # a pointwise kernel computes every output before it stores any (writer._write_pointwise):
+        # each program has read all of its inputs' elements before it writes one
         ok = set()
         for name in kernel.inputs:
-            readers = [k for k, n in enumerate(members) if name in n.inputs]
-            if readers and all(members[k].op in POINTWISE_OPS for k in readers) and max(readers) <= first_store:
+            readers = [n for n in members if name in n.inputs]
+            if readers and all(n.op in POINTWISE_OPS for n in readers):
                 ok.add(name)
         if ok:
             out[kernel.name] = frozenset(ok)

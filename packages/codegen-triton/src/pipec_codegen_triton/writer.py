@@ -432,8 +432,11 @@ class KernelWriter(ReductionRows):
                   "    xindex = xoffset + tl.arange(0, XBLOCK)",
                   self._mask("xmask", "xindex", "xnumel", self.xnumel, "XBLOCK", "[XBLOCK]")]
         self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
-        for out in self.kernel.outputs:
-            self._store(self.outer, out, self._pointwise_output(out), "xindex", "xmask")
+        # every value first, then the stores: each load precedes every store, which is what lets
+        # the memory plan write an output over an input in place (memory_plan.inplace_candidates)
+        values = [(out, self._pointwise_output(out)) for out in self.kernel.outputs]
+        for out, value in values:
+            self._store(self.outer, out, value, "xindex", "xmask")
         return lines
 
     def _pointwise_output(self, out: str) -> str:
