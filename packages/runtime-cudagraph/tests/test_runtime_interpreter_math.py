@@ -143,3 +143,28 @@ def test_fp32_to_bf16_in_the_interpreter_rounds_to_nearest_even(tmp_path):
         kernel[(1,)](a, b, out, M=16, N=16, K=16)
     # torch rounds to nearest even: bit for bit (truncation differs in about half the elements)
     assert torch.equal(out, (a.float() @ b.float()).bfloat16())
+
+
+def test_a_scalar_argument_is_a_loop_bound():
+    """A kernel argument bounding a `range` (the GEMM template's K loop) reaches `__index__` as
+    a 1-element array; triton 3.6's interpreter took `int()` of it, which numpy >= 2.4 refuses."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    from pipec_runtime_cudagraph.interpreter_math import patch_interpreter
+
+    patch_interpreter()
+
+    class Scope:
+        def __init__(self):
+            self.set = {}
+
+        def set_attr(self, obj, name, value):
+            self.set[name] = value
+
+    class Handle:
+        data = np.array([7], dtype=np.int32)
+
+    scope = Scope()
+    interpreter._patch_lang_tensor(type("T", (), {}), scope)
+    assert scope.set["__index__"](type("V", (), {"handle": Handle()})()) == 7

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from pipec_ir.symbolic import numel
 
-_LOOP = "    for k in range(0, tl.cdiv(K, BLOCK_K)):"
+# The GEMM template's K loop (matmul_template writes it, check_operands finds it)
+K_LOOP = "    for k in range(0, tl.cdiv(K, BLOCK_K)):"
 _ACC = "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"
 
 
@@ -28,7 +29,7 @@ def check_operands(writer, body: list[str], a: tuple, b: tuple) -> list[str]:
     tile offsets asserted inside their buffers where the K mask holds. `a`, `b`: (buffer,
     offset of its first element in the tile walk as source or "", the row stride, the column
     stride) as the template prints them (A is [M, K], B is [K, N])."""
-    if _LOOP not in body or _ACC not in body:
+    if K_LOOP not in body or _ACC not in body:
         raise ValueError("bounds_check: the GEMM template's main loop has changed; update bounds.check_operands")
     a_buf, a_base, s_am, s_ak = a
     b_buf, b_base, s_bk, s_bn = b
@@ -49,6 +50,6 @@ def check_operands(writer, body: list[str], a: tuple, b: tuple) -> list[str]:
     ]
     out = list(body)
     out[out.index(_ACC):out.index(_ACC)] = start
-    loop = out.index(_LOOP) + 1
+    loop = out.index(K_LOOP) + 1
     out[loop:loop] = step
     return out

@@ -23,7 +23,7 @@ from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
 from pipec_ir.ops import MATMUL_OPS, VIEW, kind_of
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
 
-from .bounds import check_operands
+from .bounds import K_LOOP, check_operands
 from .dtypes import tl_storage
 from .matmul_gluon import gluon_lines, pingpong_config, pingpong_source, store_tile_lines
 from .matmul_tma import (PERSISTENT_PROGRAMS, SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop,
@@ -436,7 +436,7 @@ def _main_loop(batched, a_base, b_base, s_am, s_ak, s_bk, s_bn, even_k, big, dty
         f"    a_ptrs = {a_base} + ({_times('ram[:, None]', s_am)} + {_times('rk[None, :]', s_ak)})",
         f"    b_ptrs = {b_base} + ({_times('rk[:, None]', s_bk)} + {_times('rbn[None, :]', s_bn)})",
         "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-        "    for k in range(0, tl.cdiv(K, BLOCK_K)):",
+        K_LOOP,
     ]
     if even_k:
         lines += ["        a = tl.load(a_ptrs)", "        b = tl.load(b_ptrs)"]

@@ -1,6 +1,6 @@
 """What Triton's CPU interpreter gets wrong, made right for the kernels pipec loads into it.
 
-Two gaps, both in the interpreter only (the GPU compiles the same source correctly):
+Three gaps, all in the interpreter only (the GPU compiles the same source correctly):
 
 * ``libdevice``: ``triton.language.extra.libdevice`` holds stubs that the GPU compiler
   swaps for the backend's libdevice; the interpreter calls the stubs themselves, which
@@ -15,7 +15,12 @@ Two gaps, both in the interpreter only (the GPU compiles the same source correct
   default fp32 -> bf16 conversion round to nearest even, as the GPU does (the interpreter
   truncates: a bf16 result one ulp off).
 
-Both lean on the interpreter's value representation (``tensor.handle.data``, a numpy
+* a scalar kernel argument as a loop bound (``range(0, tl.cdiv(K, BLOCK_K))``): before
+  triton 3.7 the interpreter's ``tensor.__index__`` is ``int()`` of a 1-element array, which
+  numpy >= 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars");
+  `patch_interpreter` gives it triton 3.7's squeezed form.
+
+All lean on the interpreter's value representation (``tensor.handle.data``, a numpy
 array; ``TensorHandle(data, dtype)``), stable across triton 3.x.
 """
 
@@ -138,7 +143,22 @@ def patch_interpreter() -> None:
             return original_cast(self, src, dst_type)
 
         builder.create_dot, builder.cast_impl = create_dot, cast_impl
+        _squeeze_scalar_index(interpreter)
         builder._pipec_patched = True
+
+
+def _squeeze_scalar_index(interpreter) -> None:
+    """The interpreter's per-run patch of ``tl.tensor`` followed by an ``__index__`` that takes
+    the one element of a scalar's array (restored with the rest of the run's patches)."""
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None:
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patch_lang_tensor
 
 
 def bind_interpreter_math(module) -> None:
