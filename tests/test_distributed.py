@@ -137,3 +137,20 @@ def test_explain_says_when_dynamo_hands_pipec_nothing():
         assert pipec.explain(own, torch.randn(2, 4)).notes == []
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("name", ["pipeline_manual_stages", "pipeline_split"])
+def test_pipeline_parallel_stages_compiled(results, name):
+    """torch.distributed.pipelining with each rank's stage compiled by pipec (Net cut before its
+    second block; 4 microbatches): from per-rank modules with Schedule1F1B, and from `pipeline()`'s
+    split with ScheduleGPipe. The losses and every gradient of two training steps equal the same
+    pipeline run uncompiled (checked in the workers)."""
+    check(results, name)
+    for rank, linears in ((0, 2), (1, 3)):  # rank 0: a block's up and down; rank 1: a block and the head
+        r = results[name][rank]
+        # one forward and one backward graph serve every microbatch of both steps
+        assert r["kinds"] == ["forward", "backward"], r
+        assert r["forward_matmuls"] == linears, r
+        assert r["matmuls"] >= 2 * linears, r  # and each layer's weight gradient
+        assert r["extern_ops"] == [], r
+
