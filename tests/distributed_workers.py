@@ -123,6 +123,71 @@ def fsdp2_per_block(rank: int) -> dict:
     return {"kinds": [g.kind for g in session.graphs], "matmuls": matmuls_compiled(session)}
 
 
+class NetCallingEachBlock(Net):
+    """Net with its two blocks called one by one instead of in a loop."""
+
+    def forward(self, x):
+        x = self.blocks[0](x)
+        x = self.blocks[1](x)
+        return self.head(x)
+
+
+def dynamo_breaks() -> dict:
+    """What Dynamo recorded since its counters were last cleared: each graph break (reason, and the
+    last frames of the user stack as (file, function, source line)) and each frame it gave up on
+    and ran eagerly ((function, file) from "frame skipped: ..."), e.g. a graph break in a loop."""
+    import re
+
+    from torch._dynamo.utils import counters, graph_break_reasons
+
+    breaks = [(str(r.reason).splitlines()[0],
+               [(os.path.basename(f.filename), f.name, (f.line or "").strip()) for f in r.user_stack][-5:])
+              for r in graph_break_reasons]
+    messages = [*counters["graph_break"], *counters["unimplemented"]]
+    skipped = sorted({(name, os.path.basename(path)) for m in messages
+                      for name, path in re.findall(r"frame skipped: (\S+) \((\S+) line \d+\)", m)})
+    return {"breaks": breaks, "skipped": skipped}
+
+
+def fsdp2_whole_model(rank: int) -> dict:
+    """FSDP2 with the whole model compiled: fully_shard on each block and the root, then
+    torch.compile(model). FSDP2 runs its hooks under torch._dynamo.disable, so Dynamo breaks the
+    graph at each block's call; how far it gets depends on the root's forward (a loop over the
+    blocks, or one call per block). Two steps (SGD between them), gradients compared each step."""
+    from torch._dynamo.utils import counters
+    from torch.distributed.fsdp import fully_shard
+
+    out = {}
+    for cls in (Net, NetCallingEachBlock):
+        torch._dynamo.reset()
+        counters.clear()
+        torch.manual_seed(0)
+        model, reference = cls(), cls()
+        reference.load_state_dict(model.state_dict())
+        for m in (model, reference):
+            for block in m.blocks:
+                fully_shard(block)
+            fully_shard(m)
+        backend, session = pipec_backend()
+        compiled = torch.compile(model, backend=backend)
+        optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+        for step in range(2):
+            x = batch(rank + 10 * step, 4, 8, WIDTH)
+            compiled(x).pow(2).mean().backward()
+            reference(x).pow(2).mean().backward()
+            compare_grads(model, reference, full=lambda t: t.full_tensor())
+            for optimizer in optimizers:
+                optimizer.step()
+                optimizer.zero_grad()
+        out[cls.__name__] = {
+            "kinds": [g.kind for g in session.graphs], "dynamo_graphs": session.dynamo_graphs,
+            "matmuls": matmuls_compiled(session),
+            "forward_matmuls": [sum(1 for unit in g.units if unit["kind"] == "matmul")
+                                for g in session.graphs if g.kind == "forward"],
+            **dynamo_breaks()}
+    return out
+
+
 def comm_model(x, w, y):
     """Functional collectives inside a compiled function, each with work it does not depend on."""
     import torch.distributed._functional_collectives as fc
@@ -318,7 +383,8 @@ def pipeline_split(rank: int) -> dict:
 
 SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block, "collectives": collectives,
              "ddp_compiled_autograd": ddp_compiled_autograd, "tensor_parallel": tensor_parallel,
-             "pipeline_manual_stages": pipeline_manual_stages, "pipeline_split": pipeline_split}
+             "pipeline_manual_stages": pipeline_manual_stages, "pipeline_split": pipeline_split,
+             "fsdp2_whole_model": fsdp2_whole_model}
 
 
 def run(rank: int, world: int, port: int, names: list[str], queue) -> None:
