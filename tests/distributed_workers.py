@@ -123,6 +123,71 @@ def fsdp2_per_block(rank: int) -> dict:
     return {"kinds": [g.kind for g in session.graphs], "matmuls": matmuls_compiled(session)}
 
 
+class NetCallingEachBlock(Net):
+    """Net with its two blocks called one by one instead of in a loop."""
+
+    def forward(self, x):
+        x = self.blocks[0](x)
+        x = self.blocks[1](x)
+        return self.head(x)
+
+
+def dynamo_breaks() -> dict:
+    """What Dynamo recorded since its counters were last cleared: each graph break (reason, and the
+    last frames of the user stack as (file, function, source line)) and each frame it gave up on
+    and ran eagerly ((function, file) from "frame skipped: ..."), e.g. a graph break in a loop."""
+    import re
+
+    from torch._dynamo.utils import counters, graph_break_reasons
+
+    breaks = [(str(r.reason).splitlines()[0],
+               [(os.path.basename(f.filename), f.name, (f.line or "").strip()) for f in r.user_stack][-5:])
+              for r in graph_break_reasons]
+    messages = [*counters["graph_break"], *counters["unimplemented"]]
+    skipped = sorted({(name, os.path.basename(path)) for m in messages
+                      for name, path in re.findall(r"frame skipped: (\S+) \((\S+) line \d+\)", m)})
+    return {"breaks": breaks, "skipped": skipped}
+
+
+def fsdp2_whole_model(rank: int) -> dict:
+    """FSDP2 with the whole model compiled: fully_shard on each block and the root, then
+    torch.compile(model). FSDP2 runs its hooks under torch._dynamo.disable, so Dynamo breaks the
+    graph at each block's call; how far it gets depends on the root's forward (a loop over the
+    blocks, or one call per block). Two steps (SGD between them), gradients compared each step."""
+    from torch._dynamo.utils import counters
+    from torch.distributed.fsdp import fully_shard
+
+    out = {}
+    for cls in (Net, NetCallingEachBlock):
+        torch._dynamo.reset()
+        counters.clear()
+        torch.manual_seed(0)
+        model, reference = cls(), cls()
+        reference.load_state_dict(model.state_dict())
+        for m in (model, reference):
+            for block in m.blocks:
+                fully_shard(block)
+            fully_shard(m)
+        backend, session = pipec_backend()
+        compiled = torch.compile(model, backend=backend)
+        optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+        for step in range(2):
+            x = batch(rank + 10 * step, 4, 8, WIDTH)
+            compiled(x).pow(2).mean().backward()
+            reference(x).pow(2).mean().backward()
+            compare_grads(model, reference, full=lambda t: t.full_tensor())
+            for optimizer in optimizers:
+                optimizer.step()
+                optimizer.zero_grad()
+        out[cls.__name__] = {
+            "kinds": [g.kind for g in session.graphs], "dynamo_graphs": session.dynamo_graphs,
+            "matmuls": matmuls_compiled(session),
+            "forward_matmuls": [sum(1 for unit in g.units if unit["kind"] == "matmul")
+                                for g in session.graphs if g.kind == "forward"],
+            **dynamo_breaks()}
+    return out
+
+
 def comm_model(x, w, y):
     """Functional collectives inside a compiled function, each with work it does not depend on."""
     import torch.distributed._functional_collectives as fc
@@ -230,8 +295,96 @@ def tensor_parallel(rank: int) -> dict:
             "extern_ops": [t for g in session.graphs for t, _ in g.extern_ops]}
 
 
+class PipeStage(torch.nn.Module):
+    """One stage of Net cut into a pipeline: some of its blocks, and the head on the last stage.
+    A module class of the user's own: `.compile()` in place on a torch container (nn.Sequential)
+    would compile only the user's modules inside it, running torch's own layers (the head) eagerly."""
+
+    def __init__(self, blocks, head=None) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(blocks)
+        self.head = head
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x if self.head is None else self.head(x)
+
+
+MICROBATCHES = 4
+
+
+def train_pipeline(rank: int, make_stage, schedule_class) -> dict:
+    """Two training steps (SGD between them) of a 2-stage pipeline, twice: each rank's stage module
+    compiled by pipec in place, and an uncompiled twin; the losses (last stage) and every gradient
+    compared at each step. `make_stage()` builds a fresh PipelineStage of the same Net."""
+    backend, session = pipec_backend()
+    runs = []
+    for compiled in (True, False):
+        stage = make_stage()
+        if compiled:
+            stage.submod.compile(backend=backend)
+        schedule = schedule_class(stage, MICROBATCHES, loss_fn=F.mse_loss)
+        runs.append((stage.submod, schedule, torch.optim.SGD(stage.submod.parameters(), lr=0.1)))
+    last = rank == dist.get_world_size() - 1
+    for step in range(2):
+        # the whole batch: the first stage feeds x, the last compares with y, per microbatch
+        x, y = batch(step, 2 * MICROBATCHES, 8, WIDTH), batch(10 + step, 2 * MICROBATCHES, 8, 4)
+        losses = []
+        for _, schedule, optimizer in runs:
+            optimizer.zero_grad()
+            losses.append([])
+            if rank == 0:
+                schedule.step(x)
+            else:
+                schedule.step(target=y, losses=losses[-1])
+        assert len(losses[0]) == (MICROBATCHES if last else 0), losses
+        torch.testing.assert_close(losses[0], losses[1])
+        compare_grads(runs[0][0], runs[1][0])
+        for _, _, optimizer in runs:
+            optimizer.step()
+    return {"kinds": [g.kind for g in session.graphs], "matmuls": matmuls_compiled(session),
+            "forward_matmuls": sum(1 for g in session.graphs if g.kind == "forward"
+                                   for unit in g.units if unit["kind"] == "matmul"),
+            "extern_ops": [t for g in session.graphs for t, _ in g.extern_ops]}
+
+
+def pipeline_manual_stages(rank: int) -> dict:
+    """Pipeline parallel from per-rank modules: rank 0 runs Net's first block, rank 1 its second
+    block and the head; each rank's PipelineStage module compiled by pipec; Schedule1F1B."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    torch.manual_seed(0)
+    net = Net(blocks=2)
+
+    def make_stage():
+        copy_ = copy.deepcopy(net)
+        module = PipeStage([copy_.blocks[0]]) if rank == 0 else PipeStage([copy_.blocks[1]], copy_.head)
+        return PipelineStage(module, rank, dist.get_world_size(), torch.device("cpu"))
+
+    return train_pipeline(rank, make_stage, Schedule1F1B)
+
+
+def pipeline_split(rank: int) -> dict:
+    """Pipeline parallel from `pipeline()`: Net traced (torch.export) and split before its second
+    block; each rank's stage (a GraphModule) compiled by pipec; ScheduleGPipe."""
+    from torch.distributed.pipelining import ScheduleGPipe, SplitPoint, pipeline
+
+    torch.manual_seed(0)
+    net = Net(blocks=2)
+    microbatch = batch(0, 2, 8, WIDTH)
+
+    def make_stage():
+        pipe = pipeline(copy.deepcopy(net), mb_args=(microbatch,), split_spec={"blocks.1": SplitPoint.BEGINNING})
+        return pipe.build_stage(rank, torch.device("cpu"))
+
+    return train_pipeline(rank, make_stage, ScheduleGPipe)
+
+
 SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block, "collectives": collectives,
-             "ddp_compiled_autograd": ddp_compiled_autograd, "tensor_parallel": tensor_parallel}
+             "ddp_compiled_autograd": ddp_compiled_autograd, "tensor_parallel": tensor_parallel,
+             "pipeline_manual_stages": pipeline_manual_stages, "pipeline_split": pipeline_split,
+             "fsdp2_whole_model": fsdp2_whole_model}
 
 
 def run(rank: int, world: int, port: int, names: list[str], queue) -> None:

@@ -137,3 +137,44 @@ def test_explain_says_when_dynamo_hands_pipec_nothing():
         assert pipec.explain(own, torch.randn(2, 4)).notes == []
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("name", ["pipeline_manual_stages", "pipeline_split"])
+def test_pipeline_parallel_stages_compiled(results, name):
+    """torch.distributed.pipelining with each rank's stage compiled by pipec (Net cut before its
+    second block; 4 microbatches): from per-rank modules with Schedule1F1B, and from `pipeline()`'s
+    split with ScheduleGPipe. The losses and every gradient of two training steps equal the same
+    pipeline run uncompiled (checked in the workers)."""
+    check(results, name)
+    for rank, linears in ((0, 2), (1, 3)):  # rank 0: a block's up and down; rank 1: a block and the head
+        r = results[name][rank]
+        # one forward and one backward graph serve every microbatch of both steps
+        assert r["kinds"] == ["forward", "backward"], r
+        assert r["forward_matmuls"] == linears, r
+        assert r["matmuls"] >= 2 * linears, r  # and each layer's weight gradient
+        assert r["extern_ops"] == [], r
+
+
+def test_fsdp2_whole_model_compile_breaks_at_each_fsdp_hook(results):
+    """FSDP2 (fully_shard on each block and the root) with the whole model compiled: FSDP2 runs
+    its hooks under torch._dynamo.disable, so Dynamo breaks the graph at each block's call.
+    Gradients equal uncompiled FSDP2 over two steps either way (checked in the workers); what
+    pipec gets depends on the root's forward (docs/distributed.md)."""
+    r = check(results, "fsdp2_whole_model")
+    # blocks in a loop: a graph break inside a loop makes Dynamo skip Net.forward's frame; each
+    # block's forward is compiled as a frame of its own (as per-block compile), the head runs eagerly
+    loop = r["Net"]
+    assert loop["skipped"] == [("forward", "distributed_workers.py")], loop
+    assert loop["dynamo_graphs"] == 2 and loop["forward_matmuls"] == [2, 2], loop
+    assert loop["kinds"] == ["forward"] * 2 + ["backward"] * 2, loop
+    # blocks called one by one: Dynamo breaks at each block's FSDP pre-forward hook and resumes
+    # after the call; each block and the head (the root's own layer) are compiled
+    each = r["NetCallingEachBlock"]
+    assert each["skipped"] == [], each
+    assert [reason for reason, _ in each["breaks"]] == ["Attempted to call function marked as skipped"] * 2, each
+    for (_, frames), call in zip(each["breaks"], ("x = self.blocks[0](x)", "x = self.blocks[1](x)"), strict=True):
+        assert [line for file, _, line in frames if file == "distributed_workers.py"] == [call], frames
+        assert frames[-2][2].startswith("args_kwargs_result = hook(self, args, kwargs)"), frames
+        assert frames[-1][:2] == ("_fsdp_common.py", "wrapper"), frames  # FSDP2's _dynamo_disable
+    assert each["dynamo_graphs"] == 3 and each["forward_matmuls"] == [2, 2, 1], each
+    assert each["kinds"] == ["forward"] * 3 + ["backward"] * 3, each
