@@ -96,6 +96,13 @@ def test_workers_fill_tritons_cache_with_the_parents_kernels(tmp_path):
         assert profile.parts()["triton_compile"] > 0
         pooled = {key for _, _, key in compiles}
 
+        # a new model with the same kernel finds it in Triton's cache: nothing goes to a worker
+        again = ProgramRunner(add_program(n=1000, configs=CONFIGS), CompileOptions(runtime="launch", autotune=True),
+                              LoadContext(kernel_dir="kernels-again", tuning_cache=False, compile_workers=2))
+        launch = again._launches["cuda"][0]
+        requests, sent, left = compile_pool.capture_requests(launch.compile_jobs(CONFIGS, [torch.empty(1000)] * 3, ()))
+        assert (len(requests), len(sent), len(left)) == (0, 0, 3)
+
         # the same compiles without workers, into an empty cache: the same three kernels
         compile_pool.shutdown()
         compiles.clear()

@@ -20,7 +20,7 @@ import torch
 
 from pipec_ir import CompileProfile
 
-from .compile_pool import compile_in_workers
+from .compile_pool import start_in_workers
 from .kernels import body_digest
 from .rounds import time_in_rounds
 from .tma import misaligned, uses_tma
@@ -149,13 +149,20 @@ def compile_all(jobs: list[tuple], profile: CompileProfile | None = None, worker
     for fn, args, sizes, _grid, kwargs in jobs:  # a config built before is a lookup in Triton's cache
         profile.distinct("triton_compiles", compile_key(fn, args, sizes, kwargs))
     with profile.part("triton_compile"):
-        compile_in_workers(jobs, workers, profile)
-        _compile_jobs(jobs)
+        batch = start_in_workers(jobs, workers)
+        if batch is None:
+            _compile_jobs(jobs)
+            return
+        _compile_jobs(batch.left)  # what the workers do not compile (a Gluon kernel), meanwhile
+        batch.wait(profile)
+        _compile_jobs(batch.sent)  # cache hits; compiles what a worker could not
 
 
 def _compile_jobs(jobs: list[tuple]) -> None:
     import triton
 
+    if not jobs:
+        return
     if len(jobs) == 1:
         fn, args, sizes, grid, kwargs = jobs[0]
         with contextlib.suppress(Exception):  # see compile_all

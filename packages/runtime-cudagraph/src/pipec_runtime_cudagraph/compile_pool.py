@@ -197,19 +197,20 @@ def shutdown(kill: bool = False) -> None:
         pool.close(kill)
 
 
-def capture_requests(jobs: list[tuple]) -> list[dict]:
-    """A worker request per job (fn, args, sizes, grid, kwargs) Triton would compile now: one per
-    specialization not in the function's in-memory cache yet, duplicates dropped. Runs each
-    job's `fn.warmup` with a `jit_cache_hook` that records what `triton.compile` would get and
-    skips the compile (module docstring)."""
+def capture_requests(jobs: list[tuple]) -> tuple[list[tuple[dict, tuple | None]], list[tuple], list[tuple]]:
+    """Split `jobs` (fn, args, sizes, grid, kwargs) into what workers can compile and what not.
+
+    Runs each job's `fn.warmup` with a `jit_cache_hook` that records what `triton.compile`
+    would get and skips the compile (module docstring). -> (requests, each with where the
+    parent will look for its kernel in Triton's cache (`cache_entry`), or None where it cannot
+    tell; the jobs those requests compile; the other jobs: compiled already, in memory or on
+    disk, or not a kernel a worker can import)."""
     import triton
     from triton.runtime import driver
     from triton.runtime.cache import triton_key
 
-    try:
-        from triton._C.libtriton import get_cache_invalidating_env_vars
-    except ImportError:
-        return []
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
     knobs = triton.knobs.runtime
     previous = knobs.jit_cache_hook
     me = threading.get_ident()
@@ -224,33 +225,40 @@ def capture_requests(jobs: list[tuple]) -> list[dict]:
 
     base = {"target": None, "cache_dir": triton.knobs.cache.dir, "env": dict(get_cache_invalidating_env_vars()),
             "triton_key": hashlib.sha256(triton_key().encode()).hexdigest()}
-    requests, seen = [], set()
+    requests, sent, left, seen = [], [], [], set()
     knobs.jit_cache_hook = hook
     try:
-        for fn, args, sizes, grid, kwargs in jobs:
+        for job in jobs:
+            fn, args, sizes, grid, kwargs = job
             where = _source_of(fn)
-            if where is None:
-                continue
             captured.clear()
-            try:
-                fn.warmup(*args, *sizes, grid=grid, **kwargs)
-            except Exception:  # noqa: BLE001, S112 - the parent's own compile reports it
+            if where is not None:
+                try:
+                    fn.warmup(*args, *sizes, grid=grid, **kwargs)
+                except Exception:  # noqa: BLE001, S110 - the parent's own compile reports it
+                    pass
+            request = _request(captured[0], where, base) if captured else None
+            if request is None:
+                left.append(job)
                 continue
-            for compile in captured:
-                request = _request(compile, where, base)
-                if request is None:
-                    continue
-                key = (where, str(compile.get("key")))
-                if key not in seen:
-                    seen.add(key)
-                    if base["target"] is None:
-                        target = driver.active.get_current_target()
-                        base["target"] = (target.backend, target.arch, target.warp_size)
-                    request["target"] = base["target"]
-                    requests.append(request)
+            key = (where, str(captured[0].get("key")))
+            if key in seen:  # another job's compile
+                sent.append(job)
+                continue
+            if base["target"] is None:
+                target = driver.active.get_current_target()
+                base["target"] = (target.backend, target.arch, target.warp_size)
+            request["target"] = base["target"]
+            entry = cache_entry(fn, request)
+            if entry is not None and in_cache(entry):
+                left.append(job)  # a cache hit for the parent
+                continue
+            seen.add(key)
+            requests.append((request, entry))
+            sent.append(job)
     finally:
         knobs.jit_cache_hook = previous
-    return requests
+    return requests, sent, left
 
 
 def _source_of(fn) -> tuple[str, str, str] | None:
@@ -280,37 +288,88 @@ def _request(compile: dict, where: tuple[str, str, str], base: dict) -> dict | N
             "options": options}
 
 
-def compile_in_workers(jobs: list[tuple], size: int, profile=None) -> int:
-    """Compile `jobs` in the worker pool into Triton's cache; how many it compiled. Returns 0
-    without a pool (size 0, broken), without an active Triton driver (no GPU), or when fewer
-    than two compiles are due (one compile is no faster in a worker)."""
-    if size <= 0 or _disabled is not None or len(jobs) < 2:
-        return 0
+def cache_entry(fn, request: dict) -> tuple[str, str] | None:
+    """(Triton's cache key, metadata file name) of the kernel the parent's `triton.compile` of
+    `request` will look up, computed as it does; None where a hook of Triton's changes it."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, get_cache_key, make_backend
+
+    if getattr(triton.knobs.runtime, "add_stages_inspection_hook", None) is not None:
+        return None
     try:
-        requests = capture_requests(jobs)
+        backend = make_backend(GPUTarget(*request["target"]))
+        src = ASTSource(fn, request["signature"], request["constants"], request["attrs"])
+        options = backend.parse_options(dict(request["options"], **src.parse_options()))
+        key = get_cache_key(src, backend, options, env_vars=request["env"])
+        return hashlib.sha256(key.encode("utf-8")).hexdigest(), f"{src.name[:150]}.json"
+    except Exception:  # noqa: BLE001 - a Triton that computes it otherwise: not checked
+        return None
+
+
+def in_cache(entry: tuple[str, str]) -> bool:
+    from triton.runtime.cache import get_cache_manager
+
+    return get_cache_manager(entry[0]).get_group(entry[1]) is not None
+
+
+class Batch:
+    """Compiles sent to the workers (`start_in_workers`): `sent`, the jobs they compile; `left`,
+    the jobs the parent compiles (or loads) itself, meanwhile."""
+
+    def __init__(self, requests: list, futures: list, sent: list[tuple], left: list[tuple]):
+        self.requests, self.futures, self.sent, self.left = requests, futures, sent, left
+
+    def wait(self, profile=None) -> int:
+        """Wait for the workers; -> how many kernels they put in the cache. A worker that died,
+        or compiles that are not where the parent will look for them, turn the pool off."""
+        compiled = failed = 0
+        for (request, entry), future in zip(self.requests, self.futures):
+            try:
+                error, _seconds = future.result()
+            except WorkerDied as e:
+                disable(f"a compile worker failed: {e}")
+                break
+            if error is not None:  # the parent compiles it, and reports the real error
+                log.debug("compile worker: %s: %s", request["name"], error)
+                failed += 1
+            elif entry is not None and not in_cache(entry):
+                disable(f"kernel {request['name']} compiled in a worker is not under the cache key this "
+                        "process computes")
+                break
+            else:
+                compiled += 1
+        if profile is not None:
+            profile.count("triton_compiles_in_workers", compiled)
+            profile.count("triton_compile_worker_errors", failed)
+        return compiled
+
+
+def start_in_workers(jobs: list[tuple], size: int) -> Batch | None:
+    """Send `jobs`' compiles to the worker pool; None (the parent compiles everything) without a
+    pool (size 0, turned off), without an active Triton GPU driver, or when fewer than two
+    compiles are due (one compile is no faster in a worker)."""
+    if size <= 0 or _disabled is not None or len(jobs) < 2:
+        return None
+    try:
+        requests, sent, left = capture_requests(jobs)
     except Exception as e:  # noqa: BLE001 - no driver, a Triton whose hooks differ: compile here
         log.debug("compile workers: could not capture the compiles: %s: %s", type(e).__name__, e)
-        return 0
+        return None
     if len(requests) < 2:
-        return 0
+        return None
     pool = get_pool(size)
     if pool is None:
-        return 0
-    futures = [pool.submit(r) for r in requests]
-    compiled = 0
-    for request, future in zip(requests, futures):
-        try:
-            error, _seconds = future.result()
-        except WorkerDied as e:
-            disable(f"a compile worker failed: {e}")
-            return compiled
-        if error is None:
-            compiled += 1
-        else:  # the parent compiles it and reports the real error
-            log.debug("compile worker: %s: %s", request["name"], error)
-    if profile is not None:
-        profile.count("triton_compiles_in_workers", compiled)
-    return compiled
+        return None
+    return Batch(requests, [pool.submit(request) for request, _ in requests], sent, left)
 
 
-__all__ = ["CompilePool", "capture_requests", "compile_in_workers", "pool_size", "shutdown", "warm"]
+def compile_in_workers(jobs: list[tuple], size: int, profile=None) -> int:
+    """Compile `jobs` in the worker pool and wait: how many kernels the workers put in Triton's
+    cache (0 where `start_in_workers` sends nothing)."""
+    batch = start_in_workers(jobs, size)
+    return 0 if batch is None else batch.wait(profile)
+
+
+__all__ = ["Batch", "CompilePool", "cache_entry", "capture_requests", "compile_in_workers", "pool_size", "shutdown",
+           "start_in_workers", "warm"]
