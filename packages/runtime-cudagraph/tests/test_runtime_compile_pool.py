@@ -102,6 +102,7 @@ def test_workers_fill_tritons_cache_with_the_parents_kernels(tmp_path):
         launch = again._launches["cuda"][0]
         requests, sent, left = compile_pool.capture_requests(launch.compile_jobs(CONFIGS, [torch.empty(1000)] * 3, ()))
         assert (len(requests), len(sent), len(left)) == (0, 0, 3)
+        assert triton.knobs.runtime.jit_cache_hook is None  # the capture's hook is gone
 
         # the same compiles without workers, into an empty cache: the same three kernels
         compile_pool.shutdown()

@@ -145,6 +145,7 @@ class CompilePool:
 
 
 _lock = threading.Lock()
+_capture_lock = threading.Lock()
 _pool: CompilePool | None = None
 _disabled: str | None = None  # why the pool is off for the rest of the process
 
@@ -205,19 +206,26 @@ def capture_requests(jobs: list[tuple]) -> tuple[list[tuple[dict, tuple | None]]
     parent will look for its kernel in Triton's cache (`cache_entry`), or None where it cannot
     tell; the jobs those requests compile; the other jobs: compiled already, in memory or on
     disk, or not a kernel a worker can import)."""
+    with _capture_lock:  # one capture at a time: each restores the hook it found
+        return _capture(jobs)
+
+
+def _capture(jobs: list[tuple]):
     import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
     from triton.runtime import driver
     from triton.runtime.cache import triton_key
-
-    from triton._C.libtriton import get_cache_invalidating_env_vars
 
     knobs = triton.knobs.runtime
     previous = knobs.jit_cache_hook
     me = threading.get_ident()
     captured: list = []
+    active = [True]
 
     def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled=False, **rest):  # noqa: A002
-        if threading.get_ident() != me:  # another thread's real compile
+        # only this capture's warmups are skipped: another thread's compile, or any compile once
+        # the capture is over (should someone keep this hook installed), goes ahead
+        if not active[0] or threading.get_ident() != me:
             return previous(key=key, repr=repr, fn=fn, compile=compile, is_manual_warmup=is_manual_warmup,
                             already_compiled=already_compiled, **rest) if previous else None
         captured.append(compile)
@@ -257,6 +265,7 @@ def capture_requests(jobs: list[tuple]) -> tuple[list[tuple[dict, tuple | None]]
             requests.append((request, entry))
             sent.append(job)
     finally:
+        active[0] = False
         knobs.jit_cache_hook = previous
     return requests, sent, left
 

@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import os
 import pickle
+import signal
 import struct
 import sys
 import time
@@ -104,11 +105,20 @@ def serve(inp, out) -> None:
 
 
 def main() -> None:
+    # Ctrl-C in a terminal reaches the whole process group: the parent handles it; a worker
+    # exits when the parent closes its stdin (or dies)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # the protocol owns the real stdout; anything printed (a compiler's warning) goes to stderr
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     os.environ["TRITON_INTERPRET"] = "0"  # a kernel decorated here must be a JITFunction
+    # before the first request: Triton's compiler imported, its own hash (of every file of the
+    # installation) computed
+    import triton.compiler  # noqa: F401
+    from triton.runtime.cache import triton_key
+
+    triton_key()
     serve(sys.stdin.buffer, out)
 
 
