@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import queue
 import subprocess
 import sys
@@ -87,13 +88,13 @@ class CompilePool:
             threading.Thread(target=self._dispatch, args=(proc,), daemon=True,
                              name=f"pipec-compile-worker-{proc.pid}").start()
 
-    def submit(self, request: dict) -> concurrent.futures.Future:
-        """A future of (error message or None, worker seconds) for one request."""
+    def submit(self, payload: bytes) -> concurrent.futures.Future:
+        """A future of (error message or None, worker seconds) for one pickled request."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         if self.broken is not None:
             future.set_exception(WorkerDied(self.broken))
         else:
-            self._queue.put((next(self._ids), request, future))
+            self._queue.put((next(self._ids), payload, future))
         return future
 
     def _dispatch(self, proc: subprocess.Popen) -> None:
@@ -101,17 +102,17 @@ class CompilePool:
             item = self._queue.get()
             if item is None:
                 return
-            job_id, request, future = item
+            job_id, payload, future = item
             if self.broken is not None:
                 future.set_exception(WorkerDied(self.broken))
                 continue
             try:
-                compile_worker.send(proc.stdin, (job_id, request))
+                compile_worker.send(proc.stdin, (job_id, payload))
                 answer = compile_worker.recv(proc.stdout)
                 if answer is None or answer[0] != job_id:
                     raise WorkerDied(f"a compile worker exited (code {proc.poll()})")
                 future.set_result(answer[1:])
-            except Exception as e:  # noqa: BLE001 - a broken pipe, a request that does not pickle
+            except Exception as e:  # noqa: BLE001 - a broken pipe, a worker that exited
                 self.broken = self.broken or f"{type(e).__name__}: {e}"
                 future.set_exception(WorkerDied(self.broken))
                 self._fail_queued()
@@ -198,14 +199,14 @@ def shutdown(kill: bool = False) -> None:
         pool.close(kill)
 
 
-def capture_requests(jobs: list[tuple]) -> tuple[list[tuple[dict, tuple | None]], list[tuple], list[tuple]]:
+def capture_requests(jobs: list[tuple]) -> tuple[list[tuple[dict, bytes, tuple | None]], list[tuple], list[tuple]]:
     """Split `jobs` (fn, args, sizes, grid, kwargs) into what workers can compile and what not.
 
     Runs each job's `fn.warmup` with a `jit_cache_hook` that records what `triton.compile`
-    would get and skips the compile (module docstring). -> (requests, each with where the
-    parent will look for its kernel in Triton's cache (`cache_entry`), or None where it cannot
-    tell; the jobs those requests compile; the other jobs: compiled already, in memory or on
-    disk, or not a kernel a worker can import)."""
+    would get and skips the compile (module docstring). -> (requests, each as (request, the
+    request pickled, where the parent will look for its kernel in Triton's cache
+    (`cache_entry`) or None where it cannot tell); the jobs those requests compile; the other
+    jobs: compiled already, in memory or on disk, or not a kernel a worker can compile)."""
     with _capture_lock:  # one capture at a time: each restores the hook it found
         return _capture(jobs)
 
@@ -261,8 +262,13 @@ def _capture(jobs: list[tuple]):
             if entry is not None and in_cache(entry):
                 left.append(job)  # a cache hit for the parent
                 continue
+            try:
+                payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # noqa: BLE001 - a constexpr that does not pickle: compiled here
+                left.append(job)
+                continue
             seen.add(key)
-            requests.append((request, entry))
+            requests.append((request, payload, entry))
             sent.append(job)
     finally:
         active[0] = False
@@ -333,7 +339,7 @@ class Batch:
         """Wait for the workers; -> how many kernels they put in the cache. A worker that died,
         or compiles that are not where the parent will look for them, turn the pool off."""
         compiled = failed = 0
-        for (request, entry), future in zip(self.requests, self.futures):
+        for (request, _, entry), future in zip(self.requests, self.futures):
             try:
                 error, _seconds = future.result()
             except WorkerDied as e:
@@ -370,7 +376,7 @@ def start_in_workers(jobs: list[tuple], size: int) -> Batch | None:
     pool = get_pool(size)
     if pool is None:
         return None
-    return Batch(requests, [pool.submit(request) for request, _ in requests], sent, left)
+    return Batch(requests, [pool.submit(payload) for _, payload, _ in requests], sent, left)
 
 
 def compile_in_workers(jobs: list[tuple], size: int, profile=None) -> int:

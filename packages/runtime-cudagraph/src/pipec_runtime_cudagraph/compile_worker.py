@@ -2,7 +2,7 @@
 
 Started by `compile_pool` as ``python -c <boot> <this file's package path...>``, it reads
 requests from its stdin and answers on its stdout, each a length-prefixed pickle:
-``(job_id, request)`` in, ``(job_id, error or None, seconds)`` out. A request names the
+``(job_id, pickled request)`` in, ``(job_id, error or None, seconds)`` out. A request names the
 kernel by its source file and function name and carries what `JITFunction.run` would have
 handed `triton.compile` in the parent (signature, constexprs, attributes, options), the
 parent's GPU target, Triton cache directory and cache-invalidating environment: the worker
@@ -94,10 +94,10 @@ def serve(inp, out) -> None:
         message = recv(inp)
         if message is None:
             return
-        job_id, request = message
+        job_id, payload = message
         start = time.perf_counter()
         try:
-            compile_request(request, modules)
+            compile_request(pickle.loads(payload), modules)  # noqa: S301 - see recv
             error = None
         except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
             error = f"{type(e).__name__}: {str(e)[:2000]}"
