@@ -174,3 +174,14 @@ def test_only_jit_functions_go_to_workers():
     jobs = [(Kernel(), [], [], (1,), {}), (Kernel(), [], [], (1,), {})]
     assert compile_pool.compile_in_workers(jobs, 2) == 0
     assert compile_pool._pool is None
+
+
+def test_workers_that_cannot_start_turn_the_pool_off_with_one_warning(monkeypatch):
+    monkeypatch.setattr(compile_pool, "_pool", None)
+    monkeypatch.setattr(compile_pool, "_disabled", None)  # restored after the test: the pool is process state
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with pytest.warns(RuntimeWarning, match="could not start compile workers") as caught:
+        assert compile_pool.get_pool(2) is None
+        assert compile_pool.get_pool(2) is None  # off for the process: no second try, no second warning
+    assert len(caught) == 1
+    assert compile_pool.start_in_workers([object(), object()], 2) is None

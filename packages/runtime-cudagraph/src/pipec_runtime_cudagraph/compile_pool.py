@@ -80,11 +80,15 @@ class CompilePool:
         self._queue: queue.Queue = queue.Queue()
         self._procs: list[subprocess.Popen] = []
         self._ids = iter(range(1 << 62))
-        for _ in range(size):
-            proc = subprocess.Popen([sys.executable, "-c", compile_worker.BOOT, *sys.path],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    close_fds=True)
-            self._procs.append(proc)
+        try:
+            for _ in range(size):
+                self._procs.append(subprocess.Popen(
+                    [sys.executable, "-c", compile_worker.BOOT, *sys.path], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True))
+        except BaseException:
+            self.close(kill=True)
+            raise
+        for proc in self._procs:
             threading.Thread(target=self._dispatch, args=(proc,), daemon=True,
                              name=f"pipec-compile-worker-{proc.pid}").start()
 
@@ -164,11 +168,12 @@ def get_pool(size: int) -> CompilePool | None:
             return None
         try:
             _pool = CompilePool(size)
+            atexit.register(shutdown)
+            return _pool
         except Exception as e:  # noqa: BLE001 - no processes: the thread pool compiles
-            disable(f"could not start compile workers: {type(e).__name__}: {e}")
-            return None
-        atexit.register(shutdown)
-        return _pool
+            why = f"could not start compile workers: {type(e).__name__}: {e}"
+    disable(why)
+    return None
 
 
 def warm(size: int) -> None:
