@@ -219,6 +219,7 @@ def capture_requests(jobs: list[tuple]) -> tuple[list[tuple[dict, bytes, tuple |
 def _capture(jobs: list[tuple]):
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.compiler import make_backend
     from triton.runtime import driver
     from triton.runtime.cache import triton_key
 
@@ -238,7 +239,8 @@ def _capture(jobs: list[tuple]):
         return True
 
     base = {"target": None, "cache_dir": triton.knobs.cache.dir, "env": dict(get_cache_invalidating_env_vars()),
-            "triton_key": hashlib.sha256(triton_key().encode()).hexdigest()}
+            "triton_key": triton_key(), "triton": (triton.__version__, os.path.abspath(triton.__file__))}
+    backend = None
     requests, sent, left, seen = [], [], [], set()
     knobs.jit_cache_hook = hook
     try:
@@ -262,8 +264,9 @@ def _capture(jobs: list[tuple]):
             if base["target"] is None:
                 target = driver.active.get_current_target()
                 base["target"] = (target.backend, target.arch, target.warp_size)
+                backend = make_backend(target)
             request["target"] = base["target"]
-            entry = cache_entry(fn, request)
+            entry = cache_entry(fn, request, backend)
             if entry is not None and in_cache(entry):
                 left.append(job)  # a cache hit for the parent
                 continue
@@ -308,17 +311,16 @@ def _request(compile: dict, where: tuple[str, str, str], base: dict) -> dict | N
             "options": options}
 
 
-def cache_entry(fn, request: dict) -> tuple[str, str] | None:
+def cache_entry(fn, request: dict, backend) -> tuple[str, str] | None:
     """(Triton's cache key, metadata file name) of the kernel the parent's `triton.compile` of
-    `request` will look up, computed as it does; None where a hook of Triton's changes it."""
+    `request` will look up, computed as it does (`backend`: Triton's for the request's target);
+    None where a hook of Triton's changes it."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, get_cache_key, make_backend
+    from triton.compiler import ASTSource, get_cache_key
 
     if getattr(triton.knobs.runtime, "add_stages_inspection_hook", None) is not None:
         return None
     try:
-        backend = make_backend(GPUTarget(*request["target"]))
         src = ASTSource(fn, request["signature"], request["constants"], request["attrs"])
         options = backend.parse_options(dict(request["options"], **src.parse_options()))
         key = get_cache_key(src, backend, options, env_vars=request["env"])

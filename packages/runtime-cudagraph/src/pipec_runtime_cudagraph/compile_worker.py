@@ -16,7 +16,6 @@ It reads no environment variable of pipec's; it writes Triton's cache-invalidati
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import pickle
@@ -74,12 +73,17 @@ def load_function(path: str, module_name: str, name: str, modules: dict):
 def compile_request(request: dict, modules: dict) -> None:
     """Compile one request into Triton's cache (`compile_pool.capture_requests` made it)."""
     import triton
+    import triton.runtime.cache
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from triton.runtime.cache import triton_key
 
-    if hashlib.sha256(triton_key().encode()).hexdigest() != request["triton_key"]:
-        raise RuntimeError("the compile worker's triton is not the parent's")
+    if (triton.__version__, os.path.abspath(triton.__file__)) != tuple(request["triton"]):
+        raise RuntimeError(f"the compile worker imports triton {triton.__version__} from {triton.__file__}, "
+                           f"the parent {request['triton'][0]} from {request['triton'][1]}")
+    # the same installation: the parent's hash of it (Triton hashes every file of it, seconds of
+    # work), as Triton's own compile warm-up pool does
+    key = request["triton_key"]
+    triton.runtime.cache.triton_key = lambda: key
     set_cache_environment(request["env"])
     triton.knobs.cache.dir = request["cache_dir"]
     fn = load_function(request["path"], request["module"], request["name"], modules)
@@ -113,12 +117,7 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     os.environ["TRITON_INTERPRET"] = "0"  # a kernel decorated here must be a JITFunction
-    # before the first request: Triton's compiler imported, its own hash (of every file of the
-    # installation) computed
-    import triton.compiler  # noqa: F401
-    from triton.runtime.cache import triton_key
-
-    triton_key()
+    import triton.compiler  # noqa: F401 - before the first request
     serve(sys.stdin.buffer, out)
 
 
