@@ -426,3 +426,11 @@ def test_count_flops_is_none_when_the_counter_refuses():
             raise AssertionError("sdpa_flop_count: query/key/value shapes are incompatible")
 
     assert count_flops(Refused(), (torch.randn(2),)) is None
+
+
+def test_profile_counts_say_how_many_compiles_ran_in_worker_processes():
+    from pipec.profile import profile_counts
+
+    assert "Triton compiles 74 (70 in workers)," in profile_counts(
+        {"counts": {"triton_compiles": 74, "triton_compiles_in_workers": 70}})
+    assert "Triton compiles 74," in profile_counts({"counts": {"triton_compiles": 74}})  # no workers ran

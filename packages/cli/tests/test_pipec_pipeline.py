@@ -142,6 +142,27 @@ def test_the_runtime_gets_the_models_load_context_and_options_without_it(fake_st
     explicit = compile_graph(gm, inputs, options.with_extra(kernel_dir=str(tmp_path / "k")))
     torch.testing.assert_close(explicit(inputs)[0], tiny(*inputs))
     assert seen[-1][1].kernel_dir == str(tmp_path / "k")  # the option wins over the environment
+    assert first.compile_workers is None  # the runtime's default pool of compile workers
+
+
+def test_compile_workers_come_from_the_option_else_the_environment(monkeypatch):
+    """`compile_workers` (else $PIPEC_COMPILE_WORKERS) goes into the LoadContext, never into the
+    options a stage sees or a cache key; a bad value is one clear error."""
+    from pipec.errors import PipecConfigError
+    from pipec.options import make_options
+    from pipec.pipeline import LOAD_CONTEXT_OPTIONS, make_load_context
+
+    monkeypatch.setenv("PIPEC_COMPILE_WORKERS", "3")
+    assert make_load_context(pipec_ir.CompileOptions()).compile_workers == 3
+    options = make_options(compile_workers=0)
+    assert make_load_context(options).compile_workers == 0  # the option wins: no worker processes
+    assert "compile_workers" in LOAD_CONTEXT_OPTIONS and options.without(*LOAD_CONTEXT_OPTIONS).key() == \
+        make_options().key()
+    monkeypatch.setenv("PIPEC_COMPILE_WORKERS", "many")
+    with pytest.raises(PipecConfigError, match="PIPEC_COMPILE_WORKERS='many'"):
+        make_load_context(pipec_ir.CompileOptions())
+    with pytest.raises(ValueError, match="compile_workers must be a non-negative integer"):
+        make_options(compile_workers=-1)
 
 
 def test_a_runtime_without_context_is_called_as_before(fake_stages):

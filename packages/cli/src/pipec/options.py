@@ -34,6 +34,10 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
     limit = options.get("recompile_limit", DEFAULT_RECOMPILE_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise ValueError(f"recompile_limit must be a non-negative integer, got {limit!r}")
+    workers = options.get("compile_workers")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 0):
+        raise ValueError(f"compile_workers must be a non-negative integer (0: compile Triton kernels in "
+                         f"this process), got {workers!r}")
     if "bounds_check" not in options and os.environ.get(BOUNDS_CHECK_ENV, "0") not in ("", "0"):
         options["bounds_check"] = True  # every compile of this process bounds-checked (gpu_sanitize.sh)
     if not isinstance(options.get("bounds_check", False), bool):

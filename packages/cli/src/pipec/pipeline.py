@@ -50,8 +50,9 @@ def load_program(impl, program, options, *, context: LoadContext | None = None, 
 
 # pipec.compile keywords that configure the model's LoadContext rather than the compile: they
 # are taken out of the CompileOptions before any stage (or cache key) sees them
-LOAD_CONTEXT_OPTIONS = ("kernel_dir", "tuning_cache")
+LOAD_CONTEXT_OPTIONS = ("kernel_dir", "tuning_cache", "compile_workers")
 KERNEL_DIR_ENV = "PIPEC_KERNEL_DIR"  # where the runtime writes kernels and tuning results
+COMPILE_WORKERS_ENV = "PIPEC_COMPILE_WORKERS"  # processes compiling Triton kernels (0: none)
 
 
 def runtime_load_options(registry: pipec_ir.Registry, runtime: str) -> frozenset[str]:
@@ -69,13 +70,29 @@ def env_kernel_dir() -> str | None:
     return os.environ.get(KERNEL_DIR_ENV) or None
 
 
+def env_compile_workers() -> int | None:
+    """$PIPEC_COMPILE_WORKERS as a count, where set (the runtime's default otherwise)."""
+    value = os.environ.get(COMPILE_WORKERS_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        workers = int(value)
+    except ValueError:
+        raise PipecConfigError(f"{COMPILE_WORKERS_ENV}={value!r}: expected a whole number of processes "
+                               f"(0: compile Triton kernels in this process)") from None
+    return max(0, workers)
+
+
 def make_load_context(options: CompileOptions, *, budget: pipec_ir.RecompileBudget | None = None,
                       profile: CompileProfile | None = None) -> LoadContext:
     """The LoadContext of a model compiled with `options`: its recompile budget and compile
-    profile, and the `kernel_dir` (else $PIPEC_KERNEL_DIR) and `tuning_cache` options."""
+    profile, and the `kernel_dir` (else $PIPEC_KERNEL_DIR), `tuning_cache` and `compile_workers`
+    (else $PIPEC_COMPILE_WORKERS) options."""
     kernel_dir = options.get("kernel_dir") or env_kernel_dir()
+    workers = options.get("compile_workers")  # checked by make_options
     return LoadContext(budget=budget, profile=profile, kernel_dir=None if kernel_dir is None else str(kernel_dir),
-                       tuning_cache=bool(options.get("tuning_cache", True)))
+                       tuning_cache=bool(options.get("tuning_cache", True)),
+                       compile_workers=workers if workers is not None else env_compile_workers())
 
 
 @dataclass(frozen=True)

@@ -92,8 +92,10 @@ def profile_counts(data: dict) -> str:
     if not data:
         return ""
     c = data["counts"]
+    # how many of the compiles ran in the compile worker processes (runtime compile_pool.py), where any did
+    pooled = f" ({c['triton_compiles_in_workers']} in workers)" if c.get("triton_compiles_in_workers") else ""
     return (f"graphs {c.get('graphs', 0)}, kernels {c.get('kernels', 0)} ({c.get('unique_kernels', 0)} unique), "
-            f"Triton compiles {c.get('triton_compiles', 0)}, kernels timed {c.get('kernels_timed', 0)} "
+            f"Triton compiles {c.get('triton_compiles', 0)}{pooled}, kernels timed {c.get('kernels_timed', 0)} "
             f"({c.get('configs_tried', 0)} configs), choice groups timed {c.get('choice_groups_timed', 0)} "
             f"({c.get('alternatives_timed', 0)} alternatives)")
 

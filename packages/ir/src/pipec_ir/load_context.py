@@ -32,6 +32,8 @@ class LoadContext:
     * `kernel_dir`: where kernel sources and the tuning cache are written; None: the
       runtime's default directory (the front end reads `$PIPEC_KERNEL_DIR` into it).
     * `tuning_cache`: whether autotuning results are read from and written to disk.
+    * `compile_workers`: worker processes compiling Triton kernels; None: the runtime's
+      default (one per core), 0: none (the front end reads `$PIPEC_COMPILE_WORKERS` into it).
     * `memos`: objects a runtime keeps for the whole model (`memo`), e.g. its table of
       autotuning picks; they live as long as the context.
     """
@@ -40,6 +42,7 @@ class LoadContext:
     profile: CompileProfile | None = None
     kernel_dir: str | None = None
     tuning_cache: bool = True
+    compile_workers: int | None = None
     memos: dict[str, object] = field(default_factory=dict, repr=False)
 
     def memo(self, key: str, factory: Callable[[], T]) -> T:

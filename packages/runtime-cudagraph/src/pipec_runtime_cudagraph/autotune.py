@@ -20,6 +20,7 @@ import torch
 
 from pipec_ir import CompileProfile
 
+from .compile_pool import start_in_workers
 from .kernels import body_digest
 from .rounds import time_in_rounds
 from .tma import misaligned, uses_tma
@@ -79,7 +80,7 @@ def time_configs(launch, vals, symvals, bucket: tuple, shared_key: tuple, disk_k
     candidates = launch.kernel.configs[:runner.autotune_configs]
     if launch.tma and misaligned(args, launch.maybe_unaligned):  # TMA needs aligned pointers
         candidates = [c for c in candidates if not uses_tma(c)]
-    compile_all(launch.compile_jobs(candidates, args, symvals), runner.profile)
+    compile_all(launch.compile_jobs(candidates, args, symvals), runner.profile, runner.compile_workers)
     calls, timed_configs = {}, launch.kernel.configs[:runner.autotune_configs]
     for j, config in enumerate(timed_configs):
         if config in candidates:
@@ -133,25 +134,35 @@ def tuning_keys(launch, bucket: tuple, device: torch.device) -> tuple[tuple, str
     return (digest, bucket, str(device)), disk_key
 
 
-def compile_all(jobs: list[tuple], profile: CompileProfile | None = None) -> None:
-    """Compile `jobs` (fn, args, sizes, grid, kwargs: `LaunchStep.compile_jobs`) at once: Triton's
-    AsyncCompileMode runs the compiles in a thread pool (ptxas is a subprocess, LLVM releases
-    the GIL), where one after another they were most of a cold compile (docs/performance.md,
-    "Triton compiles run in a thread pool"). A lone job is compiled here too, so that its compile
-    is Triton compilation in `profile` rather than part of the launch that would compile it.
-    Best effort: a config that fails to compile fails again, and loses, when it is timed."""
+def compile_all(jobs: list[tuple], profile: CompileProfile | None = None, workers: int = 0) -> None:
+    """Compile `jobs` (fn, args, sizes, grid, kwargs: `LaunchStep.compile_jobs`) at once. With
+    `workers` > 0 the compiles first run in that many worker processes (compile_pool.py), which
+    fill Triton's on-disk cache; then Triton's AsyncCompileMode runs each job's warmup in a
+    thread pool (ptxas is a subprocess, LLVM releases the GIL in parts): a cache hit for what the
+    workers compiled, the compile itself for anything they did not (docs/performance.md,
+    "Triton compiles run in worker processes"). A lone job is compiled here too, so that its
+    compile is Triton compilation in `profile` rather than part of the launch that would compile
+    it. Best effort: a config that fails to compile fails again, and loses, when it is timed."""
     if not jobs:
         return
     profile = profile if profile is not None else CompileProfile()
     for fn, args, sizes, _grid, kwargs in jobs:  # a config built before is a lookup in Triton's cache
         profile.distinct("triton_compiles", compile_key(fn, args, sizes, kwargs))
     with profile.part("triton_compile"):
-        _compile_jobs(jobs)
+        batch = start_in_workers(jobs, workers)
+        if batch is None:
+            _compile_jobs(jobs)
+            return
+        _compile_jobs(batch.left)  # what the workers do not compile (a Gluon kernel), meanwhile
+        batch.wait(profile)
+        _compile_jobs(batch.sent)  # cache hits; compiles what a worker could not
 
 
 def _compile_jobs(jobs: list[tuple]) -> None:
     import triton
 
+    if not jobs:
+        return
     if len(jobs) == 1:
         fn, args, sizes, grid, kwargs = jobs[0]
         with contextlib.suppress(Exception):  # see compile_all
@@ -198,7 +209,8 @@ def leave_async_mode(mode) -> None:
         active.set(None)
 
 
-# threads compiling one kernel's candidate configs (each mostly waits on ptxas or LLVM)
+# threads compiling one kernel's candidate configs (each mostly waits on ptxas or LLVM), or
+# loading what the worker processes compiled from Triton's cache
 COMPILE_THREADS = max(1, min(8, (os.cpu_count() or 2) - 1))
 
 

@@ -15,6 +15,7 @@ from pipec_ir import CompileOptions, CompileProfile, LoadContext, Program
 
 from .autotune import MEMO_KEY, TuningMemo, compile_all, tuning_log
 from .choices import group_choices
+from .compile_pool import pool_size, warm
 from .fastlaunch import current_stream_getter, hooks_active
 from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
@@ -92,6 +93,9 @@ class ProgramRunner(ProgramPlan):
                 not isinstance(self.autotune_configs, int) or self.autotune_configs < 1):
             raise ProgramLoadError(f"autotune_configs must be a positive integer, got {self.autotune_configs!r}")
         self.choice = options.get("choice")  # force this alternative in every choice group (choices.py)
+        # worker processes compiling Triton kernels (compile_pool.py): the context's count, else one
+        # per core; 0 compiles in this process's thread pool
+        self.compile_workers = pool_size(context.compile_workers)
         super().__init__(program, options.get("bucket", "pow2"))
         # its calls' range in profiler traces (profiling.py): the graph's name as the front end gave it
         self.range_name = range_name(options.get("graph_name") or program.name)
@@ -109,6 +113,8 @@ class ProgramRunner(ProgramPlan):
         self.default_device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         if self.default_device.type == "cpu":
             enable_interpreter()
+        else:  # the workers import Triton while the program loads; the first call compiles
+            warm(self.compile_workers)
         self._plans[self.default_device.type] = self._build(self.default_device.type)
 
     @property
@@ -172,7 +178,7 @@ class ProgramRunner(ProgramPlan):
                 launches += bool(found)
         if len(jobs) > 1:
             tuning_log.info("%s: compiling %d kernel configs of %d launches at once", self.name, len(jobs), launches)
-        compile_all(jobs, self.profile)
+        compile_all(jobs, self.profile, self.compile_workers)
 
     # ---------------------------------------------------------- per call
     def _fail(self, message: str):

@@ -1,0 +1,126 @@
+"""A Triton compile worker: a process that compiles kernels into Triton's on-disk cache.
+
+Started by `compile_pool` as ``python -c <boot> <this file's package path...>``, it reads
+requests from its stdin and answers on its stdout, each a length-prefixed pickle:
+``(job_id, pickled request)`` in, ``(job_id, error or None, seconds)`` out. A request names the
+kernel by its source file and function name and carries what `JITFunction.run` would have
+handed `triton.compile` in the parent (signature, constexprs, attributes, options), the
+parent's GPU target, Triton cache directory and cache-invalidating environment: the worker
+compiles under the very cache key the parent's own launch computes, so that launch finds
+the kernel in the cache. It needs no GPU and no tensors, and it imports only triton (never
+torch, never CUDA: no GPU memory per worker).
+
+It reads no environment variable of pipec's; it writes Triton's cache-invalidating ones
+(to the parent's values) so that its compiles are the parent's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import signal
+import struct
+import sys
+import time
+
+_HEADER = struct.Struct("<Q")
+
+
+def send(stream, obj) -> None:
+    """Write `obj` as one length-prefixed pickle and flush."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def recv(stream):
+    """The next object `send` wrote, or None at the end of the stream."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    size = _HEADER.unpack(header)[0]
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    return pickle.loads(data)  # noqa: S301 - our own parent process writes this pipe
+
+
+def set_cache_environment(env: dict[str, str]) -> None:
+    """Make Triton's cache-invalidating environment variables exactly `env` (the parent's): they
+    enter the cache key, and the compiler reads them while compiling."""
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    for name in set(get_cache_invalidating_env_vars()) - set(env):
+        os.environ.pop(name, None)
+    for name, value in env.items():
+        os.environ[name] = value
+
+
+def load_function(path: str, module_name: str, name: str, modules: dict):
+    """The `@triton.jit` function `name` of the source file `path`, imported once per file under
+    the parent's module name (what Triton hashes is the function's source and what it uses)."""
+    module = modules.get(path)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        modules[path] = module
+    return getattr(module, name)
+
+
+def compile_request(request: dict, modules: dict) -> None:
+    """Compile one request into Triton's cache (`compile_pool.capture_requests` made it)."""
+    import triton
+    import triton.runtime.cache
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if (triton.__version__, os.path.abspath(triton.__file__)) != tuple(request["triton"]):
+        raise RuntimeError(f"the compile worker imports triton {triton.__version__} from {triton.__file__}, "
+                           f"the parent {request['triton'][0]} from {request['triton'][1]}")
+    # the same installation: the parent's hash of it (Triton hashes every file of it, seconds of
+    # work), as Triton's own compile warm-up pool does
+    key = request["triton_key"]
+    triton.runtime.cache.triton_key = lambda: key
+    set_cache_environment(request["env"])
+    triton.knobs.cache.dir = request["cache_dir"]
+    fn = load_function(request["path"], request["module"], request["name"], modules)
+    src = ASTSource(fn, request["signature"], request["constants"], request["attrs"])
+    triton.compile(src, target=GPUTarget(*request["target"]), options=request["options"])
+
+
+def serve(inp, out) -> None:
+    """Answer requests until the parent closes our stdin."""
+    modules: dict = {}
+    while True:
+        message = recv(inp)
+        if message is None:
+            return
+        job_id, payload = message
+        start = time.perf_counter()
+        try:
+            compile_request(pickle.loads(payload), modules)  # noqa: S301 - see recv
+            error = None
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
+            error = f"{type(e).__name__}: {str(e)[:2000]}"
+        send(out, (job_id, error, time.perf_counter() - start))
+
+
+def main() -> None:
+    # Ctrl-C in a terminal reaches the whole process group: the parent handles it; a worker
+    # exits when the parent closes its stdin (or dies)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the protocol owns the real stdout; anything printed (a compiler's warning) goes to stderr
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    os.environ["TRITON_INTERPRET"] = "0"  # a kernel decorated here must be a JITFunction
+    import triton.compiler  # noqa: F401 - before the first request
+    serve(sys.stdin.buffer, out)
+
+
+# the command line `compile_pool` starts a worker with: the parent's sys.path, then this module
+BOOT = ("import sys; sys.path[:0] = sys.argv[1:]; "
+        "from pipec_runtime_cudagraph.compile_worker import main; main()")

@@ -1,0 +1,187 @@
+"""Triton kernels compiled in worker processes (compile_pool.py, compile_worker.py).
+
+Triton compiles for a CUDA target without a GPU (ptxas ships in its wheel), so the CPU
+machine checks the whole path in a fresh process: Triton's driver is a stand-in that
+reports an sm90 GPU, a program's first call compiles its candidate configs in the pool, and
+the parent's own compile of each (`fn.warmup`, as the runtime runs it) must then be a hit in
+Triton's cache, of the same kernel it compiles itself. Kernels cannot run here.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pipec_runtime_cudagraph import compile_pool
+
+PRELUDE = '''
+import os, sys, warnings
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+
+
+class Sm90Driver:
+    """What `JITFunction.run` asks of Triton's driver, for an sm90 GPU that is not there."""
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+
+driver.set_active(Sm90Driver())
+torch.cuda.is_available = lambda: True  # the runner builds its CUDA plan (kernels are not interpreted)
+
+from pipec_ir import CompileOptions, CompileProfile, LaunchConfig, LoadContext
+from runtime_helpers import add_program
+from pipec_runtime_cudagraph import compile_pool
+from pipec_runtime_cudagraph.launch import ProgramRunner
+
+compiles = []  # (kernel, cache hit, Triton's cache key) of every compile in this process
+triton.knobs.compilation.listener = (
+    lambda *, src, metadata, metadata_group, times, cache_hit: compiles.append((src.name, cache_hit, metadata["hash"])))
+CONFIGS = tuple(LaunchConfig(constants=(("BLOCK", b),), num_warps=w, num_stages=1) for b, w in ((64, 2), (256, 4)))
+
+
+def first_call_compiles(kernel_dir, workers):
+    """The runner's first-call compile of every candidate config; -> (runner, profile)."""
+    profile = CompileProfile()
+    context = LoadContext(profile=profile, kernel_dir=kernel_dir, tuning_cache=False, compile_workers=workers)
+    runner = ProgramRunner(add_program(n=1000, configs=CONFIGS), CompileOptions(runtime="launch", autotune=True), context)
+    runner._launches["cpu"] = runner._launches["cuda"]  # stand-in tensors on the CPU
+    with profile.measure():
+        runner._precompile([torch.randn(1000), torch.randn(1000)], (), torch.device("cpu"))
+    return runner, profile
+'''
+
+
+def run_script(tmp_path, body: str) -> str:
+    code = PRELUDE + textwrap.dedent(body)
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), TRITON_INTERPRET="0")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result.stdout
+
+
+def compiles_for_cuda_here() -> bool:
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        return os.path.isfile(get_ptxas(90).path)
+    except Exception:  # noqa: BLE001 - no NVIDIA backend or no ptxas in this Triton
+        return False
+
+
+needs_ptxas = pytest.mark.skipif(not compiles_for_cuda_here(), reason="this Triton cannot compile for sm90 here")
+
+
+@needs_ptxas
+def test_workers_fill_tritons_cache_with_the_parents_kernels(tmp_path):
+    """Every candidate config is compiled in a worker; the parent's compile of each is then a
+    cache hit, under its own key, and is the kernel the parent compiles without the pool."""
+    out = run_script(tmp_path, '''
+        runner, profile = first_call_compiles("kernels", workers=2)
+        counts = profile.to_dict()["counts"]
+        assert counts["triton_compiles"] == 2 and counts["triton_compiles_in_workers"] == 2, counts
+        assert [hit for _, hit, _ in compiles] == [True] * 2, compiles  # the parent compiled nothing itself
+        assert profile.parts()["triton_compile"] > 0
+        pooled = {key for _, _, key in compiles}
+
+        # a new model with the same kernel finds it in Triton's cache: nothing goes to a worker
+        again = ProgramRunner(add_program(n=1000, configs=CONFIGS), CompileOptions(runtime="launch", autotune=True),
+                              LoadContext(kernel_dir="kernels-again", tuning_cache=False, compile_workers=2))
+        launch = again._launches["cuda"][0]
+        requests, sent, left = compile_pool.capture_requests(launch.compile_jobs(CONFIGS, [torch.empty(1000)] * 3, ()))
+        assert (len(requests), len(sent), len(left)) == (0, 0, 2)
+        assert triton.knobs.runtime.jit_cache_hook is None  # the capture's hook is gone
+
+        # the same compiles without workers, into an empty cache: the same three kernels
+        compile_pool.shutdown()
+        compiles.clear()
+        triton.knobs.cache.dir = os.path.abspath("triton-alone")
+        fresh = ProgramRunner(add_program(n=1000, configs=CONFIGS), CompileOptions(runtime="launch", autotune=True),
+                              LoadContext(kernel_dir="kernels2", tuning_cache=False, compile_workers=0))
+        fresh._launches["cpu"] = fresh._launches["cuda"]
+        fresh._precompile([torch.randn(1000), torch.randn(1000)], (), torch.device("cpu"))
+        assert [hit for _, hit, _ in compiles] == [False] * 2, compiles
+        assert {key for _, _, key in compiles} == pooled
+        print("ok")
+    ''')
+    assert "ok" in out
+
+
+@needs_ptxas
+def test_worker_failures_fall_back_to_compiling_in_the_parent(tmp_path):
+    """A job a worker cannot compile is left to the parent, without a warning; workers that die
+    turn the pool off for the process with one warning, and the parent compiles everything."""
+    out = run_script(tmp_path, '''
+        from pipec_runtime_cudagraph import compile_worker
+
+        # a worker cannot import the kernel (its file is gone): each job comes back as an error
+        profile = CompileProfile()
+        context = LoadContext(profile=profile, kernel_dir="kernels", tuning_cache=False, compile_workers=2)
+        runner = ProgramRunner(add_program(n=1000, configs=CONFIGS), CompileOptions(runtime="launch", autotune=True),
+                               context)
+        launch = runner._launches["cuda"][0]
+        jobs = launch.compile_jobs(CONFIGS, [torch.empty(1000)] * 3, ())
+        os.remove(launch.fn.fn.__code__.co_filename)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert compile_pool.compile_in_workers(jobs, 2) == 0
+        assert not [w for w in caught if str(w.message).startswith("pipec")], [str(w.message) for w in caught]
+        assert compile_pool.get_pool(2) is not None  # the pool is still there
+
+        # workers that exit at once: one warning, the pool is off, the parent compiles it all
+        compile_pool.shutdown()
+        compile_worker.BOOT = "import sys; sys.exit(3)"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            runner, profile = first_call_compiles("kernels2", workers=2)
+            runner, _ = first_call_compiles("kernels3", workers=2)  # a second model: no pool, no warning
+        messages = [str(w.message) for w in caught if str(w.message).startswith("pipec")]
+        assert len(messages) == 1 and "compile worker" in messages[0], messages
+        assert compile_pool.get_pool(2) is None
+        assert profile.to_dict()["counts"].get("triton_compiles_in_workers", 0) == 0
+        assert [hit for _, hit, _ in compiles][:2] == [False] * 2, compiles  # compiled here
+        print("ok")
+    ''')
+    assert "ok" in out
+
+
+def test_pool_size_follows_the_cores(monkeypatch):
+    assert compile_pool.pool_size(0) == 0  # off
+    assert compile_pool.pool_size(5) == 5
+    for cores, size in ((1, 0), (2, 0), (3, 3), (16, 16), (128, compile_pool.MAX_WORKERS)):
+        monkeypatch.setattr(compile_pool, "available_cores", lambda cores=cores: cores)
+        assert compile_pool.pool_size(None) == size
+
+
+def test_only_jit_functions_go_to_workers():
+    """What is not a module-level `@triton.jit` function (a stand-in here) is compiled in the parent."""
+    class Kernel:
+        def warmup(self, *args, **kwargs):
+            raise AssertionError("not compiled")
+
+    jobs = [(Kernel(), [], [], (1,), {}), (Kernel(), [], [], (1,), {})]
+    assert compile_pool.compile_in_workers(jobs, 2) == 0
+    assert compile_pool._pool is None
+
+
+def test_workers_that_cannot_start_turn_the_pool_off_with_one_warning(monkeypatch):
+    monkeypatch.setattr(compile_pool, "_pool", None)
+    monkeypatch.setattr(compile_pool, "_disabled", None)  # restored after the test: the pool is process state
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with pytest.warns(RuntimeWarning, match="could not start compile workers") as caught:
+        assert compile_pool.get_pool(2) is None
+        assert compile_pool.get_pool(2) is None  # off for the process: no second try, no second warning
+    assert len(caught) == 1
+    assert compile_pool.start_in_workers([object(), object()], 2) is None
