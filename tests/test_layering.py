@@ -29,6 +29,9 @@ ALLOWED_STATE = {
     "pipec.logs._applied": "memo: the PIPEC_LOGS setting last applied to Python's (process-wide) loggers",
     "pipec_runtime_cudagraph.tma._SM_COUNTS": "memo: a device's SM count",
     "pipec_capture.table.LOWERINGS": "the op table, filled at import time by the lowering decorators",
+    # process resources: what no result depends on
+    "pipec_runtime_cudagraph.compile_pool._pool": "the process's Triton compile workers, serving every model (as Inductor's)",
+    "pipec_runtime_cudagraph.compile_pool._disabled": "why the compile workers stopped for the process (one warning)",
     # debts: state that changes what a later compilation does, or outlives a model
     "pipec_capture.symbols._DEFINITIONS": "debt: symbol definitions per shape environment",
     "pipec_runtime_cudagraph.kernels._modules": "debt: loaded kernel modules (no size limit)",
