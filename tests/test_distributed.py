@@ -139,6 +139,44 @@ def test_explain_says_when_dynamo_hands_pipec_nothing():
         dist.destroy_process_group()
 
 
+def test_explain_on_fsdp2_models_in_training():
+    """FSDP2 refuses deepcopy, which explain's training comparison used: explain now compiles the
+    model itself after the eager run and compares its gradients. With torch's own Linear as the
+    FSDP units Dynamo hands pipec nothing, and explain says so; with the user's blocks it compiles."""
+    import os
+    import warnings
+
+    import pipec
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    import distributed_workers
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        bare = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
+        for layer in (bare[0], bare[2]):
+            fully_shard(layer)
+        fully_shard(bare)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            report = pipec.explain(bare, torch.randn(2, 4))
+        assert report.graph_count == 0 and "handed pipec no graph" in report.notes[0]
+        assert any("cannot be copied" in str(w.message) for w in caught)
+        torch._dynamo.reset()
+        net = distributed_workers.Net()
+        for block in net.blocks:
+            fully_shard(block)
+        fully_shard(net)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = pipec.explain(net, torch.randn(4, 8, 32))
+        assert report.graph_count >= 2 and report.mismatch is None, (report.graph_count, report.mismatch)
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("name", ["pipeline_manual_stages", "pipeline_split"])
 def test_pipeline_parallel_stages_compiled(results, name):
     """torch.distributed.pipelining with each rank's stage compiled by pipec (Net cut before its

@@ -337,14 +337,23 @@ def train_and_compare(model, example_inputs, options: CompileOptions, session: S
     (BatchNorm running stats) start equal; each run gets its own copy of the inputs. The
     backward pass seeds every floating-point output with ones, which compiles AOTAutograd's
     backward graph too. Compares outputs, then parameter gradients, then buffers, in that order.
+    A model that refuses to be copied (FSDP2's `fully_shard`) is compiled itself after its eager
+    run, its gradients reset in between; its buffers are then not compared (one warning says so).
     Returns (compiled outputs, max_error, mismatch, session) like run_and_compare.
     """
     import copy
+    import warnings
 
     import torch
 
-    twin = copy.deepcopy(model)
-    reference = _float64_reference(model, example_inputs, _forward_backward)  # before `model` runs
+    try:
+        twin = copy.deepcopy(model)
+    except Exception as exc:  # noqa: BLE001 - any refusal: compare on the model itself
+        warnings.warn(f"pipec: {type(model).__name__} cannot be copied ({type(exc).__name__}: {exc}); the "
+                      "compiled run uses the model itself after the eager run, and its buffers are not compared",
+                      stacklevel=3)
+        twin = None
+    reference = _float64_reference(model, example_inputs, _forward_backward) if twin is not None else None
 
     def fresh_inputs():
         return [t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
@@ -352,18 +361,22 @@ def train_and_compare(model, example_inputs, options: CompileOptions, session: S
 
     with torch.enable_grad():
         expected = _forward_backward(model, fresh_inputs())
+        eager_grads = _named_grads(model)
+        if twin is None:  # the model itself is compiled next: keep the eager gradients apart
+            eager_grads = {n: g.detach().clone() for n, g in eager_grads.items()}
+            model.zero_grad(set_to_none=True)
         inputs = fresh_inputs()
         with first_call(session.profile):  # forward and backward: the backward graph compiles in it
-            compiled, session = compile_with_session(twin, options, session, name=name)
+            compiled, session = compile_with_session(twin if twin is not None else model, options, session, name=name)
             actual = _surfacing_pipec_errors(_forward_backward, compiled, inputs)
-    max_error, mismatch = compare_outputs(actual, expected, reference=lambda: _field(reference(), "outputs"))
-    for what, field_name, ours, theirs in (
-        ("gradient", "gradients", _named_grads(twin), _named_grads(model)),
-        ("buffer", "buffers", dict(twin.named_buffers()), dict(model.named_buffers())),
-    ):
+    max_error, mismatch = compare_outputs(actual, expected, reference=lambda: _field(reference and reference(), "outputs"))
+    compared = [("gradient", "gradients", _named_grads(twin if twin is not None else model), eager_grads)]
+    if twin is not None:
+        compared.append(("buffer", "buffers", dict(twin.named_buffers()), dict(model.named_buffers())))
+    for what, field_name, ours, theirs in compared:
         for n in sorted(theirs):
             err, problem = compare_outputs(ours.get(n), theirs[n],
-                                           reference=lambda f=field_name, k=n: _field(reference(), f, k))
+                                           reference=lambda f=field_name, k=n: _field(reference and reference(), f, k))
             if err is not None:
                 max_error = err if max_error is None else max(max_error, err)
             if problem and mismatch is None:  # "output 0 differs ..." -> "gradient of fc.weight differs ..."
