@@ -96,3 +96,18 @@ def test_gemm_epilogue_of_one_column_reads_inside_its_operands():
                    steps=(Step("linear", (0, 1, 2)), Step("add", (5, 3)), Step("add", (6, 4)), Step("tanh", (7,))),
                    outputs=(8,), dtype="float32", train=True, sizes=(), dynamo=True, policies=("aggressive",))
     check_program(prog, bounds_check=True)
+
+
+def test_a_view_size_written_as_numel_over_the_other_sizes():
+    """A matmul over [s, s, k] viewed back as [s, (s**2)//s, n] (Dynamo's spelling) and added to
+    an input of [s, s, n]: capture could not broadcast (s, s, n) to (s, (s**2)//s, n) and the
+    graph ran eagerly (found by `scripts/fuzz.py --seed 204` on the H200 host's CPU)."""
+    from fuzz_graphs import Program, Step
+
+    prog = Program(input_shapes=((2, 2, 32), (32, 4), (2, 2, 4)),
+                   steps=(Step("matmul", (0, 1)), Step("gelu", (3,)), Step("add", (4, 2)), Step("silu", (5,)),
+                          Step("scatter_add", (6,), (2, 0, 1, 1.0, 1))),
+                   outputs=(7, 5), dtype="float32", train=False,
+                   sizes=(((2, 2, 65), (65, 4), (2, 2, 4)), ((2, 2, 33), (33, 4), (2, 2, 4))),
+                   dynamo=True, policies=("none",))
+    check_program(prog)

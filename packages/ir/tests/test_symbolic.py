@@ -1,6 +1,7 @@
 """Index bounds travel with their symbols (pipec_ir.symbolic.bounded_index): how an expression
 simplifies depends on the expression alone, never on what else ran in the process."""
 
+import sympy
 from pipec_ir.symbolic import FloorDiv, ModularIndexing, bounded_index, index_symbol, size_symbol, upper_bound
 
 
@@ -25,3 +26,13 @@ def test_one_name_under_two_bounds_is_two_symbols():
 def test_only_index_symbols_carry_bounds():
     assert upper_bound(size_symbol("s_lt4")) is None  # a size symbol is never an index's bound
     assert upper_bound(index_symbol("take_k_tmp3")) is None
+
+
+def test_floordiv_of_an_exact_multiple_of_a_symbolic_divisor():
+    """Dynamo writes a view's size back as `numel // other sizes`: `(s**2)//s` is `s`, or the
+    same size has two spellings in one graph (a broadcast of (s, s) to (s, (s**2)//s) failed)."""
+    s, t = sympy.Symbol("s0", integer=True, positive=True), sympy.Symbol("s1", integer=True, positive=True)
+    assert FloorDiv(s**2, s) == s
+    assert FloorDiv(2 * s * t, s) == 2 * t
+    assert isinstance(FloorDiv(s, t), FloorDiv)  # not a multiple: kept
+    assert isinstance(FloorDiv(s + 1, s), FloorDiv)

@@ -18,21 +18,19 @@ from .errors import CaptureError
 _DEFINITIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _known_constant(shape_env, expr: sympy.Expr) -> sympy.Expr:
-    """`expr` as an integer when the guards prove it equals its hint, else unchanged.
+def _known_constant(shape_env, expr: sympy.Expr) -> int | None:
+    """The value of torch's size expression `expr` when the guards prove it equals its hint.
 
     Tracing may guard a compound size to one value (a slice of symbolic start and step whose
     length a later op needs to be 1) without a replacement for any symbol; torch's fake tensors
     then carry the constant downstream while the size itself stays an expression, and the IR
     could not relate the two (a broadcast of `(-s3 + s4)//s4` to `1`)."""
-    if expr.is_Symbol or expr.is_number or not expr.free_symbols:
-        return expr
     try:
         hint = shape_env.size_hint(expr)
         proved = shape_env._maybe_evaluate_static(sympy.Eq(expr, hint))
-    except Exception:  # noqa: BLE001 - no hint (unbacked) or torch's private API moved: keep the expression
-        return expr
-    return sympy.Integer(int(hint)) if proved is not None and bool(proved) else expr
+    except Exception:  # noqa: BLE001 - no hint (unbacked) or torch's private API moved: no constant
+        return None
+    return int(hint) if proved is not None and bool(proved) else None
 
 
 def _hints(shape_env) -> dict:
@@ -105,8 +103,13 @@ class SymbolTable:
                     expr = shape_env.replace(expr)
                 except Exception:  # noqa: BLE001 - best effort simplification
                     pass
-                expr = _known_constant(shape_env, sympy.sympify(expr))
-            return self._convert(sympy.sympify(expr), shape_env)
+            converted = self._convert(sympy.sympify(expr), shape_env)
+            if shape_env is None or converted.is_Symbol or converted.is_number:
+                return converted
+            # a compound size that stays compound in pipec's terms (`(s**2)//s` is just `s`, and
+            # is kept so: other values of the graph carry `s`): its guarded value, if any
+            value = _known_constant(shape_env, sympy.sympify(expr))
+            return converted if value is None else sympy.Integer(value)
         if isinstance(value, sympy.Expr):
             ours = set(self._map.values())
             if value.free_symbols <= ours:  # already a pipec expression

@@ -73,6 +73,12 @@ class FloorDiv(sympy.Function):
                 (multiples if coeff.is_Integer and int(coeff) % int(divisor) == 0 else rest).append(term)
             if multiples:
                 return sympy.Add(*[t / divisor for t in multiples]) + FloorDiv(sympy.Add(*rest), divisor)
+        if not divisor.is_Integer and (base.is_Mul or base.is_Pow):
+            # (s**2) // s -> s: an exact multiple of a symbolic divisor (Dynamo writes a view's
+            # size back as `numel // other sizes`)
+            quotient = base / divisor
+            if quotient.as_numer_denom()[1] == 1:
+                return quotient
         if base.is_Mul and divisor.is_Integer:
             coeff, rest = base.as_coeff_Mul()
             if coeff.is_Integer and int(coeff) % int(divisor) == 0:
