@@ -165,8 +165,11 @@ def test_pool_size_follows_the_cores(monkeypatch):
         assert compile_pool.pool_size(None) == size
 
 
-def test_only_jit_functions_go_to_workers():
+def test_only_jit_functions_go_to_workers(monkeypatch):
     """What is not a module-level `@triton.jit` function (a stand-in here) is compiled in the parent."""
+    # the pool is process state: on a GPU host an earlier test of this process may have started it
+    monkeypatch.setattr(compile_pool, "_pool", None)
+
     class Kernel:
         def warmup(self, *args, **kwargs):
             raise AssertionError("not compiled")
