@@ -40,6 +40,9 @@ def main() -> int:
     parser.add_argument("--last-program", default=None,
                         help="file the program about to run is written to (default with cuda: fuzz-last-program.txt)")
     parser.add_argument("--summary", default=None, help="write the figures as JSON to this file")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="record each failing program (unshrunk) and go on drawing: a large run's "
+                             "every finding, not only its first")
     parser.add_argument("--seconds", type=float, default=None,
                         help="stop drawing new graphs after this long (the figures count only the graphs run)")
     args = parser.parse_args()
@@ -77,9 +80,12 @@ def main() -> int:
         try:
             check_program(prog, device=args.device, bounds_check=bounds_check)
         except Exception as exc:
-            if not failures:  # the first failure, as drawn (hypothesis then shrinks it)
-                print(f"first failing program:\n{prog}\n{type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr)
-            failures.append(prog)
+            if not failures or args.keep_going:  # as drawn (without --keep-going hypothesis then shrinks it)
+                print(f"{'failing' if args.keep_going else 'first failing'} program:\n{prog}\n"
+                      f"{type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr, flush=True)
+            failures.append((prog, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"))
+            if args.keep_going:
+                return
             raise
         done["graphs"] += 1
         done.update(features(prog))
@@ -95,6 +101,13 @@ def main() -> int:
             print(f"--- {type(sub).__name__}: {str(sub)[:2000]}\n{notes}", file=sys.stderr)
         print(f"fuzz: mismatch after {done['graphs']} graphs (shrunk repros above)", file=sys.stderr)
         status = 1
+    if args.keep_going and failures:
+        errors = collections.Counter(error for _, error in failures)
+        print(f"fuzz: {len(failures)} of {done['graphs'] + len(failures)} graphs failed "
+              f"({len(errors)} distinct errors):", file=sys.stderr)
+        for error, n in errors.most_common():
+            print(f"  {n} x {error}", file=sys.stderr)
+        status = 1
     seconds = time.perf_counter() - start
     skipped = done.pop("skipped after --seconds", 0)
     kinds = {k: v for k, v in sorted(done.items()) if k != "graphs"}  # graphs that exercised each feature
@@ -104,9 +117,11 @@ def main() -> int:
               f"{seconds:.0f} s)")
     if args.summary:
         pathlib.Path(args.summary).write_text(json.dumps({
-            "graphs": done["graphs"], "mismatches": len(failures) and 1, "by_kind": kinds, "seed": args.seed,
+            "graphs": done["graphs"] + (len(failures) if args.keep_going else 0),
+            "mismatches": len(failures) if args.keep_going else len(failures) and 1, "by_kind": kinds, "seed": args.seed,
             "count": args.count, "family": args.family, "device": args.device, "bounds_check": bounds_check,
-            "seconds": round(seconds), "stopped_by_time_limit": bool(skipped), "first_failure": str(failures[0]) if failures else None}, indent=1) + "\n")
+            "seconds": round(seconds), "stopped_by_time_limit": bool(skipped), "first_failure": str(failures[0][0]) if failures else None,
+            "failures": [{"program": repr(p), "error": e} for p, e in failures] if args.keep_going else None}, indent=1) + "\n")
     return status
 
 

@@ -25,12 +25,15 @@ def _known_constant(shape_env, expr: sympy.Expr) -> int | None:
     length a later op needs to be 1) without a replacement for any symbol; torch's fake tensors
     then carry the constant downstream while the size itself stays an expression, and the IR
     could not relate the two (a broadcast of `(-s3 + s4)//s4` to `1`)."""
-    try:
-        hint = shape_env.size_hint(expr)
-        proved = shape_env._maybe_evaluate_static(sympy.Eq(expr, hint))
-    except Exception:  # noqa: BLE001 - no hint (unbacked) or torch's private API moved: no constant
+    hints = _hints(shape_env)
+    if not all(sym in hints for sym in expr.free_symbols):  # unbacked: no example value
         return None
-    return int(hint) if proved is not None and bool(proved) else None
+    try:
+        hint = int(expr.xreplace({sym: hints[sym] for sym in expr.free_symbols}))
+        proved = shape_env._maybe_evaluate_static(sympy.Eq(expr, hint))
+    except Exception:  # noqa: BLE001 - torch's private API moved: no constant
+        return None
+    return hint if proved is not None and bool(proved) else None
 
 
 def _hints(shape_env) -> dict:
