@@ -111,3 +111,19 @@ def test_a_view_size_written_as_numel_over_the_other_sizes():
                    sizes=(((2, 2, 65), (65, 4), (2, 2, 4)), ((2, 2, 33), (33, 4), (2, 2, 4))),
                    dynamo=True, policies=("none",))
     check_program(prog)
+
+
+def test_sizes_the_guards_make_equal():
+    """Dynamo makes a narrow's start and a slice's bounds symbolic: the slice's length is
+    `s - t` where a guard says t = 0, the narrow's is `s`, and the fake tensors mix the two
+    spellings; capture asks the guards instead of failing to broadcast (s, n) to (s - t, n)
+    (found by `scripts/fuzz.py --seed 301`)."""
+    from fuzz_graphs import Program, Step
+
+    prog = Program(input_shapes=((12, 6), (12, 1), (12, 1)),
+                   steps=(Step("matmul_t", (1, 1)), Step("narrow", (3,), (0, 10, 2)), Step("slice", (4,), (0, 0, 1)),
+                          Step("add", (5, 4))),
+                   outputs=(6, 3), dtype="float16", train=False,
+                   sizes=(((12, 9), (12, 1), (12, 1)), ((12, 13), (12, 1), (12, 1))), dynamo=True,
+                   policies=("aggressive",))
+    check_program(prog)

@@ -129,7 +129,7 @@ class GraphBuilder:
             if src == shape:
                 return x
         for a, b in zip(src, shape):
-            if a != b and a != 1:
+            if a != b and a != 1 and not self.symbols.provably_equal(a, b):
                 raise CaptureError(f"{self.where()}: cannot broadcast {src} to {shape}")
         return self.emit("expand", [x], shape, self.dtype(x))
 

@@ -49,6 +49,7 @@ class SymbolTable:
         self._map: dict[sympy.Symbol, sympy.Symbol] = {}
         self._ranges: list[SymbolRange] = []
         self._defined: dict[sympy.Symbol, sympy.Expr] = {}  # unbacked symbol -> definition (torch's symbols)
+        self._shape_env = None
 
     def define(self, sym: sympy.Symbol, expr: sympy.Expr, shape_env=None) -> None:
         """Take torch's unbacked symbol `sym` as `expr` (over torch's symbols) wherever it
@@ -152,7 +153,25 @@ class SymbolTable:
             "compile with dynamic=False (static shapes)"
         )
 
+    def provably_equal(self, a, b) -> bool:
+        """Whether torch's guards make the pipec sizes `a` and `b` equal: tracing can guard two
+        different spellings of one size equal (a slice's `s - t` and `s` where a guard says
+        t = 0) without rewriting either, and the fake tensors then mix them."""
+        env = self._shape_env
+        if env is None:
+            return False
+        back = {ours: theirs for theirs, ours in self._map.items()}
+        try:
+            ta, tb = (sympy.sympify(x).xreplace(back) for x in (a, b))
+            if ta.has(FloorDiv, ModularIndexing) or tb.has(FloorDiv, ModularIndexing):
+                return False  # pipec's functions, not torch's: no question torch can answer
+            return bool(env._maybe_evaluate_static(sympy.Eq(ta, tb)))
+        except Exception:  # noqa: BLE001 - undecided (or torch's private API moved): not equal
+            return False
+
     def _symbol(self, sym: sympy.Symbol, shape_env, given_hint: int | None = None) -> sympy.Symbol:
+        if shape_env is not None:
+            self._shape_env = shape_env  # one per Dynamo graph: the guards provably_equal asks
         if sym in self._map:
             return self._map[sym]
         name = f"s{len(self._map)}"
