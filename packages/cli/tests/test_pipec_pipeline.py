@@ -165,6 +165,24 @@ def test_compile_workers_come_from_the_option_else_the_environment(monkeypatch):
         make_options(compile_workers=-1)
 
 
+def test_torchrun_ranks_share_the_hosts_compile_workers(monkeypatch):
+    """Under torchrun ($LOCAL_WORLD_SIZE) each rank gets its share of the host's cores, not one
+    worker per core each; $PIPEC_COMPILE_WORKERS still wins."""
+    from pipec.pipeline import make_load_context
+
+    monkeypatch.delenv("PIPEC_COMPILE_WORKERS", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert make_load_context(pipec_ir.CompileOptions()).compile_workers == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert make_load_context(pipec_ir.CompileOptions()).compile_workers == 0  # 2 cores each: not worth it
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert make_load_context(pipec_ir.CompileOptions()).compile_workers is None  # the runtime's default
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    monkeypatch.setenv("PIPEC_COMPILE_WORKERS", "6")
+    assert make_load_context(pipec_ir.CompileOptions()).compile_workers == 6
+
+
 def test_a_runtime_without_context_is_called_as_before(fake_stages):
     gm, inputs = traced()
     fn = compile_graph(gm, inputs, pipec_ir.CompileOptions().with_extra(kernel_dir="/nonexistent"))

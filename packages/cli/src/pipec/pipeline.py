@@ -83,16 +83,35 @@ def env_compile_workers() -> int | None:
     return max(0, workers)
 
 
+def ranks_share_host_workers() -> int | None:
+    """Compile workers per process when torchrun started several ranks on this host
+    ($LOCAL_WORLD_SIZE > 1): the host's cores shared among them (none below 3 each), so 8 ranks
+    do not start one worker per core each. None otherwise (the runtime's default)."""
+    try:
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        return None
+    if ranks <= 1:
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    share = cores // ranks
+    return share if share >= 3 else 0
+
+
 def make_load_context(options: CompileOptions, *, budget: pipec_ir.RecompileBudget | None = None,
                       profile: CompileProfile | None = None) -> LoadContext:
     """The LoadContext of a model compiled with `options`: its recompile budget and compile
     profile, and the `kernel_dir` (else $PIPEC_KERNEL_DIR), `tuning_cache` and `compile_workers`
-    (else $PIPEC_COMPILE_WORKERS) options."""
+    (else $PIPEC_COMPILE_WORKERS, else a share of the host's cores per torchrun rank) options."""
     kernel_dir = options.get("kernel_dir") or env_kernel_dir()
     workers = options.get("compile_workers")  # checked by make_options
     return LoadContext(budget=budget, profile=profile, kernel_dir=None if kernel_dir is None else str(kernel_dir),
                        tuning_cache=bool(options.get("tuning_cache", True)),
-                       compile_workers=workers if workers is not None else env_compile_workers())
+                       compile_workers=next((w for w in (workers, env_compile_workers(), ranks_share_host_workers())
+                                             if w is not None), None))
 
 
 @dataclass(frozen=True)
