@@ -7,7 +7,8 @@
 # asserts its range, tests/test_bounds_check.py). Installs pipec first when python3 lacks it.
 #   TESTS="..."       test files to run (default: the GPU-heavy ones below)
 #   FUZZ_COUNT=N      fuzzed graphs (default 60), FUZZ_SEED=S (default 7)
-#   OPINFO=1          also the OpInfo sweep's bf16 GPU half, one sample per entry (longer)
+#   OPINFO=1          also the OpInfo sweep's bf16 GPU half, one sample per entry (longer; needs
+#                     expecttest: a wheel in .whl/, see the GPU machine's README on carrying wheels)
 #   MODE=memcheck|bounds_check   skip the probe
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -90,7 +91,17 @@ fuzz_flag=--bounds-check
 run_part fuzz "${FUZZ_SECONDS:-110}" python3 scripts/fuzz.py --device cuda --count "${FUZZ_COUNT:-60}" \
   --seed "${FUZZ_SEED:-7}" "$fuzz_flag" --last-program "$out/fuzz-last-program.txt" --summary "$out/fuzz.json"
 if [ "${OPINFO:-0}" = 1 ]; then
-  run_part opinfo "${OPINFO_SECONDS:-600}" python3 scripts/opinfo_sweep.py --device cuda --dtype bfloat16 \
-    --max-samples 1 --jobs "${JOBS:-4}" --out "$out/opinfo.json"
+  # torch's op_db imports expecttest, which the GPU machine lacks: a wheel in .whl/ (git-excluded,
+  # carried with the call) is installed aside; without one the sweep is skipped with a line saying so
+  if ! python3 -c "import expecttest" 2>/dev/null && ls .whl/expecttest-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/pipec-site .whl/expecttest-*.whl \
+      && export PYTHONPATH="/tmp/pipec-site${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  if python3 -c "import expecttest" 2>/dev/null; then
+    run_part opinfo "${OPINFO_SECONDS:-600}" python3 scripts/opinfo_sweep.py --device cuda --dtype bfloat16 \
+      --max-samples 1 --jobs "${JOBS:-4}" --out "$out/opinfo.json"
+  else
+    note "opinfo: skipped: torch's op_db needs expecttest (pip download it into .whl/ and carry .whl)"
+  fi
 fi
 note "summary: $summary"
