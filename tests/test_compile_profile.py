@@ -17,11 +17,13 @@ MLP = ROOT / "examples" / "mlp_gelu.py"
 
 def check_sums(profile: dict) -> dict:
     """The profile's parts, checked: each >= 0, together the wall time within 5%, and the named parts
-    (all but `other`) at least 95% of it."""
+    (all but `other`) at least 95% of it (or all but 30 ms of a small one)."""
     seconds, wall = profile["seconds"], profile["wall_s"]
     assert wall > 0 and all(s >= 0 for s in seconds.values()), seconds
     assert sum(seconds.values()) == pytest.approx(wall, rel=0.05)
-    assert seconds["other"] <= 0.05 * wall, seconds
+    # a small compile (0.4 s once the process is warm) leaves tens of ms between parts to the
+    # scheduler on a loaded 2-core CI machine: 5% of the wall time, or 30 ms
+    assert seconds["other"] <= max(0.05 * wall, 0.03), seconds
     assert list(seconds)[-1] == "other" and set(PART_LABELS) <= set(seconds)
     return seconds
 
