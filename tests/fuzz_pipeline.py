@@ -172,9 +172,9 @@ def _eager(prog: Program, inputs, cotangents):
     """Eager's outputs, then (training) the inputs' gradients for `cotangents`."""
     if not prog.train:
         with torch.no_grad():
-            return list(run_program(prog, inputs))
+            return list(run_program(prog, inputs, reference=True))
     xs = [x.detach().clone().requires_grad_() for x in inputs]
-    outs = run_program(prog, xs)
+    outs = run_program(prog, xs, reference=True)
     return [o.detach() for o in outs] + _gradients(outs, xs, cotangents)
 
 
