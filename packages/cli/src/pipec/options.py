@@ -17,6 +17,7 @@ from .modes import MODES, mode_options
 from .plugins import get_registry
 
 BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
+TUNING_TABLE_ENV = "PIPEC_TUNING_TABLE"  # 0: tuning_table=False (time every decision) unless a compile says otherwise
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
 
 
@@ -42,6 +43,10 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
         options["bounds_check"] = True  # every compile of this process bounds-checked (gpu_sanitize.sh)
     if not isinstance(options.get("bounds_check", False), bool):
         raise ValueError(f"bounds_check must be True or False, got {options['bounds_check']!r}")
+    if "tuning_table" not in options and os.environ.get(TUNING_TABLE_ENV, "1") == "0":
+        options["tuning_table"] = False  # a process that times every decision (benchmarks: before and after)
+    if not isinstance(options.get("tuning_table", True), bool):
+        raise ValueError(f"tuning_table must be True or False, got {options['tuning_table']!r}")
     fields = {k: options.pop(k) for k in list(options) if k in _OPTION_FIELDS}
     opts = CompileOptions(fusion=fusion, runtime=runtime or MODES[mode], dynamic=dynamic,
                           fullgraph=fullgraph, **fields)

@@ -16,7 +16,8 @@ against it).
 Parts written by pipec (README, "Compile-time profile"): imports, dynamo, aot_autograd, capture,
 fusion, codegen, runtime_load, triton_compile, autotune, first_run. Counts: graphs,
 kernels, unique_kernels, triton_compiles, kernels_timed, configs_tried,
-choice_groups_timed, alternatives_timed.
+choice_groups_timed, alternatives_timed, configs_from_table, choices_from_table (decisions the
+runtime's shipped tuning table made without timing).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 PARTS = ("imports", "dynamo", "aot_autograd", "capture", "fusion", "codegen", "runtime_load", "triton_compile",
          "autotune", "first_run")
 COUNTS = ("graphs", "kernels", "unique_kernels", "triton_compiles", "kernels_timed", "configs_tried",
-          "choice_groups_timed", "alternatives_timed")
+          "choice_groups_timed", "alternatives_timed", "configs_from_table", "choices_from_table")
 
 
 class CompileProfile:

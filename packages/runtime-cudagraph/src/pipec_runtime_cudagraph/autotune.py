@@ -25,6 +25,7 @@ from .kernels import body_digest
 from .rounds import time_in_rounds
 from .tma import misaligned, uses_tma
 from .tuning_cache import tuning_key
+from .tuning_table import describe_config, gpu_family, launch_features, table_for
 
 # What autotuning picked, at INFO: one line per kernel and size bucket it times (choices.py adds
 # one per GEMM choice group). `logging.getLogger("pipec.tuning").setLevel(logging.INFO)` with a
@@ -57,12 +58,6 @@ class TuningMemo:
 
 # the name a runtime of this package keeps its TuningMemo under in a LoadContext
 MEMO_KEY = "pipec_runtime_cudagraph.tuning"
-
-
-def describe_config(config) -> str:
-    """`XBLOCK=1 RBLOCK=4096 warps=8 stages=1`: a launch config as the tuning log prints it."""
-    blocks = " ".join(f"{k}={v}" for k, v in config.constants)
-    return f"{blocks} warps={config.num_warps} stages={config.num_stages}"
 
 
 def time_configs(launch, vals, symvals, bucket: tuple, shared_key: tuple, disk_key: str | None) -> int:
@@ -105,14 +100,18 @@ def time_configs(launch, vals, symvals, bucket: tuple, shared_key: tuple, disk_k
                     describe_config(launch.kernel.configs[chosen]), times[chosen],
                     " ".join(f"{t:.4f}" for t in times))
     if disk_key is not None and len(times) > 1:
-        runner.tuning_cache.put(disk_key, chosen, times)
+        learn = {"family": gpu_family(vals[launch.ptrs[0]].device) if launch.ptrs else None,
+                 "features": launch_features(launch, symvals), "labels": [describe_config(c) for c in timed_configs]}
+        runner.tuning_cache.put(disk_key, chosen, times, learn)
     return chosen
 
 
-def known_config(launch, bucket: tuple, device: torch.device) -> int | None:
+def known_config(launch, bucket: tuple, device: torch.device, symvals: tuple | None = None) -> int | None:
     """The config already chosen for this kernel and size bucket: by this runner, for the
     same kernel body in this model (another layer or graph: the runner's `TuningMemo`), or
-    by an earlier model or process (the tuning cache); None when it still has to be timed."""
+    by an earlier model or process (the tuning cache); else, given the call's `symvals`, the
+    shipped tuning table's pick for a kernel like it (tuning_table.py); None when it still
+    has to be timed."""
     chosen = launch.runner.tuned.get((launch.kernel.name, bucket))
     if chosen is not None:
         return chosen
@@ -120,9 +119,28 @@ def known_config(launch, bucket: tuple, device: torch.device) -> int | None:
     chosen = launch.runner.memo.configs.get(shared_key)
     if chosen is None and disk_key is not None:
         chosen = launch.runner.tuning_cache.get(disk_key, len(launch.kernel.configs))
-        if chosen is not None:
-            launch.runner.memo.put(launch.runner.memo.configs, shared_key, chosen)
+    if chosen is None and symvals is not None:
+        chosen = table_config(launch, symvals, device)
+    if chosen is not None:
+        launch.runner.memo.put(launch.runner.memo.configs, shared_key, chosen)
     return chosen
+
+
+def table_config(launch, symvals: tuple, device: torch.device) -> int | None:
+    """The index of the tuning table's pick for this launch at `symvals`, if it is one of the
+    configs this runner would time (`autotune_configs` may have cut the list)."""
+    table = table_for(launch.runner, device)
+    if not table:
+        return None
+    pick = table.pick(launch_features(launch, symvals))
+    if pick is None:
+        return None
+    timed = [describe_config(c) for c in launch.kernel.configs[:launch.runner.autotune_configs]]
+    if pick not in timed:
+        return None
+    launch.runner.profile.count("configs_from_table")
+    tuning_log.info("%s: config %d (%s) from the tuning table", launch.kernel.name, timed.index(pick), pick)
+    return timed.index(pick)
 
 
 def tuning_keys(launch, bucket: tuple, device: torch.device) -> tuple[tuple, str | None]:

@@ -33,6 +33,7 @@ from .kernels import body_digest
 from .rounds import time_in_rounds
 from .steps import ProgramLoadError
 from .tuning_cache import tuning_key
+from .tuning_table import choice_features, gpu_family, table_for
 
 class ChoiceStep:
     """One choice group as one step of the runner's plan (specialize.py reads `alternatives`,
@@ -75,6 +76,9 @@ class ChoiceStep:
             if index is not None:
                 stored = cache.times(disk_key) or []
                 known = (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)})
+        features = choice_features(self.runner, self.alternatives, symvals, timer)
+        if known is None:
+            known = self._from_table(features, device)
         if known is not None:
             memo.put(memo.choices, shared_key, known)
             self.timings[bucket] = dict(known[1])
@@ -83,8 +87,19 @@ class ChoiceStep:
             chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
         memo.put(memo.choices, shared_key, (chosen, dict(self.timings[bucket])))
         if disk_key is not None:
-            cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names])
+            cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names],
+                      {"family": gpu_family(device), "features": features, "labels": names})
         return chosen
+
+    def _from_table(self, features: dict, device) -> tuple[str, dict] | None:
+        """(the tuning table's pick, no timings) for this group, if the table has one (tuning_table.py)."""
+        table = table_for(self.runner, device)
+        pick = table.pick(features) if table else None
+        if pick not in self.alternatives:
+            return None
+        self.profile.count("choices_from_table")
+        tuning_log.info("choice %s: %s from the tuning table", self.name, pick)
+        return pick, {}
 
     def _time_alternatives(self, vals, symvals, device, bucket, timer: str) -> str:
         runs, times, first_error = {}, {}, None

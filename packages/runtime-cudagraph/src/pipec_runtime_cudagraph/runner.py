@@ -93,6 +93,9 @@ class ProgramRunner(ProgramPlan):
                 not isinstance(self.autotune_configs, int) or self.autotune_configs < 1):
             raise ProgramLoadError(f"autotune_configs must be a positive integer, got {self.autotune_configs!r}")
         self.choice = options.get("choice")  # force this alternative in every choice group (choices.py)
+        # the shipped tuning table (tuning_table.py) answers before anything is timed, except where
+        # every candidate must be timed (the max-autotune modes) or the option turns it off
+        self.use_tuning_table = bool(options.get("tuning_table", True)) and not options.get("max_autotune", False)
         # worker processes compiling Triton kernels (compile_pool.py): the context's count, else one
         # per core; 0 compiles in this process's thread pool
         self.compile_workers = pool_size(context.compile_workers)

@@ -9,7 +9,7 @@ from pipec_ir import CompileOptions, LoadContext, Program, verify
 # The options these runtimes read only when they load a Program (README: dynamic shapes,
 # autotuning, the GEMM choice). They cannot change what capture, fusion or codegen produce,
 # so the front end leaves them out of cache keys (`CompileOptions.key(exclude=...)`).
-LOAD_OPTIONS = frozenset({"recompile_limit", "bucket", "choice", "autotune_configs", "specialize"})
+LOAD_OPTIONS = frozenset({"recompile_limit", "bucket", "choice", "autotune_configs", "specialize", "tuning_table"})
 
 
 class LaunchRuntime:

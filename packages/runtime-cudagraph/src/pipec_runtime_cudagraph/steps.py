@@ -370,7 +370,7 @@ class LaunchStep:
         self.bucket = bucket
         runner = self.runner
         device = vals[self.ptrs[0]].device if self.ptrs else torch.device("cpu")
-        chosen = known_config(self, bucket, device)
+        chosen = known_config(self, bucket, device, symvals)
         shared_key, disk_key = tuning_keys(self, bucket, device)
         if chosen is None:
             with runner.profile.part("autotune"):
@@ -378,9 +378,10 @@ class LaunchStep:
         runner.tuned[(self.kernel.name, bucket)] = chosen
         self.set_config(self.kernel.configs[chosen])
 
-    def known_config(self, bucket: tuple, device: torch.device) -> int | None:
-        """The config already chosen for this kernel and size bucket (autotune.known_config)."""
-        return known_config(self, bucket, device)
+    def known_config(self, bucket: tuple, device: torch.device, symvals: tuple | None = None) -> int | None:
+        """The config already chosen for this kernel and size bucket, or the tuning table's pick
+        at `symvals` (autotune.known_config)."""
+        return known_config(self, bucket, device, symvals)
 
 
     def compile_jobs(self, configs, args: list, symvals: tuple) -> list[tuple]:
@@ -402,7 +403,7 @@ class LaunchStep:
         before, or (no autotuning) the current one."""
         if not self.tune:
             return (self.config,)
-        known = self.known_config(self.bucket_of(symvals) if self.sym_index else (), device)
+        known = self.known_config(self.bucket_of(symvals) if self.sym_index else (), device, symvals)
         return self.kernel.configs[:self.runner.autotune_configs] if known is None else (self.kernel.configs[known],)
 
 

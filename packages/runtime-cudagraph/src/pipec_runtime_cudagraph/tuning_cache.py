@@ -3,7 +3,8 @@ does not time the same kernel again.
 
 One small JSON file per (kernel body digest, size bucket, device name, Triton version) under
 ``<kernel cache>/tuning/`` (the kernel cache directory is per user, 0o700; see kernels.py).
-A file holds the index of the fastest config and the measured times. A file that cannot be
+A file holds the index of the fastest config and the measured times, and the decision's
+features with the candidates' names (what the shipped tuning table is learned from). A file that cannot be
 read, does not parse or names a config the kernel does not have is ignored (and rewritten
 after the next timing): the cache can only save time, never change a result.
 """
@@ -50,9 +51,11 @@ class TuningCache:
             return None
         return times if isinstance(times, list) else None
 
-    def put(self, key: str, chosen: int, times_ms: list[float]) -> None:
-        """Store a choice; a directory that cannot be written only costs the next process a re-time."""
-        data = {"chosen": chosen, "times_ms": [t if t != float("inf") else None for t in times_ms]}
+    def put(self, key: str, chosen: int, times_ms: list[float], learn: dict | None = None) -> None:
+        """Store a choice; a directory that cannot be written only costs the next process a re-time.
+        `learn` ({"family", "features", "labels": the candidates' names in `times_ms`' order}) is
+        what `scripts/learn_tuning_table.py` learns the shipped tuning table from (tuning_table.py)."""
+        data = {"chosen": chosen, "times_ms": [t if t != float("inf") else None for t in times_ms], **(learn or {})}
         try:
             self.directory.mkdir(mode=0o700, exist_ok=True)
             atomic_write(self._path(key), (json.dumps(data) + "\n").encode())

@@ -1,0 +1,128 @@
+"""The shipped tuning table (tuning_table.py): a decision it knows is taken without timing, the
+tuning cache records what tables are learned from, and the exhaustive modes time everything.
+On the CPU timing is faked and the GPU family is set by hand (as in test_runtime_buckets.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from pipec_ir import Buffer, CompileOptions, CompileProfile, LaunchConfig, LoadContext, Program, Step
+from runtime_helpers import T, add_kernel
+
+from pipec_runtime_cudagraph import autotune, tuning_table
+from pipec_runtime_cudagraph.launch import ProgramRunner
+from pipec_runtime_cudagraph.tuning_table import TuningTable, feature_key, launch_features, pow2
+
+CONFIGS = (LaunchConfig(constants=(("BLOCK", 64),)), LaunchConfig(constants=(("BLOCK", 128),)))
+
+
+def add_program(n: int = 100) -> Program:
+    return Program(
+        name="add", inputs=(Buffer("x", T([n])), Buffer("y", T([n]))), outputs=("z",), buffers=(Buffer("z", T([n])),),
+        kernels=(add_kernel("pipec_add_0", n, CONFIGS),), steps=(Step("launch", "pipec_add_0", ("x", "y"), ("z",)),))
+
+
+@pytest.fixture()
+def fake_gpu(monkeypatch, tmp_path):
+    """Timing faked (BLOCK=128 wins), the CPU taken for an `sm90` GPU, the tables read from tmp_path;
+    returns the list of timings made."""
+    import triton.testing
+
+    timed = []
+
+    def fake_bench(fn, warmup=0, rep=0):
+        fn()
+        timed.append(1)
+        return 0.5 if next(d for d in fn.__defaults__ if isinstance(d, dict))["BLOCK"] == 128 else 1.0
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(tuning_table, "gpu_family", lambda device: "sm90")
+    monkeypatch.setattr(autotune, "gpu_family", lambda device: "sm90")
+    monkeypatch.setattr(tuning_table, "TABLE_DIR", tmp_path / "tables")
+    return timed
+
+
+def run(program: Program, context: LoadContext, **options) -> ProgramRunner:
+    runner = ProgramRunner(program, CompileOptions(runtime="launch").with_extra(**options), context)
+    runner._plans["cpu"] = runner._build("cpu", tune=True)  # tune on the CPU: timing is faked
+    x, y = torch.randn(100), torch.randn(100)
+    torch.testing.assert_close(runner([x, y])[0], x + y)
+    return runner
+
+
+def write_table(tmp_path, entries: dict) -> None:
+    (tmp_path / "tables").mkdir(exist_ok=True)
+    (tmp_path / "tables" / "sm90.json").write_text(json.dumps(
+        {"format": tuning_table.FORMAT, "entries": {k: {"pick": v} for k, v in entries.items()}}))
+
+
+def test_a_timing_records_what_a_table_is_learned_from(fake_gpu, tmp_path):
+    runner = run(add_program(), LoadContext(kernel_dir=str(tmp_path / "kernels")))
+    (launch,) = runner._launches["cpu"]
+    (path,) = (tmp_path / "kernels" / "tuning").glob("*.json")
+    data = json.loads(path.read_text())
+    assert data["chosen"] == 1 and data["family"] == "sm90"
+    assert data["labels"] == ["BLOCK=64 warps=4 stages=1", "BLOCK=128 warps=4 stages=1"]
+    assert data["features"] == launch_features(launch, ()) == {
+        "kind": "launch", "configs": data["labels"], "sizes": [128], "dtypes": ["float32"] * 3}
+
+
+def test_a_decision_the_table_knows_is_not_timed(fake_gpu, tmp_path):
+    probe = run(add_program(), LoadContext(tuning_cache=False))  # to read the launch's features
+    fake_gpu.clear()
+    (launch,) = probe._launches["cpu"]
+    write_table(tmp_path, {feature_key(launch_features(launch, ())): "BLOCK=128 warps=4 stages=1"})
+
+    profile = CompileProfile()
+    context = LoadContext(kernel_dir=str(tmp_path / "kernels"), profile=profile)
+    with profile.measure():
+        runner = run(add_program(), context)
+    assert fake_gpu == [] and runner.tuned == {("pipec_add_0", ()): 1}
+    counts = profile.to_dict()["counts"]
+    assert (counts["configs_from_table"], counts["kernels_timed"]) == (1, 0)
+    assert not (tmp_path / "kernels" / "tuning").exists()  # a table's pick is not written as a timing
+
+    # another size (128 -> 256 once rounded up) is another decision: timed
+    fake_gpu.clear()
+    runner = ProgramRunner(add_program(200), CompileOptions(runtime="launch"), LoadContext(tuning_cache=False))
+    runner._plans["cpu"] = runner._build("cpu", tune=True)
+    runner([torch.randn(200), torch.randn(200)])
+    assert fake_gpu and runner.tuned == {("pipec_add_0", ()): 1}
+
+
+@pytest.mark.parametrize("options", [{"max_autotune": True}, {"tuning_table": False}])
+def test_exhaustive_modes_time_what_the_table_knows(fake_gpu, tmp_path, options):
+    probe = run(add_program(), LoadContext(tuning_cache=False))
+    (launch,) = probe._launches["cpu"]
+    write_table(tmp_path, {feature_key(launch_features(launch, ())): "BLOCK=64 warps=4 stages=1"})
+    fake_gpu.clear()
+    runner = run(add_program(), LoadContext(tuning_cache=False), **options)
+    assert fake_gpu and runner.tuned == {("pipec_add_0", ()): 1}  # timed: BLOCK=128 wins, not the table's 64
+
+
+def test_a_pick_that_is_not_a_candidate_is_timed(fake_gpu, tmp_path):
+    probe = run(add_program(), LoadContext(tuning_cache=False))
+    (launch,) = probe._launches["cpu"]
+    write_table(tmp_path, {feature_key(launch_features(launch, ())): "BLOCK=4096 warps=8 stages=1"})
+    fake_gpu.clear()
+    runner = run(add_program(), LoadContext(tuning_cache=False))
+    assert fake_gpu and runner.tuned == {("pipec_add_0", ()): 1}
+    # and with autotune_configs=1 nothing is timed or looked up: the first config runs
+    fake_gpu.clear()
+    assert run(add_program(), LoadContext(tuning_cache=False), autotune_configs=1).tuned == {} and fake_gpu == []
+
+
+@pytest.mark.parametrize("text", ["not json", '{"format": 99, "entries": {}}', '{"format": 1, "entries": [1]}',
+                                  '{"format": 1}'])
+def test_a_bad_table_is_an_empty_one(tmp_path, text):
+    (tmp_path / "sm90.json").write_text(text)
+    assert len(TuningTable.for_family("sm90", tmp_path)) == 0
+    assert len(TuningTable.for_family("sm100", tmp_path)) == 0  # none shipped for that family
+    assert len(TuningTable.for_family(None, tmp_path)) == 0  # off CUDA
+
+
+def test_sizes_round_up_to_powers_of_two():
+    assert [pow2(n) for n in (0, 1, 2, 3, 100, 128, 129, 4097)] == [0, 1, 2, 4, 128, 128, 256, 8192]

@@ -1,0 +1,88 @@
+"""scripts/learn_tuning_table.py: the shipped tuning table learned from tuning-cache files, keeping
+only decisions one candidate won (within 5%) in every run; and the option that turns the table off."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+import pipec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import learn_tuning_table  # noqa: E402
+
+from pipec_runtime_cudagraph.tuning_table import FORMAT, TuningTable, feature_key  # noqa: E402
+
+LABELS = ["BLOCK=64 warps=4 stages=1", "BLOCK=128 warps=4 stages=1"]
+
+
+def features(n: int) -> dict:
+    return {"kind": "launch", "configs": LABELS, "sizes": [n], "dtypes": ["float32"] * 3}
+
+
+def write(folder: Path, name: str, n: int, times, family: str = "sm90", **more) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"chosen": min(range(len(times)), key=lambda i: math.inf if times[i] is None else times[i]),
+            "times_ms": times, "family": family, "features": features(n), "labels": LABELS, **more}
+    (folder / f"{name}.json").write_text(json.dumps(data))
+
+
+def test_decide_keeps_only_a_pick_within_the_margin_everywhere():
+    a, b = LABELS
+    assert learn_tuning_table.decide([{a: 1.0, b: 2.0}]) == (a, 1.0)
+    assert learn_tuning_table.decide([{a: 1.0, b: 1.02}, {a: 1.1, b: 1.0}]) == (b, 1.02)  # never 5% off
+    assert learn_tuning_table.decide([{a: 1.0, b: 1.5}, {a: 1.5, b: 1.0}]) is None  # the runs disagree
+    assert learn_tuning_table.decide([{a: math.inf, b: 1.0}, {a: 1.0, b: 1.04}]) == (b, 1.04)  # a failed once
+    assert learn_tuning_table.decide([{a: math.inf, b: math.inf}]) is None
+
+
+def test_learns_a_table_the_runtime_reads(tmp_path, capsys):
+    run1, run2 = tmp_path / "run1" / "tuning", tmp_path / "run2" / "tuning"
+    write(run1, "k1", 128, [1.0, 0.5])  # BLOCK=128 wins twice: learned
+    write(run2, "k1", 128, [1.0, 0.6])
+    write(run1, "k2", 256, [1.0, 0.5])  # the runs disagree: left to timing
+    write(run2, "k2", 256, [0.5, 1.0])
+    write(run1, "k3", 512, [0.5, 1.0], family="sm80")  # another GPU family: not this table's
+    (run1 / "old.json").write_text(json.dumps({"chosen": 0, "times_ms": [1.0, 2.0]}))  # no features: skipped
+    out = tmp_path / "sm90.json"
+    assert learn_tuning_table.main([str(tmp_path / "run1"), str(run2), "--family", "sm90", "--out", str(out)]) == 0
+    assert "1 entries" in capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert data["format"] == FORMAT and data["family"] == "sm90"
+    assert data["entries"] == {feature_key(features(128)): {"pick": LABELS[1], "samples": 2, "worst_ratio": 1.0}}
+    table = TuningTable.for_family("sm90", tmp_path)
+    assert table.pick(features(128)) == LABELS[1] and table.pick(features(256)) is None
+
+    # --merge keeps what these samples do not contradict, and replaces what they decide again
+    run3 = tmp_path / "run3"
+    write(run3, "k4", 1024, [0.5, 1.0])
+    assert learn_tuning_table.main([str(run3), "--family", "sm90", "--out", str(out), "--merge"]) == 0
+    table = TuningTable.for_family("sm90", tmp_path)
+    assert table.pick(features(128)) == LABELS[1] and table.pick(features(1024)) == LABELS[0]
+
+
+def test_the_shipped_tables_parse():
+    from pipec_runtime_cudagraph.tuning_table import TABLE_DIR
+
+    for path in TABLE_DIR.glob("*.json"):
+        data = json.loads(path.read_text())
+        assert data["format"] == FORMAT and data["family"] == path.stem
+        assert len(TuningTable.for_family(path.stem)) == len(data["entries"]) > 0
+
+
+def test_the_option_is_a_bool():
+    with pytest.raises(ValueError, match="tuning_table must be True or False"):
+        pipec.compile(lambda x: x + 1, tuning_table="no")
+
+
+def test_the_environment_turns_the_table_off(monkeypatch):
+    from pipec.options import make_options
+
+    assert make_options().get("tuning_table", True) is True
+    monkeypatch.setenv("PIPEC_TUNING_TABLE", "0")
+    assert make_options().get("tuning_table") is False
+    assert make_options(tuning_table=True).get("tuning_table") is True  # a compile's own option wins
