@@ -86,3 +86,38 @@ def test_the_environment_turns_the_table_off(monkeypatch):
     monkeypatch.setenv("PIPEC_TUNING_TABLE", "0")
     assert make_options().get("tuning_table") is False
     assert make_options(tuning_table=True).get("tuning_table") is True  # a compile's own option wins
+
+
+def test_a_choice_group_the_table_knows_is_not_timed(monkeypatch, tmp_path):
+    """A Linear + GELU's choice group (template, library, library_mm) is described by its
+    alternatives' steps and shapes rounded up to powers of two; the table's pick is taken without
+    running or timing any alternative, and counted in the compile profile."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import pipec_ir
+    from pipec.pipeline import compile_graph
+    from pipec_capture import core_decompositions
+    from pipec_runtime_cudagraph import choices, tuning_table
+    from pipec_runtime_cudagraph.choices import ChoiceStep
+
+    def f(x, w, b):
+        return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b))
+
+    xs = [torch.randn(32, 64), torch.randn(48, 64), torch.randn(48)]
+    gm = make_fx(f, decomposition_table=core_decompositions(), tracing_mode="fake")(*xs)
+    run = compile_graph(gm, xs, pipec_ir.CompileOptions(cache="none"))
+    (step,) = [s for s, _ in run.plans["cpu"] if isinstance(s, ChoiceStep)]
+    features = tuning_table.choice_features(run, step.alternatives, (), "wall")
+    assert sorted(features["alternatives"]) == ["library", "library_mm", "template"]
+    assert ["extern", "aten.mm.default", ["float32[32, 64]", "float32[64, 64]", "float32[32, 64]"]] \
+        in features["alternatives"]["library_mm"]  # N = 48 rounded up to 64
+
+    (tmp_path / "sm90.json").write_text(json.dumps(
+        {"format": FORMAT, "entries": {feature_key(features): {"pick": "library_mm"}}}))
+    monkeypatch.setattr(tuning_table, "gpu_family", lambda device: "sm90")
+    monkeypatch.setattr(tuning_table, "TABLE_DIR", tmp_path)
+    monkeypatch.setattr(choices, "_timed", lambda runs, graphed: pytest.fail("timed"))
+    monkeypatch.setattr(ChoiceStep, "_time_alternatives", lambda *a: pytest.fail("timed"))
+    vals = [None] * run.nvals
+    assert step._measure(vals, (), torch.device("cpu"), ()) == "library_mm"
