@@ -156,3 +156,17 @@ def test_scatter_add_through_an_expanded_index_against_a_loop():
                           Step("scatter_add", (1, 2), (0, 0, 2, 0.5, 0))),
                    outputs=(3,), dtype="float32", train=False, sizes=(), dynamo=True, policies=("none",))
     check_program(prog)
+
+
+def test_gemm_of_one_element_with_a_reshaped_epilogue():
+    """`(v @ v.T).reshape(1) + tensor([0.25])` for v of shape [1, 3]: the product [1, 1] and the
+    epilogue's [1] refine to no dims at all, which the cuBLAS alternative's epilogue took for "not
+    reshaped" and refused in codegen ("output add_1 does not have the kernel's domain shape";
+    found by `scripts/fuzz.py --seed 503` on the H200 host's CPU)."""
+    from fuzz_graphs import Program, Step
+
+    steps = (Step("matmul_t", (2, 2)), Step("where_gt", (2, 0)), Step("matmul_t", (2, 2)), Step("merge", (5,), (0,)),
+             Step("amax", (6,), (0, False)), Step("affine", (0,)), Step("const", (6,), ("add", 0, (0.25,))))
+    prog = Program(input_shapes=((6, 3, 3), (3,), (1, 3)), steps=steps, outputs=(9, 8),
+                   policies=("random:0", "aggressive"))
+    check_program(prog)

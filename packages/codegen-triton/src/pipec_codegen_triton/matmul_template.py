@@ -235,7 +235,9 @@ def epilogue_refinement(graph: Graph, nodes, product: str) -> tuple | None:
         r = refine_shapes(refined, other)
         refined = r if r is not None else refined
         reshaped = reshaped or r is not None
-    return refined if reshaped else None
+    # a product of one element ([1, 1]) refines to (1,), not (): callers take an empty tuple for
+    # "no refinement" (a [1] epilogue output of a [1, 1] GEMM failed codegen: fuzz seed 503)
+    return (refined or (sympy.Integer(1),)) if reshaped else None
 
 
 def value_at(w: KernelWriter, refined, name: str) -> str:
