@@ -217,7 +217,10 @@ def _check_dynamo(prog: Program, policy: str, seed: int, device: str, bounds_che
     kwargs = _fusion_options(policy)
     if bounds_check:
         kwargs["bounds_check"] = True
-    compiled = pipec.compile(fn, dynamic=True if prog.sizes else None, cache="none", **kwargs)
+    # recompile_limit: where Dynamo breaks the program's graph (torch 2.11 broke some float16 programs
+    # into one frame per step), each `apply_step` frame recompiles per step; past pipec's default
+    # budget of 8 the rest would run eagerly, untested (fuzz seed 503 on the H200 host's CPU)
+    compiled = pipec.compile(fn, dynamic=True if prog.sizes else None, cache="none", recompile_limit=64, **kwargs)
     for call, shapes in enumerate((prog.input_shapes, *prog.sizes)):
         inputs = [t.to(device) for t in make_inputs(prog, seed + call, shapes)]
         cotangents = _cotangents(prog, inputs, seed + call)
