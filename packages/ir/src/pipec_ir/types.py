@@ -161,12 +161,22 @@ class Graph:
     symbols: tuple[SymbolRange, ...] = ()
 
     def types(self) -> dict[str, TensorType]:
-        out = {i.name: i.type for i in self.inputs}
-        out.update((n.name, n.type) for n in self.nodes)
-        return out
+        """Value name -> type (a new dict each call; built once per graph: codegen asks ~500
+        times for a BERT graph)."""
+        cached = self.__dict__.get("_types")
+        if cached is None:
+            cached = {i.name: i.type for i in self.inputs}
+            cached.update((n.name, n.type) for n in self.nodes)
+            object.__setattr__(self, "_types", cached)  # the graph is immutable: the map never changes
+        return dict(cached)
 
     def node_map(self) -> dict[str, Node]:
-        return {n.name: n for n in self.nodes}
+        """Node name -> node (a new dict each call; built once per graph, as `types`)."""
+        cached = self.__dict__.get("_node_map")
+        if cached is None:
+            cached = {n.name: n for n in self.nodes}
+            object.__setattr__(self, "_node_map", cached)
+        return dict(cached)
 
     def users(self) -> dict[str, list[str]]:
         """Value name -> names of nodes that read it (in graph order)."""
