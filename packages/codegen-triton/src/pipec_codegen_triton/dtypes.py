@@ -16,7 +16,8 @@ def tl_storage(dtype: str) -> str:
 
 
 def tl_compute(dtype: str) -> str:
-    """Half types compute in fp32 (accumulate and round once, on store)."""
+    """Half types compute in fp32 (accumulate in fp32; round on store, and where a `cast` to a
+    half type says so: pointwise_ops._cast)."""
     if dtype in ("float16", "bfloat16"):
         return "tl.float32"
     return _STORAGE[dtype]
