@@ -141,7 +141,7 @@ class _Levels:
             reshaped = False  # a member over another shape than the product's ([1, T, N] of [T, N] too)
             for name in group.members:
                 shape = an.shape(name)
-                r = refine_shapes(refined, shape)
+                r = an.refine(refined, shape)
                 refined = r if r is not None else refined
                 reshaped = reshaped or (r is not None and not same_shape(shape, self.domain))
             if reshaped:
