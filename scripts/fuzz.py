@@ -23,8 +23,13 @@ import json
 import pathlib
 import sys
 import time
+import traceback
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+
+
+class TimeUp(BaseException):
+    """--seconds ran out: ends the drawing."""
 
 
 def main() -> int:
@@ -73,16 +78,20 @@ def main() -> int:
     @given(strategy)
     def run(prog):
         if args.seconds is not None and time.perf_counter() - start > args.seconds:
-            done["skipped after --seconds"] += 1  # hypothesis still draws; nothing is run or counted
-            return
+            # not an Exception: hypothesis lets it through at once instead of drawing up to --count
+            # more programs (a run under `timeout` was killed before its summary while it drew)
+            done["skipped after --seconds"] += 1
+            raise TimeUp
         if last:
             pathlib.Path(last).write_text(f"{prog}\n\n{prog!r}\n")
         try:
             check_program(prog, device=args.device, bounds_check=bounds_check)
         except Exception as exc:
             if not failures or args.keep_going:  # as drawn (without --keep-going hypothesis then shrinks it)
+                # where it was raised too: an error (not a mismatch) is found from its frames
+                where = "".join(traceback.format_exception(exc)[-12:])
                 print(f"{'failing' if args.keep_going else 'first failing'} program:\n{prog}\n"
-                      f"{type(exc).__name__}: {str(exc)[:2000]}", file=sys.stderr, flush=True)
+                      f"{type(exc).__name__}: {str(exc)[:2000]}\n{where}", file=sys.stderr, flush=True)
             failures.append((prog, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"))
             if args.keep_going:
                 return
@@ -95,6 +104,8 @@ def main() -> int:
     status = 0
     try:
         run()
+    except TimeUp:
+        pass
     except Exception as exc:
         for sub in getattr(exc, "exceptions", [exc]):
             notes = "\n".join(getattr(sub, "__notes__", []))

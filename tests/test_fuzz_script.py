@@ -38,7 +38,9 @@ def test_keep_going_records_every_failure_and_goes_on(monkeypatch, tmp_path, cap
     assert data["graphs"] == len(calls) and data["mismatches"] == len(calls) // 2
     assert [f["error"] for f in data["failures"]] == [f"AssertionError: planted failure {k}"
                                                        for k in range(2, len(calls) + 1, 2)]
-    assert f"{len(calls) // 2} of {len(calls)} graphs failed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{len(calls) // 2} of {len(calls)} graphs failed" in err
+    assert ", in check\n" in err  # each failure with the frames it was raised from
 
 
 def test_without_keep_going_the_first_failure_stops_the_run(monkeypatch, tmp_path):
@@ -48,5 +50,11 @@ def test_without_keep_going_the_first_failure_stops_the_run(monkeypatch, tmp_pat
 
 
 def test_seconds_stops_drawing(monkeypatch, tmp_path):
-    status, calls, data = _run(monkeypatch, tmp_path, "--count", "50", "--keep-going", "--seconds", "0")
+    """Past --seconds the run ends at once: hypothesis is not left drawing up to --count programs
+    (a large run under `timeout` was killed that way before it wrote its summary)."""
+    import time
+
+    start = time.perf_counter()
+    status, calls, data = _run(monkeypatch, tmp_path, "--count", "100000", "--keep-going", "--seconds", "0")
     assert status == 0 and calls == [] and data["graphs"] == 0 and data["stopped_by_time_limit"]
+    assert time.perf_counter() - start < 60  # 100,000 draws would take many minutes
