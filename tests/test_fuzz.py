@@ -170,3 +170,17 @@ def test_gemm_of_one_element_with_a_reshaped_epilogue():
     prog = Program(input_shapes=((6, 3, 3), (3,), (1, 3)), steps=steps, outputs=(9, 8),
                    policies=("random:0", "aggressive"))
     check_program(prog)
+
+
+def test_scatter_add_run_by_aten_with_an_expanded_index():
+    """Under dynamic shapes pipec runs `scatter_add` as an ATen extern call; its index is an
+    expanded view (strides (1, 0, 0)), which torch 2.13's CPU kernel misplaces (72 of 192
+    elements wrong, outside the scattered positions; found by `scripts/fuzz.py --seed 401`).
+    The runtime passes such an index materialized (extern_ops.DenseIndexCall)."""
+    from fuzz_graphs import Program, Step
+
+    prog = Program(input_shapes=((3, 2, 32), (8, 32), (8,), (3, 2, 8)),
+                   steps=(Step("linear", (0, 1)), Step("scatter_add", (0, 4), (0, 2, 5, -2.0, 0))),
+                   outputs=(5, 4), dtype="float16", sizes=(((3, 2, 31), (8, 31), (8,), (3, 2, 8)),),
+                   policies=("default",))
+    check_program(prog)

@@ -73,4 +73,29 @@ def direct_call(target: str, device_type: str):
     return DIRECT.get((target, device_type))
 
 
-__all__ = ["direct_call"]
+# ATen CPU kernels that misplace values when the index is an expanded view: with torch 2.13,
+# `x.scatter_add(0, idx, src)` for idx of strides (1, 0, 0) changed elements outside the
+# scattered positions (scatter_reduce too; scatter and gather are right). pipec calls them as
+# externs when it cannot lower them (a symbolic size), so it reads a materialized index.
+DENSE_INDEX_TARGETS = frozenset({"aten.scatter_add.default", "aten.scatter_reduce.two"})
+
+
+class DenseIndexCall:
+    """`op(self, dim, index, ...)` with a non-contiguous CPU `index` made contiguous first."""
+
+    def __init__(self, op):
+        self.op = op
+        self._schema = op._schema  # what specialize.py reads of an overload
+
+    def __call__(self, x, dim, index, *rest, **kwargs):
+        if index.device.type == "cpu" and not index.is_contiguous():
+            index = index.contiguous()
+        return self.op(x, dim, index, *rest, **kwargs)
+
+
+def guarded(target: str, op):
+    """`op`, or the call that works around a known ATen bug for `target`."""
+    return DenseIndexCall(op) if target in DENSE_INDEX_TARGETS else op
+
+
+__all__ = ["DENSE_INDEX_TARGETS", "DenseIndexCall", "direct_call", "guarded"]

@@ -22,6 +22,7 @@ import torch
 from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, Device, Dtype, Ref, Size, get_attr
 
 from . import extern_ops  # noqa: F401 - registers the pipec.* extern targets
+from .extern_ops import guarded
 from .autotune import known_config, time_configs, tuning_keys
 from .exprs import compile_ints, is_static, static_ints
 from .fastlaunch import ALIGN_MASK, bind_launcher, fast_path_available
@@ -97,7 +98,7 @@ class ExternStep:
         where = f"extern step {step.target}"
         self.ir = step
         self.name = step.target
-        self.op = resolve_target(step.target)
+        self.op = guarded(step.target, resolve_target(step.target))
         self.args = [compile_arg(v, index, where, symbols) for v in (get_attr(step.attrs, "args", ()) or ())]
         self.kwargs = [(k, *compile_arg(v, index, where, symbols))
                        for k, v in (get_attr(step.attrs, "kwargs", ()) or ())]
