@@ -107,6 +107,7 @@ def test_a_choice_group_the_table_knows_is_not_timed(monkeypatch, tmp_path):
     xs = [torch.randn(32, 64), torch.randn(48, 64), torch.randn(48)]
     gm = make_fx(f, decomposition_table=core_decompositions(), tracing_mode="fake")(*xs)
     run = compile_graph(gm, xs, pipec_ir.CompileOptions(cache="none"))
+    monkeypatch.setattr(run, "tuning_cache", None)  # no pick of the user's tuning cache answers first
     (step,) = [s for s, _ in run.plans["cpu"] if isinstance(s, ChoiceStep)]
     features = tuning_table.choice_features(run, step.alternatives, (), "wall")
     assert sorted(features["alternatives"]) == ["library", "library_mm", "template"]
@@ -121,3 +122,51 @@ def test_a_choice_group_the_table_knows_is_not_timed(monkeypatch, tmp_path):
     monkeypatch.setattr(ChoiceStep, "_time_alternatives", lambda *a: pytest.fail("timed"))
     vals = [None] * run.nvals
     assert step._measure(vals, (), torch.device("cpu"), ()) == "library_mm"
+
+
+def test_a_choice_pick_that_does_not_run_here_is_timed_instead(monkeypatch, tmp_path):
+    """The table's alternative fails to run (a kernel that needs more resources than this GPU
+    gives it): the group times its alternatives, as without a table, and runs the winner."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import pipec_ir
+    from pipec.pipeline import compile_graph
+    from pipec_capture import core_decompositions
+    from pipec_runtime_cudagraph import tuning_table
+    from pipec_runtime_cudagraph.choices import ChoiceStep
+
+    def f(x, w, b):
+        return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b))
+
+    xs = [torch.randn(32, 64), torch.randn(48, 64), torch.randn(48)]
+    gm = make_fx(f, decomposition_table=core_decompositions(), tracing_mode="fake")(*xs)
+    run = compile_graph(gm, xs, pipec_ir.CompileOptions(cache="none"))
+    monkeypatch.setattr(run, "tuning_cache", None)  # nothing written to the user's tuning cache
+    (step,) = [s for s, _ in run.plans["cpu"] if isinstance(s, ChoiceStep)]
+    features = tuning_table.choice_features(run, step.alternatives, (), "wall")
+    (tmp_path / "sm90.json").write_text(json.dumps(
+        {"format": FORMAT, "entries": {feature_key(features): {"pick": "library_mm"}}}))
+    monkeypatch.setattr(tuning_table, "gpu_family", lambda device: "sm90")
+    monkeypatch.setattr(tuning_table, "TABLE_DIR", tmp_path)
+
+    ran = []
+
+    def broken(vals, symvals, device):
+        raise RuntimeError("out of resource: shared memory")
+
+    # stand-ins for the alternatives' steps: the table's pick fails, the others record their run
+    step.alternatives["library_mm"] = [broken]
+    step.alternatives["template"] = [lambda vals, symvals, device: ran.append("template")]
+    step.alternatives["library"] = [lambda vals, symvals, device: ran.append("library")]
+    timed = []
+
+    def time_alternatives(self, vals, symvals, device, bucket, timer):
+        timed.append(bucket)
+        self.timings[bucket] = {"template": 1.0, "library": 2.0, "library_mm": float("inf")}
+        return "template"
+
+    monkeypatch.setattr(ChoiceStep, "_time_alternatives", time_alternatives)
+    monkeypatch.setattr(step, "tune", True)
+    step([None] * run.nvals, (), torch.device("cuda"))  # picks are made for CUDA only; nothing here needs one
+    assert timed == [()] and step.chosen == {(): "template"} and ran == ["template"]

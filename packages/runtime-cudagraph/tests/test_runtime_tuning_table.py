@@ -126,3 +126,27 @@ def test_a_bad_table_is_an_empty_one(tmp_path, text):
 
 def test_sizes_round_up_to_powers_of_two():
     assert [pow2(n) for n in (0, 1, 2, 3, 100, 128, 129, 4097)] == [0, 1, 2, 4, 128, 128, 256, 8192]
+
+
+def test_a_table_pick_that_does_not_run_here_is_timed_instead(fake_gpu, tmp_path, monkeypatch, caplog):
+    """A pick learned on another kernel body may need more registers or shared memory than this
+    one has: when it does not build or load, the candidates are timed as without a table."""
+    import logging
+
+    from pipec_runtime_cudagraph.steps import LaunchStep
+
+    probe = run(add_program(), LoadContext(tuning_cache=False))
+    (launch,) = probe._launches["cpu"]
+    write_table(tmp_path, {feature_key(launch_features(launch, ())): "BLOCK=64 warps=4 stages=1"})
+    fake_gpu.clear()
+    tried = []
+
+    def cannot_run(self, index, vals, symvals):
+        tried.append(index)
+        return "OutOfResources: out of resource: shared memory"
+
+    monkeypatch.setattr(LaunchStep, "cannot_run", cannot_run)
+    with caplog.at_level(logging.WARNING, logger="pipec.tuning"):
+        runner = run(add_program(), LoadContext(tuning_cache=False))
+    assert tried == [0] and fake_gpu and runner.tuned == {("pipec_add_0", ()): 1}  # timed: BLOCK=128 wins
+    assert "does not run here" in caplog.text and not runner.memo.from_table

@@ -48,6 +48,9 @@ class TuningMemo:
     def __init__(self) -> None:
         self.configs: OrderedDict[tuple, int] = OrderedDict()
         self.choices: OrderedDict[tuple, tuple[str, dict[str, float]]] = OrderedDict()
+        # keys of `configs` the shipped tuning table answered (not timed here): checked to build
+        # and load before they are trusted (LaunchStep.autotune)
+        self.from_table: set[tuple] = set()
 
     def put(self, table: OrderedDict, key: tuple, value) -> None:
         table[key] = value
@@ -121,6 +124,8 @@ def known_config(launch, bucket: tuple, device: torch.device, symvals: tuple | N
         chosen = launch.runner.tuning_cache.get(disk_key, len(launch.kernel.configs))
     if chosen is None and symvals is not None:
         chosen = table_config(launch, symvals, device)
+        if chosen is not None:
+            launch.runner.memo.from_table.add(shared_key)
     if chosen is not None:
         launch.runner.memo.put(launch.runner.memo.configs, shared_key, chosen)
     return chosen
@@ -141,6 +146,16 @@ def table_config(launch, symvals: tuple, device: torch.device) -> int | None:
     launch.runner.profile.count("configs_from_table")
     tuning_log.info("%s: config %d (%s) from the tuning table", launch.kernel.name, timed.index(pick), pick)
     return timed.index(pick)
+
+
+def forget_table_pick(launch, shared_key: tuple, why: str) -> None:
+    """The table's pick for this kernel body does not build or load here (another body than the
+    one it was learned on may need more registers or shared memory): time the candidates instead."""
+    memo = launch.runner.memo
+    memo.from_table.discard(shared_key)
+    memo.configs.pop(shared_key, None)
+    tuning_log.warning("%s: the tuning table's config does not run here (%s); timing the candidates",
+                       launch.kernel.name, why)
 
 
 def tuning_keys(launch, bucket: tuple, device: torch.device) -> tuple[tuple, str | None]:
@@ -242,5 +257,6 @@ def triton_version() -> str:
     return triton.__version__
 
 
-__all__ = ["MEMO_KEY", "TuningMemo", "compile_all", "describe_config", "device_name", "known_config", "leave_async_mode",
+__all__ = ["MEMO_KEY", "TuningMemo", "compile_all", "describe_config", "device_name", "forget_table_pick", "known_config",
+           "leave_async_mode",
            "time_configs", "triton_version", "tuning_keys", "tuning_log"]

@@ -76,19 +76,27 @@ class ChoiceStep:
             if index is not None:
                 stored = cache.times(disk_key) or []
                 known = (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)})
-        features = choice_features(self.runner, self.alternatives, symvals, timer)
         if known is None:
-            known = self._from_table(features, device)
+            known = self._from_table(choice_features(self.runner, self.alternatives, symvals, timer), device)
         if known is not None:
             memo.put(memo.choices, shared_key, known)
             self.timings[bucket] = dict(known[1])
             return known[0]
+        return self._timed_pick(vals, symvals, device, bucket)
+
+    def _timed_pick(self, vals, symvals, device, bucket) -> str:
+        """Time the alternatives; keep the winner in the model's memo and the tuning cache."""
+        timer = getattr(self.runner, "choice_timer", "wall")
+        digest = choice_digest(self.runner, self.alternatives)
         with self.profile.part("autotune"):  # running an alternative first compiles and tunes its own launches
             chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
-        memo.put(memo.choices, shared_key, (chosen, dict(self.timings[bucket])))
-        if disk_key is not None:
-            cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names],
-                      {"family": gpu_family(device), "features": features, "labels": names})
+        memo, cache, names = self.runner.memo, getattr(self.runner, "tuning_cache", None), sorted(self.alternatives)
+        memo.put(memo.choices, (digest, bucket, str(device), timer), (chosen, dict(self.timings[bucket])))
+        if cache is not None:
+            learn = {"family": gpu_family(device), "features": choice_features(self.runner, self.alternatives, symvals, timer),
+                     "labels": names}
+            cache.put(tuning_key(f"choice:{timer}:{digest}", bucket, device_name(device), triton_version()),
+                      names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names], learn)
         return chosen
 
     def _from_table(self, features: dict, device) -> tuple[str, dict] | None:
@@ -138,7 +146,21 @@ class ChoiceStep:
         return chosen
 
     def __call__(self, vals, symvals, device):
-        _run(self.alternatives[self.pick(vals, symvals, device)], vals, symvals, device)
+        name = self.pick(vals, symvals, device)
+        try:
+            _run(self.alternatives[name], vals, symvals, device)
+        except Exception as e:
+            bucket = self.runner.bucket_key(symvals) if self.runner.symbols else ()
+            if self.forced is not None or self.timings.get(bucket) != {}:  # {}: a tuning table's pick
+                raise
+            # the table's pick does not run here (learned on another body that needed fewer
+            # resources): time the alternatives, as without a table, and run the winner
+            tuning_log.warning("choice %s: the tuning table's %s does not run here (%s: %s); timing the "
+                               "alternatives", self.name, name, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+            timer = getattr(self.runner, "choice_timer", "wall")
+            self.runner.memo.choices.pop((choice_digest(self.runner, self.alternatives), bucket, str(device), timer), None)
+            name = self.chosen[bucket] = self._timed_pick(vals, symvals, device, bucket)
+            _run(self.alternatives[name], vals, symvals, device)
 
 
 def shared_outputs(alternatives: dict[str, list]) -> list[int]:

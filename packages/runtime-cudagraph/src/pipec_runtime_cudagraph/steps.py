@@ -23,7 +23,7 @@ from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, Device, Dtype, Ref, Size, g
 
 from . import extern_ops  # noqa: F401 - registers the pipec.* extern targets
 from .extern_ops import guarded
-from .autotune import known_config, time_configs, tuning_keys
+from .autotune import forget_table_pick, known_config, time_configs, tuning_keys
 from .exprs import compile_ints, is_static, static_ints
 from .fastlaunch import ALIGN_MASK, bind_launcher, fast_path_available
 from .memory import is_view_target
@@ -373,11 +373,37 @@ class LaunchStep:
         device = vals[self.ptrs[0]].device if self.ptrs else torch.device("cpu")
         chosen = known_config(self, bucket, device, symvals)
         shared_key, disk_key = tuning_keys(self, bucket, device)
+        if chosen is not None and shared_key in runner.memo.from_table:
+            why = self.cannot_run(chosen, vals, symvals)
+            if why is not None:
+                forget_table_pick(self, shared_key, why)
+                chosen = None
         if chosen is None:
             with runner.profile.part("autotune"):
                 chosen = time_configs(self, vals, symvals, bucket, shared_key, disk_key)
         runner.tuned[(self.kernel.name, bucket)] = chosen
         self.set_config(self.kernel.configs[chosen])
+
+    def cannot_run(self, index: int, vals, symvals) -> str | None:
+        """Why config `index` does not build or load on this GPU at `symvals` (Triton's error), or
+        None when it does: a cache hit where the first call's compile built it already."""
+        if not hasattr(self.fn, "warmup") or self.interpret:
+            return None
+        current = self.config
+        self.set_config(self.kernel.configs[index])
+        try:
+            sizes, grid = self.dims if self.static else self.dims(*symvals)
+            if self.skip or 0 in grid:
+                return None
+            kernel = self.fn.warmup(*[vals[i] for i in self.ptrs], *sizes, grid=grid, **self.kwargs)
+            load = getattr(kernel, "_init_handles", None)  # registers and shared memory are checked on load
+            if load is not None:
+                load()
+            return None
+        except Exception as e:  # noqa: BLE001 - any failure: the candidates are timed instead
+            return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        finally:
+            self.set_config(current)
 
     def known_config(self, bucket: tuple, device: torch.device, symvals: tuple | None = None) -> int | None:
         """The config already chosen for this kernel and size bucket, or the tuning table's pick
