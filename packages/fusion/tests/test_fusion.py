@@ -556,3 +556,26 @@ def test_fusion_fuel_makes_the_first_merges_only(make):
 def test_fusion_fuel_must_be_a_count():
     with pytest.raises(ValueError, match="fusion_fuel must be an integer >= 0"):
         preset("default").fuse(pointwise_chain(), OPTS.with_extra(fusion_fuel=-1))
+
+
+def test_a_pair_checked_late_merges_in_the_order_of_its_real_score():
+    """Legality is checked when a candidate reaches the top of the heap (engine.merge_greedily):
+    a vertical pair enters with the best score its kinds could have (10 as "vertical"), turns
+    out to be a "recompute" (a [4, 1] value read by every column: score 1) and goes back in,
+    so the sin -> cos pair (score 5) still merges first, as checking every pair up front does."""
+
+    class Ordered(Heuristics):
+        name = "ordered"
+
+        def score(self, first, second, kind):
+            if kind == "vertical":
+                return 10.0 if "exp" in first.ops else 5.0
+            return 1.0 if kind == "recompute" else None
+
+    g = GraphBuilder("late")
+    x, c = g.input("x", [4, 8]), g.input("c", [4, 1])
+    y = g.pw("add", x, g.expand(g.pw("exp", c), [4, 8]))
+    w = g.pw("cos", g.pw("sin", x))
+    plan = fusion_from_heuristics(Ordered()).fuse(g.build(y, w), OPTS)
+    assert [(f.kind, f.score) for f in plan.fusions] == [("vertical", 5.0), ("vertical", 1.0)]
+    assert [f.first for f in plan.fusions] == [("sin_3",), ("exp_0",)]

@@ -221,22 +221,29 @@ def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = Non
     A candidate is a pair of *group versions*; merging only ever adds paths between
     the remaining groups, so a pair found illegal stays illegal until one of its
     groups changes (and then it is a new candidate). Hence a heap, evaluated lazily.
+
+    Legality is checked only when a candidate reaches the top of the heap: most candidates
+    go stale first (a neighbour merges), and checking them all was most of fusion's time
+    (BERT base: ~7,900 checks for ~1,200 merges). A candidate enters with the best score its
+    legal kinds could have (a vertical pair may turn out "recompute"); popped, it is checked,
+    and goes back in with its real score when that is lower, so the merge order is the one
+    checking everything first would give.
     """
     an = state.an
     heap: list = []
     counter = itertools.count()
     fusions: list[tuple] = []
 
-    def consider(a: int, b: int, kind: str) -> None:
-        ga, gb = state.groups[a], state.groups[b]
-        reason, merged, hkind = _static(state, ga, gb, kind)
-        if reason is not None:
-            return
-        score = _score(state, heuristics, ga, gb, hkind)
-        if score is None:
-            return
+    def push(score, a: int, b: int, ga: Group, gb: Group, kind: str, merged) -> None:
         order = (min(an.pos(n) for n in gb.members), min(an.pos(n) for n in ga.members), kind)
         heapq.heappush(heap, (-float(score), order, next(counter), a, b, ga, gb, kind, merged))
+
+    def consider(a: int, b: int, kind: str) -> None:
+        ga, gb = state.groups[a], state.groups[b]
+        kinds = ("vertical", "recompute") if kind == "vertical" else (kind,)
+        scores = [s for s in (_score(state, heuristics, ga, gb, k) for k in kinds) if s is not None]
+        if scores:
+            push(max(scores), a, b, ga, gb, kind, None)  # merged None: not checked yet
 
     def bucket(group: Group):
         return (group.kind, tuple(group.domain), tuple(group.reduce_dims))
@@ -259,6 +266,16 @@ def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = Non
         neg_score, _, _, a, b, ga, gb, kind, merged = heapq.heappop(heap)
         if state.groups.get(a) is not ga or state.groups.get(b) is not gb:
             continue  # stale: one of the groups changed since
+        if merged is None:  # not checked yet: its legality, then its real score
+            reason, merged, hkind = _static(state, ga, gb, kind)
+            if reason is not None:
+                continue
+            score = _score(state, heuristics, ga, gb, hkind)
+            if score is None:
+                continue
+            if -float(score) != neg_score:  # lower than it entered with: back in its place
+                push(score, a, b, ga, gb, kind, merged)
+                continue
         if kind == "vertical" and _has_detour(state.dag, reach, a, b):
             continue
         if kind == "horizontal" and reach.related(a, b):
