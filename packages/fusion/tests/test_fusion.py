@@ -579,3 +579,26 @@ def test_a_pair_checked_late_merges_in_the_order_of_its_real_score():
     plan = fusion_from_heuristics(Ordered()).fuse(g.build(y, w), OPTS)
     assert [(f.kind, f.score) for f in plan.fusions] == [("vertical", 5.0), ("vertical", 1.0)]
     assert [f.first for f in plan.fusions] == [("sin_3",), ("exp_0",)]
+
+
+def test_horizontal_candidates_pair_each_group_with_its_nearest_neighbours():
+    """80 independent `exp`s of one shape: with every pair offered there would be 3,160 horizontal
+    candidates; each group is paired with the HORIZONTAL_WINDOW (32) nearest in graph order, so
+    32 x 48 + (31 + ... + 0) = 2,032 (all refused here, each with its reason)."""
+    from pipec_fusion.engine import HORIZONTAL_WINDOW
+
+    class NoHorizontal(Heuristics):
+        name = "no-horizontal"
+        horizontal = True
+
+        def score(self, first, second, kind):
+            return None
+
+    g = GraphBuilder("many")
+    outs = [g.pw("exp", g.input(f"x{i}", [4, 8])) for i in range(80)]
+    plan = fusion_from_heuristics(NoHorizontal()).fuse(g.build(*outs), OPTS)
+    assert len(plan.kernels) == 80
+    pairs = {(r.first, r.second) for r in plan.rejected}
+    n, w = 80, HORIZONTAL_WINDOW
+    assert len(pairs) == w * (n - w) + w * (w - 1) // 2 == 2032
+    assert ("exp_0", "exp_32") in pairs and ("exp_0", "exp_33") not in pairs

@@ -153,25 +153,77 @@ def _fuse_once(graph: Graph, heuristics: Heuristics, policy: str | None, fuel: i
 # ---------------------------------------------------------------- greedy merging
 
 
+# Horizontal candidates pair each group only with the HORIZONTAL_WINDOW nearest groups of its
+# bucket (kind, domain, reduced dims) in graph order, as Inductor tries a bounded number of pairs:
+# offering every unrelated pair made `aggressive` fusion quadratic in a model's layers (a
+# 16-layer Llama's weight casts and rotary tables: 1.8 million candidates, 118 s on a CPU).
+HORIZONTAL_WINDOW = 32
+
+
+class HorizontalBuckets:
+    """The pointwise and reduction groups by bucket, kept up to date through merges."""
+
+    def __init__(self, state: _State):
+        self.state = state
+        self.first: dict[Group, int] = {}  # group -> its first member's graph position
+        self.ids: dict[tuple, set[int]] = {}
+        for gid, grp in state.groups.items():
+            self.add(gid, grp)
+
+    @staticmethod
+    def key(group: Group) -> tuple | None:
+        if group.kind not in ("pointwise", "reduction"):
+            return None
+        return (group.kind, tuple(group.domain), tuple(group.reduce_dims))
+
+    def add(self, gid: int, group: Group) -> None:
+        key = self.key(group)
+        if key is not None:
+            self.ids.setdefault(key, set()).add(gid)
+
+    def remove(self, gid: int, group: Group) -> None:
+        key = self.key(group)
+        if key is not None:
+            self.ids[key].discard(gid)
+
+    def position(self, gid: int) -> int:
+        group = self.state.groups[gid]
+        if group not in self.first:
+            self.first[group] = min(self.state.an.pos(n) for n in group.members)
+        return self.first[group]
+
+    def ordered(self, key: tuple) -> list[int]:
+        return sorted(self.ids.get(key, ()), key=lambda g: (self.position(g), g))
+
+    def pairs(self, reach: Reachability, only: int | None = None):
+        """(a, b) with a < b: unrelated groups of one bucket within the window of each other (with
+        `only`: the pairs holding that group)."""
+        keys = [self.key(self.state.groups[only])] if only is not None else sorted(self.ids, key=repr)
+        for key in keys:
+            if key is None:
+                continue
+            ids = self.ordered(key)
+            spots = [ids.index(only)] if only is not None else range(len(ids))
+            for k in spots:
+                others = ids[k + 1:k + 1 + HORIZONTAL_WINDOW]
+                if only is not None:
+                    others = ids[max(0, k - HORIZONTAL_WINDOW):k] + others
+                for other in others:
+                    a, b = min(ids[k], other), max(ids[k], other)
+                    if not reach.related(a, b):
+                        yield a, b
+
+
 def _candidates(state: _State, heuristics: Heuristics) -> list[_Candidate]:
     an, out = state.an, []
     for a, b, data in state.dag.edges(data=True):
         first, second = min(data["pairs"], key=lambda p: (an.pos(p[1]), an.pos(p[0])))
         out.append(_Candidate(a, b, "vertical", first, second))
     if heuristics.horizontal:
-        reach = Reachability(state.dag)
-        buckets: dict[tuple, list[int]] = {}
-        for gid, grp in sorted(state.groups.items()):
-            if grp.kind in ("pointwise", "reduction"):
-                buckets.setdefault((grp.kind, tuple(grp.domain), tuple(grp.reduce_dims)), []).append(gid)
-        for ids in buckets.values():
-            for k, a in enumerate(ids):
-                for b in ids[k + 1:]:
-                    if reach.related(a, b):
-                        continue
-                    first = min(state.groups[a].members, key=an.pos)
-                    second = min(state.groups[b].members, key=an.pos)
-                    out.append(_Candidate(a, b, "horizontal", first, second))
+        for a, b in HorizontalBuckets(state).pairs(Reachability(state.dag)):
+            first = min(state.groups[a].members, key=an.pos)
+            second = min(state.groups[b].members, key=an.pos)
+            out.append(_Candidate(a, b, "horizontal", first, second))
     out.sort(key=lambda c: (an.pos(c.second), an.pos(c.first), c.kind))
     return out
 
@@ -245,22 +297,13 @@ def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = Non
         if scores:
             push(max(scores), a, b, ga, gb, kind, None)  # merged None: not checked yet
 
-    def bucket(group: Group):
-        return (group.kind, tuple(group.domain), tuple(group.reduce_dims))
-
     for a, b in list(state.dag.edges):
         consider(a, b, "vertical")
     reach = Reachability(state.dag)  # kept up to date through every merge below
-    if heuristics.horizontal:
-        buckets: dict[tuple, list[int]] = {}
-        for gid, grp in sorted(state.groups.items()):
-            if grp.kind in ("pointwise", "reduction"):
-                buckets.setdefault(bucket(grp), []).append(gid)
-        for ids in buckets.values():
-            for k, a in enumerate(ids):
-                for b in ids[k + 1:]:
-                    if not reach.related(a, b):
-                        consider(a, b, "horizontal")
+    buckets = HorizontalBuckets(state) if heuristics.horizontal else None
+    if buckets is not None:
+        for a, b in buckets.pairs(reach):
+            consider(a, b, "horizontal")
 
     while heap and (fuel is None or len(fusions) < fuel):
         neg_score, _, _, a, b, ga, gb, kind, merged = heapq.heappop(heap)
@@ -283,17 +326,19 @@ def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = Non
         first = tuple(sorted(ga.members, key=an.pos))
         second = tuple(sorted(gb.members, key=an.pos))
         fusions.append((first, second, kind, -neg_score))
+        if buckets is not None:
+            buckets.remove(a, ga)
+            buckets.remove(b, gb)
         keep = state.merge(a, b, merged)
         reach.merge(a, b, keep)
         for p in list(state.dag.predecessors(keep)):
             consider(p, keep, "vertical")
         for s in list(state.dag.successors(keep)):
             consider(keep, s, "vertical")
-        grp = state.groups[keep]
-        if heuristics.horizontal and grp.kind in ("pointwise", "reduction"):
-            for other, og in sorted(state.groups.items()):
-                if other != keep and bucket(og) == bucket(grp) and not reach.related(other, keep):
-                    consider(min(other, keep), max(other, keep), "horizontal")
+        if buckets is not None:
+            buckets.add(keep, state.groups[keep])
+            for x, y in buckets.pairs(reach, only=keep):
+                consider(x, y, "horizontal")
 
     evaluated = []
     for cand in _candidates(state, heuristics):

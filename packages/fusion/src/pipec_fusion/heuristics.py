@@ -78,13 +78,15 @@ class Heuristics:
     `name` is the policy's one name: `pipec_fusion.fusion_from_heuristics(h)` makes it a fusion
     stage of that name, which a plugin registers with `registry.add_fusion(stage.name, stage)`;
     rejections and `KernelPlan.policy` use it too. `horizontal = True` asks the engine for
-    horizontal candidates as well (quadratic in the number of groups).
-    The engine only asks about pairs legality already accepted; it merges the best-scoring
-    pair first, then asks again about the merged group's new pairs.
+    horizontal candidates as well (each group with the HORIZONTAL_WINDOW nearest groups of its
+    bucket, engine.py). The engine merges the best-scoring legal pair first, then asks again
+    about the merged group's new pairs. It may ask about a pair before checking its legality
+    (a vertical pair as "vertical" and as "recompute", the kind legality will say), so `score`
+    must be a pure function of its arguments; an illegal pair is never merged.
     """
 
     name = "custom"
-    horizontal = False  # propose horizontal candidates at all (they are O(groups^2))
+    horizontal = False  # propose horizontal candidates at all
 
     def score(self, first: GroupInfo, second: GroupInfo, kind: str) -> float | None:
         """How much merging `first` and `second` into one kernel is worth, or None for "do not fuse".
