@@ -49,11 +49,11 @@ def _equal(x, y) -> bool:
 
 
 def same_shape(a, b) -> bool:
+    """Equal shapes (or, as `same_index`, equal indices: both are tuples of size expressions)."""
     return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
 
 
-def same_index(a, b) -> bool:
-    return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+same_index = same_shape
 
 
 class GraphAnalysis:
