@@ -98,6 +98,7 @@ def time_configs(launch, vals, symvals, bucket: tuple, shared_key: tuple, disk_k
         raise next(iter(errors.values()), RuntimeError(f"no config of {launch.kernel.name} could be timed"))
     chosen = min(range(len(times)), key=times.__getitem__)
     runner.memo.put(runner.memo.configs, shared_key, chosen)
+    runner.memo.from_table.discard(shared_key)  # timed here: no longer the table's pick
     tuning_log.info("%s%s: config %d of %d (%s), %.4f ms; all: %s", launch.kernel.name,
                     f" bucket {bucket}" if bucket else "", chosen, len(times),
                     describe_config(launch.kernel.configs[chosen]), times[chosen],

@@ -61,17 +61,22 @@ class ChoiceStep:
             chosen = self.chosen[bucket] = self._measure(vals, symvals, device, bucket)
         return chosen
 
-    def _measure(self, vals, symvals, device, bucket) -> str:
+    def _keys(self, device, bucket) -> tuple[str, tuple, str | None]:
+        """(timer, the model memo's key, the tuning cache's key or None without a tuning cache) of
+        this group's decision in `bucket`."""
         timer = getattr(self.runner, "choice_timer", "wall")
         digest = choice_digest(self.runner, self.alternatives)
-        shared_key = (digest, bucket, str(device), timer)
+        disk_key = (tuning_key(f"choice:{timer}:{digest}", bucket, device_name(device), triton_version())
+                    if getattr(self.runner, "tuning_cache", None) is not None else None)
+        return timer, (digest, bucket, str(device), timer), disk_key
+
+    def _measure(self, vals, symvals, device, bucket) -> str:
+        timer, shared_key, disk_key = self._keys(device, bucket)
         memo = self.runner.memo  # the model's TuningMemo (autotune.py)
         known = memo.choices.get(shared_key)  # (alternative, its group's timings)
         cache = getattr(self.runner, "tuning_cache", None)
-        names = sorted(self.alternatives)
-        disk_key = None
-        if known is None and cache is not None:
-            disk_key = tuning_key(f"choice:{timer}:{digest}", bucket, device_name(device), triton_version())
+        if known is None and disk_key is not None:
+            names = sorted(self.alternatives)
             index = cache.get(disk_key, len(names))
             if index is not None:
                 stored = cache.times(disk_key) or []
@@ -86,17 +91,15 @@ class ChoiceStep:
 
     def _timed_pick(self, vals, symvals, device, bucket) -> str:
         """Time the alternatives; keep the winner in the model's memo and the tuning cache."""
-        timer = getattr(self.runner, "choice_timer", "wall")
-        digest = choice_digest(self.runner, self.alternatives)
+        timer, shared_key, disk_key = self._keys(device, bucket)
         with self.profile.part("autotune"):  # running an alternative first compiles and tunes its own launches
             chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
         memo, cache, names = self.runner.memo, getattr(self.runner, "tuning_cache", None), sorted(self.alternatives)
-        memo.put(memo.choices, (digest, bucket, str(device), timer), (chosen, dict(self.timings[bucket])))
-        if cache is not None:
+        memo.put(memo.choices, shared_key, (chosen, dict(self.timings[bucket])))
+        if disk_key is not None:
             learn = {"family": gpu_family(device), "features": choice_features(self.runner, self.alternatives, symvals, timer),
                      "labels": names}
-            cache.put(tuning_key(f"choice:{timer}:{digest}", bucket, device_name(device), triton_version()),
-                      names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names], learn)
+            cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names], learn)
         return chosen
 
     def _from_table(self, features: dict, device) -> tuple[str, dict] | None:
@@ -157,8 +160,7 @@ class ChoiceStep:
             # resources): time the alternatives, as without a table, and run the winner
             tuning_log.warning("choice %s: the tuning table's %s does not run here (%s: %s); timing the "
                                "alternatives", self.name, name, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
-            timer = getattr(self.runner, "choice_timer", "wall")
-            self.runner.memo.choices.pop((choice_digest(self.runner, self.alternatives), bucket, str(device), timer), None)
+            self.runner.memo.choices.pop(self._keys(device, bucket)[1], None)
             name = self.chosen[bucket] = self._timed_pick(vals, symvals, device, bucket)
             _run(self.alternatives[name], vals, symvals, device)
 

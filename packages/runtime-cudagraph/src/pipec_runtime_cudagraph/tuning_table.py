@@ -29,7 +29,7 @@ import hashlib
 import json
 from pathlib import Path
 
-import sympy
+from .exprs import compile_ints
 
 FORMAT = 1
 TABLE_DIR = Path(__file__).parent / "tuning_tables"
@@ -68,8 +68,7 @@ def gpu_family(device) -> str | None:
 def launch_features(launch, symvals: tuple) -> dict:
     """The features of a launch's config decision at `symvals` (see the module docstring)."""
     runner = launch.runner
-    sizes = launch.kernel.sizes
-    values = [_evaluate(expr, runner.symbols, symvals) for _, expr in sizes]
+    values, _grid = launch.dims if launch.static else launch.dims(*symvals)  # the kernel's size arguments
     dtypes = [str(runner.value_dtypes.get(i, "?")).removeprefix("torch.") for i in launch.ptrs]
     return {"kind": "launch", "configs": [describe_config(c) for c in launch.kernel.configs],
             "sizes": [pow2(v) for v in values], "dtypes": dtypes}
@@ -84,7 +83,10 @@ def choice_features(runner, alternatives: dict[str, list], symvals: tuple, timer
         t = types.get(name)
         if t is None:
             return "?"
-        shape = [pow2(_evaluate(d, runner.symbols, symvals)) for d in t.shape]
+        try:
+            shape = [pow2(v) for v in compile_ints(list(t.shape), runner.symbols)(*symvals)]
+        except (KeyError, TypeError):  # a size no symbol value decides: a feature of its own
+            return f"{t.dtype}?"
         return f"{t.dtype}{shape}"
 
     parts = {}
@@ -102,19 +104,6 @@ def choice_features(runner, alternatives: dict[str, list], symvals: tuple, timer
                 steps.append(["other", type(obj).__name__])
         parts[alt] = steps
     return {"kind": "choice", "timer": timer, "alternatives": parts}
-
-
-def _evaluate(expr, symbols: tuple, symvals: tuple) -> int:
-    if isinstance(expr, int):
-        return expr
-    e = sympy.sympify(expr)
-    if e.free_symbols:
-        by_name = dict(zip(symbols, symvals))
-        e = e.subs({s: by_name[s.name] for s in e.free_symbols if s.name in by_name})
-    try:
-        return int(e)
-    except TypeError:
-        return -1  # not a number at these values: a feature of its own, never a wrong lookup
 
 
 class TuningTable:
