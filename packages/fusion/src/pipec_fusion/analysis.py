@@ -50,6 +50,8 @@ def _equal(x, y) -> bool:
 
 def same_shape(a, b) -> bool:
     """Equal shapes (or, as `same_index`, equal indices: both are tuples of size expressions)."""
+    if a == b:  # element-wise ==: most shapes compared are identical numbers or symbols
+        return True
     return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
 
 

@@ -145,6 +145,7 @@ class _Levels:
         self.domain = tuple(group.domain)
         self.row = index_vars(self.domain)
         self.refined = None  # a matmul epilogue over reshapes of the product: its common refinement
+        self._levels: dict[str, tuple | None] = {}
         if group.kind == "matmul":
             refined = tuple(s for s in self.domain if s != 1)
             reshaped = False  # a member over another shape than the product's ([1, T, N] of [T, N] too)
@@ -165,6 +166,11 @@ class _Levels:
 
     def level(self, name: str):
         """The index a node is computed at when plain, or None when its shape has no level."""
+        if name not in self._levels:  # asked for each stored member, then for every member
+            self._levels[name] = self._level(name)
+        return self._levels[name]
+
+    def _level(self, name: str):
         node = self.an.nodes[name]
         shape = self.an.shape(name)
         if self.group.kind in ("pointwise", "matmul", "scan"):  # an epilogue runs over the product's domain

@@ -8,7 +8,10 @@ the merged group, so the sets are updated in place instead: the ancestors of the
 group now reach everything it reaches, and those descendants are reached by its ancestors.
 
 Sets are bitsets (Python ints) indexed by group id: bit g of `descendants[x]` is set when a
-path x -> ... -> g exists.
+path x -> ... -> g exists. A merged-away id's bit may stay set in other groups' sets (`live`
+says which ids still exist): clearing it meant rewriting every ancestor's and descendant's set
+on every merge, although a group that reached both halves already reaches everything the merged
+group does. Only the groups that reached (or were reached by) one half alone are updated.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Reachability:
     def __init__(self, dag: nx.DiGraph):
         self.descendants: dict[int, int] = {}
         self.ancestors: dict[int, int] = {}
+        self.live = sum(1 << g for g in dag.nodes)  # the ids of the groups that exist
         order = list(nx.topological_sort(dag))
         for g in reversed(order):
             bits = 0
@@ -53,13 +57,16 @@ class Reachability:
     def merge(self, a: int, b: int, keep: int) -> None:
         """Groups a and b became one group `keep` (one of them); the other id is gone."""
         gone = b if keep == a else a
-        pair = (1 << a) | (1 << b)
-        below = (self.descendants[a] | self.descendants[b]) & ~pair
-        above = (self.ancestors[a] | self.ancestors[b]) & ~pair
+        self.live &= ~(1 << gone)
+        others = self.live & ~(1 << keep)
+        da, db, aa, ab = self.descendants[a], self.descendants[b], self.ancestors[a], self.ancestors[b]
+        below, above = (da | db) & others, (aa | ab) & others
         del self.descendants[gone], self.ancestors[gone]
         self.descendants[keep], self.ancestors[keep] = below, above
-        clear, add_below, add_above = ~(1 << gone), below | (1 << keep), above | (1 << keep)
-        for x in _bits(above):
-            self.descendants[x] = (self.descendants[x] & clear) | add_below
-        for y in _bits(below):
-            self.ancestors[y] = (self.ancestors[y] & clear) | add_above
+        # a group above both halves reaches all of `below` and `keep` already: only those above
+        # one half gain paths (and likewise below)
+        add_below, add_above = below | (1 << keep), above | (1 << keep)
+        for x in _bits((aa ^ ab) & others):
+            self.descendants[x] |= add_below
+        for y in _bits((da ^ db) & others):
+            self.ancestors[y] |= add_above
