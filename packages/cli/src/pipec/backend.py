@@ -14,6 +14,7 @@ import warnings
 from pipec_ir import CompileOptions, RecompileLimitError
 
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error
+from .graph_devices import compute_device, on_graph_devices
 from .logs import configure_logs, logger
 from .options import make_options
 from .pipeline import Session, compile_graph
@@ -74,7 +75,9 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
             fn = compile_graph(aten_gm, aten_inputs, options, session=session, name=name)
             for stats in session.graphs[first_new:]:
                 stats.kind = kind or "inference"
-            fn = with_size_outputs(tensors_only(fn, aten_inputs), aten_gm, aten_inputs, name)
+            device = compute_device(aten_gm)
+            fn = on_graph_devices(tensors_only(fn, aten_inputs, device), aten_gm, aten_inputs, device)
+            fn = with_size_outputs(fn, aten_gm, aten_inputs, name)
             return with_object_outputs(fn, aten_gm, aten_inputs)
 
         try:
@@ -125,12 +128,13 @@ def aten_backend(dynamo_backend, compile_aten_graph, options: CompileOptions):
     return dynamo_backend(compile_aten_graph, options) if takes_options else dynamo_backend(compile_aten_graph)
 
 
-def tensors_only(fn, example_inputs):
+def tensors_only(fn, example_inputs, device=None):
     """A graph with dynamic shapes also takes its size symbols as (int) arguments; the
     Program's inputs are the tensors (the runtime binds sizes from their shapes), then, for each
     int argument whose size no tensor argument has as a dimension, a 1-D int8 tensor of that
     length, never read (docs/IR.md, "Graph": a backward graph takes the reduced dim of
-    `x.sum(1)` as an int)."""
+    `x.sum(1)` as an int). Without tensor arguments those are made on `device` (the graph's,
+    graph_devices.py), which the runtime then runs on."""
     import torch
 
     keep = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
@@ -141,8 +145,8 @@ def tensors_only(fn, example_inputs):
     def call(args):
         tensors = [args[i] for i in keep]
         if sizes:
-            device = tensors[0].device if tensors else None
-            tensors += [torch.empty(int(args[j]), dtype=torch.int8, device=device) for j in sizes]
+            where = tensors[0].device if tensors else device
+            tensors += [torch.empty(int(args[j]), dtype=torch.int8, device=where) for j in sizes]
         return fn(tensors)
 
     call.pipec_runtime = fn
