@@ -119,6 +119,42 @@ def test_workers_fill_tritons_cache_with_the_parents_kernels(tmp_path):
     assert "ok" in out
 
 
+GLUON_KERNEL = """
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+
+@gluon.jit
+def copy_kernel(x, y, n, BLOCK: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
+    gl.store(y + offs, gl.load(x + offs, mask=offs < n), mask=offs < n)
+"""
+
+
+@needs_ptxas
+def test_gluon_kernels_compile_in_workers(tmp_path):
+    """A Gluon kernel (its own front end, GluonASTSource) is compiled in a worker under the key
+    the parent's own compile computes: the parent's compile is then a cache hit."""
+    (tmp_path / "gluon_copy.py").write_text(GLUON_KERNEL)
+    out = run_script(tmp_path, '''
+        sys.path.insert(0, os.getcwd())
+        import gluon_copy
+        x = torch.empty(1000)
+        jobs = [(gluon_copy.copy_kernel, [x, x], [1000], (8,), {"BLOCK": b, "num_warps": w})
+                for b, w in ((128, 4), (256, 8))]
+        batch = compile_pool.start_in_workers(jobs, 2)
+        assert batch is not None and len(batch.requests) == 2 and all(r["gluon"] for r, _, _ in batch.requests)
+        assert batch.wait() == 2
+        assert compiles == [], compiles  # nothing compiled here yet
+        for fn, args, sizes, grid, kwargs in jobs:
+            fn.warmup(*args, *sizes, grid=grid, **kwargs)
+        assert [hit for _, hit, _ in compiles] == [True, True], compiles
+        print("ok")
+    ''')
+    assert "ok" in out
+
+
 @needs_ptxas
 def test_worker_failures_fall_back_to_compiling_in_the_parent(tmp_path):
     """A job a worker cannot compile is left to the parent, without a warning; workers that die

@@ -186,10 +186,11 @@ def compile_all(jobs: list[tuple], profile: CompileProfile | None = None, worker
         batch = start_in_workers(jobs, workers)
         if batch is None:
             _compile_jobs(jobs)
-            return
-        _compile_jobs(batch.left)  # what the workers do not compile (a Gluon kernel), meanwhile
-        batch.wait(profile)
-        _compile_jobs(batch.sent)  # cache hits; compiles what a worker could not
+        else:
+            _compile_jobs(batch.left)  # what the workers do not compile (in the cache already), meanwhile
+            batch.wait(profile)
+            _compile_jobs(batch.sent)  # cache hits; compiles what a worker could not
+        _load_compiled(jobs)
 
 
 def _compile_jobs(jobs: list[tuple]) -> None:
@@ -218,6 +219,37 @@ def _compile_jobs(jobs: list[tuple]) -> None:
         pass
     finally:
         leave_async_mode(mode)
+
+
+def _load_compiled(jobs: list[tuple]) -> None:
+    """Load the compiled kernels of `jobs` on their GPU at once, in threads. Loading a kernel
+    builds Triton's launcher for its signature (a C compile in a subprocess on Triton 3.6, cached
+    on disk) and loads its module; the first launch of each kernel would otherwise do that one
+    after another (BERT base, cold: ~2 s of the first call). Best effort: a kernel that fails to
+    load here fails again, with its error, where it is launched or timed."""
+    kernels = {}
+    for fn, args, sizes, grid, kwargs in jobs:
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        if device is None or device.type != "cuda":
+            continue
+        try:
+            kernel = fn.warmup(*args, *sizes, grid=grid, **kwargs)  # compiled above: Triton's in-memory cache
+        except Exception:  # noqa: BLE001, S112 - see the docstring
+            continue
+        if getattr(kernel, "_init_handles", None) is not None and getattr(kernel, "module", True) is None:
+            kernels.setdefault(id(kernel), (kernel, device))
+    if len(kernels) < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def load(item) -> None:
+        kernel, device = item
+        with contextlib.suppress(Exception):
+            torch.cuda.set_device(device)  # a new thread's current device is 0
+            kernel._init_handles()
+
+    with ThreadPoolExecutor(max_workers=min(len(kernels), COMPILE_THREADS)) as pool:
+        list(pool.map(load, kernels.values()))
 
 
 def compile_key(fn, args, sizes, kwargs) -> tuple:

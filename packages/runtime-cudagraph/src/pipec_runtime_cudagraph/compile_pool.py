@@ -254,6 +254,8 @@ def _capture(jobs: list[tuple]):
                 except Exception:  # noqa: BLE001, S110 - the parent's own compile reports it
                     pass
             request = _request(captured[0], where, base) if captured else None
+            if request is not None:
+                request["gluon"] = is_gluon(fn)
             if request is None:
                 left.append(job)
                 continue
@@ -285,17 +287,25 @@ def _capture(jobs: list[tuple]):
 
 
 def _source_of(fn) -> tuple[str, str, str] | None:
-    """(source file, module name, function name) of a module-level `@triton.jit` function a
-    worker can import; None for anything else (a Gluon kernel, an interpreted one)."""
+    """(source file, module name, function name) of a module-level `@triton.jit` or Gluon
+    `@gluon.jit` function a worker can import; None for anything else (an interpreted one)."""
     from triton.runtime.jit import JITFunction
 
-    if type(fn) is not JITFunction or getattr(fn, "is_gluon", lambda: False)():
+    if type(fn) is not JITFunction and not is_gluon(fn):
         return None
     py = getattr(fn, "fn", None)
     code = getattr(py, "__code__", None)
     if code is None or py.__qualname__ != py.__name__ or not os.path.isfile(code.co_filename):
         return None
     return code.co_filename, py.__module__, py.__name__
+
+
+def is_gluon(fn) -> bool:
+    """A Gluon kernel (its own front end: `GluonASTSource`). Gluon kernels are the slowest to
+    compile (warp-specialized GEMMs), so they go to the workers too."""
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(fn, JITFunction) and bool(getattr(fn, "is_gluon", lambda: False)())
 
 
 def _request(compile: dict, where: tuple[str, str, str], base: dict) -> dict | None:
@@ -316,12 +326,13 @@ def cache_entry(fn, request: dict, backend) -> tuple[str, str] | None:
     `request` will look up, computed as it does (`backend`: Triton's for the request's target);
     None where a hook of Triton's changes it."""
     import triton
-    from triton.compiler import ASTSource, get_cache_key
+    from triton.compiler import get_cache_key
 
     if getattr(triton.knobs.runtime, "add_stages_inspection_hook", None) is not None:
         return None
     try:
-        src = ASTSource(fn, request["signature"], request["constants"], request["attrs"])
+        source = compile_worker.ast_source_class(request.get("gluon", False))
+        src = source(fn, request["signature"], request["constants"], request["attrs"])
         options = backend.parse_options(dict(request["options"], **src.parse_options()))
         key = get_cache_key(src, backend, options, env_vars=request["env"])
         return hashlib.sha256(key.encode("utf-8")).hexdigest(), f"{src.name[:150]}.json"
@@ -393,5 +404,5 @@ def compile_in_workers(jobs: list[tuple], size: int, profile=None) -> int:
     return 0 if batch is None else batch.wait(profile)
 
 
-__all__ = ["Batch", "CompilePool", "cache_entry", "capture_requests", "compile_in_workers", "pool_size", "shutdown",
-           "start_in_workers", "warm"]
+__all__ = ["Batch", "CompilePool", "cache_entry", "capture_requests", "compile_in_workers",
+           "is_gluon", "pool_size", "shutdown", "start_in_workers", "warm"]

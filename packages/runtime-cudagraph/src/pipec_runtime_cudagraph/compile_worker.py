@@ -75,7 +75,6 @@ def compile_request(request: dict, modules: dict) -> None:
     import triton
     import triton.runtime.cache
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     if (triton.__version__, os.path.abspath(triton.__file__)) != tuple(request["triton"]):
         raise RuntimeError(f"the compile worker imports triton {triton.__version__} from {triton.__file__}, "
@@ -87,8 +86,21 @@ def compile_request(request: dict, modules: dict) -> None:
     set_cache_environment(request["env"])
     triton.knobs.cache.dir = request["cache_dir"]
     fn = load_function(request["path"], request["module"], request["name"], modules)
-    src = ASTSource(fn, request["signature"], request["constants"], request["attrs"])
+    src = ast_source_class(request.get("gluon", False))(fn, request["signature"], request["constants"],
+                                                        request["attrs"])
     triton.compile(src, target=GPUTarget(*request["target"]), options=request["options"])
+
+
+def ast_source_class(gluon: bool):
+    """The class `JITFunction.run` makes a kernel's source with: Gluon's for a Gluon kernel
+    (the parent computes the cache key with the same class, `compile_pool.cache_entry`)."""
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource
+    from triton.compiler import ASTSource
+
+    return ASTSource
 
 
 def serve(inp, out) -> None:
