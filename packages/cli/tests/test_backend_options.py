@@ -31,3 +31,40 @@ def test_a_capture_whose_dynamo_backend_takes_no_options_still_works():
         return "backend"
 
     assert aten_backend(old_style, "compile", options=None) == "backend" and seen == ["compile"]
+
+
+def test_the_runtime_is_warmed_when_a_graph_reaches_pipec():
+    """A runtime's optional `warm(context)` is called before the graph is lowered (pipec's starts its
+    compile workers there); one that raises does not fail the compile."""
+    registry = pipec.get_registry()
+    saved = registry.snapshot()
+    calls = []
+
+    class Warmed:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def load(self, program, options, context=None):
+            return self.inner.load(program, options, context)
+
+        def warm(self, context):
+            calls.append(context)
+
+    class FailsToWarm(Warmed):
+        def warm(self, context):
+            raise RuntimeError("cannot warm")
+
+    def f(x):
+        return x.sin() * 2 + 1
+
+    x = torch.randn(8, 16)
+    try:
+        launch = registry.get("runtime", "launch")
+        registry.add_runtime("warmed", Warmed(launch))
+        registry.add_runtime("fails-to-warm", FailsToWarm(launch))
+        for name in ("warmed", "fails-to-warm"):
+            torch._dynamo.reset()
+            torch.testing.assert_close(pipec.compile(f, runtime=name, cache="none")(x), f(x))
+    finally:
+        registry.restore(saved)
+    assert len(calls) == 1 and calls[0] is not None  # the model's LoadContext

@@ -36,6 +36,7 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
     charged: set[tuple] = set()
 
     def backend(gm, example_inputs, **_ignored):
+        warm_runtime(options, session)
         # Dynamo has traced the graph; what follows, up to the pipeline's own parts (compile_graph),
         # is AOTAutograd with the capture's graph rewrites before it (aot.make_dynamo_backend)
         with profile.part("aot_autograd"):
@@ -100,6 +101,23 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
     backend.pipec_options = options
     backend.pipec_session = session
     return backend
+
+
+def warm_runtime(options: CompileOptions, session: Session) -> None:
+    """Let the runtime start what it needs for the first call now (an optional `warm(context)`
+    of the runtime stage: pipec's starts its compile workers), while the graph is still being
+    lowered. Best effort: a runtime that fails to warm is loaded as usual later."""
+    try:
+        runtime = get_registry().get("runtime", options.runtime)
+    except Exception:  # noqa: BLE001 - an unknown runtime is reported where it is loaded
+        return
+    warm = getattr(runtime, "warm", None)
+    if warm is None:
+        return
+    try:
+        warm(session.context)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logger("runtime").debug("runtime %s could not warm: %s: %s", options.runtime, type(exc).__name__, exc)
 
 
 def break_reason(gm) -> str | None:

@@ -12,10 +12,25 @@ from pipec_ir import CompileOptions, LoadContext, Program, verify
 LOAD_OPTIONS = frozenset({"recompile_limit", "bucket", "choice", "autotune_configs", "specialize", "tuning_table"})
 
 
+def warm_compile_workers(context: LoadContext | None = None) -> None:
+    """Start the Triton compile workers (compile_pool.py) in the background where the first call
+    will compile on a GPU: the front end calls this when a compile starts, so that the workers
+    import Triton while Dynamo, AOTAutograd and the other stages run, instead of after them."""
+    import torch
+
+    if torch.cuda.is_available():
+        from .compile_pool import pool_size, warm
+
+        warm(pool_size(context.compile_workers if context is not None else None))
+
+
 class LaunchRuntime:
     """Runs a Program's steps one after the other (Triton's interpreter without CUDA)."""
 
     load_options = LOAD_OPTIONS
+
+    def warm(self, context: LoadContext | None = None) -> None:
+        warm_compile_workers(context)
 
     def load(self, program: Program, options: CompileOptions,
              context: LoadContext | None = None) -> Callable[[list], list]:
@@ -28,6 +43,9 @@ class CudaGraphRuntime:
     """Captures a Program into a CUDA Graph and replays it; runs as 'launch' without CUDA."""
 
     load_options = LOAD_OPTIONS
+
+    def warm(self, context: LoadContext | None = None) -> None:
+        warm_compile_workers(context)
 
     def load(self, program: Program, options: CompileOptions,
              context: LoadContext | None = None) -> Callable[[list], list]:
