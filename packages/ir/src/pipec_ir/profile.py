@@ -9,9 +9,12 @@ a window every call is a no-op, so stages may record unconditionally, and a comp
 after the first call (a recompile, a new size bucket) does not disturb the first call's sums.
 
 The pipeline times the compile stages itself; the runtime gets the recorder in its
-`LoadContext` (`profile`), never in the cache-keyed options. Only the thread that opened the
-window records (a part's time must be part of that thread's wall time to be accounted
-against it).
+`LoadContext` (`profile`), never in the cache-keyed options. A part's time must be part of the
+window's wall time: the thread that opened the window records, and another thread records only
+while that thread is in no part of its own, one such thread at a time. That other thread is
+the autograd engine's on a GPU: a training step's backward graph is compiled there, during the
+first `loss.backward()`, while the window's thread waits for it (BERT base's backward compile
+was 10-20 s of "other" before). Counts are kept from any thread while the window is open.
 
 Parts written by pipec (README, "Compile-time profile"): imports, dynamo, aot_autograd, capture,
 fusion, codegen, runtime_load, triton_compile, autotune, first_run. Counts: graphs,
@@ -43,13 +46,28 @@ class CompileProfile:
         self.inclusive: dict[str, float] = {}  # part -> seconds from entering to leaving its outermost use
         self.counts: dict[str, int] = {}
         self._seen: dict[str, set] = {}  # count name -> keys counted (`distinct`)
-        self._stack: list[list] = []  # [part, running since] of the parts entered and not left
+        self._stacks: dict[int, list[list]] = {}  # thread -> [part, running since] entered and not left
         self._owner: int | None = None  # the thread whose window is open
+        self._guest: int | None = None  # the other thread recording parts now (module docstring)
+        self._lock = threading.Lock()
+
+    @property
+    def _stack(self) -> list[list]:
+        return self._stacks.setdefault(threading.get_ident(), [])
 
     @property
     def recording(self) -> bool:
-        """A window is open and the calling thread is the one that opened it."""
-        return self._owner is not None and self._owner == threading.get_ident()
+        """A window is open and the calling thread may record time in it: the one that opened it,
+        or another while that one is in no part and no third thread records (module docstring)."""
+        me = threading.get_ident()
+        if self._owner is None:
+            return False
+        if me == self._owner:
+            return True
+        with self._lock:
+            if self._guest in (None, me) and not self._stacks.get(self._owner):
+                return True
+        return False
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[CompileProfile]:
@@ -64,8 +82,8 @@ class CompileProfile:
         finally:
             self.wall += time.perf_counter() - start
             self.windows += 1
-            self._stack.clear()
-            self._owner = None
+            self._stacks.clear()
+            self._owner = self._guest = None
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -73,6 +91,20 @@ class CompileProfile:
         if not self.recording:
             yield
             return
+        me = threading.get_ident()
+        if me != self._owner:
+            with self._lock:  # another thread: it holds the guest's place until its outermost part ends
+                if self._guest not in (None, me) or self._stacks.get(self._owner):
+                    yield
+                    return
+                self._guest = me
+        try:
+            yield from self._timed(name)
+        finally:
+            if me != self._owner and not self._stack:
+                self._guest = None
+
+    def _timed(self, name: str) -> Iterator[None]:
         now = time.perf_counter()
         outer = self._stack[-1] if self._stack else None
         if outer is not None:  # the outer part pauses
@@ -98,16 +130,19 @@ class CompileProfile:
             self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     def count(self, name: str, n: int = 1) -> None:
-        if self.recording:
-            self.counts[name] = self.counts.get(name, 0) + n
+        if self._owner is not None:  # from any thread (module docstring)
+            with self._lock:
+                self.counts[name] = self.counts.get(name, 0) + n
 
     def distinct(self, name: str, key) -> None:
         """Count `key` under `name` once (e.g. kernel bodies: identical layers are one)."""
-        if self.recording:
-            seen = self._seen.setdefault(name, set())
-            if key not in seen:
+        if self._owner is not None:
+            with self._lock:
+                seen = self._seen.setdefault(name, set())
+                if key in seen:
+                    return
                 seen.add(key)
-                self.count(name)
+            self.count(name)
 
     def parts(self) -> dict[str, float]:
         """Seconds per part, every pipec part present (0.0 when nothing ran), then `other`:
