@@ -68,6 +68,7 @@ class GraphAnalysis:
         self.position = {name: k for k, name in enumerate(order)}
 
         self._index_cache: dict = {}
+        self._symbols_cache: dict[tuple, frozenset] = {}
         self._numel_cache: dict[tuple, int] = {}  # shape -> numel_hint
         self._refine_cache: dict[tuple, tuple | None] = {}  # (shape, shape) -> refine_shapes
         self._hints = {size_symbol(s.name): s.hint for s in graph.symbols}
@@ -141,6 +142,14 @@ class GraphAnalysis:
             index = view_source_index(node, index, self.types[node.inputs[0]])
             value = node.inputs[0]
         return value, tuple(index)
+
+    def index_symbols(self, index: tuple) -> frozenset:
+        """The symbols an index (a tuple of expressions) uses, once per index (legality asks for
+        each candidate's every member)."""
+        found = self._symbols_cache.get(index)
+        if found is None:
+            found = self._symbols_cache[index] = frozenset().union(*(sympy.sympify(i).free_symbols for i in index))
+        return found
 
     def must_store(self, name: str, members) -> bool:
         """Is computing node `name` stored by a kernel holding exactly `members`?"""

@@ -297,7 +297,7 @@ def _evaluated_once_per_element(an: GraphAnalysis, lv: _Levels, name: str, neede
     if len(needed) != 1:
         return False
     (index,) = needed
-    used = set().union(*(sympy.sympify(i).free_symbols for i in index)) if index else set()
+    used = an.index_symbols(index)
     # the points it is evaluated at: every kept dim (once per row), reduced dims only if it varies along them
     reduced = set(lv.group.reduce_dims)
     points = [s for d, s in enumerate(lv.domain) if d not in reduced or lv.row[d] in used]
