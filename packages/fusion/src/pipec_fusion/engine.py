@@ -28,6 +28,7 @@ from pipec_ir.ops import COLLECTIVE_STARTS, MATMUL_OPS
 from pipec_ir.verify import is_multi_result
 
 from .analysis import GraphAnalysis, group_kind_of
+from .check_memo import CheckMemo
 from .heuristics import GroupInfo, Heuristics
 from .legality import Group, GroupCheck, check_group, cycle_through, merged_group
 from .reachability import Reachability
@@ -45,8 +46,10 @@ class _Candidate:
 
 
 class _State:
-    def __init__(self, an: GraphAnalysis):
+    def __init__(self, an: GraphAnalysis, memo: CheckMemo | None = None):
         self.an = an
+        self.memo = memo  # legality results of earlier passes (check_memo.py)
+        self._member_keys: dict = {}
         self.groups: dict[int, Group] = {}
         self.owner: dict[str, int] = {}
         for name in an.compute:
@@ -91,7 +94,8 @@ class _State:
 
     def check(self, group: Group) -> GroupCheck:
         if group not in self._checks:
-            self._checks[group] = check_group(self.an, group)
+            self._checks[group] = (self.memo.check(self.an, group, self._member_keys) if self.memo is not None
+                                   else check_group(self.an, group))
         return self._checks[group]
 
     def info(self, group: Group) -> GroupInfo:
@@ -129,13 +133,14 @@ def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None,
     if fuel is not None and (isinstance(fuel, bool) or not isinstance(fuel, int) or fuel < 0):
         raise ValueError(f"fusion_fuel must be an integer >= 0, got {fuel!r}")
     verify(graph)
-    plan, state = _fuse_once(graph, heuristics, policy, fuel)
+    memo = CheckMemo()
+    plan, state = _fuse_once(graph, heuristics, policy, fuel, memo)
     if fuel is not None:
         return plan
     candidates = find_candidates(state.an, state.groups, state.owner, heuristics)
     while candidates:
         rewritten, copies = rewrite(graph, state.an, candidates)
-        again, _ = _fuse_once(rewritten, heuristics, policy)
+        again, _ = _fuse_once(rewritten, heuristics, policy, memo=memo)
         kept = [c for c in candidates if landed(again, c, copies[c])]
         if len(kept) == len(candidates):
             return again
@@ -143,9 +148,10 @@ def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None,
     return plan
 
 
-def _fuse_once(graph: Graph, heuristics: Heuristics, policy: str | None, fuel: int | None = None):
+def _fuse_once(graph: Graph, heuristics: Heuristics, policy: str | None, fuel: int | None = None,
+               memo: CheckMemo | None = None):
     an = GraphAnalysis(graph)
-    state = _State(an)
+    state = _State(an, memo)
     fusions, rejected = merge_greedily(state, heuristics, fuel)
     return build_plan(state, graph, policy or heuristics.name, fusions, rejected), state
 
