@@ -17,6 +17,7 @@ first N decisions are those of the unrationed run, so N and N-1 differ by one me
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import re
@@ -49,6 +50,7 @@ class _State:
     def __init__(self, an: GraphAnalysis, memo: CheckMemo | None = None):
         self.an = an
         self.memo = memo  # legality results of earlier passes (check_memo.py)
+        self._first: dict[Group, int] = {}
         self._member_keys: dict = {}
         self.groups: dict[int, Group] = {}
         self.owner: dict[str, int] = {}
@@ -97,6 +99,13 @@ class _State:
             self._checks[group] = (self.memo.check(self.an, group, self._member_keys) if self.memo is not None
                                    else check_group(self.an, group))
         return self._checks[group]
+
+    def first_position(self, group: Group) -> int:
+        """The graph position of the group's first member (once per group version)."""
+        found = self._first.get(group)
+        if found is None:
+            found = self._first[group] = min(self.an.pos(n) for n in group.members)
+        return found
 
     def info(self, group: Group) -> GroupInfo:
         if group not in self._infos:
@@ -167,12 +176,12 @@ HORIZONTAL_WINDOW = 32
 
 
 class HorizontalBuckets:
-    """The pointwise and reduction groups by bucket, kept up to date through merges."""
+    """The pointwise and reduction groups by bucket, each bucket kept in graph order (a group's
+    first member's position, then its id) through merges."""
 
     def __init__(self, state: _State):
         self.state = state
-        self.first: dict[Group, int] = {}  # group -> its first member's graph position
-        self.ids: dict[tuple, set[int]] = {}
+        self.lists: dict[tuple, list[tuple[int, int]]] = {}  # bucket -> sorted (position, group id)
         for gid, grp in state.groups.items():
             self.add(gid, grp)
 
@@ -185,36 +194,39 @@ class HorizontalBuckets:
     def add(self, gid: int, group: Group) -> None:
         key = self.key(group)
         if key is not None:
-            self.ids.setdefault(key, set()).add(gid)
+            bisect.insort(self.lists.setdefault(key, []), (self.state.first_position(group), gid))
 
     def remove(self, gid: int, group: Group) -> None:
         key = self.key(group)
         if key is not None:
-            self.ids[key].discard(gid)
-
-    def position(self, gid: int) -> int:
-        group = self.state.groups[gid]
-        if group not in self.first:
-            self.first[group] = min(self.state.an.pos(n) for n in group.members)
-        return self.first[group]
+            entries = self.lists[key]
+            at = bisect.bisect_left(entries, (self.state.first_position(group), gid))
+            if at < len(entries) and entries[at][1] == gid:
+                del entries[at]
 
     def ordered(self, key: tuple) -> list[int]:
-        return sorted(self.ids.get(key, ()), key=lambda g: (self.position(g), g))
+        return [gid for _, gid in self.lists.get(key, ())]
 
     def pairs(self, reach: Reachability, only: int | None = None):
         """(a, b) with a < b: unrelated groups of one bucket within the window of each other (with
         `only`: the pairs holding that group)."""
-        keys = [self.key(self.state.groups[only])] if only is not None else sorted(self.ids, key=repr)
-        for key in keys:
+        if only is not None:
+            group = self.state.groups[only]
+            key = self.key(group)
             if key is None:
-                continue
+                return
+            entries = self.lists[key]
+            k = bisect.bisect_left(entries, (self.state.first_position(group), only))
+            near = entries[max(0, k - HORIZONTAL_WINDOW):k] + entries[k + 1:k + 1 + HORIZONTAL_WINDOW]
+            for _, other in near:
+                a, b = min(only, other), max(only, other)
+                if not reach.related(a, b):
+                    yield a, b
+            return
+        for key in sorted(self.lists, key=repr):
             ids = self.ordered(key)
-            spots = [ids.index(only)] if only is not None else range(len(ids))
-            for k in spots:
-                others = ids[k + 1:k + 1 + HORIZONTAL_WINDOW]
-                if only is not None:
-                    others = ids[max(0, k - HORIZONTAL_WINDOW):k] + others
-                for other in others:
+            for k in range(len(ids)):
+                for other in ids[k + 1:k + 1 + HORIZONTAL_WINDOW]:
                     a, b = min(ids[k], other), max(ids[k], other)
                     if not reach.related(a, b):
                         yield a, b
@@ -293,7 +305,7 @@ def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = Non
     fusions: list[tuple] = []
 
     def push(score, a: int, b: int, ga: Group, gb: Group, kind: str, merged) -> None:
-        order = (min(an.pos(n) for n in gb.members), min(an.pos(n) for n in ga.members), kind)
+        order = (state.first_position(gb), state.first_position(ga), kind)
         heapq.heappush(heap, (-float(score), order, next(counter), a, b, ga, gb, kind, merged))
 
     def consider(a: int, b: int, kind: str) -> None:
