@@ -7,6 +7,7 @@ into exactly the declared types or raises `MalformedIRError` naming the field.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -43,16 +44,37 @@ def _encode_attr(value):
     return value
 
 
+# per dataclass: its fields with their type hints, and per hint its arguments: worked out once
+# (a BERT Program has ~40,000 values; asking `dataclasses` and `typing` for each was most of `dumps`)
+_FIELDS: dict[type, tuple[tuple[str, object], ...] | None] = {}
+_ARGS: dict[object, tuple] = {}
+
+
+def _fields_of(cls) -> tuple[tuple[str, object], ...] | None:
+    """The (name, hint) of each field of dataclass `cls`; None for any other type."""
+    if cls not in _FIELDS:
+        _FIELDS[cls] = (tuple((f.name, _hints(cls)[f.name]) for f in dataclasses.fields(cls))
+                        if dataclasses.is_dataclass(cls) else None)
+    return _FIELDS[cls]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _expr_text(expr) -> str:
+    return expr_str(expr)  # equal expressions print alike: one print per distinct size
+
+
 def to_jsonable(value, hint=None):
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        hints = _hints(type(value))
-        return {f.name: to_jsonable(getattr(value, f.name), hints[f.name]) for f in dataclasses.fields(value)}
+    fields = _fields_of(type(value))  # a dataclass instance (a class itself is of type `type`)
+    if fields is not None:
+        return {name: to_jsonable(getattr(value, name), h) for name, h in fields}
     if hint is tuple:  # Attrs
         return [[k, _encode_attr(v)] for k, v in value]
     if isinstance(value, sympy.Basic):
-        return expr_str(value)
+        return _expr_text(value)
     if isinstance(value, tuple):
-        args = typing.get_args(hint) if hint is not None else ()
+        args = _ARGS.get(hint) if hint is not None else ()
+        if args is None:
+            args = _ARGS[hint] = typing.get_args(hint)
         if len(args) == 2 and args[1] is Ellipsis:
             return [to_jsonable(v, args[0]) for v in value]
         if args:
