@@ -6,8 +6,9 @@
 Each DIR is a pipec kernel cache (its `tuning/` folder) or a `tuning/` folder itself, filled by
 compiles on a GPU of the family (`PIPEC_KERNEL_DIR`, or `PIPEC_CACHE_DIR`). Every timing
 there that carries its features (runtime tuning_cache.py) is a sample; samples with the same
-feature key are one decision. A decision enters the table only when one candidate was within
-`MARGIN` (5%) of the fastest in every sample of it: where runs disagree, or a candidate failed
+feature key are one decision (a launch's sample counts under its refined features, with the
+kernel's body, and under the coarse ones, without). A decision enters the table only when one
+candidate was within `MARGIN` (5%) of the fastest in every sample of it: where runs disagree, or a candidate failed
 in one of them, the runtime keeps timing. `--merge` keeps the entries of an existing `--out`
 that these samples do not contradict.
 """
@@ -21,7 +22,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from pipec_runtime_cudagraph.tuning_table import FORMAT, MARGIN, TABLE_DIR, feature_key
+from pipec_runtime_cudagraph.tuning_table import FORMAT, MARGIN, TABLE_DIR, coarse, feature_key
 
 
 def samples(directories: list[Path], family: str) -> tuple[dict[str, list[dict]], int]:
@@ -41,9 +42,14 @@ def samples(directories: list[Path], family: str) -> tuple[dict[str, list[dict]]
             if data.get("family") != family or len(labels) != len(times) or len(labels) < 2:
                 skipped += 1
                 continue
-            key = feature_key(features)
-            features_of[key] = features
-            found[key].append({label: (math.inf if t is None else float(t)) for label, t in zip(labels, times)})
+            sample = {label: (math.inf if t is None else float(t)) for label, t in zip(labels, times)}
+            # under the refined features (a launch's body) and the coarse ones: the runtime looks the
+            # refined key up first, and the coarse entry serves kernels no run has seen
+            for version in (features, coarse(features)):
+                if version is not None:
+                    key = feature_key(version)
+                    features_of[key] = version
+                    found[key].append(sample)
     return found, skipped
 
 

@@ -40,6 +40,25 @@ def test_decide_keeps_only_a_pick_within_the_margin_everywhere():
     assert learn_tuning_table.decide([{a: math.inf, b: math.inf}]) is None
 
 
+def test_kernels_told_apart_by_their_bodies_each_get_their_pick(tmp_path, capsys):
+    """Launches with the same configs, sizes and dtypes but different bodies (the backward row
+    kernels of one model) disagree about the fastest: each body gets its own entry, the coarse
+    features none; where the bodies agree the coarse features get the pick too."""
+    body_a, body_b = [["load", 2], ["sum", 1]], [["load", 4], ["sum", 2], ["where", 1]]
+    tuning = tmp_path / "run" / "tuning"
+    for k, (n, body, times) in enumerate([(128, body_a, [1.0, 0.5]), (128, body_b, [0.5, 1.0]),
+                                          (256, body_a, [1.0, 0.5]), (256, body_b, [1.0, 0.6])]):
+        write(tuning, f"k{k}", n, times, features=dict(features(n), body=body))
+    out = tmp_path / "sm90.json"
+    assert learn_tuning_table.main([str(tmp_path / "run"), "--family", "sm90", "--out", str(out)]) == 0
+    table = TuningTable.for_family("sm90", tmp_path)
+    assert table.pick(dict(features(128), body=body_a)) == LABELS[1]
+    assert table.pick(dict(features(128), body=body_b)) == LABELS[0]
+    assert table.pick(dict(features(128), body=[["load", 9]])) is None  # the bodies disagreed: timed
+    assert table.pick(dict(features(256), body=[["load", 9]])) == LABELS[1]  # they agreed: the coarse pick
+    assert "5 entries" in capsys.readouterr().err  # 4 refined, 1 coarse
+
+
 def test_learns_a_table_the_runtime_reads(tmp_path, capsys):
     run1, run2 = tmp_path / "run1" / "tuning", tmp_path / "run2" / "tuning"
     write(run1, "k1", 128, [1.0, 0.5])  # BLOCK=128 wins twice: learned
@@ -170,3 +189,28 @@ def test_a_choice_pick_that_does_not_run_here_is_timed_instead(monkeypatch, tmp_
     monkeypatch.setattr(step, "tune", True)
     step([None] * run.nvals, (), torch.device("cuda"))  # picks are made for CUDA only; nothing here needs one
     assert timed == [()] and step.chosen == {(): "template"} and ran == ["template"]
+
+
+def test_old_timings_get_their_kernels_bodies(tmp_path):
+    """scripts/add_kernel_bodies.py finds the kernel of a timing written before the body feature
+    by its tuning key, and adds the body; a timing of no saved kernel is copied as it is."""
+    import add_kernel_bodies
+    from pipec_ir import TritonKernel
+    from pipec_runtime_cudagraph.kernels import body_digest
+    from pipec_runtime_cudagraph.tuning_cache import tuning_key
+    from pipec_runtime_cudagraph.tuning_table import body_features
+
+    source = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k0(x, y, n, BLOCK: tl.constexpr):\n"
+              "    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+              "    tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)\n")
+    kernel_dir = tmp_path / "kernels"
+    (kernel_dir / "tuning").mkdir(parents=True)
+    (kernel_dir / "0123.py").write_text(source)
+    configs = tuple(add_kernel_bodies.parse_config(label) for label in LABELS)
+    key = tuning_key(body_digest(TritonKernel("k0", source, (), (), (), configs)), (), "GPU", "3.6.0")
+    for name in (key, "unknown"):
+        write(kernel_dir / "tuning", name, 128, [1.0, 0.5])
+    assert add_kernel_bodies.main([str(kernel_dir), str(tmp_path / "out"), "--device", "GPU", "--triton", "3.6.0"]) == 0
+    found = json.loads((tmp_path / "out" / "tuning" / f"{key}.json").read_text())["features"]
+    assert found == dict(features(128), body=body_features(source)) and ["load", 1] in found["body"]
+    assert "body" not in json.loads((tmp_path / "out" / "tuning" / "unknown.json").read_text())["features"]

@@ -14,7 +14,7 @@ from runtime_helpers import T, add_kernel
 
 from pipec_runtime_cudagraph import autotune, tuning_table
 from pipec_runtime_cudagraph.launch import ProgramRunner
-from pipec_runtime_cudagraph.tuning_table import TuningTable, feature_key, launch_features, pow2
+from pipec_runtime_cudagraph.tuning_table import TuningTable, body_features, coarse, feature_key, launch_features, pow2
 
 CONFIGS = (LaunchConfig(constants=(("BLOCK", 64),)), LaunchConfig(constants=(("BLOCK", 128),)))
 
@@ -67,7 +67,9 @@ def test_a_timing_records_what_a_table_is_learned_from(fake_gpu, tmp_path):
     assert data["chosen"] == 1 and data["family"] == "sm90"
     assert data["labels"] == ["BLOCK=64 warps=4 stages=1", "BLOCK=128 warps=4 stages=1"]
     assert data["features"] == launch_features(launch, ()) == {
-        "kind": "launch", "configs": data["labels"], "sizes": [128], "dtypes": ["float32"] * 3}
+        "kind": "launch", "configs": data["labels"], "sizes": [128], "dtypes": ["float32"] * 3,
+        "body": body_features(launch.kernel.source)}
+    assert ["load", 2] in data["features"]["body"] and ["store", 1] in data["features"]["body"]
 
 
 def test_a_decision_the_table_knows_is_not_timed(fake_gpu, tmp_path):
@@ -150,3 +152,14 @@ def test_a_table_pick_that_does_not_run_here_is_timed_instead(fake_gpu, tmp_path
         runner = run(add_program(), LoadContext(tuning_cache=False))
     assert tried == [0] and fake_gpu and runner.tuned == {("pipec_add_0", ()): 1}  # timed: BLOCK=128 wins
     assert "does not run here" in caplog.text and not runner.memo.from_table
+
+
+def test_a_table_answers_from_the_refined_features_first_then_the_coarse_ones():
+    refined = {"kind": "launch", "configs": ["a", "b"], "sizes": [128], "dtypes": ["float32"],
+               "body": [["load", 2], ["store", 1]]}
+    other_body = dict(refined, body=[["load", 3], ["store", 1], ["sum", 1]])
+    table = TuningTable({feature_key(refined): "a", feature_key(coarse(refined)): "b"})
+    assert table.pick(refined) == "a"  # its own body's pick
+    assert table.pick(other_body) == "b"  # a body no run has seen: the coarse pick
+    assert TuningTable({feature_key(coarse(refined)): "b"}).pick(refined) == "b"  # a table learned before bodies
+    assert coarse(coarse(refined)) is None

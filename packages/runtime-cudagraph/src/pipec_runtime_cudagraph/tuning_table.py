@@ -9,7 +9,13 @@ kernel's body: a pointwise kernel of another model with the same candidates, siz
 dtypes is the same decision):
 
 - a launch: its candidate configs (which says what template or kernel kind it is), its
-  size arguments rounded up to powers of two, and its pointers' dtypes;
+  size arguments rounded up to powers of two, and its pointers' dtypes; and, as a refinement,
+  the *body*: how many times the kernel calls each Triton function (`tl.load`, `tl.sum`,
+  `libdevice.erf`...). Kernels of one kind on the same sizes can still want different configs:
+  the 31 row-reduction kernels of BERT base's backward share every other feature and disagree
+  about the fastest, which left that decision timed. A table entry is kept under the refined
+  key and, where the bodies agree, under the coarse one (without the body), and a lookup tries
+  the refined key first: a kernel whose body no run has seen still finds the coarse pick;
 - a choice group: the timer, and per alternative its launches' candidate configs and its
   extern calls' targets, and the shapes (rounded up to powers of two) and dtypes of the
   values they read and write.
@@ -25,8 +31,11 @@ time everything.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 from .exprs import compile_ints
@@ -71,7 +80,24 @@ def launch_features(launch, symvals: tuple) -> dict:
     values, _grid = launch.dims if launch.static else launch.dims(*symvals)  # the kernel's size arguments
     dtypes = [str(runner.value_dtypes.get(i, "?")).removeprefix("torch.") for i in launch.ptrs]
     return {"kind": "launch", "configs": [describe_config(c) for c in launch.kernel.configs],
-            "sizes": [pow2(v) for v in values], "dtypes": dtypes}
+            "sizes": [pow2(v) for v in values], "dtypes": dtypes, "body": body_features(launch.kernel.source)}
+
+
+_CALL = re.compile(r"\b(?:tl|gl|libdevice|tl\.math|tl\.extra\.cuda\.libdevice)\.(\w+)\(")
+
+
+@functools.lru_cache(maxsize=4096)
+def body_features(source: str) -> list[list]:
+    """[[function, calls], ...] of the Triton functions a kernel's source calls, by name (the
+    refining feature: module docstring); names of values and nodes do not enter it."""
+    return [[name, n] for name, n in sorted(Counter(_CALL.findall(source)).items())]
+
+
+def coarse(features: dict) -> dict | None:
+    """`features` without the refinement, or None where there is none."""
+    if "body" not in features:
+        return None
+    return {k: v for k, v in features.items() if k != "body"}
 
 
 def choice_features(runner, alternatives: dict[str, list], symvals: tuple, timer: str) -> dict:
@@ -130,7 +156,11 @@ class TuningTable:
         return cls(entries, str(path))
 
     def pick(self, features: dict) -> str | None:
-        return self.entries.get(feature_key(features))
+        """The entry of the refined features, else of the coarse ones (module docstring)."""
+        found = self.entries.get(feature_key(features))
+        if found is None and (rough := coarse(features)) is not None:
+            found = self.entries.get(feature_key(rough))
+        return found
 
     def __len__(self) -> int:
         return len(self.entries)
