@@ -24,6 +24,8 @@ ALLOWED_STATE = {
     # memos of pure functions: same answer whatever ran before
     "pipec_ir.serialize._HINT_CACHE": "memo: type hints per IR class",
     "pipec_ir.serialize._FAST": "memo: a decoder per IR class",
+    "pipec_ir.serialize._FIELDS": "memo: the fields and hints of each IR class, for encoding",
+    "pipec_ir.serialize._ARGS": "memo: the arguments of each type hint, for encoding",
     "pipec.cache.keys._FILE_DIGESTS": "memo: a source file's digest, keyed by path, mtime and size",
     "pipec.cache.keys._SOURCES": "memo: a distribution's source files",
     "pipec.logs._applied": "memo: the PIPEC_LOGS setting last applied to Python's (process-wide) loggers",
