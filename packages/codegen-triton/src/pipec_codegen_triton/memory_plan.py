@@ -297,12 +297,28 @@ def _peak_of(steps, types, outputs, buffers, slots) -> sympy.Expr | None:
                 span[key] = [k, end, nbytes]
     if not span:
         return None
+    if all(getattr(n, "is_Integer", False) or type(n) is int for _, _, n in span.values()):
+        return sympy.Integer(_int_peak(span.values(), len(steps)))
     totals = []
     for k in range(len(steps) + 1):
         live = [n for first, last, n in span.values() if first <= k <= last]
         if live:
             totals.append(sympy.Add(*live))
     return sympy.Max(*totals) if len(totals) > 1 else totals[0]
+
+
+def _int_peak(spans, n_steps: int) -> int:
+    """The largest sum of the byte counts live at one step (k in [first, last], k <= n_steps),
+    for whole-number sizes: one sweep instead of a sympy sum per step (BERT base: ~0.4 s)."""
+    delta = [0] * (n_steps + 2)
+    for first, last, nbytes in spans:
+        delta[first] += int(nbytes)
+        delta[min(last, n_steps) + 1] -= int(nbytes)
+    running, peak = 0, 0
+    for k in range(n_steps + 1):
+        running += delta[k]
+        peak = max(peak, running)
+    return peak
 
 
 def _is_view(target: str) -> bool:
