@@ -83,8 +83,12 @@ def on_graph_devices(fn: Callable, gm, example_inputs: Sequence, device) -> Call
         return fn
     tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
     sizes_only = not tensors and any(isinstance(x, torch.SymInt) for x in example_inputs)
-    # a sizes-only graph's placeholder tensors are made on `device` (backend.tensors_only)
-    runs_on = device if sizes_only else runtime_device([example_inputs[i].device for i in tensors]) if tensors else None
+    if sizes_only:  # its placeholder tensors are made on `device` (backend.tensors_only)
+        runs_on = device
+    elif tensors:
+        runs_on = runtime_device([example_inputs[i].device for i in tensors])
+    else:  # no input at all: the runtime's own default
+        runs_on = None
     move_in = [i for i in tensors if example_inputs[i].device.type == "cpu"] if runs_on not in (None, device) else []
     lands = device if move_in else runs_on  # where the runtime's outputs come out
     move_out = {k: d for k, d in enumerate(output_devices(gm)) if d is not None and d != lands}

@@ -52,10 +52,6 @@ class CheckMemo:
         return group.kind, tuple(group.domain), tuple(group.reduce_dims), tuple(members)
 
     def _value_key(self, an: GraphAnalysis, value: str) -> tuple:
-        chain = []
-        while an.is_view(value):
-            node = an.nodes[value]
-            chain.append(self.token(node))
-            value = node.inputs[0]
-        root = an.nodes.get(value)
-        return tuple(chain), (self.token(root) if root is not None else value)
+        chain = tuple(self.token(an.nodes[v]) for v in an.view_chain(value))
+        root = an.nodes.get(an.root[value])  # None for a graph input: its name stands for it
+        return chain, (self.token(root) if root is not None else an.root[value])

@@ -60,14 +60,14 @@ class CompileProfile:
         """A window is open and the calling thread may record time in it: the one that opened it,
         or another while that one is in no part and no third thread records (module docstring)."""
         me = threading.get_ident()
-        if self._owner is None:
-            return False
         if me == self._owner:
             return True
         with self._lock:
-            if self._guest in (None, me) and not self._stacks.get(self._owner):
-                return True
-        return False
+            return self._guest_may(me)
+
+    def _guest_may(self, me: int) -> bool:
+        """May thread `me`, not the window's, record now? (The caller holds the lock.)"""
+        return self._owner is not None and self._guest in (None, me) and not self._stacks.get(self._owner)
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[CompileProfile]:
@@ -88,20 +88,21 @@ class CompileProfile:
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
         """Time the block as `name`, minus the parts timed inside it."""
-        if not self.recording:
+        me = threading.get_ident()
+        if me == self._owner:
+            yield from self._timed(name)
+            return
+        with self._lock:  # another thread holds the guest's place until its outermost part ends
+            allowed = self._guest_may(me)
+            if allowed:
+                self._guest = me
+        if not allowed:
             yield
             return
-        me = threading.get_ident()
-        if me != self._owner:
-            with self._lock:  # another thread: it holds the guest's place until its outermost part ends
-                if self._guest not in (None, me) or self._stacks.get(self._owner):
-                    yield
-                    return
-                self._guest = me
         try:
             yield from self._timed(name)
         finally:
-            if me != self._owner and not self._stack:
+            if not self._stack:
                 self._guest = None
 
     def _timed(self, name: str) -> Iterator[None]:

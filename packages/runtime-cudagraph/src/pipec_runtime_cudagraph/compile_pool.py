@@ -253,9 +253,7 @@ def _capture(jobs: list[tuple]):
                     fn.warmup(*args, *sizes, grid=grid, **kwargs)
                 except Exception:  # noqa: BLE001, S110 - the parent's own compile reports it
                     pass
-            request = _request(captured[0], where, base) if captured else None
-            if request is not None:
-                request["gluon"] = is_gluon(fn)
+            request = _request(captured[0], where, base, is_gluon(fn)) if captured else None
             if request is None:
                 left.append(job)
                 continue
@@ -308,7 +306,7 @@ def is_gluon(fn) -> bool:
     return isinstance(fn, JITFunction) and bool(getattr(fn, "is_gluon", lambda: False)())
 
 
-def _request(compile: dict, where: tuple[str, str, str], base: dict) -> dict | None:
+def _request(compile: dict, where: tuple[str, str, str], base: dict, gluon: bool) -> dict | None:
     try:
         options = json.loads(compile["specialization_data"])["options"]
     except (KeyError, TypeError, ValueError):
@@ -318,7 +316,7 @@ def _request(compile: dict, where: tuple[str, str, str], base: dict) -> dict | N
     path, module, name = where
     return {**base, "path": path, "module": module, "name": name, "signature": dict(compile["signature"]),
             "constants": dict(compile.get("constants") or {}), "attrs": dict(compile["configs"][0]),
-            "options": options}
+            "options": options, "gluon": gluon}
 
 
 def cache_entry(fn, request: dict, backend) -> tuple[str, str] | None:

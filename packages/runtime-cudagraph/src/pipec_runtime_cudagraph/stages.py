@@ -1,4 +1,4 @@
-"""The runtime stage objects registered with pipec (they import torch/triton only in `load`)."""
+"""The runtime stage objects registered with pipec (they import torch/triton only in `load` and `warm`)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,7 @@ import torch
 
 from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, Device, Dtype, Ref, Size, get_attr
 
-from . import extern_ops  # noqa: F401 - registers the pipec.* extern targets
-from .extern_ops import guarded
+from . import extern_ops  # registers the pipec.* extern targets; guards ATen's buggy ones
 from .autotune import forget_table_pick, known_config, time_configs, tuning_keys
 from .exprs import compile_ints, is_static, static_ints
 from .fastlaunch import ALIGN_MASK, bind_launcher, fast_path_available
@@ -98,7 +97,7 @@ class ExternStep:
         where = f"extern step {step.target}"
         self.ir = step
         self.name = step.target
-        self.op = guarded(step.target, resolve_target(step.target))
+        self.op = extern_ops.guarded(step.target, resolve_target(step.target))
         self.args = [compile_arg(v, index, where, symbols) for v in (get_attr(step.attrs, "args", ()) or ())]
         self.kwargs = [(k, *compile_arg(v, index, where, symbols))
                        for k, v in (get_attr(step.attrs, "kwargs", ()) or ())]

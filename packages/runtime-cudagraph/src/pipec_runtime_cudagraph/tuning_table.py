@@ -11,9 +11,9 @@ dtypes is the same decision):
 - a launch: its candidate configs (which says what template or kernel kind it is), its
   size arguments rounded up to powers of two, and its pointers' dtypes; and, as a refinement,
   the *body*: how many times the kernel calls each Triton function (`tl.load`, `tl.sum`,
-  `libdevice.erf`...). Kernels of one kind on the same sizes can still want different configs:
-  the 31 row-reduction kernels of BERT base's backward share every other feature and disagree
-  about the fastest, which left that decision timed. A table entry is kept under the refined
+  `libdevice.erf`...): kernels of one kind on the same sizes but with different work (a
+  layer_norm backward beside a softmax backward) may want different configs, and a decision
+  whose runs disagree is left timed. A table entry is kept under the refined
   key and, where the bodies agree, under the coarse one (without the body), and a lookup tries
   the refined key first: a kernel whose body no run has seen still finds the coarse pick;
 - a choice group: the timer, and per alternative its launches' candidate configs and its
@@ -86,11 +86,16 @@ def launch_features(launch, symvals: tuple) -> dict:
 _CALL = re.compile(r"\b(?:tl|gl|libdevice|tl\.math|tl\.extra\.cuda\.libdevice)\.(\w+)\(")
 
 
-@functools.lru_cache(maxsize=4096)
 def body_features(source: str) -> list[list]:
     """[[function, calls], ...] of the Triton functions a kernel's source calls, by name (the
-    refining feature: module docstring); names of values and nodes do not enter it."""
-    return [[name, n] for name, n in sorted(Counter(_CALL.findall(source)).items())]
+    refining feature: module docstring); names of values and nodes do not enter it. A new list
+    each call (it goes into feature dicts that are stored)."""
+    return [list(pair) for pair in _calls(source)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _calls(source: str) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(Counter(_CALL.findall(source)).items()))
 
 
 def coarse(features: dict) -> dict | None:
