@@ -8,8 +8,10 @@ compiles on a GPU of the family (`PIPEC_KERNEL_DIR`, or `PIPEC_CACHE_DIR`). Ever
 there that carries its features (runtime tuning_cache.py) is a sample; samples with the same
 feature key are one decision (a launch's sample counts under its refined features, with the
 kernel's body, and under the coarse ones, without). A decision enters the table only when one
-candidate was within `MARGIN` (5%) of the fastest in every sample of it: where runs disagree, or a candidate failed
-in one of them, the runtime keeps timing. `--merge` keeps the entries of an existing `--out`
+candidate was within `MARGIN` (5%) of the fastest in every sample of it, or, for a decision of many
+samples whose spread is timing noise (the same kernel in every layer), by their median
+(`decide_noisy`); where runs disagree otherwise, or a candidate failed in one of them, the
+runtime keeps timing. `--merge` keeps the entries of an existing `--out`
 that these samples do not contradict.
 """
 
@@ -18,17 +20,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from pipec_runtime_cudagraph.tuning_table import FORMAT, MARGIN, TABLE_DIR, coarse, feature_key
 
+# a decision left open by disagreeing samples is decided by their median from this many on
+NOISY_MIN_SAMPLES = 5
 
-def samples(directories: list[Path], family: str) -> tuple[dict[str, list[dict]], int]:
-    """feature key -> the samples of that decision ({label: ms}); and how many files were skipped."""
+
+def samples(directories: list[Path], family: str) -> tuple[dict[str, list[dict]], set[str], int]:
+    """feature key -> the samples of that decision ({label: ms}); the keys that name a kernel's
+    body (refined launch features); and how many files were skipped."""
     found: dict[str, list[dict]] = defaultdict(list)
-    features_of: dict[str, dict] = {}
+    refined: set[str] = set()
     skipped = 0
     for directory in directories:
         folder = directory / "tuning" if (directory / "tuning").is_dir() else directory
@@ -48,9 +55,22 @@ def samples(directories: list[Path], family: str) -> tuple[dict[str, list[dict]]
             for version in (features, coarse(features)):
                 if version is not None:
                     key = feature_key(version)
-                    features_of[key] = version
                     found[key].append(sample)
-    return found, skipped
+                    if "body" in version:
+                        refined.add(key)
+    return found, refined, skipped
+
+
+def _ratios(sample_list: list[dict], label: str) -> list[float]:
+    """`label`'s time over the fastest candidate's, per sample (inf where it or every candidate failed)."""
+    ratios = []
+    for s in sample_list:
+        fastest = min(s.values())
+        if not math.isfinite(fastest) or fastest <= 0 or not math.isfinite(s[label]):
+            ratios.append(math.inf)
+        else:
+            ratios.append(s[label] / fastest)
+    return ratios
 
 
 def decide(sample_list: list[dict]) -> tuple[str, float] | None:
@@ -58,16 +78,35 @@ def decide(sample_list: list[dict]) -> tuple[str, float] | None:
     labels = set.intersection(*(set(s) for s in sample_list))
     best = None
     for label in sorted(labels):
-        ratios = []
-        for s in sample_list:
-            fastest = min(s.values())
-            if not math.isfinite(fastest) or fastest <= 0 or not math.isfinite(s[label]):
-                ratios.append(math.inf)
-            else:
-                ratios.append(s[label] / fastest)
-        worst = max(ratios)
+        worst = max(_ratios(sample_list, label))
         if best is None or worst < best[1]:
             best = (label, worst)
+    return best if best is not None and best[1] <= MARGIN else None
+
+
+def decide_noisy(sample_list: list[dict]) -> tuple[str, float] | None:
+    """(the pick, its median ratio to the fastest) for a decision of many samples that `decide`
+    leaves open because timing noise, not the kernels, disagrees.
+
+    Only for refined keys (the caller's rule): their samples are the same kernel body on the same
+    sizes (twelve layers of one model), so a spread between them is noise. Noise only ever adds time: a pick is
+    trusted when, over at least NOISY_MIN_SAMPLES samples, its median ratio to the fastest is
+    within MARGIN, it never failed, and its quickest time is within MARGIN of the quickest time
+    any candidate reached.
+    """
+    if len(sample_list) < NOISY_MIN_SAMPLES:
+        return None
+    labels = sorted(set.intersection(*(set(s) for s in sample_list)))
+    quickest = {label: min(s[label] for s in sample_list) for label in labels}
+    floor = min(quickest.values(), default=math.inf)
+    best = None
+    for label in labels:
+        ratios = _ratios(sample_list, label)
+        if not all(math.isfinite(r) for r in ratios) or quickest[label] > MARGIN * floor:
+            continue
+        median = statistics.median(ratios)
+        if best is None or median < best[1]:
+            best = (label, median)
     return best if best is not None and best[1] <= MARGIN else None
 
 
@@ -80,15 +119,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or TABLE_DIR / f"{args.family}.json"
 
-    found, skipped = samples(args.dirs, args.family)
-    entries, undecided = {}, 0
+    found, refined, skipped = samples(args.dirs, args.family)
+    entries, undecided, by_median = {}, 0, 0
     for key, sample_list in found.items():
         decided = decide(sample_list)
-        if decided is None:
+        if decided is not None:
+            pick, worst = decided
+            entries[key] = {"pick": pick, "samples": len(sample_list), "worst_ratio": round(worst, 4)}
+            continue
+        noisy = decide_noisy(sample_list) if key in refined else None
+        if noisy is None:
             undecided += 1
             continue
-        pick, worst = decided
-        entries[key] = {"pick": pick, "samples": len(sample_list), "worst_ratio": round(worst, 4)}
+        pick, median = noisy
+        entries[key] = {"pick": pick, "samples": len(sample_list), "median_ratio": round(median, 4)}
+        by_median += 1
     kept = 0
     if args.merge and out.exists():
         old = json.loads(out.read_text()).get("entries", {})
@@ -101,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1) + "\n")
     print(f"{out}: {len(entries)} entries ({kept} kept from before); {len(found)} decisions seen, "
-          f"{undecided} without a pick within {MARGIN:g}x in every sample; {skipped} files skipped",
+          f"{by_median} decided by the median of >= {NOISY_MIN_SAMPLES} noisy samples, {undecided} without a pick; "
+          f"{skipped} files skipped",
           file=sys.stderr)
     return 0
 

@@ -40,6 +40,40 @@ def test_decide_keeps_only_a_pick_within_the_margin_everywhere():
     assert learn_tuning_table.decide([{a: math.inf, b: math.inf}]) is None
 
 
+def test_noisy_samples_of_one_body_are_decided_by_their_median():
+    """The same kernel in every layer, timed once per layer: most samples agree, a few are slowed
+    by noise (session 6's BERT backward row kernels: one config 27.7 us in most layers, 98 us in one)."""
+    a, b = LABELS
+    quiet = [{a: 1.0, b: 1.3}] * 4
+    noisy = quiet + [{a: 2.0, b: 1.35}]
+    assert learn_tuning_table.decide(noisy) is None  # b won one sample by far
+    assert learn_tuning_table.decide_noisy(noisy) == (a, 1.0)
+    assert learn_tuning_table.decide_noisy(noisy[1:]) is None  # too few samples
+    split = [{a: 1.0, b: 1.3}] * 3 + [{a: 1.3, b: 1.0}] * 3  # half and half: no median within 5%
+    assert learn_tuning_table.decide_noisy(split) is None
+    faster_once = [{a: 1.0, b: 1.02}] * 5 + [{a: 1.0, b: 0.5}]  # b's best time is far below a's: not noise
+    assert learn_tuning_table.decide_noisy(faster_once) == (b, 1.02)
+    failed = [{a: 1.0, b: 1.3}] * 5 + [{a: math.inf, b: 1.3}]  # a pick that failed once is never trusted
+    assert learn_tuning_table.decide_noisy(failed) is None
+
+
+def test_the_median_rule_learns_refined_keys_only(tmp_path, capsys):
+    """Noisy samples under one body get the median's pick; the coarse key, where bodies may
+    differ, keeps the every-sample rule (here: left to timing)."""
+    body = [["load", 2], ["sum", 1]]
+    tuning = tmp_path / "run" / "tuning"
+    for k, times in enumerate([[1.0, 1.3]] * 5 + [[2.0, 1.35]]):
+        write(tuning, f"k{k}", 128, times, features=dict(features(128), body=body))
+    out = tmp_path / "sm90.json"
+    assert learn_tuning_table.main([str(tmp_path / "run"), "--family", "sm90", "--out", str(out)]) == 0
+    assert "1 decided by the median" in capsys.readouterr().err
+    table = TuningTable.for_family("sm90", tmp_path)
+    assert table.pick(dict(features(128), body=body)) == LABELS[0]
+    assert table.pick(dict(features(128), body=[["load", 9]])) is None
+    entry = json.loads(out.read_text())["entries"][feature_key(dict(features(128), body=body))]
+    assert entry == {"pick": LABELS[0], "samples": 6, "median_ratio": 1.0}
+
+
 def test_kernels_told_apart_by_their_bodies_each_get_their_pick(tmp_path, capsys):
     """Launches with the same configs, sizes and dtypes but different bodies (the backward row
     kernels of one model) disagree about the fastest: each body gets its own entry, the coarse
