@@ -41,9 +41,13 @@ def test_profile_of_an_inference_example():
     assert counts["graphs"] == 1
     # every kernel loaded, alternatives included (a GEMM's template and its library call's epilogue)
     assert counts["kernels"] >= counts["unique_kernels"] >= report.kernel_count >= 1
-    assert counts["triton_compiles"] == 0 and seconds["triton_compile"] == 0  # the interpreter compiles nothing
-    assert counts["kernels_timed"] == counts["configs_tried"] == counts["alternatives_timed"] == 0
-    assert seconds["autotune"] == 0
+    if inputs[0].is_cuda:  # where a GPU is there (load_example puts the example on it)
+        assert counts["triton_compiles"] >= 1 and seconds["triton_compile"] > 0
+        assert (counts["configs_tried"] > 0) == (counts["kernels_timed"] > 0)
+    else:  # the interpreter compiles nothing, and times nothing
+        assert counts["triton_compiles"] == 0 and seconds["triton_compile"] == 0
+        assert counts["kernels_timed"] == counts["configs_tried"] == counts["alternatives_timed"] == 0
+        assert seconds["autotune"] == 0
     assert json.loads(report.to_json())["compile_profile"] == report.compile_profile
 
 

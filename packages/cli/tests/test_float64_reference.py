@@ -55,7 +55,7 @@ def test_wrong_output_still_fails_and_says_float64():
     ours = eager + 1.0
     _, problem = compare_outputs((eager, ours), (eager, eager), reference=lambda: (EXACT, EXACT))
     assert problem.startswith("output 1 differs from eager: max abs error 1 (Mismatched elements: 16 / 16")
-    assert re.search(r"\(100\.0%\)\); against float64 pipec is off by 1\.0\d, eager by 0\.0\d+$", problem), problem
+    assert re.search(r"\(100\.0%\)\); against float64 it is off by 1\.0\d, eager by 0\.0\d+$", problem), problem
     assert "\n" not in problem
 
 

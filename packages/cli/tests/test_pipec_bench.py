@@ -434,3 +434,37 @@ def test_profile_counts_say_how_many_compiles_ran_in_worker_processes():
     assert "Triton compiles 74 (70 in workers)," in profile_counts(
         {"counts": {"triton_compiles": 74, "triton_compiles_in_workers": 70}})
     assert "Triton compiles 74," in profile_counts({"counts": {"triton_compiles": 74}})  # no workers ran
+
+
+def test_an_inductor_mismatch_is_its_rows_error_not_the_runs(monkeypatch):
+    """Inductor off eager (ResNet-50 bf16 on the H200) is recorded in its row, untimed; pipec's row
+    is still checked and timed; pipec off eager stays fatal (the test above and --keep-going's)."""
+    from pipec.api import make_options
+    from pipec.bench import BenchMismatch, run_bench
+
+    def off_eager(*args, **kwargs):
+        raise BenchMismatch("inductor (default) differs from eager: output 0 differs from eager")
+
+    monkeypatch.setattr(bench, "bench_inductor", off_eager)
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: 1.0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
+    options = BenchOptions(pipec=make_options(), inductor=True, rounds=1, warmup_ms=0, rep_ms=1, warm=False)
+    result = run_bench(model, (torch.randn(4, 5),), "seq", options)
+    assert [b.name for b in result.backends] == ["eager", "pipec", "inductor (default)"]
+    inductor = result.backends[2]
+    assert "differs from eager" in inductor.error and inductor.ms is None
+    assert result.backend("pipec").ms == 1.0 and result.backend("pipec").error is None
+
+
+def test_bench_command_warns_of_an_inductor_mismatch_and_exits_0(fake_stages, capsys, model_file, monkeypatch):
+    from pipec.bench import BenchMismatch
+
+    def off_eager(*args, **kwargs):
+        raise BenchMismatch("inductor (default) differs from eager: output 0 differs from eager")
+
+    monkeypatch.setattr(bench, "bench_inductor", off_eager)
+    code, out, err = run(["bench", model_file, *QUICK, "--inductor", "--no-warm", "--json"], capsys)
+    assert code == 0, err
+    assert "warning: tiny: inductor (default) differs from eager" in err and "left untimed" in err
+    rows = {b["name"]: b for b in json.loads(out)["backends"]}
+    assert rows["pipec"]["ms"] > 0 and rows["inductor (default)"]["ms"] is None

@@ -177,7 +177,7 @@ def _compare_output(i: int, a, e, atol, rtol, exact) -> tuple[float | None, str 
 
 
 def _judged_by_float64(problem: str, i: int, a, e, exact) -> str | None:
-    """`problem`, or None when pipec's output is about as close to float64 as eager's; the
+    """`problem`, or None when the compiled output is about as close to float64 as eager's; the
     strict verdict stands when there is no float64 result to judge by."""
     from .reference import REFERENCE_SLACK, close_enough, errors_against_float64
 
@@ -189,7 +189,7 @@ def _judged_by_float64(problem: str, i: int, a, e, exact) -> str | None:
     ours, eagers = errors
     if close_enough(ours, eagers, e.dtype):
         return None
-    return f"{problem}; against float64 pipec is off by {ours:.3g}, eager by {eagers:.3g}"
+    return f"{problem}; against float64 it is off by {ours:.3g}, eager by {eagers:.3g}"
 
 
 # ---------------------------------------------------------------- explain

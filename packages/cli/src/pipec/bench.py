@@ -455,8 +455,9 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     `pipec_modes`), Inductor modes (the slowest compiles last), then timed together
     (`time_rounds`), then their launches counted and peak memory measured, then each is compiled
     again from its caches (warm); `on_update` sees the result after each step. Raises
-    BenchMismatch when a backend's outputs differ from eager; compile failures propagate; with
-    `keep_going` both are recorded as the backend's `error` instead.
+    BenchMismatch when a pipec backend's outputs differ from eager (Inductor's mismatch is recorded
+    as its row's `error`, untimed); compile failures propagate; with `keep_going` both are
+    recorded as the backend's `error` instead.
     """
     import torch
 
@@ -511,7 +512,10 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                     held = after - before - (_float64_bytes(expected) - float64_before)
                     pending[-1].result.held_mib = max(held, 0) / 2**20
             except Exception as exc:
-                if not options.keep_going:
+                # Inductor off eager (ResNet-50 in bf16 on the H200: 1.6% of the logits) is recorded
+                # in its row, not fatal: pipec's figures beside it still hold
+                reference_off = isinstance(exc, BenchMismatch) and backend.startswith("inductor")
+                if not (options.keep_going or reference_off):
                     raise
                 failed = BackendResult(backend, backend, error=_error_line(exc))
                 result.backends.append(failed)

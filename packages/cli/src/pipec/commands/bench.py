@@ -149,5 +149,9 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
         stderr.print("note: no CUDA device: CPU wall times, pipec's kernels in Triton's interpreter "
                      "(a smoke test, not a performance number)")
     failed = [b for b in result.backends if b.error]
+    reference_off = [b for b in failed if b.name.startswith("inductor") and "differs from eager" in b.error]
+    for b in reference_off:  # Inductor's numerics are not pipec's failure (run_bench records them)
+        stderr.print(f"warning: {name}: {b.error} (its row is left untimed)", markup=False)
+    failed = [b for b in failed if b not in reference_off]
     if failed:
         fail(f"{name}: {len(failed)} backend(s) failed; {failed[0].name}: {failed[0].error}", 1)
