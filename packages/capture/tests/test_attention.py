@@ -57,6 +57,23 @@ def test_bias_rows_are_aligned_and_match_the_mask():
     torch.testing.assert_close(bias, expected)
 
 
+def test_one_bias_per_mask_shared_by_every_call():
+    """transformers hands one mask to every layer: its bias is made once and shared (BERT base:
+    twelve 4 MiB copies before), per dtype; a mask broadcast along the keys gets full rows."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 5, 8)
+    k = torch.randn(2, 3, 20, 8)
+    mask = torch.rand(2, 1, 5, 20) > 0.3
+    first, second = attention_bias(mask, q, k), attention_bias(mask, q, k)
+    assert first.data_ptr() == second.data_ptr()
+    assert attention_bias(mask, q.half(), k.half()).dtype == torch.float16  # another dtype: its own
+    assert attention_bias(mask.clone(), q, k).data_ptr() != first.data_ptr()  # another mask: its own
+    keys = torch.rand(2, 1, 5, 1) > 0.5  # one flag per query row, broadcast along the keys
+    bias = attention_bias(keys, q, k)
+    assert bias.shape == (2, 3, 5, 20) and bias.stride(-1) == 1
+    torch.testing.assert_close(bias, torch.where(keys, 0.0, float("-inf")).expand(2, 3, 5, 20))
+
+
 def test_masked_attention_falls_back_off_cuda():
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 6, 8) for _ in range(3))
@@ -92,6 +109,22 @@ def test_cuda_masked_attention_trains():
     for g, t in zip(got, twins):
         torch.testing.assert_close(g, t.grad, atol=1e-4, rtol=1e-4)
     assert any("_scaled_dot_product_efficient_attention_backward" in t for t in externs(records))
+
+
+@cuda
+def test_cuda_layers_sharing_a_mask_share_one_bias():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 32, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = transformers_like_mask(2, 32, "cuda")
+
+    def two_layers(q, k, v, mask):
+        return attend(attend(q, k, v, mask), k, v, mask)
+
+    out, records = dynamo_capture(two_layers, (q, k, v, mask), check=False)
+    expected = two_layers(q.double(), k.double(), v.double(), mask).to(q.dtype)
+    torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+    wheres = [n for graph, _, _ in records for n in graph.nodes if n.op == "where"]
+    assert len(wheres) == 1, wheres
 
 
 def test_dynamo_graph_calls_are_rewritten():
