@@ -43,6 +43,26 @@ _DEFAULT_LIKE = {torch.strided, torch.contiguous_format, torch.preserve_format}
 _DROPPABLE_KWARGS = ("layout", "memory_format", "pin_memory")
 
 
+def _strided_results(val) -> tuple[int, ...]:
+    """The indices of an extern's tensor results that the trace made with other strides than
+    row-major (attention's output and gradients: [batch, heads, seq, dim] laid out as [batch,
+    seq, heads, dim]); () for none. A layout the trace cannot tell without a guard counts as
+    row-major."""
+    results = (val,) if isinstance(val, torch.Tensor) else tuple(val) if isinstance(val, (tuple, list)) else ()
+    strided = []
+    for k, r in enumerate(results):
+        if not isinstance(r, torch.Tensor):
+            continue
+        try:
+            contiguous = r.is_contiguous()
+            known = contiguous if isinstance(contiguous, bool) else None
+        except Exception:  # noqa: BLE001 - a layout decided by unbacked sizes: treated as row-major
+            known = None
+        if known is False:
+            strided.append(k)
+    return tuple(strided)
+
+
 def opaque_object_name(val: Any) -> str | None:
     """The class name of a script object or opaque object (`torch._library.opaque_object`)
     graph input, as AOTAutograd's fake tracing sees it (a FakeScriptObject) or as it runs;
@@ -338,6 +358,9 @@ class Lowerer(GraphBuilder):
         val = node.meta.get("val")
         inputs = tuple(Ref(r) for r in refs)
         attrs = dict(target=target, args=args, kwargs=tuple(kwargs), reason=reason)
+        strided = _strided_results(val)
+        if strided:  # a hint for fusion (docs/IR.md, "extern"): these results are not row-major
+            attrs["strided"] = strided
         if isinstance(val, torch.Tensor):
             t = self.tensor_type(val, self.where(node))
             name = self.own_name(node)

@@ -58,6 +58,20 @@ def same_shape(a, b) -> bool:
 same_index = same_shape
 
 
+def _views_of_strided_results(graph: Graph, nodes: dict[str, Node]) -> frozenset[str]:
+    """The view nodes whose source is an extern result the capture marked `strided`."""
+    def strided(value: str) -> bool:
+        n = nodes.get(value)
+        if n is None:
+            return False
+        if n.op == "getitem":
+            source = nodes.get(n.inputs[0])
+            return source is not None and n.attr("index") in (source.attr("strided") or ())
+        return n.op == "extern" and 0 in (n.attr("strided") or ())
+
+    return frozenset(n.name for n in graph.nodes if n.op in VIEW_OPS and strided(n.inputs[0]))
+
+
 class GraphAnalysis:
     def __init__(self, graph: Graph):
         self.graph = graph
@@ -72,9 +86,19 @@ class GraphAnalysis:
         self._numel_cache: dict[tuple, int] = {}  # shape -> numel_hint
         self._refine_cache: dict[tuple, tuple | None] = {}  # (shape, shape) -> refine_shapes
         self._hints = {size_symbol(s.name): s.hint for s in graph.symbols}
+        # views read straight off a library result laid out other than row-major (the capture's
+        # `strided` hint): each is made by its view call and read by kernels as a tensor of its
+        # own, not folded into their index math, since folding would have the runtime copy the
+        # result row-major first (BERT training: attention's gradients, two copies each)
+        self.materialized = _views_of_strided_results(graph, self.nodes)
         self.root: dict[str, str] = {i.name: i.name for i in graph.inputs}
+        # the node computing a value, through every view (materialized ones too): what a reader
+        # of the value depends on, for the group graph
+        self.source: dict[str, str] = dict(self.root)
         for n in graph.nodes:
-            self.root[n.name] = self.root[n.inputs[0]] if n.op in VIEW_OPS else n.name
+            folds = n.op in VIEW_OPS and n.name not in self.materialized
+            self.root[n.name] = self.root[n.inputs[0]] if folds else n.name
+            self.source[n.name] = self.source[n.inputs[0]] if n.op in VIEW_OPS else n.name
 
         self.live = self._live_nodes()
         # compute nodes: live nodes that are not views
@@ -96,6 +120,7 @@ class GraphAnalysis:
             if group_kind_of(n) in ("matmul", "extern", "collective") and n.op != "getitem":
                 need.update(v for v in n.inputs if self.is_view(v))
         need.update(o for o in graph.outputs if o is not None and self.is_view(o))
+        need.update(v for v in self.materialized if v in self.live)
         stack = list(need)
         while stack:
             v = self.nodes[stack.pop()].inputs[0]
@@ -112,8 +137,9 @@ class GraphAnalysis:
     # ------------------------------------------------------------ helpers
 
     def is_view(self, value: str) -> bool:
+        """Is `value` a view folded into its readers' index math (a materialized view is not)?"""
         n = self.nodes.get(value)
-        return n is not None and n.op in VIEW_OPS
+        return n is not None and n.op in VIEW_OPS and value not in self.materialized
 
     def shape(self, value: str):
         return tuple(self.types[value].shape)

@@ -80,7 +80,7 @@ class _State:
         self.dag.add_nodes_from(self.groups)
         for name in an.compute:
             for value in an.nodes[name].inputs:
-                root = an.root[value]
+                root = an.source[value]
                 if root in self.owner and self.owner[root] != self.owner[name]:
                     self._add_edge(self.owner[root], self.owner[name], (root, name))
         self._checks: dict[Group, GroupCheck] = {}
