@@ -459,7 +459,8 @@ def _kernel_name(an: GraphAnalysis, kernel: Kernel, index: int) -> str:
 
 def schedule_keys(an: GraphAnalysis, kernels: list[Kernel], kdag: nx.DiGraph) -> dict[int, tuple]:
     """The order of the plan: kernel -> sort key of a topological sort taking the smallest key
-    ready. A kernel keeps its place in the graph (its first node's position). A collective's
+    ready. A kernel keeps its place in the graph (its first computed node's position: the views it
+    reads through may sit much earlier). A collective's
     start comes as early as its inputs allow, so its communication overlaps the kernels that
     follow; its `wait_tensor` as late as possible, just before its first reader (the smallest key
     among its readers), so every kernel placed before that reader runs while data is in flight.
@@ -473,7 +474,11 @@ def schedule_keys(an: GraphAnalysis, kernels: list[Kernel], kdag: nx.DiGraph) ->
     last = float("inf")
     for k in reversed(list(nx.topological_sort(kdag))):
         kernel = kernels[k]
-        first = min(an.pos(n) for n in kernel.nodes)
+        # the place of what it computes, not of the views it reads through: a kernel reading a
+        # bias made at the top of the graph (T5's position bias, one clone per layer) would
+        # otherwise run there, its result held through every layer before (12 x 48 MiB)
+        computed = [an.pos(n) for n in kernel.nodes if not an.is_view(n)]
+        first = min(computed) if computed else min(an.pos(n) for n in kernel.nodes)
         op = an.nodes[kernel.nodes[0]].op
         if kernel.kind == "collective" and op in COLLECTIVE_STARTS:
             keys[k] = (-1, first, k)
