@@ -57,17 +57,28 @@ def test_bias_rows_are_aligned_and_match_the_mask():
     torch.testing.assert_close(bias, expected)
 
 
-def test_one_bias_per_mask_shared_by_every_call():
-    """transformers hands one mask to every layer: its bias is made once and shared (BERT base:
-    twelve 4 MiB copies before), per dtype; a mask broadcast along the keys gets full rows."""
+def test_one_bias_per_mask_shared_by_every_call_of_a_trace():
+    """transformers hands one mask to every layer: while tracing, its bias is made once and shared
+    (BERT base: twelve 4 MiB copies before), per dtype; a mask broadcast along the keys gets full
+    rows; real tensors (a graph run eagerly) get a fresh bias each call, their values may change."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def two_layers(q, k, keep):
+        mask = keep[:, None, None, :].expand(2, 1, 5, 20)
+        return attention_bias(mask, q, k) * 2 + attention_bias(mask, q, k) + attention_bias(mask, q.half(), k)
+
     torch.manual_seed(0)
-    q = torch.randn(2, 3, 5, 8)
-    k = torch.randn(2, 3, 20, 8)
+    q, k, keep = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 20, 8), torch.rand(2, 20) > 0.3
+    for mode in ("fake", "symbolic"):
+        traced = make_fx(two_layers, tracing_mode=mode)(q, k, keep)
+        wheres = [n for n in traced.graph.nodes if "where" in str(n.target)]
+        assert len(wheres) == 2, (mode, wheres)  # one per dtype
+        torch.testing.assert_close(traced(q, k, keep), two_layers(q, k, keep))
     mask = torch.rand(2, 1, 5, 20) > 0.3
-    first, second = attention_bias(mask, q, k), attention_bias(mask, q, k)
-    assert first.data_ptr() == second.data_ptr()
-    assert attention_bias(mask, q.half(), k.half()).dtype == torch.float16  # another dtype: its own
-    assert attention_bias(mask.clone(), q, k).data_ptr() != first.data_ptr()  # another mask: its own
+    first = attention_bias(mask, q, k)
+    mask.logical_not_()
+    torch.testing.assert_close(attention_bias(mask, q, k), torch.where(mask, 0.0, float("-inf")).expand(2, 3, 5, 20))
+    assert first.data_ptr() != attention_bias(mask, q, k).data_ptr()
     keys = torch.rand(2, 1, 5, 1) > 0.5  # one flag per query row, broadcast along the keys
     bias = attention_bias(keys, q, k)
     assert bias.shape == (2, 3, 5, 20) and bias.stride(-1) == 1

@@ -56,11 +56,13 @@ def attention_bias(attn_mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) ->
     """The mask as the additive bias [batch, heads, q_len, k_len] the efficient kernel reads:
     contiguous rows, padded to BIAS_ALIGNMENT and sliced back, as torch's own call prepares it.
 
-    Made once per mask (kept on the mask tensor for the rest of the trace) and shared by every
-    call reading that mask: transformers passes one mask to all of a model's layers, and a bias
+    While tracing, made once per mask (kept on the mask's traced tensor, which lives as long as the
+    trace) and shared by every call reading that mask: transformers passes one mask to all of a model's layers, and a bias
     per layer was twelve 4 MiB copies in BERT base at 8 x 512, most of them live at once (its
     peak memory 80 MiB against eager's 68)."""
     length = k.shape[2]
+    if type(attn_mask) is torch.Tensor:  # a real tensor (the graph run eagerly): its values may change
+        return _bias_rows(attn_mask, q, length).expand(q.shape[0], q.shape[1], q.shape[2], length)
     memo = attn_mask.__dict__.setdefault("_pipec_attention_bias", {})
     key = (q.dtype, q.device, str(length))  # str: a symbolic length is a SymInt, not hashable
     rows = memo.get(key)
