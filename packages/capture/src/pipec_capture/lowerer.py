@@ -55,10 +55,9 @@ def _strided_results(val) -> tuple[int, ...]:
             continue
         try:
             contiguous = r.is_contiguous()
-            known = contiguous if isinstance(contiguous, bool) else None
         except Exception:  # noqa: BLE001 - a layout decided by unbacked sizes: treated as row-major
-            known = None
-        if known is False:
+            continue
+        if contiguous is False:
             strided.append(k)
     return tuple(strided)
 

@@ -86,7 +86,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
               json_out: JsonOpt = False) -> None:
     """Time eager, TorchInductor and pipec on MODEL.py, after checking their outputs against eager."""
 
-    from ..bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, run_bench, write_json
+    from ..bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, reference_off_eager, run_bench, write_json
     from ..bench_table import bench_table, profile_table
 
     modes = ["default"] + [m for m in (inductor_mode or []) if m != "default"]
@@ -149,7 +149,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
         stderr.print("note: no CUDA device: CPU wall times, pipec's kernels in Triton's interpreter "
                      "(a smoke test, not a performance number)")
     failed = [b for b in result.backends if b.error]
-    reference_off = [b for b in failed if b.name.startswith("inductor") and "differs from eager" in b.error]
+    reference_off = [b for b in failed if reference_off_eager(b)]
     for b in reference_off:  # Inductor's numerics are not pipec's failure (run_bench records them)
         stderr.print(f"warning: {name}: {b.error} (its row is left untimed)", markup=False)
     failed = [b for b in failed if b not in reference_off]
