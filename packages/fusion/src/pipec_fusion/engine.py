@@ -1,7 +1,8 @@
 """The fusion engine: Graph -> KernelPlan, greedy over legal, profitable merges.
 
     fuse_graph(graph, heuristics)
-      = analyse_graph          views transparent, roots, readers, forced stores
+      = split_column_sums      large column sums as partial sums + a sum of the partials
+      -> analyse_graph         views transparent, roots, readers, forced stores
       -> initial_groups        one group per computing node (an extern with its getitems)
       -> merge_greedily        best-scoring legal candidate first, until none is left
       -> build_kernels         nodes / inputs / outputs / domain, plus view kernels
@@ -35,6 +36,7 @@ from .legality import Group, GroupCheck, check_group, cycle_through, merged_grou
 from .reachability import Reachability
 from .recompute_stored import find_candidates, landed, rewrite
 from .scan_rules import scan_domain
+from .split_reductions import split_column_sums
 
 
 @dataclass(frozen=True)
@@ -136,12 +138,15 @@ class _State:
 
 def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None,
                fuel: int | None = None) -> KernelPlan:
-    """Partition `graph` into kernels, fusing what legality allows and `heuristics` wants; then
-    recompute cheap stored values where they are read (recompute_stored.py). `fuel`: make at
+    """Partition `graph` into kernels, fusing what legality allows and `heuristics` wants, after
+    splitting large column sums in two (split_reductions.py); then recompute cheap stored values
+    where they are read (recompute_stored.py). `fuel`: make at
     most that many merges, and no recomputing (a rationed run, for bisecting)."""
     if fuel is not None and (isinstance(fuel, bool) or not isinstance(fuel, int) or fuel < 0):
         raise ValueError(f"fusion_fuel must be an integer >= 0, got {fuel!r}")
     verify(graph)
+    if (policy or heuristics.name) != "none":  # `none`: one kernel per op, as captured
+        graph = split_column_sums(graph)
     memo = CheckMemo()
     plan, state = _fuse_once(graph, heuristics, policy, fuel, memo)
     if fuel is not None:
