@@ -41,7 +41,7 @@ def test_profile_of_an_inference_example():
     assert counts["graphs"] == 1
     # every kernel loaded, alternatives included (a GEMM's template and its library call's epilogue)
     assert counts["kernels"] >= counts["unique_kernels"] >= report.kernel_count >= 1
-    if inputs[0].is_cuda:  # where a GPU is there (load_example puts the example on it)
+    if torch.cuda.is_available():  # explain compiles for the GPU where there is one (its device "auto")
         assert counts["triton_compiles"] >= 1 and seconds["triton_compile"] > 0
         assert (counts["configs_tried"] > 0) == (counts["kernels_timed"] > 0)
     else:  # the interpreter compiles nothing, and times nothing
