@@ -30,6 +30,7 @@ ALLOWED_STATE = {
     "pipec.cache.keys._SOURCES": "memo: a distribution's source files",
     "pipec.logs._applied": "memo: the PIPEC_LOGS setting last applied to Python's (process-wide) loggers",
     "pipec_runtime_cudagraph.tma._SM_COUNTS": "memo: a device's SM count",
+    "pipec_capture.attention._CUDNN_CHECKED": "memo: whether cuDNN's attention with a bias passed its check, per device and dtype",
     "pipec_capture.table.LOWERINGS": "the op table, filled at import time by the lowering decorators",
     # process resources: what no result depends on
     "pipec_runtime_cudagraph.compile_pool._pool": "the process's Triton compile workers, serving every model (as Inductor's)",

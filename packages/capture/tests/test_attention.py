@@ -1,6 +1,8 @@
 """Masked attention keeps a fused kernel (attention.py): under AOTAutograd torch picks its fp32
 math path for a masked CUDA call, so capture sends such calls to the memory-efficient kernel."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -85,6 +87,25 @@ def test_one_bias_per_mask_shared_by_every_call_of_a_trace():
     torch.testing.assert_close(bias, torch.where(keys, 0.0, float("-inf")).expand(2, 3, 5, 20))
 
 
+def test_cudnn_is_never_checked_off_cuda():
+    from pipec_capture.attention import cudnn_attention_checked
+
+    assert not cudnn_attention_checked(torch.device("cpu"), torch.bfloat16)
+    q, k, v = (torch.randn(1, 2, 6, 8) for _ in range(3))
+    mask = torch.rand(1, 1, 6, 6) > 0.2
+    calls = []
+
+    def backend(gm, example_inputs):
+        from pipec_capture.attention import choose_attention_kernels
+        choose_attention_kernels(gm)
+        calls.extend(n for n in gm.graph.nodes if n.target is masked_attention)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(attend, backend=backend)(q, k, v, mask)
+    assert calls and not any(c.kwargs.get("cudnn_checked") for c in calls)
+
+
 def test_masked_attention_falls_back_off_cuda():
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 6, 8) for _ in range(3))
@@ -93,10 +114,19 @@ def test_masked_attention_falls_back_off_cuda():
     torch.testing.assert_close(masked_attention(q, k, v, mask), attend(q, k, v, mask))
 
 
+def expected_kernel(dtype) -> str:
+    """The library call a masked CUDA call of `dtype` becomes: cuDNN's where its check passed on
+    this GPU (half types), else the memory-efficient kernel."""
+    from pipec_capture.attention import cudnn_attention_checked
+
+    checked = cudnn_attention_checked(torch.device("cuda"), dtype) and torch.backends.cuda.cudnn_sdp_enabled()
+    return "_scaled_dot_product_cudnn_attention" if checked else "_scaled_dot_product_efficient_attention"
+
+
 @cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("length", [64, 20])
-def test_cuda_masked_attention_runs_the_efficient_kernel(dtype, length):
+def test_cuda_masked_attention_runs_a_fused_kernel(dtype, length):
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, length, 64, device="cuda", dtype=dtype) for _ in range(3))
     mask = transformers_like_mask(2, length, "cuda")
@@ -104,22 +134,48 @@ def test_cuda_masked_attention_runs_the_efficient_kernel(dtype, length):
     expected = attend(q.double(), k.double(), v.double(), mask).to(dtype)
     tol = {torch.float32: dict(atol=1e-4, rtol=1e-4)}.get(dtype, dict(atol=2e-2, rtol=2e-2))
     torch.testing.assert_close(out, expected, **tol)
-    assert any("_scaled_dot_product_efficient_attention" in t for t in externs(records))
+    kernel = expected_kernel(dtype)
+    assert any(kernel in t for t in externs(records)), externs(records)
+    if dtype == torch.float32:
+        assert kernel == "_scaled_dot_product_efficient_attention"  # cuDNN's attention takes half types only
 
 
 @cuda
-def test_cuda_masked_attention_trains():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_masked_attention_trains(dtype):
     torch.manual_seed(0)
-    leaves = [torch.randn(2, 4, 32, 64, device="cuda", requires_grad=True) for _ in range(3)]
+    leaves = [torch.randn(2, 4, 32, 64, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3)]
     mask = transformers_like_mask(2, 32, "cuda")
     out, records = dynamo_capture(attend, (*leaves, mask), grad=True, check=False)
-    out.pow(2).sum().backward()
+    out.float().pow(2).sum().backward()
     got = [t.grad for t in leaves]
-    twins = [t.detach().clone().requires_grad_() for t in leaves]
+    twins = [t.detach().double().requires_grad_() for t in leaves]
     attend(*twins, mask).pow(2).sum().backward()
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
     for g, t in zip(got, twins):
-        torch.testing.assert_close(g, t.grad, atol=1e-4, rtol=1e-4)
-    assert any("_scaled_dot_product_efficient_attention_backward" in t for t in externs(records))
+        torch.testing.assert_close(g, t.grad.to(dtype), **tol)
+    assert any(expected_kernel(dtype) + "_backward" in t for t in externs(records)), externs(records)
+
+
+@contextlib.contextmanager
+def cudnn_sdp_disabled():
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
+
+
+@cuda
+def test_cuda_masked_attention_keeps_the_efficient_kernel_with_cudnn_disabled():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 32, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = transformers_like_mask(2, 32, "cuda")
+    with cudnn_sdp_disabled():
+        out, records = dynamo_capture(attend, (q, k, v, mask), check=False)
+    torch.testing.assert_close(out, attend(q.double(), k.double(), v.double(), mask).to(q.dtype), atol=2e-2, rtol=2e-2)
+    assert not any("cudnn" in t for t in externs(records)), externs(records)
 
 
 @cuda

@@ -10,11 +10,17 @@ so every attention of such a model became fp32 GEMMs, close to half of BERT's GP
 `choose_attention_kernels` rewrites each such call of the Dynamo graph, before AOTAutograd
 traces it, to `masked_attention`: on CUDA, for layouts the memory-efficient kernel takes, the
 mask becomes the additive bias torch itself would make of it (-inf where a boolean mask is
-false) and the call is `aten._scaled_dot_product_efficient_attention`, which the capture stage
-keeps as one library call (its backward too). Anything else is the call as it was.
+false) and the call is one library call the capture stage keeps (its backward too):
+`aten._scaled_dot_product_cudnn_attention` where cuDNN takes it (half types, a bias that needs no
+gradient, torch's own cuDNN checks, and a numerical check of cuDNN with a bias on the device,
+once per process), else `aten._scaled_dot_product_efficient_attention`. cuDNN is what eager picks
+for such a call on Hopper and is 2.3x faster forward at BERT's shapes (docs/performance.md,
+"Masked attention kernels"). Anything else is the call as it was.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 
@@ -92,17 +98,97 @@ def _bias_rows(attn_mask: torch.Tensor, q: torch.Tensor, length) -> torch.Tensor
 
 
 def masked_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                     enable_gqa=False):
-    """F.scaled_dot_product_attention, with a masked CUDA call sent to the efficient kernel."""
+                     enable_gqa=False, *, cudnn_checked=False):
+    """F.scaled_dot_product_attention, with a masked CUDA call sent to a fused kernel: cuDNN's where
+    `cudnn_checked` (cuDNN with a bias passed its check for this device and dtype) and it takes the
+    call, else the memory-efficient kernel."""
     if not efficient_attention_applies(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         extra = {"enable_gqa": True} if enable_gqa else {}
         return torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **extra)
     bias = attention_bias(attn_mask, query, key)
     needs_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    if cudnn_checked and cudnn_takes(query, key, value, bias, attn_mask):
+        out = torch.ops.aten._scaled_dot_product_cudnn_attention.default(
+            query, key, value, bias, needs_lse, 0.0, False, False, scale=scale)
+        return out[0]
     out = torch.ops.aten._scaled_dot_product_efficient_attention.default(
         query, key, value, bias, needs_lse, 0.0, False, scale=scale)
     return out[0]
+
+
+# ---------------------------------------------------------------- cuDNN's attention with a bias
+
+CUDNN_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def cudnn_takes(q, k, v, bias, attn_mask) -> bool:
+    """Whether cuDNN's attention takes this call: half types, a bias no gradient flows into (its
+    backward computes none), cuDNN attention enabled, and torch's own checks of the layouts
+    (`can_use_cudnn_attention`, which reads sizes, strides and dtypes: fake tensors do)."""
+    if q.dtype not in CUDNN_DTYPES or attn_mask.requires_grad:
+        return False
+    if not torch.backends.cuda.cudnn_sdp_enabled():
+        return False
+    try:
+        params = torch.backends.cuda.SDPAParams(q, k, v, bias, 0.0, False, False)
+        return bool(torch.backends.cuda.can_use_cudnn_attention(params))
+    except Exception:  # noqa: BLE001 - a torch without the check, or a layout it cannot read: not cuDNN
+        return False
+
+
+# whether cuDNN's attention with a bias matched the math on a device and dtype (checked once per process)
+_CUDNN_CHECKED: dict[tuple[int, torch.dtype], bool] = {}
+
+# the check's tolerance against fp32 math (bf16 rounding of a softmax-weighted sum of unit values)
+CUDNN_CHECK_TOLERANCE = 3e-2
+
+
+def cudnn_attention_checked(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether cuDNN's attention with a bias runs and matches fp32 math, forward and backward, on a
+    small masked call of `dtype` on `device` (the layout masked_attention passes: a bias expanded
+    over heads, rows padded to BIAS_ALIGNMENT, one query row with every key masked but one). The
+    answer is kept for the process; a failure warns once and masked calls keep the efficient kernel."""
+    if device.type != "cuda" or dtype not in CUDNN_DTYPES:
+        return False
+    key = (device.index if device.index is not None else torch.cuda.current_device(), dtype)
+    if key not in _CUDNN_CHECKED:
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            problem = _cudnn_check_problem(torch.device("cuda", key[0]), dtype)
+        if problem:
+            warnings.warn(f"pipec: cuDNN attention with a mask failed its check on {torch.cuda.get_device_name(key[0])} "
+                          f"({dtype}): {problem}; masked attention runs the memory-efficient kernel", stacklevel=2)
+        _CUDNN_CHECKED[key] = not problem
+    return _CUDNN_CHECKED[key]
+
+
+def _cudnn_check_problem(device: torch.device, dtype: torch.dtype) -> str | None:
+    """What went wrong running cuDNN's attention with a bias on `device`, or None."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    batch, heads, length, dim = 2, 3, 40, 64
+    leaves = [torch.randn(batch, heads, length, dim, generator=gen).to(device, dtype).requires_grad_() for _ in range(3)]
+    keep = torch.ones(batch, length, dtype=torch.bool)
+    keep[0, -9:] = False
+    mask = keep[:, None, None, :].expand(batch, 1, length, length).to(device)
+    grad = torch.randn(batch, heads, length, dim, generator=gen).to(device, dtype)
+    try:
+        with torch.enable_grad():
+            bias = _bias_rows(mask, leaves[0], length).expand(batch, heads, length, length)
+            if not cudnn_takes(*leaves, bias, mask):
+                return "torch's cuDNN checks refuse the layout"
+            out = torch.ops.aten._scaled_dot_product_cudnn_attention.default(*leaves, bias, True, 0.0, False, False)[0]
+            got = (out, *torch.autograd.grad(out, leaves, grad))
+            twins = [t.detach().float().requires_grad_() for t in leaves]
+            ref = torch.nn.functional.scaled_dot_product_attention(*twins, attn_mask=mask)
+            want = (ref, *torch.autograd.grad(ref, twins, grad.float()))
+        torch.cuda.synchronize(device)
+    except Exception as e:  # noqa: BLE001 - any failure means: do not use it
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    for name, a, b in zip(("output", "dq", "dk", "dv"), got, want):
+        error = (a.float() - b).abs().max().item()
+        if not error <= CUDNN_CHECK_TOLERANCE * max(1.0, b.abs().max().item()):
+            return f"{name} off by {error:.3g}"
+    return None
 
 
 _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
@@ -111,17 +197,26 @@ _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.
 def choose_attention_kernels(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Send every scaled_dot_product_attention call of a Dynamo graph through masked_attention
     (which decides per call, when AOTAutograd traces it), after dropping masks that are
-    constants letting every position through. Returns `gm`, changed in place."""
+    constants letting every position through; a masked call on a device and dtype where cuDNN's
+    attention with a bias passed its check may go to cuDNN. Returns `gm`, changed in place."""
     changed = False
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target in _SDPA_TARGETS:
             drop_constant_mask(gm, node)
             node.target = masked_attention
+            query = node.args[0].meta.get("example_value") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+            if _mask_arg(node) is not None and isinstance(query, torch.Tensor) and cudnn_attention_checked(query.device, query.dtype):
+                node.kwargs = {**node.kwargs, "cudnn_checked": True}
             changed = True
     if changed:
         gm.graph.eliminate_dead_code()
         gm.recompile()
     return gm
+
+
+def _mask_arg(node: torch.fx.Node):
+    """The attn_mask argument of an attention call (None if it has none)."""
+    return node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None)
 
 
 # ---------------------------------------------------------------- masks known at compile time
@@ -136,7 +231,7 @@ def drop_constant_mask(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
     is a constant: it is evaluated here once, and one that lets every position through is
     dropped, so torch's own choice (cuDNN, flash) runs the call as in eager; a decoder's causal
     mask becomes is_causal=True, which the flash kernels take."""
-    mask = node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None)
+    mask = _mask_arg(node)
     if not isinstance(mask, torch.fx.Node):
         return
     value = evaluate_constant(gm, mask)
