@@ -454,3 +454,25 @@ def test_gpu_first_call_compiles_every_alternative_at_once(caplog, monkeypatch):
     configs, launches = (int(w) for w in re.findall(r"compiling (\d+) kernel configs of (\d+) launches", line)[0])
     template = next(k for k in program.kernels if "_pingpong" not in k.name and "BLOCK_K" in k.source)
     assert launches >= 3 and configs >= len(template.configs) + 2
+
+
+@pytest.mark.skipif(not GPU, reason="bf16 products and the GPU's timing choice")
+def test_unaligned_lm_head_trains_through_either_alternative():
+    """A vocabulary of 30522 words (N, then K in the input's gradient and M in the weight's, not
+    multiples of 8): each product is a choice between the template and cuBLAS on padded copies;
+    whichever the runtime picks, the logits and both gradients match eager's."""
+    torch.manual_seed(0)
+    head = nn.Linear(256, 30522, bias=False).cuda().to(torch.bfloat16)
+    twin = nn.Linear(256, 30522, bias=False).cuda().to(torch.bfloat16)
+    twin.load_state_dict(head.state_dict())
+    h = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    h2 = h.detach().clone().requires_grad_()
+    compiled = pipec.compile(head)
+    got = compiled(h)
+    want = twin(h2)
+    torch.testing.assert_close(got, want, atol=3e-2, rtol=2e-2)
+    grad = torch.randn_like(got)
+    got.backward(grad)
+    want.backward(grad)
+    torch.testing.assert_close(h.grad, h2.grad, atol=6e-2, rtol=3e-2)
+    torch.testing.assert_close(head.weight.grad, twin.weight.grad, atol=6e-2, rtol=3e-2)

@@ -460,3 +460,24 @@ def test_misaligned_half_products_call_the_padded_mm(builder, dims, dtype, targe
     builder.node("p", "mm", [a, b], (m, n), dtype)
     g = builder.graph(["p"])
     assert library_target(g.node_map()["p"], g.types()) == target
+
+
+@pytest.mark.parametrize("dims, template", [
+    ((4096, 768, 50257), True),   # GPT-2's LM head: N unaligned, so cuBLAS's result is copied back
+    ((4096, 30522, 768), True),   # BERT's LM head backward (grad @ W): K unaligned, the gradient padded
+    ((4096, 768, 768), False),    # aligned: cuBLAS as it is
+])
+def test_plain_products_cublas_takes_padded_get_the_template_beside_it(builder, dims, template):
+    """A product without an epilogue whose library call is `pipec.mm_padded` is a choice group:
+    the Triton template (the default: it reads and writes unaligned rows in place) and the padded
+    cuBLAS call; an aligned one stays one library call."""
+    m, k, n = dims
+    a, b = builder.input("a", (m, k), "bfloat16"), builder.input("b", (k, n), "bfloat16")
+    builder.node("p", "mm", [a, b], (m, n), "bfloat16")
+    program = compile_plan(builder.graph(["p"]), [kernel("mm_0", "matmul", ["p"], [a, b], ["p"], (m, n))])
+    alternatives = {get_attr(s.attrs, "alternative"): s for s in program.steps if get_attr(s.attrs, "choice")}
+    if not template:
+        assert not alternatives and [s.target for s in program.steps] == ["aten.mm.default"]
+        return
+    assert get_attr(alternatives["template"].attrs, "default") and alternatives["template"].kind == "launch"
+    assert alternatives["library"].target == "pipec.mm_padded.default"

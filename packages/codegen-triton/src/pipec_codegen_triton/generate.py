@@ -82,6 +82,17 @@ def _collective_step(node) -> Step:
     return Step("extern", target, tuple(node.inputs), (node.name,), make_attrs(args=args, kwargs=()))
 
 
+def _padded_library_call(kernel, nodes, types) -> bool:
+    """Whether a plain product's library call is `pipec.mm_padded` (a half-precision M, N or K not
+    a multiple of 8). The Triton template is then its alternative: it reads and writes unaligned
+    rows as they are, where cuBLAS's call pays for copies: the padded operands, and the padded
+    result copied back to contiguous rows when N is unaligned (BERT's 30522-word LM head: three
+    copies of 250 MB per training step, 0.87 ms on the H200; GPT-2's 50257: 473 us and 412 MB more
+    peak memory per call: docs/performance.md, "Unaligned products")."""
+    node = nodes[kernel.nodes[0]]
+    return library_target(node, types) == "pipec.mm_padded.default"
+
+
 def _count_option(options: CompileOptions, name: str) -> int | None:
     """An option that is a count (elements, bytes): a non-negative integer, or None when not given."""
     value = options.get(name)
@@ -135,7 +146,8 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
                 sizes=src.sizes, grid=grid, configs=configs,
             ))
             steps.append(Step("launch", kernel.name, tuple(kernel.inputs), tuple(kernel.outputs)))
-        elif kernel.kind == "matmul" and len(kernel.nodes) > 1:  # with an epilogue: template or cuBLAS
+        elif kernel.kind == "matmul" and (len(kernel.nodes) > 1 or _padded_library_call(kernel, nodes, types)):
+            # with an epilogue, or a product cuBLAS would take only padded: template or cuBLAS
             more_kernels, more_steps, own_values = matmul_with_epilogue(graph, kernel, options)
             types.update(own_values)  # results an alternative makes for itself
             kernels.extend(more_kernels)
