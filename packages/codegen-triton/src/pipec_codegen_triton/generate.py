@@ -85,10 +85,10 @@ def _collective_step(node) -> Step:
 def _padded_library_call(kernel, nodes, types) -> bool:
     """Whether a plain product's library call is `pipec.mm_padded` (a half-precision M, N or K not
     a multiple of 8). The Triton template is then its alternative: it reads and writes unaligned
-    rows as they are, where cuBLAS's call pays for copies: the padded operands, and the padded
-    result copied back to contiguous rows when N is unaligned (BERT's 30522-word LM head: three
-    copies of 250 MB per training step, 0.87 ms on the H200; GPT-2's 50257: 473 us and 412 MB more
-    peak memory per call: docs/performance.md, "Unaligned products")."""
+    rows as they are, where cuBLAS's call pays for padded copies of its operands and, when N is
+    unaligned, for copying its padded result back to contiguous rows (GPT-2's 50257-word LM head:
+    a 473 us copy after a 445 us GEMM, and 412 MB more peak memory; docs/performance.md,
+    "Unaligned products")."""
     node = nodes[kernel.nodes[0]]
     return library_target(node, types) == "pipec.mm_padded.default"
 
