@@ -114,12 +114,31 @@ _PRODUCES_PRIMS = frozenset({
 })
 
 
+# How AOTAutograd splits a training graph into forward and backward (option `aot_partition`):
+# "min_cut" saves what is cheapest to keep and recomputes cheap pointwise values in the backward,
+# as Inductor does; "default" saves every value the backward reads. BERT's MLM loss saved its fp32
+# log-softmax over the vocabulary (4096 x 30522: 500 MB written and read back) where the min cut
+# keeps the bf16 logits and per-row statistics (docs/performance.md, "Session 8").
+PARTITIONS = ("min_cut", "default")
+
+
+def partition_function(name: str):
+    """AOTAutograd's partition function for an `aot_partition` option value."""
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+
+    if name not in PARTITIONS:
+        raise ValueError(f"aot_partition must be one of {', '.join(PARTITIONS)}, got {name!r}")
+    return min_cut_rematerialization_partition if name == "min_cut" else default_partition
+
+
 def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],
-                        *, decompositions: dict | None = None, fused_attention: bool = True):
+                        *, decompositions: dict | None = None, fused_attention: bool = True,
+                        partition: str = "min_cut"):
     """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
 
     With `fused_attention`, masked attention on CUDA is sent to a fused kernel first
     (attention.choose_attention_kernels: under AOTAutograd torch would pick its math path).
+    `partition` names how training graphs are split (PARTITIONS).
 
     compile_aten_graph(aten_gm, example_inputs, kind) with kind "forward" / "backward" /
     "inference" returns a callable taking ONE list of tensors (the graph's inputs) and
@@ -144,6 +163,7 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
         bw_compiler=compiler("backward"),
         inference_compiler=compiler("inference"),
         decompositions=decompositions if decompositions is not None else core_decompositions(),
+        partition_fn=partition_function(partition),
     )
     if not fused_attention:
         return aot_backend

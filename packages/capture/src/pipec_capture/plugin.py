@@ -37,7 +37,9 @@ class DynamoCapture:
         table = self._decompositions.get(decompose)
         if table is None:
             table = self._decompositions[decompose] = core_decompositions(decompose_attention=decompose)
-        return make_dynamo_backend(compile_aten_graph, decompositions=table, fused_attention=not decompose)
+        partition = options.get("aot_partition", "min_cut") if options is not None else "min_cut"
+        return make_dynamo_backend(compile_aten_graph, decompositions=table, fused_attention=not decompose,
+                                   partition=partition)
 
 
 class ExportCapture:
