@@ -19,6 +19,7 @@ from collections.abc import Callable
 import pipec_ir
 from pipec_ir import CompileOptions, CompileProfile, LoadContext
 
+from .bench_measure import usable_cpus
 from .cache import open_cache, source_digest, stage_key, text_digest
 from .constants import bind_constants, graph_constants
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning
@@ -93,11 +94,7 @@ def ranks_share_host_workers() -> int | None:
         return None
     if ranks <= 1:
         return None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    share = cores // ranks
+    share = usable_cpus() // ranks
     return share if share >= 3 else 0
 
 
