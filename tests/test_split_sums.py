@@ -61,5 +61,5 @@ def test_training_gradients_of_bias_and_layer_norm_weights_match_eager(split_sum
     compiled(x).pow(2).mean().backward()
     twin(x).pow(2).mean().backward()
     for (name, p), q in zip(model.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     assert len(split_sums) >= 3  # two biases and the layer_norm weight and bias

@@ -39,7 +39,8 @@ class ChoiceStep:
     """One choice group as one step of the runner's plan (specialize.py reads `alternatives`,
     `forced`, `tune`, `default`, `runner` and `chosen` to inline the picked alternative)."""
 
-    __slots__ = ("runner", "name", "alternatives", "default", "tune", "forced", "chosen", "timings", "profile")
+    __slots__ = ("runner", "name", "alternatives", "default", "tune", "forced", "chosen", "timings", "table_picks",
+                 "profile")
 
     def __init__(self, runner, name: str, alternatives: dict[str, list], default: str, tune: bool,
                  forced: str | None):
@@ -48,6 +49,7 @@ class ChoiceStep:
         self.forced = forced if forced in alternatives else None
         self.chosen: dict[tuple, str] = {}  # size bucket -> alternative
         self.timings: dict[tuple, dict[str, float]] = {}  # size bucket -> alternative -> ms
+        self.table_picks: set[tuple] = set()  # size buckets whose alternative the tuning table chose, untimed
         self.profile = getattr(runner, "profile", None) or CompileProfile()  # the runner's (runner.py)
 
     def pick(self, vals, symvals, device) -> str:
@@ -73,19 +75,21 @@ class ChoiceStep:
     def _measure(self, vals, symvals, device, bucket) -> str:
         timer, shared_key, disk_key = self._keys(device, bucket)
         memo = self.runner.memo  # the model's TuningMemo (autotune.py)
-        known = memo.choices.get(shared_key)  # (alternative, its group's timings)
+        known = memo.choices.get(shared_key)  # (alternative, its group's timings, from the tuning table?)
         cache = getattr(self.runner, "tuning_cache", None)
         if known is None and disk_key is not None:
             names = sorted(self.alternatives)
             index = cache.get(disk_key, len(names))
             if index is not None:
                 stored = cache.times(disk_key) or []
-                known = (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)})
+                known = (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)}, False)
         if known is None:
             known = self._from_table(choice_features(self.runner, self.alternatives, symvals, timer), device)
         if known is not None:
             memo.put(memo.choices, shared_key, known)
             self.timings[bucket] = dict(known[1])
+            if known[2]:
+                self.table_picks.add(bucket)
             return known[0]
         return self._timed_pick(vals, symvals, device, bucket)
 
@@ -95,22 +99,22 @@ class ChoiceStep:
         with self.profile.part("autotune"):  # running an alternative first compiles and tunes its own launches
             chosen = self._time_alternatives(vals, symvals, device, bucket, timer)
         memo, cache, names = self.runner.memo, getattr(self.runner, "tuning_cache", None), sorted(self.alternatives)
-        memo.put(memo.choices, shared_key, (chosen, dict(self.timings[bucket])))
+        memo.put(memo.choices, shared_key, (chosen, dict(self.timings[bucket]), False))
         if disk_key is not None:
             learn = {"family": gpu_family(device), "features": choice_features(self.runner, self.alternatives, symvals, timer),
                      "labels": names}
             cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names], learn)
         return chosen
 
-    def _from_table(self, features: dict, device) -> tuple[str, dict] | None:
-        """(the tuning table's pick, no timings) for this group, if the table has one (tuning_table.py)."""
+    def _from_table(self, features: dict, device) -> tuple[str, dict, bool] | None:
+        """(the tuning table's pick, no timings, True) for this group, if the table has one (tuning_table.py)."""
         table = table_for(self.runner, device)
         pick = table.pick(features) if table else None
         if pick not in self.alternatives:
             return None
         self.profile.count("choices_from_table")
         tuning_log.info("choice %s: %s from the tuning table", self.name, pick)
-        return pick, {}
+        return pick, {}, True
 
     def _time_alternatives(self, vals, symvals, device, bucket, timer: str) -> str:
         runs, times, first_error = {}, {}, None
@@ -154,13 +158,14 @@ class ChoiceStep:
             _run(self.alternatives[name], vals, symvals, device)
         except Exception as e:
             bucket = self.runner.bucket_key(symvals) if self.runner.symbols else ()
-            if self.forced is not None or self.timings.get(bucket) != {}:  # {}: a tuning table's pick
+            if self.forced is not None or bucket not in self.table_picks:
                 raise
             # the table's pick does not run here (learned on another body that needed fewer
             # resources): time the alternatives, as without a table, and run the winner
             tuning_log.warning("choice %s: the tuning table's %s does not run here (%s: %s); timing the "
                                "alternatives", self.name, name, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
             self.runner.memo.choices.pop(self._keys(device, bucket)[1], None)
+            self.table_picks.discard(bucket)
             name = self.chosen[bucket] = self._timed_pick(vals, symvals, device, bucket)
             _run(self.alternatives[name], vals, symvals, device)
 
