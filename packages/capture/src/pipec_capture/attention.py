@@ -147,7 +147,7 @@ CUDNN_CHECK_TOLERANCE = 3e-2
 def cudnn_attention_checked(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether cuDNN's attention with a bias runs and matches fp32 math, forward and backward, on a
     small masked call of `dtype` on `device` (the layout masked_attention passes: a bias expanded
-    over heads, rows padded to BIAS_ALIGNMENT, one query row with every key masked but one). The
+    over heads, rows padded to BIAS_ALIGNMENT, the last 9 keys of one sequence masked as padding). The
     answer is kept for the process; a failure warns once and masked calls keep the efficient kernel."""
     if device.type != "cuda" or dtype not in CUDNN_DTYPES:
         return False
