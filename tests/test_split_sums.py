@@ -34,7 +34,7 @@ class ColumnSums(torch.nn.Module):
         return y.sum(dim=(0, 1)), (g * 3).sum(dim=(0, 1), keepdim=True) * 2, x.sum(0)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_column_sums_match_eager(dtype, split_sums):
     torch.manual_seed(0)
     g, x = (torch.randn(8, 512, 16, device=DEVICE, dtype=dtype) for _ in range(2))
@@ -42,7 +42,8 @@ def test_column_sums_match_eager(dtype, split_sums):
     got = pipec.compile(model)(g, x)
     want = model(g.double(), x.double())
     # bf16: one rounding of a sum of 4096 values near 4096 (ulp 32), as eager's one bf16 result
-    tol = dict(atol=1e-3, rtol=1e-5) if dtype == torch.float32 else dict(atol=0.5, rtol=1e-2)
+    tol = {torch.float64: dict(atol=1e-9, rtol=1e-12), torch.float32: dict(atol=1e-3, rtol=1e-5)}.get(
+        dtype, dict(atol=0.5, rtol=1e-2))
     for a, b in zip(got, want):
         assert a.dtype == dtype and a.shape == b.shape
         torch.testing.assert_close(a.double(), b, **tol)

@@ -42,6 +42,12 @@ def test_a_column_sum_becomes_partials_and_their_sum():
     assert (final.op, [str(s) for s in final.type.shape], final.type.dtype) == ("reshape", ["1", "1", "64"], "bfloat16")
 
 
+def test_float64_sums_keep_float64_partials():
+    graph = split_column_sums(sums((8, 512, 64), (0, 1), dtype="float64"))
+    verify(graph)
+    assert {n.type.dtype for n in graph.nodes} == {"float64"}
+
+
 @pytest.mark.parametrize("shape, dims", [
     ((4096, 64), (1,)),          # a row sum
     ((64, 4096), (0, 1)),        # everything reduced

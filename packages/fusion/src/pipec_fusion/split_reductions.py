@@ -10,7 +10,7 @@ Before fusing, each such sum is rewritten as two (the graph stays one of plain I
 
     rows  = reshape(x, [S, R/S, *columns])      a view: same elements, same order
     part  = sum(cast(rows, float32), dims=[1])  [S, *columns]: one partial per block of rows
-    total = sum(part, dims=[0])                 [*columns], fp32
+    total = sum(part, dims=[0])                 [*columns], fp32 (float64 sums stay float64)
     node  = cast(total) (+ reshape for keepdim) the original name, type and readers
 
 Fusion then puts what computes x into the first sum's kernel, as it did into the original one,
@@ -24,7 +24,7 @@ import math
 from dataclasses import replace
 
 import sympy
-from pipec_ir import Graph, Node, TensorType, make_attrs
+from pipec_ir import FLOAT_DTYPES, Graph, Node, TensorType, make_attrs
 
 # Split only sums of at least this many rows: below it one kernel's programs already finish quickly.
 SPLIT_MIN_ROWS = 4096
@@ -35,8 +35,6 @@ TARGET_PARALLEL_COLUMNS = 16384
 # At most this many partials: the second sum then holds every partial of its columns in registers
 # (codegen's persistent column reductions go up to 64 rows).
 MAX_PARTS = 64
-
-FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
 
 def parts_for(rows: int, columns: int) -> int:
@@ -89,15 +87,16 @@ def split_column_sums(graph: Graph) -> Graph:
         dtype = node.type.dtype
         source = types[node.inputs[0]]
         block = (sympy.Integer(parts), sympy.Integer(rows // parts), *map(sympy.Integer, columns))
+        acc = "float64" if source.dtype == "float64" else "float32"  # the partials: never narrower than fp32
         made = [Node(fresh(f"{node.name}_rows"), "reshape", node.inputs, TensorType(block, source.dtype))]
-        if source.dtype != "float32":
-            made.append(Node(fresh(f"{node.name}_rows_f32"), "cast", (made[-1].name,), TensorType(block, "float32")))
+        if source.dtype != acc:
+            made.append(Node(fresh(f"{node.name}_rows_{acc}"), "cast", (made[-1].name,), TensorType(block, acc)))
         part_shape = (block[0], *block[2:])
-        made.append(Node(fresh(f"{node.name}_part"), "sum", (made[-1].name,), TensorType(part_shape, "float32"),
+        made.append(Node(fresh(f"{node.name}_part"), "sum", (made[-1].name,), TensorType(part_shape, acc),
                          make_attrs(dims=(1,), keepdim=False)))
-        made.append(Node(fresh(f"{node.name}_total"), "sum", (made[-1].name,), TensorType(block[2:], "float32"),
+        made.append(Node(fresh(f"{node.name}_total"), "sum", (made[-1].name,), TensorType(block[2:], acc),
                          make_attrs(dims=(0,), keepdim=False)))
-        if dtype != "float32":
+        if dtype != acc:
             made.append(Node(fresh(f"{node.name}_total_cast"), "cast", (made[-1].name,), TensorType(block[2:], dtype)))
         # the original name last: readers and graph outputs see the value they saw
         last = made.pop()
