@@ -140,8 +140,8 @@ def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None,
                fuel: int | None = None) -> KernelPlan:
     """Partition `graph` into kernels, fusing what legality allows and `heuristics` wants, after
     splitting large column sums in two (split_reductions.py); then recompute cheap stored values
-    where they are read (recompute_stored.py). `fuel`: make at
-    most that many merges, and no recomputing (a rationed run, for bisecting)."""
+    where they are read (recompute_stored.py). `fuel`: make at most that many merges, and no
+    recomputing (a rationed run, for bisecting)."""
     if fuel is not None and (isinstance(fuel, bool) or not isinstance(fuel, int) or fuel < 0):
         raise ValueError(f"fusion_fuel must be an integer >= 0, got {fuel!r}")
     verify(graph)
