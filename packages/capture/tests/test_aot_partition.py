@@ -48,3 +48,33 @@ def test_the_min_cut_recomputes_pointwise_values_instead_of_saving_them():
 def test_an_unknown_partition_is_a_clear_error():
     with pytest.raises(ValueError, match="aot_partition must be one of min_cut, default"):
         partition_function("greedy")
+
+
+def test_a_vocabulary_loss_saves_its_bf16_logits_and_row_statistics():
+    """bf16 logits -> float -> cross_entropy: autograd saves the fp32 log-probabilities for the
+    log-softmax backward through a detach, which the min cut would count as an op that cannot
+    fuse; with the detaches stripped it saves the bf16 logits and two row statistics and
+    recomputes the log-probabilities in the backward. The gradients match eager's."""
+    saved = []
+
+    def compile_aten_graph(gm, example_inputs, kind):
+        if kind == "forward":
+            out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+            saved.extend((tuple(o.meta["val"].shape), o.meta["val"].dtype) for o in out[1:]
+                         if isinstance(o, torch.fx.Node))
+        return lambda args: gm(*args)
+
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(16, 100).to(torch.bfloat16)
+    x = torch.randn(32, 16, generator=g, dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, 100, (32,), generator=g)
+    loss_fn = lambda x, t: torch.nn.functional.cross_entropy(head(x).float(), t)  # noqa: E731
+    loss_fn(x, t).backward()
+    want = x.grad.clone()
+    x.grad = None
+    torch._dynamo.reset()
+    backend = make_dynamo_backend(compile_aten_graph, decompositions=core_decompositions())
+    torch.compile(loss_fn, backend=backend)(x, t).backward()
+    assert ((32, 100), torch.float32) not in saved
+    assert ((32, 100), torch.bfloat16) in saved and ((32, 1), torch.float32) in saved
+    torch.testing.assert_close(x.grad, want)

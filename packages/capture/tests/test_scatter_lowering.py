@@ -53,3 +53,24 @@ def test_scatter_lowering(name):
 def test_what_stays_extern(fn):
     graph = check(fn, X, SRC, DUP)
     assert "extern" in ops(graph) and "scatter" not in ops(graph)
+
+
+ONE_PER_ROW = torch.randint(0, 6, (5, 1), generator=g)
+ONE_PER_COLUMN = torch.randint(0, 5, (1, 6), generator=g)
+SELECTS = {
+    # nll_loss_backward: -1 written into zeros of the logits' shape at each row's target
+    "nll_backward": (lambda x, i: torch.scatter(torch.zeros_like(x), 1, i, -1.0), X, ONE_PER_ROW),
+    "src_per_row": (lambda x, s, i: torch.scatter(x, -1, i, s[:, :1]), X, torch.randn(5, 6, generator=g), ONE_PER_ROW),
+    "add_per_column": (lambda x, s, i: torch.scatter_add(x, 0, i, s[:1]), X, SRC, ONE_PER_COLUMN),
+    "half_per_row": (lambda x, i: torch.scatter(x.half(), 1, i, 0.5), X, ONE_PER_ROW),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTS))
+def test_one_write_per_line_lowers_to_pointwise_math(name):
+    """An index with one element along the scattered dim (and self's size elsewhere) writes each
+    line once: it lowers to where(coordinate == index, value, self), which fuses with its
+    readers, and matches eager."""
+    fn, *inputs = SELECTS[name]
+    graph = check(fn, *inputs)
+    assert "scatter" not in ops(graph) and "where" in ops(graph)

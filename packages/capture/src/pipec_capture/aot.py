@@ -14,7 +14,7 @@ from .table import LIBRARY_OPS, LOWERINGS, base_name
 # Ops that pipec lowers itself (better fusion than their decompositions) or runs
 # as library externs (attention): kept out of the decomposition table.
 KEEP = (
-    "aten._softmax.default", "aten._log_softmax.default", "aten.native_layer_norm.default",
+    "aten._softmax.default", "aten.native_layer_norm.default",
     "aten.gelu.default", "aten.silu.default", "aten.addmm.default", "aten.var_mean.correction",
     "aten.var.correction", "aten.clamp.default", "aten.clamp.Tensor", "aten.clamp_min.default",
     "aten.clamp_max.default", "aten.hardtanh.default", "aten.sigmoid.default", "aten.tanh.default",
@@ -87,6 +87,7 @@ DECOMPOSE_CORE = (
     "aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_no_training.default",
     "aten.native_batch_norm_backward.default", "aten.native_layer_norm_backward.default",
     "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default",
+    "aten._log_softmax.default",
     # not Core ATen, but what functionalization makes of training batch norm (running stats
     # updated out of place): without it, every BatchNorm in training mode would be an extern
     "aten._native_batch_norm_legit_functional.default",
@@ -128,7 +129,33 @@ def partition_function(name: str):
 
     if name not in PARTITIONS:
         raise ValueError(f"aot_partition must be one of {', '.join(PARTITIONS)}, got {name!r}")
-    return min_cut_rematerialization_partition if name == "min_cut" else default_partition
+    if name == "default":
+        return default_partition
+
+    def min_cut(joint_module: torch.fx.GraphModule, joint_inputs, **kwargs):
+        strip_detaches(joint_module)
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+
+    return min_cut
+
+
+def strip_detaches(gm: torch.fx.GraphModule) -> int:
+    """Replace every `aten.detach` of a joint graph by its input; returns how many went.
+
+    Autograd saves a log-softmax's (and softmax's) output for its backward through a detach. In
+    a traced joint graph a detach computes nothing, but the min cut counts it as an op that
+    cannot fuse, so the value it reads must be materialized in the backward and is saved: the fp32
+    log-probabilities of a vocabulary loss (4096 x 30522: 500 MB) instead of the bf16 logits and
+    two row statistics it recomputes them from."""
+    gone = 0
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+            gone += 1
+    if gone:
+        gm.recompile()
+    return gone
 
 
 def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],

@@ -94,12 +94,39 @@ def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: 
     if len(cx.shape(index)) != len(self_shape):
         raise NoLowering("index rank differs from self's")
     dim = wrap_dim(dim, len(self_shape)) if self_shape else 0
-    pos = dim_positions(cx, self_shape, dim, index)
     values = _src_at_index_points(cx, src, index, dtype)
+    if include_self and reduce in ("none", "sum") and _one_write_per_line(cx, self_shape, dim, index):
+        return _select_along(cx, x, dim, index, values, reduce)
+    pos = dim_positions(cx, self_shape, dim, index)
     base = x
     if not include_self:  # the written positions start from the reduction's identity
         base = scatter(cx, base, pos, cx.full(_identity(reduce, dtype), cx.shape(pos), dtype), "none")
     return scatter(cx, base, pos, values, reduce)
+
+
+def _one_write_per_line(cx: GraphBuilder, self_shape, dim: int, index: Ref) -> bool:
+    """The index has self's shape but one element along `dim`: each line of self along `dim`
+    receives exactly one write, and no two writes meet."""
+    shape = _static_shape(cx, cx.shape(index))
+    return len(self_shape) > 0 and shape[dim] == 1 and all(
+        shape[d] == self_shape[d] for d in range(len(self_shape)) if d != dim)
+
+
+def _select_along(cx: GraphBuilder, x: Ref, dim: int, index: Ref, values: Ref, reduce: str) -> Ref:
+    """A scatter of one value per line as pointwise math: where(coordinate == index, value, x)
+    (reduce "sum": x + that value there, 0 elsewhere). Unlike a scatter, its readers fuse with
+    it: the gradient of a vocabulary loss (nll_loss_backward scatters -1 into zeros of the
+    logits' shape) becomes part of the log-softmax backward's row kernel instead of a
+    full-size buffer written and read again. An index out of range writes nothing (eager
+    raises)."""
+    shape, dtype = cx.shape(x), cx.dtype(x)
+    hit = cx.pointwise("eq", [iota(cx, shape, dim), cx.broadcast(cx.cast(index, I64), shape)], shape, "bool",
+                       operand_dtype=I64)
+    spread = cx.broadcast(values, shape)
+    if reduce == "none":
+        return cx.emit("where", [hit, spread, x], shape, dtype)
+    added = cx.emit("where", [hit, spread, cx.full(0, shape, dtype)], shape, dtype)
+    return cx.emit("add", [x, added], shape, dtype)
 
 
 def _self(cx, node, x) -> Ref:
