@@ -74,3 +74,22 @@ def test_one_write_per_line_lowers_to_pointwise_math(name):
     fn, *inputs = SELECTS[name]
     graph = check(fn, *inputs)
     assert "scatter" not in ops(graph) and "where" in ops(graph)
+
+
+def test_one_write_per_line_lowers_with_symbolic_sizes():
+    """nll_loss_backward's scatter under dynamic shapes (rows a symbol): still pointwise math, not
+    an extern, and right at a size other than the traced one."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
+
+    def fn(x, i):
+        return torch.scatter(torch.zeros_like(x), 1, i, -1.0) * x
+
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(X, ONE_PER_ROW)
+    graph = lower_graph(gm, name="t")
+    assert "scatter" not in ops(graph) and "extern" not in ops(graph) and graph.symbols
+    x, i = torch.randn(7, 6, generator=g), torch.randint(0, 6, (7, 1), generator=g)
+    (got,) = run_graph(graph, [x, i])
+    torch.testing.assert_close(got, fn(x, i))

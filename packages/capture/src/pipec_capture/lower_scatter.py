@@ -88,6 +88,10 @@ def _src_at_index_points(cx: GraphBuilder, src, index: Ref, dtype: str) -> Ref:
 def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: bool = True) -> Ref:
     """scatter / scatter_add / scatter_reduce of src into x along dim, in x's dtype."""
     shape, dtype = cx.shape(x), cx.dtype(x)
+    if include_self and reduce in ("none", "sum") and _one_write_per_line(cx, shape, dim, index):
+        values = _values_per_line(cx, src, index, dtype)  # no static sizes needed: symbolic shapes too
+        if values is not None:
+            return _select_along(cx, x, wrap_dim(dim, len(shape)), index, values, reduce)
     self_shape = _static_shape(cx, shape)
     if 0 in _static_shape(cx, cx.shape(index)):
         return cx.emit("identity", [x], shape, dtype)
@@ -95,8 +99,6 @@ def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: 
         raise NoLowering("index rank differs from self's")
     dim = wrap_dim(dim, len(self_shape)) if self_shape else 0
     values = _src_at_index_points(cx, src, index, dtype)
-    if include_self and reduce in ("none", "sum") and _one_write_per_line(cx, self_shape, dim, index):
-        return _select_along(cx, x, dim, index, values, reduce)
     pos = dim_positions(cx, self_shape, dim, index)
     base = x
     if not include_self:  # the written positions start from the reduction's identity
@@ -106,10 +108,20 @@ def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: 
 
 def _one_write_per_line(cx: GraphBuilder, self_shape, dim: int, index: Ref) -> bool:
     """The index has self's shape but one element along `dim`: each line of self along `dim`
-    receives exactly one write, and no two writes meet."""
-    shape = _static_shape(cx, cx.shape(index))
-    return len(self_shape) > 0 and shape[dim] == 1 and all(
-        shape[d] == self_shape[d] for d in range(len(self_shape)) if d != dim)
+    receives exactly one write, and no two writes meet. Sizes compare as expressions."""
+    shape = tuple(cx.shape(index))
+    if not self_shape or len(shape) != len(self_shape):
+        return False
+    dim = wrap_dim(dim, len(self_shape))
+    return shape[dim] == 1 and all(shape[d] == self_shape[d] for d in range(len(self_shape)) if d != dim)
+
+
+def _values_per_line(cx: GraphBuilder, src, index: Ref, dtype: str) -> Ref | None:
+    """What each line receives, of the index's shape: a scalar, or a src of the index's shape
+    (None for a larger src, which the general path reads at the index's points)."""
+    if not isinstance(src, Ref):
+        return cx.full(src, cx.shape(index), dtype)
+    return cx.cast(src, dtype) if tuple(cx.shape(src)) == tuple(cx.shape(index)) else None
 
 
 def _select_along(cx: GraphBuilder, x: Ref, dim: int, index: Ref, values: Ref, reduce: str) -> Ref:
