@@ -14,6 +14,7 @@ import warnings
 from pipec_ir import CompileOptions, RecompileLimitError
 
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error
+from .gc_pause import gc_paused
 from .graph_devices import compute_device, on_graph_devices
 from .logs import configure_logs, logger
 from .options import make_options
@@ -39,7 +40,7 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
         warm_runtime(options, session)
         # Dynamo has traced the graph; what follows, up to the pipeline's own parts (compile_graph),
         # is AOTAutograd with the capture's graph rewrites before it (aot.make_dynamo_backend)
-        with profile.part("aot_autograd"):
+        with gc_paused(), profile.part("aot_autograd"):  # compile_graph pauses the collector too
             return compile_dynamo_graph(gm, example_inputs)
 
     def compile_dynamo_graph(gm, example_inputs):

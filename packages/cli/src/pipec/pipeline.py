@@ -23,6 +23,7 @@ from .bench_measure import usable_cpus
 from .cache import open_cache, source_digest, stage_key, text_digest
 from .constants import bind_constants, graph_constants
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning
+from .gc_pause import gc_paused
 from .logs import log_stage
 from .plugins import get_plugin_manager, get_registry
 
@@ -454,7 +455,7 @@ FIRST_STAGE_FOR = {pipec_ir.Graph: "fusion", pipec_ir.KernelPlan: "codegen", pip
 def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None = None, *,
                   session: Session | None = None, name: str | None = None,
                   registry: pipec_ir.Registry | None = None, stop_after: str | None = None):
-    """Run the pipeline on one graph.
+    """Run the pipeline on one graph, with the garbage collector paused (gc_pause.py).
 
     `source` is what the capture stage takes (an ATen fx GraphModule for "dynamo",
     a model for "export"), or an IR document: a Graph starts at fusion, a
@@ -462,6 +463,13 @@ def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None
     callable (list of tensors -> list of outputs), or the document of
     `stop_after` ("capture", "fusion", "codegen").
     """
+    with gc_paused():
+        return _compile_graph(source, example_inputs, options, session=session, name=name, registry=registry,
+                              stop_after=stop_after)
+
+
+def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, *, session: Session | None,
+                   name: str | None, registry: pipec_ir.Registry | None, stop_after: str | None):
     options = options or CompileOptions()
     session = session if session is not None else Session()
     if session.context is None:  # the runtime records its load, compiles and first run in the session's profile
