@@ -36,3 +36,24 @@ def test_take_lowering(name):
     graph = check(fn, *inputs)
     assert "take" in ops(graph) or name == "select_scatter"
     assert "extern" not in ops(graph)
+
+
+def test_gather_lowers_with_symbolic_sizes():
+    """A gather under dynamic shapes (a loss's nll_loss over a batch of any size) is a `take` at
+    positions computed from size expressions, not an extern, and right at another size."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
+
+    def fn(x, i):
+        return torch.gather(x * 2, 1, i) + torch.gather(x, 0, i.t()[:, :1].expand(1, 3))
+
+    g = torch.Generator().manual_seed(5)
+    x, i = torch.randn(6, 5, generator=g), torch.randint(0, 5, (6, 1), generator=g)
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(x, i)
+    graph = lower_graph(gm, name="t")
+    assert "take" in [n.op for n in graph.nodes] and "extern" not in [n.op for n in graph.nodes] and graph.symbols
+    x, i = torch.randn(9, 7, generator=g), torch.randint(0, 7, (9, 1), generator=g)
+    (got,) = run_graph(graph, [x, i])
+    torch.testing.assert_close(got, fn(x, i))

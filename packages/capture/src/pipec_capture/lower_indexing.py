@@ -43,7 +43,8 @@ def flat_position(cx: GraphBuilder, coords, src_shape, shape) -> Ref:
     """sum(coord_k * stride_k) over src's dims: coords are Refs of `shape` or ints."""
     pos = None
     for c, stride in zip(coords, contiguous_strides(src_shape)):
-        term = c if stride == 1 else binop(cx, "mul", c, int(stride), shape)
+        stride = sympy.sympify(stride)
+        term = c if stride == 1 else binop(cx, "mul", c, int(stride) if stride.is_Integer else stride, shape)
         pos = term if pos is None else binop(cx, "add", pos, term, shape)
     return pos if pos is not None else cx.full(0, shape, I64)
 
@@ -67,8 +68,9 @@ def index_operand(cx: GraphBuilder, idx: Ref, shape) -> Ref:
 
 
 def gather_along(cx: GraphBuilder, src: Ref, dim: int, idx: Ref, shape) -> Ref:
-    """out[p] = src[p with p[dim] = idx[p]]; idx already has the output's shape."""
-    src_shape = _static_shape(cx, cx.shape(src))
+    """out[p] = src[p with p[dim] = idx[p]]; idx already has the output's shape. Sizes may be
+    symbolic: positions are then arithmetic on size expressions."""
+    src_shape = tuple(cx.shape(src))
     coords = [idx if d == dim else iota(cx, shape, d) for d in range(len(src_shape))]
     return take(cx, src, flat_position(cx, coords, src_shape, shape), shape)
 
@@ -76,7 +78,7 @@ def gather_along(cx: GraphBuilder, src: Ref, dim: int, idx: Ref, shape) -> Ref:
 @register("aten.gather.default")
 def lower_gather(cx, node, x, dim, index, *, sparse_grad=False):
     t = cx.result(node)
-    shape = _static_shape(cx, t.shape)
+    shape = tuple(t.shape)
     if not shape:
         return take(cx, x, cx.cast(index, I64), t.shape)
     dim = wrap_dim(dim, len(shape))
