@@ -87,6 +87,9 @@ DECOMPOSE_CORE = (
     "aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_no_training.default",
     "aten.native_batch_norm_backward.default", "aten.native_layer_norm_backward.default",
     "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default",
+    # its parts let the min cut save the logits and two row statistics instead of the fp32 output,
+    # and let nll_loss's gather move onto the logits (sink_gathers.py); the lowering stays for
+    # graphs traced without this table
     "aten._log_softmax.default",
     # not Core ATen, but what functionalization makes of training batch norm (running stats
     # updated out of place): without it, every BatchNorm in training mode would be an extern
