@@ -252,3 +252,15 @@ def test_vocabulary_loss_under_bf16_autocast_trains_like_eager(rows_held):
     got = step(pipec.compile(loss_fn, **options))
     for g, w in zip(got, want):
         torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_train_step_benchmark_smoke(tmp_path):
+    """benchmarks/train_step.py at its tiny size on the CPU: pipec's gradients agree with eager's
+    and the results file has every backend's row."""
+    out = tmp_path / "loss.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_step.py"), "--case", "vocab_loss",
+                           "--device", "cpu", "--tiny", "--backends", "eager,pipec", "--rounds", "1", "--steps", "1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["backends"]
+    assert set(rows) == {"eager", "pipec"} and rows["pipec"]["max_grad_error_vs_first"] < 1e-4

@@ -1,0 +1,229 @@
+"""A training step, eager / Inductor / pipec in one process: cold first step, step time, GPU time,
+peak memory, gradients against eager's, the heaviest kernels.
+
+    python benchmarks/train_step.py --case bert --out $OUT/bert_train.json          # H200
+    python benchmarks/train_step.py --case vocab_loss --out $OUT/loss.json
+    python benchmarks/train_step.py --case bert --backends pipec --host-profile      # where pipec's host time goes
+    python benchmarks/train_step.py --case vocab_loss --device cpu --tiny --backends eager,pipec   # smoke test
+
+Cases:
+* `bert`: transformers' BertForMaskedLM at bert-base-uncased's config (random weights), 8 x 512
+  tokens with a padding mask on every other row, masked-LM labels over the whole vocabulary, AMP
+  bf16 (fp32 master weights, `torch.autocast`). `--tiny`: the suite's tiny config, 2 x 8, fp32.
+* `vocab_loss`: BERT's masked-LM head alone: Linear(768, 30522) + cross entropy over 4096 rows
+  under bf16 autocast, with a 768-wide input that takes a gradient (`--tiny`: 64 x 32 -> 500).
+
+A step is: gradients set to None, forward under autocast (CUDA), backward. Each backend's model
+starts from the same seed, so its gradients are compared with eager's (max absolute difference
+over every parameter and the input; bf16 autocast: expect ~1e-2). Times (CUDA): the first step's
+wall time with empty caches (the compile), then `--rounds` rounds of `--steps` steps each with
+one synchronize per round, backends in rotated order (median and range); GPU time per step from
+torch.profiler (the sum of kernel times: what the host does not hide); peak memory of one step
+above the memory at rest. A step is often bound by the host's Python on the H200: compare the
+wall time and the GPU time. Writes one JSON (--out) with every backend's row and top kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build(case: str, tiny: bool, device: str, seed: int = 0):
+    """(model, inputs dict, autocast dtype or None): the model returns the loss."""
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    if case == "bert":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import BertConfig, BertForMaskedLM
+
+        if tiny:
+            cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                             attention_probs_dropout_prob=0.0)
+            batch, length = 2, 8
+        else:
+            cfg = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+            batch, length = 8, 512
+        model = BertForMaskedLM(cfg).to(device).train()
+        mask = torch.ones(batch, length, dtype=torch.long)
+        mask[1::2, length * 3 // 4:] = 0
+        inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (batch, length), generator=g),
+                  "attention_mask": mask,
+                  "labels": torch.randint(0, cfg.vocab_size, (batch, length), generator=g)}
+
+        class Loss(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, **kw):
+                return self.model(**kw).loss
+        net = Loss()
+    elif case == "vocab_loss":
+        rows, hidden, vocab = (64, 32, 500) if tiny else (4096, 768, 30522)
+
+        class Loss(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = torch.nn.Linear(hidden, vocab)
+
+            def forward(self, h, labels):
+                return torch.nn.functional.cross_entropy(self.head(h), labels)
+        net = Loss().to(device)
+        inputs = {"h": torch.randn(rows, hidden, generator=g).requires_grad_(),
+                  "labels": torch.randint(0, vocab, (rows,), generator=g)}
+    else:
+        raise SystemExit(f"unknown case {case!r} (bert, vocab_loss)")
+    inputs = {k: (v.detach().to(device).requires_grad_() if v.requires_grad else v.to(device)) for k, v in inputs.items()}
+    autocast = torch.bfloat16 if device == "cuda" and not tiny else None
+    return net, inputs, autocast
+
+
+def compiled(backend: str, net):
+    if backend == "eager":
+        return net
+    if backend == "inductor":
+        return torch.compile(net)
+    if backend == "pipec":
+        import pipec
+        return pipec.compile(net)
+    raise SystemExit(f"unknown backend {backend!r} (eager, inductor, pipec)")
+
+
+def make_step(fn, net, inputs: dict, autocast, device: str):
+    grads_of = [p for p in net.parameters()] + [v for v in inputs.values() if v.requires_grad]
+
+    def step():
+        for t in grads_of:
+            t.grad = None
+        if autocast is not None:
+            with torch.autocast(device, dtype=autocast):
+                loss = fn(**inputs)
+        else:
+            loss = fn(**inputs)
+        loss.backward()
+        return loss
+    return step, grads_of
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def gpu_time(step, steps: int) -> tuple[float, list]:
+    """GPU ms per step and the kernels by time ([name, us per step, calls per step])."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kernels = []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", 0) or 0
+        if t > 0:
+            kernels.append([e.key[:100], round(t / steps, 1), e.count / steps])
+    kernels.sort(key=lambda k: -k[1])
+    return sum(k[1] for k in kernels) / 1e3, kernels
+
+
+def host_profile(step, steps: int, top: int = 30) -> str:
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", default="bert", choices=("bert", "vocab_loss"))
+    ap.add_argument("--backends", default="eager,inductor,pipec")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="the small config (CPU smoke test)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10, help="steps per timed round")
+    ap.add_argument("--host-profile", action="store_true", help="cProfile pipec's steps (CUDA)")
+    ap.add_argument("--out", help="results JSON")
+    args = ap.parse_args(argv)
+    backends = args.backends.split(",")
+    cuda = args.device == "cuda"
+    rows, steps, reference = {}, {}, None
+    for backend in backends:  # compile (first step) and check each backend
+        net, inputs, autocast = build(args.case, args.tiny, args.device)
+        fn = compiled(backend, net)
+        step, grads_of = make_step(fn, net, inputs, autocast, args.device)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        sync(args.device)
+        start = time.perf_counter()
+        loss = step()
+        sync(args.device)
+        first = time.perf_counter() - start
+        grads = [t.grad.detach().float().clone() for t in grads_of]
+        row = {"first_step_s": round(first, 2), "loss": loss.item()}
+        if reference is None:
+            reference = grads
+        else:
+            row["max_grad_error_vs_first"] = max((a - b).abs().max().item() for a, b in zip(grads, reference))
+        if cuda:
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            rest = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            torch.cuda.synchronize()
+            row["peak_mib"] = round((torch.cuda.max_memory_allocated() - rest) / 2**20, 1)
+            row["gpu_ms"], kernels = gpu_time(step, 5)
+            row["gpu_ms"] = round(row["gpu_ms"], 3)
+            row["kernels"] = kernels[:40]
+            if args.host_profile and backend == "pipec":
+                row["host_profile"] = host_profile(step, args.steps)
+        rows[backend], steps[backend] = row, step
+        print(f"{backend}: first step {row['first_step_s']} s, loss {row['loss']:.5f}"
+              + (f", max grad error vs {backends[0]} {row['max_grad_error_vs_first']:.3g}" if "max_grad_error_vs_first" in row else "")
+              + (f", GPU {row['gpu_ms']} ms/step, peak {row['peak_mib']} MiB" if cuda else ""), flush=True)
+    walls = {b: [] for b in backends}
+    for r in range(args.rounds):  # rotated order: each backend sees every position
+        order = backends[r % len(backends):] + backends[:r % len(backends)]
+        for backend in order:
+            sync(args.device)
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                steps[backend]()
+            sync(args.device)
+            walls[backend].append((time.perf_counter() - start) * 1e3 / args.steps)
+    for backend in backends:
+        w = walls[backend]
+        rows[backend]["step_ms"] = round(statistics.median(w), 3)
+        rows[backend]["step_ms_range"] = [round(min(w), 3), round(max(w), 3)]
+        print(f"{backend}: {rows[backend]['step_ms']} ms/step (rounds {rows[backend]['step_ms_range']})")
+    if args.out:
+        meta = {"case": args.case, "tiny": args.tiny, "device": args.device, "torch": torch.__version__,
+                "gpu": torch.cuda.get_device_name() if cuda else None, "python": sys.version.split()[0]}
+        Path(args.out).write_text(json.dumps({"meta": meta, "backends": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
