@@ -342,3 +342,22 @@ def test_a_cross_entropy_loss_trains_at_every_batch_size_without_externs():
                 torch.testing.assert_close(g, w)
             x.grad = head.weight.grad = head.bias.grad = None
     assert [g.kind for g in compiled.pipec_session.graphs] == ["forward", "backward"]
+
+
+def test_a_transformers_encoder_serves_every_length_without_externs():
+    """Tiny BERT under dynamic=True: its embedding lookups lower at symbolic sizes (they were ATen
+    fallbacks), so no op runs through torch, and two sequence lengths match eager's outputs."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = transformers.BertModel(cfg).eval()
+    torch._dynamo.reset()
+    compiled = pipec.compile(model, dynamic=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        for length in (5, 9):
+            ids = torch.randint(0, 128, (2, length))
+            torch.testing.assert_close(compiled(ids).last_hidden_state, model(ids).last_hidden_state,
+                                       atol=1e-4, rtol=1e-4)

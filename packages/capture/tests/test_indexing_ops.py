@@ -57,3 +57,28 @@ def test_gather_lowers_with_symbolic_sizes():
     x, i = torch.randn(9, 7, generator=g), torch.randint(0, 7, (9, 1), generator=g)
     (got,) = run_graph(graph, [x, i])
     torch.testing.assert_close(got, fn(x, i))
+
+
+@pytest.mark.parametrize("name", ["embedding", "index_select"])
+def test_row_lookups_lower_with_symbolic_sizes(name):
+    """embedding and index_select over a symbolic number of indices (a batch and sequence of any
+    size) lower to `take`, not externs, and are right at another size."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
+
+    def fn(w, i):
+        if name == "embedding":
+            return torch.nn.functional.embedding(i, w) * 2
+        return torch.index_select(w, 0, i.flatten()) + 1
+
+    g = torch.Generator().manual_seed(6)
+    w = torch.randn(11, 4, generator=g)
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(
+        w, torch.randint(0, 11, (2, 3), generator=g))
+    graph = lower_graph(gm, name="t")
+    assert "take" in [n.op for n in graph.nodes] and "extern" not in [n.op for n in graph.nodes] and graph.symbols
+    i = torch.randint(0, 11, (3, 5), generator=g)
+    (got,) = run_graph(graph, [w, i])
+    torch.testing.assert_close(got, fn(w, i))

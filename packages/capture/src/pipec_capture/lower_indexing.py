@@ -88,26 +88,25 @@ def lower_gather(cx, node, x, dim, index, *, sparse_grad=False):
 @register("aten.index_select.default")
 def lower_index_select(cx, node, x, dim, index):
     t = cx.result(node)
-    shape = _static_shape(cx, t.shape)
+    shape = tuple(t.shape)  # sizes may be symbolic (gather_along)
     if not shape:
         return take(cx, x, cx.reshape(cx.cast(index, I64), ()), t.shape)
     dim = wrap_dim(dim, len(shape))
     column = [1] * len(shape)
     column[dim] = shape[dim]
-    idx = cx.reshape(cx.cast(index, I64), tuple(sympy.Integer(c) for c in column))
+    idx = cx.reshape(cx.cast(index, I64), tuple(sympy.sympify(c) for c in column))
     return gather_along(cx, x, dim, cx.broadcast(idx, t.shape), t.shape)
 
 
 @register("aten.embedding.default")
 def lower_embedding(cx, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    t = cx.result(node)
-    _static_shape(cx, t.shape)
+    t = cx.result(node)  # sizes may be symbolic: positions are arithmetic on size expressions
     if len(cx.shape(weight)) != 2:
         raise NoLowering("embedding weight is not 2-D")
     idx = cx.reshape(cx.cast(indices, I64), tuple(cx.shape(indices)) + (sympy.Integer(1),))
     row = cx.broadcast(idx, t.shape)
     column = iota(cx, t.shape, len(t.shape) - 1)
-    return take(cx, weight, flat_position(cx, [row, column], _static_shape(cx, cx.shape(weight)), t.shape), t.shape)
+    return take(cx, weight, flat_position(cx, [row, column], tuple(cx.shape(weight)), t.shape), t.shape)
 
 
 @register("aten.index.Tensor")
