@@ -361,3 +361,21 @@ def test_a_transformers_encoder_serves_every_length_without_externs():
             ids = torch.randint(0, 128, (2, length))
             torch.testing.assert_close(compiled(ids).last_hidden_state, model(ids).last_hidden_state,
                                        atol=1e-4, rtol=1e-4)
+
+
+def test_a_decoder_with_its_kv_cache_serves_every_length_without_externs():
+    """Tiny GPT-2 under dynamic=True with its KV cache on: the cache's concat lowers at symbolic
+    sizes (it was an ATen fallback), and logits at two lengths match eager's."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    logits = lambda ids: model(ids, use_cache=True).logits  # noqa: E731
+    torch._dynamo.reset()
+    compiled = pipec.compile(logits, dynamic=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        for length in (5, 9):
+            ids = torch.randint(0, 128, (2, length))
+            torch.testing.assert_close(compiled(ids), logits(ids), atol=1e-4, rtol=1e-4)

@@ -82,3 +82,40 @@ def test_row_lookups_lower_with_symbolic_sizes(name):
     i = torch.randint(0, 11, (3, 5), generator=g)
     (got,) = run_graph(graph, [w, i])
     torch.testing.assert_close(got, fn(w, i))
+
+
+def test_cat_lowers_with_symbolic_sizes():
+    """A KV-cache concat (past of a symbolic length, one new step) and a class token before a
+    symbolic sequence lower to `take`s and `where`s, not an extern, right at other sizes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
+
+    def fn(past, new, cls):
+        kv = torch.cat([past, new], dim=1)
+        return kv, torch.cat([cls.expand(past.shape[0], 1, 4), kv], dim=1) * 2
+
+    g = torch.Generator().manual_seed(7)
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(
+        torch.randn(2, 5, 4, generator=g), torch.randn(2, 1, 4, generator=g), torch.randn(1, 1, 4, generator=g))
+    graph = lower_graph(gm, name="t")
+    assert "extern" not in [n.op for n in graph.nodes] and graph.symbols
+    inputs = [torch.randn(3, 8, 4, generator=g), torch.randn(3, 1, 4, generator=g), torch.randn(1, 1, 4, generator=g)]
+    for got, want in zip(run_graph(graph, inputs), fn(*inputs)):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_cat_part_that_may_be_empty_stays_extern():
+    """A part sized by a difference of sizes (it may be 0 at run time) would be read out of bounds
+    by the clamped gather: that cat stays an ATen call."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+
+    def fn(a, b):
+        return torch.cat([a, b[: b.shape[0] - a.shape[0]]], dim=0)
+
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(torch.randn(3, 2), torch.randn(7, 2))
+    graph = lower_graph(gm, name="t")
+    assert "extern" in [n.op for n in graph.nodes]

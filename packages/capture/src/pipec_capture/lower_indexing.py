@@ -169,12 +169,15 @@ def _broadcast_shapes(shapes):
 def lower_cat(cx, node, tensors, dim=0):
     """Each output point takes the input whose range along `dim` holds it (clamped reads + where)."""
     t = cx.result(node)
-    shape = _static_shape(cx, t.shape)
-    parts = [x for x in tensors if _static_shape(cx, cx.shape(x)) != (0,)]  # legacy empty inputs
+    shape = tuple(t.shape)  # sizes may be symbolic: each part's range is then a size expression
+    parts = [x for x in tensors if tuple(cx.shape(x)) != (0,)]  # legacy empty inputs
     if not shape:
         raise NoLowering("0-dim cat")
     dim = wrap_dim(dim, len(shape))
-    parts = [x for x in parts if cx.static(cx.shape(x)[dim]) > 0]
+    parts = [x for x in parts if not sympy.sympify(cx.shape(x)[dim]).is_zero]
+    for x in parts:  # a part empty at run time would be read out of bounds (its clamp reaches -1)
+        if not _surely_positive(cx, cx.shape(x)[dim]):
+            raise NoLowering(f"cat of a part whose size {cx.shape(x)[dim]} may be 0")
     if len(parts) == 1:
         return cx.emit("identity", [cx.cast(parts[0], t.dtype)], t.shape, t.dtype)
     if not parts:
@@ -182,7 +185,7 @@ def lower_cat(cx, node, tensors, dim=0):
     along = iota(cx, t.shape, dim)
     result, start, pieces = None, 0, []
     for x in parts:
-        n = cx.static(cx.shape(x)[dim])
+        n = _scalar_size(cx.shape(x)[dim])
         local = clamp(cx, binop(cx, "sub", along, start, t.shape), 0, n - 1, t.shape)
         pieces.append((start + n, gather_along(cx, cx.cast(x, t.dtype), dim, local, t.shape)))
         start += n
@@ -191,6 +194,31 @@ def lower_cat(cx, node, tensors, dim=0):
         inside = cx.pointwise("lt", [along, end], t.shape, "bool", operand_dtype=I64)
         result = cx.emit("where", [inside, value, result], t.shape, t.dtype)
     return result
+
+
+def _scalar_size(size):
+    """A size as a pointwise scalar operand: an int, or a size expression (a symbolic `full`)."""
+    size = sympy.sympify(size)
+    return int(size) if size.is_Integer else size
+
+
+def _surely_positive(cx: GraphBuilder, size) -> bool:
+    """Is `size` at least 1 for every value its symbols may take? A polynomial in the symbols
+    with no negative coefficient, at least 1 with every symbol at its lower bound."""
+    size = sympy.sympify(size)
+    if size.is_Integer:
+        return int(size) > 0
+    lowers = {r.name: r.lower for r in cx.symbols.ranges}
+    symbols = sorted(size.free_symbols, key=str)
+    if any(s.name not in lowers for s in symbols):
+        return False
+    try:
+        coefficients = sympy.Poly(size, *symbols).coeffs()
+    except sympy.PolynomialError:  # floor division, Max...: no bound read off it here
+        return False
+    if any(c < 0 for c in coefficients):
+        return False
+    return bool(size.subs({s: lowers[s.name] for s in symbols}) >= 1)
 
 
 def padded_read(cx, x, t, lows, fill):
