@@ -379,3 +379,31 @@ def test_a_decoder_with_its_kv_cache_serves_every_length_without_externs():
         for length in (5, 9):
             ids = torch.randint(0, 128, (2, length))
             torch.testing.assert_close(compiled(ids), logits(ids), atol=1e-4, rtol=1e-4)
+
+
+def test_a_language_model_loss_under_dynamic_shapes_keeps_its_backward_scatter_in_kernels():
+    """Tiny GPT-2 trained under dynamic=True: its labels and logits are sized by different symbols
+    that the trace's guards make equal, and the loss's one-hot backward still lowers to pointwise
+    math (no `scatter` fallback); loss and gradients match eager's."""
+    transformers = pytest.importorskip("transformers")
+    import copy
+
+    cfg = transformers.GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).train()
+    eager = copy.deepcopy(model)
+    ids = torch.randint(0, 128, (2, 7))
+    torch._dynamo.reset()
+    compiled = pipec.compile(lambda i, labels: model(i, labels=labels, use_cache=False).loss, dynamic=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss = compiled(ids, ids)
+        loss.backward()
+    fallbacks = [str(w.message) for w in caught if issubclass(w.category, pipec.PipecFallbackWarning)]
+    assert not [m for m in fallbacks if "aten.scatter" in m], fallbacks
+    want = eager(ids, labels=ids, use_cache=False).loss
+    want.backward()
+    torch.testing.assert_close(loss, want, atol=1e-4, rtol=1e-4)
+    for (name, p), (_, q) in zip(model.named_parameters(), eager.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)

@@ -108,12 +108,14 @@ def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: 
 
 def _one_write_per_line(cx: GraphBuilder, self_shape, dim: int, index: Ref) -> bool:
     """The index has self's shape but one element along `dim`: each line of self along `dim`
-    receives exactly one write, and no two writes meet. Sizes compare as expressions."""
+    receives exactly one write, and no two writes meet. Sizes compare as expressions, or as
+    sizes the trace's guards made equal (labels and logits are sized by different symbols)."""
     shape = tuple(cx.shape(index))
     if not self_shape or len(shape) != len(self_shape):
         return False
     dim = wrap_dim(dim, len(self_shape))
-    return shape[dim] == 1 and all(shape[d] == self_shape[d] for d in range(len(self_shape)) if d != dim)
+    return shape[dim] == 1 and all(shape[d] == self_shape[d] or cx.symbols.provably_equal(shape[d], self_shape[d])
+                                   for d in range(len(self_shape)) if d != dim)
 
 
 def _values_per_line(cx: GraphBuilder, src, index: Ref, dtype: str) -> Ref | None:
