@@ -93,3 +93,23 @@ def test_one_write_per_line_lowers_with_symbolic_sizes():
     x, i = torch.randn(7, 6, generator=g), torch.randint(0, 6, (7, 1), generator=g)
     (got,) = run_graph(graph, [x, i])
     torch.testing.assert_close(got, fn(x, i))
+
+
+@pytest.mark.parametrize("by_freq", [False, True], ids=["plain", "scale_grad_by_freq"])
+def test_embedding_backward_lowers_with_symbolic_sizes(by_freq):
+    """embedding_dense_backward over a symbolic number of tokens (training under dynamic shapes):
+    an atomic scatter-add at positions from size expressions, not an extern, right at another size."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
+
+    def fn(grad, tokens):
+        return aten.embedding_dense_backward(grad, tokens, 7, 2, by_freq)
+
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(GRAD, TOKENS)
+    graph = lower_graph(gm, name="t")
+    assert "scatter" in ops(graph) and "extern" not in ops(graph) and graph.symbols
+    grad, tokens = torch.randn(3, 4, 5, generator=g), torch.randint(0, 7, (3, 4), generator=g)
+    (got,) = run_graph(graph, [grad, tokens])
+    torch.testing.assert_close(got, fn(grad, tokens))

@@ -211,24 +211,22 @@ def lower_embedding_dense_backward(cx, node, grad, indices, num_weights, padding
     """A zero [num_weights, D] gradient with every grad row added into its token's row; the
     padding row gets nothing; scale_grad_by_freq divides each row by its token's count."""
     t = cx.result(node)
-    weight_shape = _static_shape(cx, t.shape)
+    weight_shape = tuple(sympy.sympify(s) for s in t.shape)  # sizes may be symbolic (the tokens' count is)
     dim = weight_shape[1]
-    tokens = _static_shape(cx, cx.shape(indices))
-    n = 1
-    for s in tokens:
-        n *= s
-    if n == 0:
+    n = sympy.Integer(1)
+    for s in cx.shape(indices):
+        n *= sympy.sympify(s)
+    if n.is_zero:
         return cx.full(0, t.shape, t.dtype)
     work = _ACCUMULATE_IN.get(t.dtype)
     if work is None:
         raise NoLowering(f"embedding backward on {t.dtype}")
-    rows = (sympy.Integer(n), sympy.Integer(dim))
+    rows = (n, dim)
     grad_rows = cx.reshape(cx.cast(grad, work), rows)
-    token = cx.broadcast(cx.reshape(cx.cast(indices, I64), (sympy.Integer(n), sympy.Integer(1))), rows)
+    token = cx.broadcast(cx.reshape(cx.cast(indices, I64), (n, sympy.Integer(1))), rows)
     if scale_grad_by_freq:  # each row divided by how often its token occurs
-        flat = cx.reshape(cx.cast(indices, I64), (sympy.Integer(n),))
-        count = scatter(cx, cx.full(0, (sympy.Integer(weight_shape[0]),), work), flat,
-                        cx.full(1, (sympy.Integer(n),), work), "sum")
+        flat = cx.reshape(cx.cast(indices, I64), (n,))
+        count = scatter(cx, cx.full(0, (weight_shape[0],), work), flat, cx.full(1, (n,), work), "sum")
         grad_rows = cx.pointwise("div", [grad_rows, take(cx, count, token, rows)], rows, work)
     if padding_idx is not None and padding_idx >= 0:
         keep = cx.pointwise("ne", [token, int(padding_idx)], rows, "bool", operand_dtype=I64)
