@@ -344,6 +344,18 @@ def test_a_cross_entropy_loss_trains_at_every_batch_size_without_externs():
     assert [g.kind for g in compiled.pipec_session.graphs] == ["forward", "backward"]
 
 
+def serves_every_length_without_externs(fn):
+    """`pipec.compile(fn, dynamic=True)` on token ids of two lengths: fallback warnings are
+    errors, and each output matches eager's."""
+    torch._dynamo.reset()
+    compiled = pipec.compile(fn, dynamic=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        for length in (5, 9):
+            ids = torch.randint(0, 128, (2, length))
+            torch.testing.assert_close(compiled(ids), fn(ids), atol=1e-4, rtol=1e-4)
+
+
 def test_a_transformers_encoder_serves_every_length_without_externs():
     """Tiny BERT under dynamic=True: its embedding lookups lower at symbolic sizes (they were ATen
     fallbacks), so no op runs through torch, and two sequence lengths match eager's outputs."""
@@ -353,14 +365,7 @@ def test_a_transformers_encoder_serves_every_length_without_externs():
                                   attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     model = transformers.BertModel(cfg).eval()
-    torch._dynamo.reset()
-    compiled = pipec.compile(model, dynamic=True)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", pipec.PipecFallbackWarning)
-        for length in (5, 9):
-            ids = torch.randint(0, 128, (2, length))
-            torch.testing.assert_close(compiled(ids).last_hidden_state, model(ids).last_hidden_state,
-                                       atol=1e-4, rtol=1e-4)
+    serves_every_length_without_externs(lambda ids: model(ids).last_hidden_state)
 
 
 def test_a_decoder_with_its_kv_cache_serves_every_length_without_externs():
@@ -371,14 +376,7 @@ def test_a_decoder_with_its_kv_cache_serves_every_length_without_externs():
                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(cfg).eval()
-    logits = lambda ids: model(ids, use_cache=True).logits  # noqa: E731
-    torch._dynamo.reset()
-    compiled = pipec.compile(logits, dynamic=True)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", pipec.PipecFallbackWarning)
-        for length in (5, 9):
-            ids = torch.randint(0, 128, (2, length))
-            torch.testing.assert_close(compiled(ids), logits(ids), atol=1e-4, rtol=1e-4)
+    serves_every_length_without_externs(lambda ids: model(ids, use_cache=True).logits)
 
 
 def test_a_language_model_loss_under_dynamic_shapes_keeps_its_backward_scatter_in_kernels():
