@@ -43,8 +43,8 @@ def flat_position(cx: GraphBuilder, coords, src_shape, shape) -> Ref:
     """sum(coord_k * stride_k) over src's dims: coords are Refs of `shape` or ints."""
     pos = None
     for c, stride in zip(coords, contiguous_strides(src_shape)):
-        stride = sympy.sympify(stride)
-        term = c if stride == 1 else binop(cx, "mul", c, int(stride) if stride.is_Integer else stride, shape)
+        stride = _scalar_size(stride)
+        term = c if stride == 1 else binop(cx, "mul", c, stride, shape)
         pos = term if pos is None else binop(cx, "add", pos, term, shape)
     return pos if pos is not None else cx.full(0, shape, I64)
 
@@ -176,7 +176,7 @@ def lower_cat(cx, node, tensors, dim=0):
     dim = wrap_dim(dim, len(shape))
     parts = [x for x in parts if not sympy.sympify(cx.shape(x)[dim]).is_zero]
     for x in parts:  # a part empty at run time would be read out of bounds (its clamp reaches -1)
-        if not _surely_positive(cx, cx.shape(x)[dim]):
+        if not cx.symbols.surely_positive(cx.shape(x)[dim]):
             raise NoLowering(f"cat of a part whose size {cx.shape(x)[dim]} may be 0")
     if len(parts) == 1:
         return cx.emit("identity", [cx.cast(parts[0], t.dtype)], t.shape, t.dtype)
@@ -200,25 +200,6 @@ def _scalar_size(size):
     """A size as a pointwise scalar operand: an int, or a size expression (a symbolic `full`)."""
     size = sympy.sympify(size)
     return int(size) if size.is_Integer else size
-
-
-def _surely_positive(cx: GraphBuilder, size) -> bool:
-    """Is `size` at least 1 for every value its symbols may take? A polynomial in the symbols
-    with no negative coefficient, at least 1 with every symbol at its lower bound."""
-    size = sympy.sympify(size)
-    if size.is_Integer:
-        return int(size) > 0
-    lowers = {r.name: r.lower for r in cx.symbols.ranges}
-    symbols = sorted(size.free_symbols, key=str)
-    if any(s.name not in lowers for s in symbols):
-        return False
-    try:
-        coefficients = sympy.Poly(size, *symbols).coeffs()
-    except sympy.PolynomialError:  # floor division, Max...: no bound read off it here
-        return False
-    if any(c < 0 for c in coefficients):
-        return False
-    return bool(size.subs({s: lowers[s.name] for s in symbols}) >= 1)
 
 
 def padded_read(cx, x, t, lows, fill):

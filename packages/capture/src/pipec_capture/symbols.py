@@ -169,6 +169,25 @@ class SymbolTable:
         except Exception:  # noqa: BLE001 - undecided (or torch's private API moved): not equal
             return False
 
+    def surely_positive(self, size) -> bool:
+        """Is `size` at least 1 for every value its symbols may take? A polynomial in the symbols
+        with no negative coefficient, at least 1 with every symbol at its range's lower bound
+        (a part of a cat that may be empty at run time is not)."""
+        size = sympy.sympify(size)
+        if size.is_Integer:
+            return int(size) > 0
+        lowers = {r.name: r.lower for r in self._ranges}
+        symbols = sorted(size.free_symbols, key=str)
+        if any(s.name not in lowers for s in symbols):
+            return False
+        try:
+            coefficients = sympy.Poly(size, *symbols).coeffs()
+        except sympy.PolynomialError:  # floor division, Max...: no bound read off it here
+            return False
+        if any(c < 0 for c in coefficients):
+            return False
+        return bool(size.subs({s: lowers[s.name] for s in symbols}) >= 1)
+
     def _symbol(self, sym: sympy.Symbol, shape_env, given_hint: int | None = None) -> sympy.Symbol:
         if shape_env is not None:
             self._shape_env = shape_env  # one per Dynamo graph: the guards provably_equal asks
