@@ -22,7 +22,7 @@ from .table import NoLowering, register
 I64 = "int64"
 
 
-def _static_shape(cx: GraphBuilder, shape) -> tuple[int, ...]:
+def static_shape(cx: GraphBuilder, shape) -> tuple[int, ...]:
     return tuple(cx.static(s) for s in shape)
 
 
@@ -113,9 +113,9 @@ def lower_embedding(cx, node, weight, indices, padding_idx=-1, scale_grad_by_fre
 def lower_index(cx, node, x, indices):
     """Advanced indexing: index tensors (broadcast together) replace the coordinates of their dims."""
     t = cx.result(node)
-    _static_shape(cx, t.shape)
-    coords, shape = advanced_index_coords(cx, _static_shape(cx, cx.shape(x)), indices)
-    return take(cx, x, flat_position(cx, coords, _static_shape(cx, cx.shape(x)), shape), shape)
+    static_shape(cx, t.shape)
+    coords, shape = advanced_index_coords(cx, static_shape(cx, cx.shape(x)), indices)
+    return take(cx, x, flat_position(cx, coords, static_shape(cx, cx.shape(x)), shape), shape)
 
 
 def advanced_index_coords(cx, src_shape, indices) -> tuple[list, tuple]:
@@ -126,7 +126,7 @@ def advanced_index_coords(cx, src_shape, indices) -> tuple[list, tuple]:
     given = [d for d, i in enumerate(indices) if i is not None]
     if not given:
         raise NoLowering("no index tensor")
-    bshape = tuple(int(s) for s in _broadcast_shapes([_static_shape(cx, cx.shape(indices[d])) for d in given]))
+    bshape = tuple(int(s) for s in _broadcast_shapes([static_shape(cx, cx.shape(indices[d])) for d in given]))
     adjacent = given == list(range(given[0], given[-1] + 1))
     # where the broadcast index dims sit in the output, and where each remaining src dim goes
     first = given[0] if adjacent else 0
@@ -204,7 +204,7 @@ def _scalar_size(size):
 
 def padded_read(cx, x, t, lows, fill):
     """out[p] = x[p - lows] where that is inside x, else `fill` (lows per dim, may be 0)."""
-    src_shape = _static_shape(cx, cx.shape(x))
+    src_shape = static_shape(cx, cx.shape(x))
     coords, inside = [], None
     for d, (lo, size) in enumerate(zip(lows, src_shape)):
         c = iota(cx, t.shape, d)
@@ -233,7 +233,7 @@ def lower_constant_pad_nd(cx, node, x, pad, value=0):
     lows = [0] * rank
     for k in range(len(pads) // 2):
         lows[rank - 1 - k] = pads[2 * k]
-    if 0 in _static_shape(cx, cx.shape(x)):
+    if 0 in static_shape(cx, cx.shape(x)):
         return cx.full(value, t.shape, t.dtype)
     return padded_read(cx, x, t, lows, value)
 
@@ -241,7 +241,7 @@ def lower_constant_pad_nd(cx, node, x, pad, value=0):
 @register("aten.flip.default")
 def lower_flip(cx, node, x, dims):
     t = cx.result(node)
-    shape = _static_shape(cx, t.shape)
+    shape = static_shape(cx, t.shape)
     flipped = {wrap_dim(d, len(shape)) for d in dims}
     coords = []
     for d, size in enumerate(shape):
@@ -254,7 +254,7 @@ def lower_flip(cx, node, x, dims):
 @register("aten.slice_scatter.default")
 def lower_slice_scatter(cx, node, x, src, dim=0, start=None, end=None, step=1):
     t = cx.result(node)
-    shape = _static_shape(cx, t.shape)
+    shape = static_shape(cx, t.shape)
     dim = wrap_dim(dim, len(shape))
     size = shape[dim]
     start = 0 if start is None else cx.static(start)
@@ -280,7 +280,7 @@ def lower_slice_scatter(cx, node, x, src, dim=0, start=None, end=None, step=1):
 @register("aten.select_scatter.default")
 def lower_select_scatter(cx, node, x, src, dim, index):
     t = cx.result(node)
-    shape = _static_shape(cx, t.shape)
+    shape = static_shape(cx, t.shape)
     dim = wrap_dim(dim, len(shape))
     index = cx.static(index)
     index = index + shape[dim] if index < 0 else index
@@ -294,7 +294,7 @@ def lower_select_scatter(cx, node, x, src, dim, index):
 @register("aten.diagonal.default")
 def lower_diagonal(cx, node, x, offset=0, dim1=0, dim2=1):
     t = cx.result(node)
-    src_shape = _static_shape(cx, cx.shape(x))
+    src_shape = static_shape(cx, cx.shape(x))
     d1, d2 = wrap_dim(dim1, len(src_shape)), wrap_dim(dim2, len(src_shape))
     rest = [d for d in range(len(src_shape)) if d not in (d1, d2)]
     last = len(t.shape) - 1

@@ -23,7 +23,7 @@ from pipec_ir.ops import SCATTER_REDUCES
 
 from .builder import GraphBuilder, wrap_dim
 from .dtypes import torch_dtype
-from .lower_indexing import I64, advanced_index_coords, flat_position, iota, take
+from .lower_indexing import I64, advanced_index_coords, flat_position, iota, static_shape, take
 from .table import NoLowering, register
 
 # eager's reduce names -> the IR's
@@ -31,10 +31,6 @@ _REDUCE = {"sum": "sum", "add": "sum", "amax": "amax", "amin": "amin"}
 # the dtype atomics accumulate in
 _ACCUMULATE_IN = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64",
                   "int8": "int32", "uint8": "int32", "int16": "int32", "int32": "int32", "int64": "int64"}
-
-
-def _static_shape(cx: GraphBuilder, shape) -> tuple[int, ...]:
-    return tuple(cx.static(s) for s in shape)
 
 
 def scatter(cx: GraphBuilder, base: Ref, pos: Ref, src: Ref, reduce: str) -> Ref:
@@ -78,8 +74,8 @@ def _src_at_index_points(cx: GraphBuilder, src, index: Ref, dtype: str) -> Ref:
     if not isinstance(src, Ref):
         return cx.full(src, shape, dtype)
     src = cx.cast(src, dtype)
-    src_shape = _static_shape(cx, cx.shape(src))
-    if src_shape == _static_shape(cx, shape):
+    src_shape = static_shape(cx, cx.shape(src))
+    if src_shape == static_shape(cx, shape):
         return src
     coords = [iota(cx, shape, d) for d in range(len(src_shape))]
     return take(cx, src, flat_position(cx, coords, src_shape, shape), shape)
@@ -92,8 +88,8 @@ def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: 
         values = _values_per_line(cx, src, index, dtype)  # no static sizes needed: symbolic shapes too
         if values is not None:
             return _select_along(cx, x, wrap_dim(dim, len(shape)), index, values, reduce)
-    self_shape = _static_shape(cx, shape)
-    if 0 in _static_shape(cx, cx.shape(index)):
+    self_shape = static_shape(cx, shape)
+    if 0 in static_shape(cx, cx.shape(index)):
         return cx.emit("identity", [x], shape, dtype)
     if len(cx.shape(index)) != len(self_shape):
         raise NoLowering("index rank differs from self's")
@@ -180,7 +176,7 @@ def _scatter_mean(cx, node, x, dim, index, src, include_self: bool) -> Ref:
     t = cx.result(node)
     if t.dtype not in ("float16", "bfloat16", "float32", "float64"):
         raise NoLowering(f"scatter_reduce mean on {t.dtype} (integer division rounding)")
-    if 0 in _static_shape(cx, cx.shape(index)):
+    if 0 in static_shape(cx, cx.shape(index)):
         return cx.emit("identity", [x], t.shape, t.dtype)
     work = _ACCUMULATE_IN[t.dtype]
     total = _scatter_along(cx, cx.cast(x, work), dim, index, src, "sum", include_self)
@@ -196,11 +192,11 @@ def _scatter_mean(cx, node, x, dim, index, src, include_self: bool) -> Ref:
 def lower_index_put(cx, node, x, indices, values, accumulate=False):
     """x with `values` (broadcast to x[indices]'s shape) written, or added, where x[indices] reads."""
     t = cx.result(node)
-    src_shape = _static_shape(cx, t.shape)
+    src_shape = static_shape(cx, t.shape)
     if any(i is not None and cx.dtype(i) == "bool" for i in indices):
         raise NoLowering("boolean mask index (data-dependent shape)")
     coords, shape = advanced_index_coords(cx, src_shape, indices)
-    if 0 in _static_shape(cx, shape):
+    if 0 in static_shape(cx, shape):
         return cx.emit("identity", [x], t.shape, t.dtype)
     pos = flat_position(cx, coords, src_shape, shape)
     return scatter(cx, cx.cast(x, t.dtype), pos, cx.operand(values, shape, t.dtype), "sum" if accumulate else "none")
