@@ -23,6 +23,7 @@ I64 = "int64"
 
 
 def static_shape(cx: GraphBuilder, shape) -> tuple[int, ...]:
+    """`shape` as ints, for lowerings that need every size static (a symbolic one: NoLowering, extern)."""
     return tuple(cx.static(s) for s in shape)
 
 
