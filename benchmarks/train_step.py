@@ -13,6 +13,9 @@ Cases:
 * `vocab_loss`: BERT's masked-LM head alone: Linear(768, 30522) + cross entropy over 4096 rows
   under bf16 autocast, with a 768-wide input that takes a gradient (`--tiny`: 64 x 32 -> 500).
 
+Backends: eager, inductor, pipec, and pipec-triton-launcher (pipec with `static_launch=False`:
+every kernel through Triton's own launcher instead of torch's C++ one).
+
 A step is: gradients set to None, forward under autocast (CUDA), backward. Each backend's model
 starts from the same seed, so its gradients are compared with eager's (max absolute difference
 over every parameter and the input; bf16 autocast: expect ~1e-2). Times (CUDA): the first step's
@@ -38,7 +41,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
-def build(case: str, tiny: bool, device: str, seed: int = 0):
+def build(case: str, tiny: bool, device: str, seed: int = 0, vocab: int | None = None):
     """(model, inputs dict, autocast dtype or None): the model returns the loss."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -70,7 +73,8 @@ def build(case: str, tiny: bool, device: str, seed: int = 0):
                 return self.model(**kw).loss
         net = Loss()
     elif case == "vocab_loss":
-        rows, hidden, vocab = (64, 32, 500) if tiny else (4096, 768, 30522)
+        rows, hidden, columns = (64, 32, 500) if tiny else (4096, 768, 30522)
+        vocab = vocab or columns
 
         class Loss(torch.nn.Module):
             def __init__(self):
@@ -94,10 +98,11 @@ def compiled(backend: str, net):
         return net
     if backend == "inductor":
         return torch.compile(net)
-    if backend == "pipec":
+    if backend in ("pipec", "pipec-triton-launcher"):
         import pipec
-        return pipec.compile(net)
-    raise SystemExit(f"unknown backend {backend!r} (eager, inductor, pipec)")
+        # pipec-triton-launcher: every kernel through Triton's own launcher (A/B of static_launch)
+        return pipec.compile(net, static_launch=backend == "pipec")
+    raise SystemExit(f"unknown backend {backend!r} (eager, inductor, pipec, pipec-triton-launcher)")
 
 
 def make_step(fn, net, inputs: dict, autocast, device: str):
@@ -160,6 +165,7 @@ def main(argv=None) -> int:
     ap.add_argument("--backends", default="eager,inductor,pipec")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="the small config (CPU smoke test)")
+    ap.add_argument("--vocab", type=int, help="vocab_loss: the head's columns (30528: rows 16-byte aligned in bf16)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="steps per timed round")
     ap.add_argument("--host-profile", action="store_true", help="cProfile pipec's steps (CUDA)")
@@ -169,7 +175,7 @@ def main(argv=None) -> int:
     cuda = args.device == "cuda"
     rows, steps, reference = {}, {}, None
     for backend in backends:  # compile (first step) and check each backend
-        net, inputs, autocast = build(args.case, args.tiny, args.device)
+        net, inputs, autocast = build(args.case, args.tiny, args.device, vocab=args.vocab)
         fn = compiled(backend, net)
         step, grads_of = make_step(fn, net, inputs, autocast, args.device)
         if cuda:
@@ -219,7 +225,7 @@ def main(argv=None) -> int:
         rows[backend]["step_ms_range"] = [round(min(w), 3), round(max(w), 3)]
         print(f"{backend}: {rows[backend]['step_ms']} ms/step (rounds {rows[backend]['step_ms_range']})")
     if args.out:
-        meta = {"case": args.case, "tiny": args.tiny, "device": args.device, "torch": torch.__version__,
+        meta = {"case": args.case, "tiny": args.tiny, "vocab": args.vocab, "device": args.device, "torch": torch.__version__,
                 "gpu": torch.cuda.get_device_name() if cuda else None, "python": sys.version.split()[0]}
         Path(args.out).write_text(json.dumps({"meta": meta, "backends": rows}, indent=1))
     return 0

@@ -18,6 +18,7 @@ from .plugins import get_registry
 
 BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
 TUNING_TABLE_ENV = "PIPEC_TUNING_TABLE"  # 0: tuning_table=False (time every decision) unless a compile says otherwise
+STATIC_LAUNCH_ENV = "PIPEC_STATIC_LAUNCH"  # 0: static_launch=False (Triton's own launcher) unless a compile says otherwise
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
 
 
@@ -47,6 +48,10 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
         options["tuning_table"] = False  # a process that times every decision (benchmarks: before and after)
     if not isinstance(options.get("tuning_table", True), bool):
         raise ValueError(f"tuning_table must be True or False, got {options['tuning_table']!r}")
+    if "static_launch" not in options and os.environ.get(STATIC_LAUNCH_ENV, "1") == "0":
+        options["static_launch"] = False  # A/B of the launch path (benchmarks)
+    if not isinstance(options.get("static_launch", True), bool):
+        raise ValueError(f"static_launch must be True or False, got {options['static_launch']!r}")
     fields = {k: options.pop(k) for k in list(options) if k in _OPTION_FIELDS}
     opts = CompileOptions(fusion=fusion, runtime=runtime or MODES[mode], dynamic=dynamic,
                           fullgraph=fullgraph, **fields)

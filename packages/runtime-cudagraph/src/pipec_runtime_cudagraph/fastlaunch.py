@@ -11,7 +11,8 @@ module; checked on 3.6 and 3.9) the call it ends in is
 with every argument, constexprs included, in the kernel's signature order. Once a
 kernel is compiled for a device, config and integer sizes, `bind_launcher` makes
 that call with the grid, sizes and constexprs bound (as Inductor's CachingAutotuner
-does). A pointer argument that may be misaligned (it comes from the caller or from a
+does), or, cheaper still, calls torch's C++ launcher on the kernel's cubin where it can
+(static_launch.py). A pointer argument that may be misaligned (it comes from the caller or from a
 library call, not from the runner's own allocations) is checked: when the kernel
 was specialized for a 16-byte-aligned pointer and this one is not, that call goes
 through `fn[grid]` (which compiles the right variant). With launch hooks set
@@ -21,6 +22,8 @@ through `fn[grid]` (which compiles the right variant). With launch hooks set
 from __future__ import annotations
 
 import inspect
+
+from .static_launch import static_launch_call
 
 ALIGN_MASK = 15
 
@@ -81,8 +84,10 @@ def signature_values(fn, positional: tuple, constants: dict) -> tuple | None:
 
 
 def bind_launcher(kernel, fn, grid: tuple, sizes: tuple, constants: dict, nptrs: int,
-                  check: tuple[int, ...], slow):
-    """`f(stream, *pointers)` launching `kernel` (what `fn[grid]` returned) directly, or None.
+                  check: tuple[int, ...], slow, device_index: int | None = None):
+    """`f(stream, *pointers)` launching `kernel` (what `fn[grid]` returned) directly, or None:
+    through torch's C++ launcher where it can describe the kernel (static_launch.py), else
+    through the kernel's own Triton launcher.
 
     `check`: positions of pointers that must be 16-byte aligned for this kernel and may
     not be; a call where one is not goes to `slow(*pointers)`."""
@@ -94,18 +99,24 @@ def bind_launcher(kernel, fn, grid: tuple, sizes: tuple, constants: dict, nptrs:
     if function is None:
         return None
     placeholders = tuple(f"p{i}" for i in range(nptrs))
-    tail = signature_values(fn, placeholders + tuple(sizes), constants)
-    if tail is None or tail[:nptrs] != placeholders:
+    values = signature_values(fn, placeholders + tuple(sizes), constants)
+    if values is None or values[:nptrs] != placeholders:
         return None
     g = tuple(grid) + (1,) * (3 - len(grid))
-    namespace = {"RUN": run, "FUNC": function, "META": metadata, "SLOW": slow, "TAIL": tail[nptrs:]}
+    namespace = {"RUN": run, "FUNC": function, "META": metadata, "SLOW": slow, "TAIL": values[nptrs:]}
     params = ", ".join(placeholders)
     lines = [f"def launch(stream, {params}):"]
     if check:
         test = " | ".join(f"p{i}.data_ptr()" for i in check)
         lines.append(f"    if ({test}) & {ALIGN_MASK}:")
         lines.append(f"        return SLOW({params})")
-    lines.append(f"    RUN({g[0]}, {g[1]}, {g[2]}, stream, FUNC, META, None, None, None, {params}, *TAIL)")
+    static = None if device_index is None else static_launch_call(kernel, device_index, values, nptrs)
+    if static is not None:
+        entries, args = static
+        namespace.update(entries)
+        lines.append(f"    LAUNCH(CUFUNC, {g[0]}, {g[1]}, {g[2]}, WARPS, SHARED, TYS, {args}, stream)")
+    else:
+        lines.append(f"    RUN({g[0]}, {g[1]}, {g[2]}, stream, FUNC, META, None, None, None, {params}, *TAIL)")
     exec(compile("\n".join(lines) + "\n", f"<pipec launch {getattr(fn, '__name__', 'kernel')}>", "exec"),
          namespace)  # noqa: S102 - generated above
     return namespace["launch"]

@@ -111,6 +111,8 @@ class ProgramRunner(ProgramPlan):
         # symbol values -> (device, specialized run): see `specialize.py`
         self.specialized: dict[tuple, tuple] = {}
         self.specialize = bool(options.get("specialize", True))
+        # launches through torch's C++ launcher where it can describe the kernel (static_launch.py)
+        self.static_launch = bool(options.get("static_launch", True))
         self._raw_stream = None
         self.choice_timer = "wall"  # how choice groups are timed (choices.py); "graph" under CUDA Graphs
         self.default_device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")

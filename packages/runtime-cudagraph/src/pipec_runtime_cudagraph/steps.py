@@ -360,7 +360,8 @@ class LaunchStep:
         if compiled is None or not fast_path_available():
             return lambda stream, *ptrs: slow(*ptrs)
         kernel, aligned = compiled
-        fast = bind_launcher(kernel, fn, grid, sizes, dict(self.config.constants), len(self.ptrs), aligned, slow)
+        fast = bind_launcher(kernel, fn, grid, sizes, dict(self.config.constants), len(self.ptrs), aligned, slow,
+                             device.index if self.runner.static_launch else None)
         return fast if fast is not None else (lambda stream, *ptrs: slow(*ptrs))
 
     def autotune(self, vals, symvals, bucket: tuple = ()) -> None:

@@ -1,0 +1,172 @@
+"""Launching a compiled Triton kernel through torch's C++ launcher instead of Triton's.
+
+Triton's launcher (`CompiledKernel.run`, `CudaLauncher.__call__`) is Python: per call it
+builds closures for scratch allocation, asks the profiler allocator, then parses the
+arguments in C, calling each tensor's `data_ptr()` and checking it with
+`cuPointerGetAttribute`. A training step of BERT base makes ~580 launches, and its host
+time per step was 1.2-1.3x Inductor's (docs/performance.md, "Session 9"). Inductor launches
+through `torch._C._StaticCudaLauncher` (what `StaticallyLaunchedCudaKernel` wraps): one C
+call taking the CUfunction, the grid, a type string and the arguments. pipec does the same
+for kernels it can describe to it:
+
+* the cubin is loaded once more, as its own module, by `_load_kernel` (from a file: the
+  call takes a path);
+* pointers are passed as integers (`data_ptr()`), so no driver call checks them;
+* the arguments Triton compiled in as constants (constexprs, integers specialized to 1)
+  are dropped, as Triton's own launcher drops them;
+* a kernel this cannot describe (tensor descriptors, scratch memory, clusters, cooperative
+  or PDL launches, an argument type without a code) keeps Triton's launcher, as do all
+  kernels when torch has no such launcher (CPU builds, older torch) or with the compile
+  option `static_launch=False` (`PIPEC_STATIC_LAUNCH=0`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+
+# Triton signature type -> the launcher's type code (torch's static launcher parses these).
+_TYPE_CODES = {
+    "i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l",
+    "u1": "I", "u8": "B", "u16": "H", "u32": "I", "u64": "K",
+    "fp16": "f", "bf16": "f", "fp32": "f", "f32": "f", "fp64": "d",
+}
+
+_lock = threading.Lock()
+_cubin_dir: str | None = None
+# counts for tests and explain: how many bound launchers took each path
+counts = {"static": 0, "triton": 0}
+
+
+def static_launcher_impl():
+    """`torch._C._StaticCudaLauncher`, or None (CPU build, older torch)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the runtime needs torch
+        return None
+    return getattr(torch._C, "_StaticCudaLauncher", None)
+
+
+def _meta(kernel, name, default=None):
+    return getattr(kernel.metadata, name, default)
+
+
+def describable(kernel) -> str | None:
+    """Why `kernel` cannot go through the static launcher, or None when it can."""
+    if "cubin" not in getattr(kernel, "asm", {}):
+        return "no cubin"
+    if getattr(kernel, "src", None) is None or not hasattr(kernel.src, "signature"):
+        return "no source signature"
+    if (_meta(kernel, "num_ctas", 1) or 1) != 1:
+        return "several CTAs per program"
+    cluster = _meta(kernel, "cluster_dims", (1, 1, 1)) or (1, 1, 1)
+    if any(int(c) != 1 for c in cluster):
+        return "a cluster launch"
+    for flag in ("launch_cooperative_grid", "launch_pdl"):
+        if _meta(kernel, flag, False):
+            return flag
+    if _meta(kernel, "tensordesc_meta", None):
+        return "tensor descriptors"
+    for scratch in ("global_scratch_size", "profile_scratch_size"):
+        if (_meta(kernel, scratch, 0) or 0) > 0:
+            return scratch
+    return None
+
+
+def argument_codes(kernel) -> tuple[str, tuple[int, ...]] | None:
+    """(type codes of the arguments the cubin takes, their positions in the kernel's signature),
+    or None when one has no code. Constexprs and Triton's specialized constants are dropped."""
+    src = kernel.src
+    names = list(getattr(src.fn, "arg_names", ()))
+
+    def position(key):
+        if isinstance(key, str):
+            return names.index(key)
+        if isinstance(key, tuple):
+            return key[0]
+        return key
+
+    signature = {position(k): v for k, v in src.signature.items()}
+    constants = {position(k) for k in getattr(src, "constants", {})}
+    codes, kept = [], []
+    for i in sorted(signature):
+        ty = signature[i]
+        if ty == "constexpr" or i in constants:
+            continue
+        code = "O" if isinstance(ty, str) and ty.startswith("*") else _TYPE_CODES.get(ty)
+        if code is None:
+            return None
+        codes.append(code)
+        kept.append(i)
+    return "".join(codes), tuple(kept)
+
+
+def _write_cubin(kernel) -> str:
+    global _cubin_dir
+    with _lock:
+        if _cubin_dir is None:
+            _cubin_dir = tempfile.mkdtemp(prefix="pipec-cubin-")
+    fd, path = tempfile.mkstemp(suffix=".cubin", dir=_cubin_dir)
+    with os.fdopen(fd, "wb") as f:
+        f.write(kernel.asm["cubin"])
+    return path
+
+
+def load_function(impl, kernel, device_index: int) -> int:
+    """The CUfunction of `kernel`'s cubin loaded on `device_index` (a module of its own)."""
+    import torch
+
+    path = _write_cubin(kernel)
+    try:
+        with torch.cuda.device(device_index):
+            loaded = impl._load_kernel(path, kernel.metadata.name, int(_shared(kernel)), device_index)
+    finally:
+        os.unlink(path)
+    # torch <= 2.1x returns (function, n_regs, n_spills); later (module, function, n_regs, n_spills)
+    return loaded[0] if len(loaded) == 3 else loaded[1]
+
+
+def _shared(kernel) -> int:
+    return getattr(kernel, "shared", None) or _meta(kernel, "shared", 0) or 0
+
+
+def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
+    """(namespace entries, argument tuple expression) for the generated launcher, or
+    None where the kernel keeps Triton's launcher. `values`: every argument in signature order,
+    the first `nptrs` of them the placeholders p0.. of the pointers."""
+    impl = static_launcher_impl()
+    if impl is None or describable(kernel) is not None:
+        counts["triton"] += 1
+        return None
+    described = argument_codes(kernel)
+    if described is None:
+        counts["triton"] += 1
+        return None
+    codes, kept = described
+    # the scratch pointers the kernel takes (size 0 here: describable checked) are null
+    extra = "".join("O" for s in ("global_scratch_size", "profile_scratch_size") if hasattr(kernel.metadata, s))
+    try:
+        function = load_function(impl, kernel, device_index)
+    except Exception:  # noqa: BLE001 - a kernel the C launcher cannot load keeps Triton's
+        counts["triton"] += 1
+        return None
+    args, consts = [], []
+    for i in kept:
+        if i < nptrs:
+            args.append(f"p{i}.data_ptr()")
+        elif type(values[i]) in (int, bool) or (type(values[i]) is float and math.isfinite(values[i])):
+            # sizes and scalars: literals in the generated source
+            args.append(repr(values[i]))
+        else:
+            consts.append(values[i])
+            args.append(f"C[{len(consts) - 1}]")
+    args.extend("0" for _ in extra)
+    counts["static"] += 1
+    namespace = {"LAUNCH": impl._launch_kernel, "CUFUNC": function, "WARPS": int(kernel.metadata.num_warps),
+                 "SHARED": int(_shared(kernel)), "TYS": codes + extra, "C": tuple(consts)}
+    return namespace, "(" + ", ".join(args) + ("," if len(args) == 1 else "") + ")"
+
+
+__all__ = ["argument_codes", "counts", "describable", "static_launch_call", "static_launcher_impl"]

@@ -1,0 +1,89 @@
+"""Launches through torch's C++ launcher (static_launch.py): which kernels it can describe, and on
+the GPU that its launches compute what Triton's launcher does."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from runtime_helpers import add_program, slot_program
+
+from pipec_ir import CompileOptions
+from pipec_runtime_cudagraph import load_launch, static_launch
+from pipec_runtime_cudagraph.static_launch import argument_codes, describable
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _kernel(signature, constants=None, **metadata):
+    fn = SimpleNamespace(arg_names=list(signature))
+    src = SimpleNamespace(fn=fn, signature=dict(signature), constants=constants or {})
+    meta = {"num_ctas": 1, "cluster_dims": (1, 1, 1), "num_warps": 4, "shared": 0, "name": "k",
+            "global_scratch_size": 0, "profile_scratch_size": 0}
+    meta.update(metadata)
+    return SimpleNamespace(asm={"cubin": b""}, src=src, metadata=SimpleNamespace(**meta))
+
+
+def test_constexprs_and_specialized_constants_are_not_arguments():
+    k = _kernel({"in_ptr0": "*bf16", "out_ptr0": "*fp32", "xnumel": "i32", "rnumel": "constexpr",
+                 "scale": "fp32", "big": "i64", "XBLOCK": "constexpr"}, constants={(4,): 2.0})
+    assert argument_codes(k) == ("OOil", (0, 1, 2, 5))
+    assert describable(k) is None
+
+
+def test_string_keyed_constants_are_dropped_too():
+    k = _kernel({"p": "*fp16", "n": "i32", "flag": "i1"}, constants={"n": 1})
+    assert argument_codes(k) == ("Oi", (0, 2))
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"num_ctas": 2}, "several CTAs per program"),
+    ({"cluster_dims": (2, 1, 1)}, "a cluster launch"),
+    ({"launch_pdl": True}, "launch_pdl"),
+    ({"launch_cooperative_grid": True}, "launch_cooperative_grid"),
+    ({"tensordesc_meta": [{"block": 64}]}, "tensor descriptors"),
+    ({"global_scratch_size": 128}, "global_scratch_size"),
+])
+def test_kernels_it_cannot_describe_keep_tritons_launcher(change, why):
+    assert describable(_kernel({"p": "*fp32"}, **change)) == why
+
+
+def test_an_argument_type_without_a_code_keeps_tritons_launcher():
+    assert argument_codes(_kernel({"desc": "nvTmaDesc", "p": "*fp32"})) is None
+    assert describable(SimpleNamespace(asm={"ptx": ""}, src=None, metadata=None)) == "no cubin"
+
+
+@cuda
+@pytest.mark.skipif(static_launch.static_launcher_impl() is None, reason="torch has no C++ Triton launcher")
+@pytest.mark.parametrize("program", [add_program(1000), slot_program(33, 300)], ids=["add", "rows"])
+def test_gpu_static_launches_compute_what_tritons_launcher_does(program):
+    shapes = [tuple(int(d) for d in b.type.shape) for b in program.inputs]
+    args = [torch.randn(s, device="cuda") for s in shapes]
+    results = {}
+    for flag in (False, True):
+        run = load_launch(program, CompileOptions(runtime="launch").with_extra(static_launch=flag))
+        before = dict(static_launch.counts)
+        run(args)  # compiles; the next call builds the specialized run and binds its launchers
+        got = run(args)
+        torch.cuda.synchronize()
+        took = {k: static_launch.counts[k] - before[k] for k in before}
+        assert (took["static"] > 0) == flag and (took["static"] == 0 or took["triton"] == 0), took
+        results[flag] = got
+    for a, b in zip(results[False], results[True]):
+        assert torch.equal(a, b)
+
+
+@cuda
+@pytest.mark.skipif(static_launch.static_launcher_impl() is None, reason="torch has no C++ Triton launcher")
+def test_gpu_a_misaligned_input_still_takes_the_checked_path():
+    """A kernel compiled for 16-byte aligned pointers gets a pointer that is not: Triton compiles
+    the variant for it, as before the static launcher."""
+    run = load_launch(add_program(1000), CompileOptions(runtime="launch").with_extra(static_launch=True))
+    x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+    run([x, y])
+    run([x, y])
+    base = torch.randn(1001, device="cuda")
+    shifted = base[1:]
+    (out,) = run([shifted, y])
+    torch.testing.assert_close(out, shifted + y)
