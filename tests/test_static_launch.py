@@ -7,7 +7,7 @@ import torch
 
 import pipec
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="launches need the GPU machine")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="launches need the GPU machine")
 
 
 class Block(torch.nn.Module):
@@ -34,6 +34,7 @@ def _step(fn, model, x):
     return [out, x.grad] + [p.grad for p in model.parameters()]
 
 
+@cuda
 @pytest.mark.parametrize("static", [True, False], ids=["static", "triton"])
 def test_gpu_training_step_matches_eager(static):
     from pipec_runtime_cudagraph import static_launch
@@ -57,6 +58,7 @@ def test_gpu_training_step_matches_eager(static):
         assert took["triton"] == 0, took
 
 
+@cuda
 def test_gpu_cuda_graph_replays_static_launches():
     from pipec_runtime_cudagraph import static_launch
 
@@ -69,3 +71,14 @@ def test_gpu_cuda_graph_replays_static_launches():
         for i in range(4):
             x = torch.randn(2, 64, 256, device="cuda")
             torch.testing.assert_close(fn(x), model(x), atol=2e-3, rtol=2e-3, msg=lambda m, i=i: f"call {i}: {m}")
+
+
+def test_the_option_is_a_bool_and_the_environment_turns_it_off(monkeypatch):
+    from pipec.options import make_options
+
+    with pytest.raises(ValueError, match="static_launch must be True or False"):
+        pipec.compile(lambda x: x + 1, static_launch="no")
+    assert make_options().get("static_launch", True) is True
+    monkeypatch.setenv("PIPEC_STATIC_LAUNCH", "0")
+    assert make_options().get("static_launch") is False
+    assert make_options(static_launch=True).get("static_launch") is True
