@@ -19,7 +19,7 @@ every kernel through Triton's own launcher instead of torch's C++ one).
 A step is: gradients set to None, forward under autocast (CUDA), backward. Each backend's model
 starts from the same seed, so its gradients are compared with eager's (max absolute difference
 over every parameter and the input; bf16 autocast: expect ~1e-2). Times (CUDA): the first step's
-wall time with empty caches (the compile), then `--rounds` rounds of `--steps` steps each with
+wall time with empty caches (the compile; pipec's compile-time profile of it in the JSON), then `--rounds` rounds of `--steps` steps each with
 one synchronize per round, backends in rotated order (median and range); GPU time per step from
 torch.profiler (the sum of kernel times: what the host does not hide); peak memory of one step
 above the memory at rest. A step is often bound by the host's Python on the H200: compare the
@@ -29,6 +29,7 @@ wall time and the GPU time. Writes one JSON (--out) with every backend's row and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -121,6 +122,14 @@ def make_step(fn, net, inputs: dict, autocast, device: str):
     return step, grads_of
 
 
+def first_call_profile(session):
+    """pipec's compile-time profile around the first step (a null context for other backends)."""
+    if session is None:
+        return contextlib.nullcontext()
+    from pipec.profile import first_call
+    return first_call(session.profile)
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -181,12 +190,16 @@ def main(argv=None) -> int:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         sync(args.device)
+        session = getattr(fn, "pipec_session", None)
         start = time.perf_counter()
-        loss = step()
-        sync(args.device)
+        with first_call_profile(session):
+            loss = step()
+            sync(args.device)
         first = time.perf_counter() - start
         grads = [t.grad.detach().float().clone() for t in grads_of]
         row = {"first_step_s": round(first, 2), "loss": loss.item()}
+        if session is not None:  # where pipec's first step went (README, "Compile-time profile")
+            row["compile_profile"] = session.profile.to_dict()
         if reference is None:
             reference = grads
         else:
