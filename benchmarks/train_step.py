@@ -40,6 +40,8 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from kernels import parse_option  # noqa: E402 - the benchmarks' shared KEY=VALUE parser
 
 
 def build(case: str, tiny: bool, device: str, seed: int = 0, vocab: int | None = None):
@@ -94,7 +96,7 @@ def build(case: str, tiny: bool, device: str, seed: int = 0, vocab: int | None =
     return net, inputs, autocast
 
 
-def compiled(backend: str, net):
+def compiled(backend: str, net, pipec_options: dict | None = None):
     if backend == "eager":
         return net
     if backend == "inductor":
@@ -102,7 +104,7 @@ def compiled(backend: str, net):
     if backend in ("pipec", "pipec-triton-launcher"):
         import pipec
         # pipec-triton-launcher: every kernel through Triton's own launcher (A/B of static_launch)
-        return pipec.compile(net, static_launch=backend == "pipec")
+        return pipec.compile(net, **{"static_launch": backend == "pipec", **(pipec_options or {})})
     raise SystemExit(f"unknown backend {backend!r} (eager, inductor, pipec, pipec-triton-launcher)")
 
 
@@ -175,6 +177,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="the small config (CPU smoke test)")
     ap.add_argument("--vocab", type=int, help="vocab_loss: the head's columns (30528: rows 16-byte aligned in bf16)")
+    ap.add_argument("--pipec-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a pipec.compile option for the pipec backends (persistent_reduction_bytes=65536)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="steps per timed round")
     ap.add_argument("--host-profile", action="store_true", help="cProfile pipec's steps (CUDA)")
@@ -185,7 +189,7 @@ def main(argv=None) -> int:
     rows, steps, reference = {}, {}, None
     for backend in backends:  # compile (first step) and check each backend
         net, inputs, autocast = build(args.case, args.tiny, args.device, vocab=args.vocab)
-        fn = compiled(backend, net)
+        fn = compiled(backend, net, dict(parse_option(o) for o in args.pipec_option))
         step, grads_of = make_step(fn, net, inputs, autocast, args.device)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -238,7 +242,7 @@ def main(argv=None) -> int:
         rows[backend]["step_ms_range"] = [round(min(w), 3), round(max(w), 3)]
         print(f"{backend}: {rows[backend]['step_ms']} ms/step (rounds {rows[backend]['step_ms_range']})")
     if args.out:
-        meta = {"case": args.case, "tiny": args.tiny, "vocab": args.vocab, "device": args.device, "torch": torch.__version__,
+        meta = {"case": args.case, "tiny": args.tiny, "vocab": args.vocab, "pipec_options": args.pipec_option, "device": args.device, "torch": torch.__version__,
                 "gpu": torch.cuda.get_device_name() if cuda else None, "python": sys.version.split()[0]}
         Path(args.out).write_text(json.dumps({"meta": meta, "backends": rows}, indent=1))
     return 0
