@@ -119,6 +119,14 @@ class KernelWriter(ReductionRows):
             return rnumel <= limit
         held = [max(4, ITEMSIZE.get(self.types[i].dtype, 4)) for i in self.kernel.inputs
                 if tuple(self.types[i].shape) == self.domain]
+        # A row-wide iota (the column numbers a one-hot compares with each row's label: cross
+        # entropy's backward) counts as a held row of its dtype: the log-softmax backward over
+        # BERT's 30522 words held its row at 680 us and looped at 457 (H200; 318 / 274 with rows
+        # padded to 30528), where softmax rows of the same length, without one, gain from being
+        # held (docs/performance.md, "Session 10").
+        held += [max(4, ITEMSIZE.get(self.types[n].dtype, 4)) for n in self.kernel.nodes
+                 if self.nodes[n].op == "iota" and tuple(self.types[n].shape) == self.domain
+                 and self.nodes[n].attr("dim") in self.reduced]
         return pow2_at_least(rnumel) * max(sum(held), 4) <= budget
 
     # ------------------------------------------------------------ helpers
