@@ -36,8 +36,12 @@ def _step(fn, model, x):
 
 @cuda
 @pytest.mark.parametrize("static", [True, False], ids=["static", "triton"])
-def test_gpu_training_step_matches_eager(static):
-    from pipec_runtime_cudagraph import static_launch
+def test_gpu_training_step_matches_eager(static, monkeypatch):
+    from pipec_runtime_cudagraph import fastlaunch, static_launch
+
+    bound = []  # what each launcher binding got from the C++ launcher (None: Triton's launcher)
+    ask = fastlaunch.static_launch_call
+    monkeypatch.setattr(fastlaunch, "static_launch_call", lambda *a: bound.append(ask(*a)) or bound[-1])
 
     if static and static_launch.static_launcher_impl() is None:
         pytest.skip("torch has no C++ Triton launcher")
@@ -45,17 +49,14 @@ def test_gpu_training_step_matches_eager(static):
     model = Block().cuda()
     x = torch.randn(4, 100, 256, device="cuda")
     want = _step(model, model, x)
-    before = dict(static_launch.counts)
     fn = pipec.compile(model, static_launch=static)
     for _ in range(3):  # the second call onwards runs the specialized run with bound launchers
         got = _step(fn, model, x)
     torch.cuda.synchronize()
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=2e-3, rtol=2e-3)
-    took = {k: static_launch.counts[k] - before[k] for k in before}
-    assert (took["static"] > 0) == static, took
-    if static:  # nothing in this block needs scratch memory, clusters or descriptors
-        assert took["triton"] == 0, took
+    # nothing in this block needs scratch memory, clusters or descriptors; static_launch=False never asks
+    assert (len(bound) > 0 and None not in bound) if static else not bound, bound
 
 
 @cuda

@@ -16,6 +16,22 @@ from pipec_runtime_cudagraph.static_launch import argument_codes, describable
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+@pytest.fixture()
+def launch_paths(monkeypatch):
+    """How many launchers were bound through the C++ launcher ("static") and Triton's ("triton")."""
+    from pipec_runtime_cudagraph import fastlaunch
+
+    paths = {"static": 0, "triton": 0}
+    real = fastlaunch.static_launch_call
+
+    def counted(*args, **kwargs):
+        out = real(*args, **kwargs)
+        paths["triton" if out is None else "static"] += 1
+        return out
+    monkeypatch.setattr(fastlaunch, "static_launch_call", counted)
+    return paths
+
+
 def _kernel(signature, constants=None, **metadata):
     fn = SimpleNamespace(arg_names=list(signature))
     src = SimpleNamespace(fn=fn, signature=dict(signature), constants=constants or {})
@@ -57,18 +73,21 @@ def test_an_argument_type_without_a_code_keeps_tritons_launcher():
 @cuda
 @pytest.mark.skipif(static_launch.static_launcher_impl() is None, reason="torch has no C++ Triton launcher")
 @pytest.mark.parametrize("program", [add_program(1000), slot_program(33, 300)], ids=["add", "rows"])
-def test_gpu_static_launches_compute_what_tritons_launcher_does(program):
+def test_gpu_static_launches_compute_what_tritons_launcher_does(program, launch_paths):
     shapes = [tuple(int(d) for d in b.type.shape) for b in program.inputs]
     args = [torch.randn(s, device="cuda") for s in shapes]
     results = {}
     for flag in (False, True):
         run = load_launch(program, CompileOptions(runtime="launch").with_extra(static_launch=flag))
-        before = dict(static_launch.counts)
+        before = dict(launch_paths)
         run(args)  # compiles; the next call builds the specialized run and binds its launchers
         got = run(args)
         torch.cuda.synchronize()
-        took = {k: static_launch.counts[k] - before[k] for k in before}
-        assert (took["static"] > 0) == flag and (took["static"] == 0 or took["triton"] == 0), took
+        took = {k: launch_paths[k] - before[k] for k in before}
+        if flag:  # every kernel bound through the C++ launcher
+            assert took["static"] >= len(program.kernels) and took["triton"] == 0, took
+        else:  # static_launch=False never asks it
+            assert took == {"static": 0, "triton": 0}, took
         results[flag] = got
     for a, b in zip(results[False], results[True]):
         assert torch.equal(a, b)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-import threading
 
 # Triton signature type -> the launcher's type code (torch's static launcher parses these).
 _TYPE_CODES = {
@@ -33,11 +32,6 @@ _TYPE_CODES = {
     "u1": "I", "u8": "B", "u16": "H", "u32": "I", "u64": "K",
     "fp16": "f", "bf16": "f", "fp32": "f", "f32": "f", "fp64": "d",
 }
-
-_lock = threading.Lock()
-_cubin_dir: str | None = None
-# counts for tests and explain: how many bound launchers took each path
-counts = {"static": 0, "triton": 0}
 
 
 def static_launcher_impl():
@@ -104,11 +98,7 @@ def argument_codes(kernel) -> tuple[str, tuple[int, ...]] | None:
 
 
 def _write_cubin(kernel) -> str:
-    global _cubin_dir
-    with _lock:
-        if _cubin_dir is None:
-            _cubin_dir = tempfile.mkdtemp(prefix="pipec-cubin-")
-    fd, path = tempfile.mkstemp(suffix=".cubin", dir=_cubin_dir)
+    fd, path = tempfile.mkstemp(prefix="pipec-", suffix=".cubin")  # removed once loaded
     with os.fdopen(fd, "wb") as f:
         f.write(kernel.asm["cubin"])
     return path
@@ -138,11 +128,9 @@ def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
     the first `nptrs` of them the placeholders p0.. of the pointers."""
     impl = static_launcher_impl()
     if impl is None or describable(kernel) is not None:
-        counts["triton"] += 1
         return None
     described = argument_codes(kernel)
     if described is None:
-        counts["triton"] += 1
         return None
     codes, kept = described
     # the scratch pointers the kernel takes (size 0 here: describable checked) are null
@@ -150,7 +138,6 @@ def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
     try:
         function = load_function(impl, kernel, device_index)
     except Exception:  # noqa: BLE001 - a kernel the C launcher cannot load keeps Triton's
-        counts["triton"] += 1
         return None
     args, consts = [], []
     for i in kept:
@@ -163,10 +150,9 @@ def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
             consts.append(values[i])
             args.append(f"C[{len(consts) - 1}]")
     args.extend("0" for _ in extra)
-    counts["static"] += 1
     namespace = {"LAUNCH": impl._launch_kernel, "CUFUNC": function, "WARPS": int(kernel.metadata.num_warps),
                  "SHARED": int(_shared(kernel)), "TYS": codes + extra, "C": tuple(consts)}
     return namespace, "(" + ", ".join(args) + ("," if len(args) == 1 else "") + ")"
 
 
-__all__ = ["argument_codes", "counts", "describable", "static_launch_call", "static_launcher_impl"]
+__all__ = ["argument_codes", "describable", "static_launch_call", "static_launcher_impl"]
