@@ -119,3 +119,82 @@ def test_a_cat_part_that_may_be_empty_stays_extern():
     gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(torch.randn(3, 2), torch.randn(7, 2))
     graph = lower_graph(gm, name="t")
     assert "extern" in [n.op for n in graph.nodes]
+
+
+def test_slice_scatter_lowers_with_symbolic_sizes():
+    """The backward of slicing a sequence (`x[:, 1:]`, `x[:, ::2]`) and of selecting its last
+    position at a symbolic length writes into zeros (or x) with `where`, not an extern, and is
+    right at another length."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
+
+    def fn(x, tail, even):
+        zeros = torch.zeros_like(x)
+        return (torch.slice_scatter(zeros, tail, 1, 1, x.shape[1]),
+                torch.slice_scatter(x, even * 2, 1, 0, x.shape[1], 2),
+                torch.select_scatter(x, x[:, -1] * 3, 1, -1))
+
+    g = torch.Generator().manual_seed(8)
+
+    def inputs(n):
+        x = torch.randn(2, n, generator=g)
+        return [x, torch.randn(2, n - 1, generator=g), torch.randn(2, (n + 1) // 2, generator=g)]
+
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(*inputs(7))
+    graph = lower_graph(gm, name="t")
+    assert "extern" not in [n.op for n in graph.nodes] and graph.symbols
+    for n in (7, 10):
+        args = inputs(n)
+        for got, want in zip(run_graph(graph, args), fn(*args)):
+            torch.testing.assert_close(got, want)
+
+
+def test_pad_lowers_with_symbolic_sizes():
+    """A sequence padded up to another's length (a pad that is a difference of sizes, 0 included)
+    and a fixed pad of a symbolic sequence lower to `take` and `where`, not an extern."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
+
+    def fn(x, longer):
+        return F.pad(x, (0, longer.shape[1] - x.shape[1]), value=-1.0) + longer, F.pad(x, (2, 1, 1, 0))
+
+    g = torch.Generator().manual_seed(9)
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(
+        torch.randn(3, 5, generator=g), torch.randn(3, 8, generator=g))
+    graph = lower_graph(gm, name="t")
+    assert "extern" not in [n.op for n in graph.nodes] and graph.symbols
+    for n, m in ((5, 8), (7, 7), (4, 11)):
+        args = [torch.randn(3, n, generator=g), torch.randn(3, m, generator=g)]
+        for got, want in zip(run_graph(graph, args), fn(*args)):
+            torch.testing.assert_close(got, want)
+
+
+def test_index_lowers_with_symbolic_sizes():
+    """Advanced indexing at symbolic sizes (rows picked by position ids, negative ones
+    included; two index tensors broadcast together) is a `take`, not an extern, and right at
+    other sizes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
+
+    def fn(x, rows, cols):
+        return x[rows] * 2, x[:, cols[0]], x[rows[:, None], cols[1][None, :]] + 1
+
+    g = torch.Generator().manual_seed(10)
+
+    def inputs(n, m, k):
+        return [torch.randn(n, m, generator=g), torch.randint(-n, n, (k,), generator=g),
+                torch.randint(0, m, (3, k), generator=g)]
+
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(*inputs(5, 7, 4))
+    graph = lower_graph(gm, name="t")
+    assert "take" in [n.op for n in graph.nodes] and "extern" not in [n.op for n in graph.nodes] and graph.symbols
+    for n, m, k in ((5, 7, 4), (8, 6, 9)):
+        args = inputs(n, m, k)
+        for got, want in zip(run_graph(graph, args), fn(*args)):
+            torch.testing.assert_close(got, want)

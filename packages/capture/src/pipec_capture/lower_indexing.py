@@ -112,11 +112,11 @@ def lower_embedding(cx, node, weight, indices, padding_idx=-1, scale_grad_by_fre
 
 @register("aten.index.Tensor")
 def lower_index(cx, node, x, indices):
-    """Advanced indexing: index tensors (broadcast together) replace the coordinates of their dims."""
-    t = cx.result(node)
-    static_shape(cx, t.shape)
-    coords, shape = advanced_index_coords(cx, static_shape(cx, cx.shape(x)), indices)
-    return take(cx, x, flat_position(cx, coords, static_shape(cx, cx.shape(x)), shape), shape)
+    """Advanced indexing: index tensors (broadcast together) replace the coordinates of their dims.
+    Sizes may be symbolic: positions are then arithmetic on size expressions."""
+    src_shape = tuple(sympy.sympify(s) for s in cx.shape(x))
+    coords, shape = advanced_index_coords(cx, src_shape, indices)
+    return take(cx, x, flat_position(cx, coords, src_shape, shape), shape)
 
 
 def advanced_index_coords(cx, src_shape, indices) -> tuple[list, tuple]:
@@ -127,7 +127,8 @@ def advanced_index_coords(cx, src_shape, indices) -> tuple[list, tuple]:
     given = [d for d, i in enumerate(indices) if i is not None]
     if not given:
         raise NoLowering("no index tensor")
-    bshape = tuple(int(s) for s in _broadcast_shapes([static_shape(cx, cx.shape(indices[d])) for d in given]))
+    src_shape = tuple(sympy.sympify(s) for s in src_shape)
+    bshape = _broadcast_shapes(cx, [tuple(cx.shape(indices[d])) for d in given])
     adjacent = given == list(range(given[0], given[-1] + 1))
     # where the broadcast index dims sit in the output, and where each remaining src dim goes
     first = given[0] if adjacent else 0
@@ -146,13 +147,13 @@ def advanced_index_coords(cx, src_shape, indices) -> tuple[list, tuple]:
     for d in rest:
         out_shape[out_dim_of[d]] = src_shape[d]
     out_shape[first:first + len(bshape)] = bshape
-    tshape = tuple(sympy.Integer(s) for s in out_shape)
+    tshape = tuple(sympy.sympify(s) for s in out_shape)
     coords = []
     for d in range(len(src_shape)):
         if indices[d] is None:
             coords.append(iota(cx, tshape, out_dim_of[d]))
             continue
-        idx = index_operand(cx, indices[d], tuple(sympy.Integer(s) for s in bshape))
+        idx = index_operand(cx, indices[d], bshape)
         lead = [sympy.Integer(1)] * first
         tail = [sympy.Integer(1)] * (len(out_shape) - first - len(bshape))
         idx = cx.broadcast(cx.reshape(idx, (*lead, *cx.shape(idx), *tail)), tshape)
@@ -160,10 +161,22 @@ def advanced_index_coords(cx, src_shape, indices) -> tuple[list, tuple]:
     return coords, tshape
 
 
-def _broadcast_shapes(shapes):
-    import torch
-
-    return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
+def _broadcast_shapes(cx, shapes) -> tuple:
+    """The broadcast of shapes of sizes or size expressions (NumPy's rule, right-aligned); a dim
+    whose sizes are neither 1 nor provably equal: NoLowering."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for k in range(rank):
+        sizes = {sympy.sympify(s[len(s) - rank + k]) for s in shapes if len(s) - rank + k >= 0}
+        sizes.discard(sympy.Integer(1))
+        if not sizes:
+            out.append(sympy.Integer(1))
+            continue
+        first, *rest = sorted(sizes, key=str)
+        if any(r != first and not cx.symbols.provably_equal(r, first) for r in rest):
+            raise NoLowering(f"index tensors of sizes {sorted(map(str, sizes))} do not broadcast")
+        out.append(first)
+    return tuple(out)
 
 
 @register("aten.cat.default")
@@ -204,20 +217,27 @@ def _scalar_size(size):
 
 
 def padded_read(cx, x, t, lows, fill):
-    """out[p] = x[p - lows] where that is inside x, else `fill` (lows per dim, may be 0)."""
-    src_shape = static_shape(cx, cx.shape(x))
+    """out[p] = x[p - lows] where that is inside x, else `fill` (lows per dim: ints or size
+    expressions, of either sign). Sizes may be symbolic; every dim of x must then be surely
+    non-empty (the clamped read of an empty dim would leave x)."""
+    src_shape = tuple(sympy.sympify(s) for s in cx.shape(x))
+    for size in src_shape:
+        if not cx.symbols.surely_positive(size):
+            raise NoLowering(f"a padded read of a dim whose size {size} may be 0")
     coords, inside = [], None
     for d, (lo, size) in enumerate(zip(lows, src_shape)):
         c = iota(cx, t.shape, d)
-        if lo == 0 and cx.static(t.shape[d]) <= size:
-            coords.append(c)
+        beyond = sympy.sympify(t.shape[d]) - size
+        if sympy.sympify(lo) == 0 and beyond.is_Integer and beyond <= 0:
+            coords.append(c)  # no padding on this dim: every output point reads x
             continue
+        n, lo = _scalar_size(size), _scalar_size(lo)
         j = binop(cx, "sub", c, lo, t.shape)
         ok = cx.emit("logical_and", [cx.pointwise("ge", [j, 0], t.shape, "bool", operand_dtype=I64),
-                                     cx.pointwise("lt", [j, size], t.shape, "bool", operand_dtype=I64)],
+                                     cx.pointwise("lt", [j, n], t.shape, "bool", operand_dtype=I64)],
                      t.shape, "bool")
         inside = ok if inside is None else cx.emit("logical_and", [inside, ok], t.shape, "bool")
-        coords.append(clamp(cx, j, 0, max(size - 1, 0), t.shape))
+        coords.append(clamp(cx, j, 0, n - 1, t.shape))
     value = take(cx, x, flat_position(cx, coords, src_shape, t.shape), t.shape)
     if inside is None:
         return value
@@ -226,15 +246,16 @@ def padded_read(cx, x, t, lows, fill):
 
 @register("aten.constant_pad_nd.default")
 def lower_constant_pad_nd(cx, node, x, pad, value=0):
+    """Padding by ints or by size expressions (a sequence padded up to another's length)."""
     t = cx.result(node)
     rank = len(cx.shape(x))
-    pads = [cx.static(p) for p in pad]
-    if any(p < 0 for p in pads):
+    pads = [sympy.sympify(p if isinstance(p, int) else cx.symbols.size(p)) for p in pad]
+    if any(p.is_Integer and p < 0 for p in pads):
         raise NoLowering("negative padding (a crop)")
     lows = [0] * rank
     for k in range(len(pads) // 2):
         lows[rank - 1 - k] = pads[2 * k]
-    if 0 in static_shape(cx, cx.shape(x)):
+    if any(sympy.sympify(s).is_zero for s in cx.shape(x)):
         return cx.full(value, t.shape, t.dtype)
     return padded_read(cx, x, t, lows, value)
 
@@ -252,18 +273,44 @@ def lower_flip(cx, node, x, dims):
         cx.emit("identity", [x], t.shape, t.dtype)
 
 
+def _slice_start(cx, start, size) -> int | sympy.Expr:
+    """A slice's start in [0, size]: Python's normalization of a static start; a symbolic one
+    only when it is surely in range (else NoLowering: an extern)."""
+    if start is None:
+        return 0
+    start = sympy.sympify(start if isinstance(start, int) else cx.symbols.size(start))
+    size = sympy.sympify(size)
+    if start.is_Integer:
+        s = int(start)
+        if s >= 0:
+            return s if not size.is_Integer else min(s, int(size))
+        if size.is_Integer:
+            return max(s + int(size), 0)
+        if cx.symbols.surely_positive(size + s + 1):  # start + size >= 0 for every size
+            return size + s
+        raise NoLowering(f"negative slice start {s} of a size {size} that may be shorter")
+    if cx.symbols.surely_positive(start + 1) and cx.symbols.surely_positive(size - start + 1):
+        return start
+    raise NoLowering(f"slice start {start} may fall outside [0, {size}]")
+
+
 @register("aten.slice_scatter.default")
 def lower_slice_scatter(cx, node, x, src, dim=0, start=None, end=None, step=1):
+    """out = x with src written over x[start::step] along `dim` (the backward of a slice). Sizes
+    may be symbolic; the written part's length must then be surely positive (its clamped read
+    would leave src where it may be empty)."""
     t = cx.result(node)
-    shape = static_shape(cx, t.shape)
+    shape = tuple(t.shape)
     dim = wrap_dim(dim, len(shape))
-    size = shape[dim]
-    start = 0 if start is None else cx.static(start)
-    start = max(start + size, 0) if start < 0 else min(start, size)
-    n = cx.static(cx.shape(src)[dim])
+    start = _slice_start(cx, start, shape[dim])
+    n = sympy.sympify(cx.shape(src)[dim])
     step = cx.static(step)
-    if n == 0:
+    if n.is_zero:
         return cx.emit("identity", [x], t.shape, t.dtype)
+    if not cx.symbols.surely_positive(n):
+        raise NoLowering(f"slice_scatter of a part whose size {n} may be 0")
+    n = _scalar_size(n)
+    start = _scalar_size(start)
     j = binop(cx, "sub", iota(cx, t.shape, dim), start, t.shape)
     ok = cx.emit("logical_and", [cx.pointwise("ge", [j, 0], t.shape, "bool", operand_dtype=I64),
                                  cx.pointwise("lt", [j, n * step], t.shape, "bool", operand_dtype=I64)],
@@ -280,11 +327,13 @@ def lower_slice_scatter(cx, node, x, src, dim=0, start=None, end=None, step=1):
 
 @register("aten.select_scatter.default")
 def lower_select_scatter(cx, node, x, src, dim, index):
+    """out = x with src written over x.select(dim, index); sizes may be symbolic (a negative
+    index then counts from a size expression)."""
     t = cx.result(node)
-    shape = static_shape(cx, t.shape)
+    shape = tuple(t.shape)
     dim = wrap_dim(dim, len(shape))
     index = cx.static(index)
-    index = index + shape[dim] if index < 0 else index
+    index = _scalar_size(sympy.sympify(shape[dim]) + index) if index < 0 else index
     lifted = list(cx.shape(src))
     lifted.insert(dim, sympy.Integer(1))
     value = cx.broadcast(cx.reshape(cx.cast(src, t.dtype), tuple(lifted)), t.shape)

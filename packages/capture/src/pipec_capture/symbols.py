@@ -171,8 +171,9 @@ class SymbolTable:
 
     def surely_positive(self, size) -> bool:
         """Is `size` at least 1 for every value its symbols may take? A polynomial in the symbols
-        with no negative coefficient, at least 1 with every symbol at its range's lower bound
-        (a part of a cat that may be empty at run time is not)."""
+        whose terms in them have no negative coefficient (so it grows with each symbol; its
+        constant may be negative: a slice's `s - 1`), at least 1 with every symbol at its range's
+        lower bound (a part of a cat that may be empty at run time, `s1 - s0`, is not)."""
         size = sympy.sympify(size)
         if size.is_Integer:
             return int(size) > 0
@@ -180,11 +181,13 @@ class SymbolTable:
         symbols = sorted(size.free_symbols, key=str)
         if any(s.name not in lowers for s in symbols):
             return False
+        if any(lowers[s.name] < 0 for s in symbols):
+            return False
         try:
-            coefficients = sympy.Poly(size, *symbols).coeffs()
+            terms = sympy.Poly(size, *symbols).terms()
         except sympy.PolynomialError:  # floor division, Max...: no bound read off it here
             return False
-        if any(c < 0 for c in coefficients):
+        if any(c < 0 for monomial, c in terms if any(monomial)):
             return False
         return bool(size.subs({s: lowers[s.name] for s in symbols}) >= 1)
 
