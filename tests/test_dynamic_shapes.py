@@ -425,3 +425,59 @@ def test_an_encoder_decoder_serves_every_length_without_externs():
         mask[1, -2:] = 0
         return model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, 1:]).logits
     serves_every_length_without_externs(fn)
+
+
+def test_batch_norm_trains_under_dynamic_shapes_like_eager():
+    """BatchNorm in training mode at a symbolic batch: its running variance's unbiased correction
+    n / (n - 1) is Python arithmetic on sizes giving a float (a SymFloat), which sent the whole
+    graph to eager; the program now computes it: outputs, gradients and running statistics match
+    eager's at two batch sizes, with no fallback."""
+    import copy
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).train()
+    eager = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = pipec.compile(model, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        for n in (2, 5):
+            x = torch.randn(n, 3, 6, 6)
+            got, want = compiled(x), eager(x)
+            got.square().sum().backward()
+            want.square().sum().backward()
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+            for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+                p.grad = q.grad = None
+            for (name, b), c in zip(model.named_buffers(), eager.buffers()):
+                torch.testing.assert_close(b, c, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_pooling_over_a_changing_batch_trains_like_eager():
+    """A conv net whose batch changes between calls (automatic dynamic shapes: the batch becomes
+    symbolic, the image stays static): max pooling with its indices and its backward, and average
+    pooling, lower at the symbolic batch (they were ATen fallbacks); outputs, gradients and
+    BatchNorm's running statistics match eager's."""
+    import copy
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
+                          nn.AvgPool2d(2)).train()
+    eager = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = pipec.compile(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        for n in (2, 3, 5):  # the second call recompiles with a symbolic batch, the third reuses it
+            x = torch.randn(n, 3, 8, 8)
+            got, want = compiled(x), eager(x)
+            got.square().sum().backward()
+            want.square().sum().backward()
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+            for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+                p.grad = q.grad = None
+            for (name, b), c in zip(model.named_buffers(), eager.buffers()):
+                torch.testing.assert_close(b, c, atol=1e-5, rtol=1e-5, msg=name)
+    assert compiled.pipec_session.dynamo_graphs == 2  # static first, then one symbolic graph

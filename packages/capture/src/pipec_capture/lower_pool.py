@@ -52,15 +52,16 @@ def _per_dim(value, n: int, what: str) -> tuple[int, ...]:
 
 
 class Window:
-    """The geometry of one pooling call over the last n dims of x (static sizes)."""
+    """The geometry of one pooling call over the last n dims of x: static spatial sizes; the
+    leading (batch, channel) sizes may be symbolic, as a batch is under dynamic shapes."""
 
     def __init__(self, cx, x, out, n, kernel, stride, padding, dilation=1, *, unrolled=True):
         self.n = n
-        shape = tuple(cx.static(s) for s in cx.shape(x))
+        shape = tuple(sympy.sympify(s) for s in cx.shape(x))
         if len(shape) not in (n + 1, n + 2):
             raise NoLowering(f"{len(shape)}-D input for {n}-D pooling")
         self.lead = shape[:-n]
-        self.size = shape[-n:]
+        self.size = tuple(cx.static(s) for s in shape[-n:])
         self.out = tuple(cx.static(s) for s in out.shape[-n:])
         self.kernel = _per_dim(kernel, n, "kernel_size")
         self.stride = _per_dim(stride, n, "stride") if stride else self.kernel
@@ -69,7 +70,8 @@ class Window:
         taps = math.prod(self.kernel)
         if unrolled and taps > MAX_TAPS:
             raise NoLowering(f"pooling window of {taps} taps (more than {MAX_TAPS}: the graph would grow too big)")
-        self.empty = 0 in shape or 0 in self.out  # nothing to read: the result is a fill
+        # nothing to read: the result is a fill
+        self.empty = any(s.is_zero for s in self.lead) or 0 in self.size or 0 in self.out
 
     def offsets(self):
         """Every tap of the window as per-dim offsets, in row-major order (torch's scan order)."""
@@ -82,8 +84,8 @@ class Window:
                                                  self.size, self.padding)]
         if not any(self.padding) and not any(highs):
             return x
-        shape = self.lead + tuple(size + p + h for size, p, h in zip(self.size, self.padding, highs))
-        t = TensorType(tuple(sympy.Integer(s) for s in shape), cx.dtype(x))
+        shape = self.lead + tuple(sympy.Integer(size + p + h) for size, p, h in zip(self.size, self.padding, highs))
+        t = TensorType(shape, cx.dtype(x))
         lows = [0] * len(self.lead) + list(self.padding)
         return padded_read(cx, x, t, lows, fill)
 

@@ -7,6 +7,8 @@ none applies, an `extern` node. The rows live in the family modules imported bel
 
 from __future__ import annotations
 
+import operator
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,11 +287,19 @@ class Lowerer(GraphBuilder):
         dropped_check = isinstance(first.meta.get("val"), torch.SymBool) and self.env.get(first, False) is None
         return dropped_check or self.symbols.mentions_defined(first.meta.get("val"))
 
+    # Python arithmetic giving a float from sizes: BatchNorm's n / (n - 1) (the unbiased running
+    # variance's correction) when n is symbolic. It becomes a 0-d float64 value the program
+    # computes from its size expressions, which the ops reading it take as a scalar operand.
+    FLOAT_SCALAR_OPS = {operator.truediv: "div", operator.mul: "mul", operator.add: "add", operator.sub: "sub"}
+
     def scalar_node(self, node, val):
         if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
             return self.symbols.size(val)
         if isinstance(val, (float, bool)):
             return val
+        op = self.FLOAT_SCALAR_OPS.get(node.target)
+        if isinstance(val, torch.SymFloat) and op is not None and len(node.args) == 2 and not node.kwargs:
+            return self.pointwise(op, [self.map_arg(a) for a in node.args], (), "float64")
         raise CaptureError(
             f"{self.where(node)}: produces a {type(val).__name__}, not a tensor; pipec cannot compile "
             "data-dependent Python values - move .item()/.tolist() out of the compiled region")
