@@ -427,22 +427,19 @@ def test_an_encoder_decoder_serves_every_length_without_externs():
     serves_every_length_without_externs(fn)
 
 
-def test_batch_norm_trains_under_dynamic_shapes_like_eager():
-    """BatchNorm in training mode at a symbolic batch: its running variance's unbiased correction
-    n / (n - 1) is Python arithmetic on sizes giving a float (a SymFloat), which sent the whole
-    graph to eager; the program now computes it: outputs, gradients and running statistics match
-    eager's at two batch sizes, with no fallback."""
+def trains_like_eager(model, batches, image: int, **compile_kwargs):
+    """Compile `model` (train mode) and step it beside an eager copy of it on batches
+    of the given sizes (3 x image x image), fallback warnings as errors: outputs, gradients and
+    buffers (BatchNorm's running statistics) must match eager's. Returns the compiled model."""
     import copy
 
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).train()
     eager = copy.deepcopy(model)
     torch._dynamo.reset()
-    compiled = pipec.compile(model, dynamic=True)
+    compiled = pipec.compile(model, **compile_kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("error", pipec.PipecFallbackWarning)
-        for n in (2, 5):
-            x = torch.randn(n, 3, 6, 6)
+        for n in batches:
+            x = torch.randn(n, 3, image, image)
             got, want = compiled(x), eager(x)
             got.square().sum().backward()
             want.square().sum().backward()
@@ -452,6 +449,17 @@ def test_batch_norm_trains_under_dynamic_shapes_like_eager():
                 p.grad = q.grad = None
             for (name, b), c in zip(model.named_buffers(), eager.buffers()):
                 torch.testing.assert_close(b, c, atol=1e-5, rtol=1e-5, msg=name)
+    return compiled
+
+
+def test_batch_norm_trains_under_dynamic_shapes_like_eager():
+    """BatchNorm in training mode at a symbolic batch: its running variance's unbiased correction
+    n / (n - 1) is Python arithmetic on sizes giving a float (a SymFloat), which sent the whole
+    graph to eager; the program now computes it: outputs, gradients and running statistics match
+    eager's at two batch sizes, with no fallback."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).train()
+    trains_like_eager(model, (2, 5), 6, dynamic=True)
 
 
 def test_pooling_over_a_changing_batch_trains_like_eager():
@@ -459,25 +467,9 @@ def test_pooling_over_a_changing_batch_trains_like_eager():
     symbolic, the image stays static): max pooling with its indices and its backward, and average
     pooling, lower at the symbolic batch (they were ATen fallbacks); outputs, gradients and
     BatchNorm's running statistics match eager's."""
-    import copy
-
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
                           nn.AvgPool2d(2)).train()
-    eager = copy.deepcopy(model)
-    torch._dynamo.reset()
-    compiled = pipec.compile(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pipec.PipecFallbackWarning)
-        for n in (2, 3, 5):  # the second call recompiles with a symbolic batch, the third reuses it
-            x = torch.randn(n, 3, 8, 8)
-            got, want = compiled(x), eager(x)
-            got.square().sum().backward()
-            want.square().sum().backward()
-            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-            for (name, p), q in zip(model.named_parameters(), eager.parameters()):
-                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
-                p.grad = q.grad = None
-            for (name, b), c in zip(model.named_buffers(), eager.buffers()):
-                torch.testing.assert_close(b, c, atol=1e-5, rtol=1e-5, msg=name)
+    # the second call recompiles with a symbolic batch, the third reuses it
+    compiled = trains_like_eager(model, (2, 3, 5), 8)
     assert compiled.pipec_session.dynamo_graphs == 2  # static first, then one symbolic graph
