@@ -23,6 +23,7 @@ CASES = {
     "cat_promotes": (lambda x, y: torch.cat([x, y.to(torch.float16), x[:1]], 0), X, Y),
     "cat_dim1": (lambda x: torch.cat([x, x * 2], 1), X),
     "pad": (lambda x: F.pad(x, (1, 2, 0, 3), value=-1.5), X),
+    "pad_crop": (lambda x: F.pad(x, (-1, 2, 0, -1)) + F.pad(x, (0, -2, -1, 0)).sum(), X),
     "flip": (lambda x: x.flip(0, 1), X),
     "slice_scatter": (lambda x: torch.slice_scatter(x, x[:, :3] * 3, 1, 1, 6, 2), X),
     "select_scatter": (lambda x: torch.select_scatter(x, x[1] * 10, 0, -2), X),

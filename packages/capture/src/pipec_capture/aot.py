@@ -10,6 +10,7 @@ import torch
 from .attention import choose_attention_kernels
 from .decompositions import DECOMPOSITIONS, matmul_folded
 from .table import LIBRARY_OPS, LOWERINGS, base_name
+from .vocab_padding import pad_class_dims
 
 # Ops that pipec lowers itself (better fusion than their decompositions) or runs
 # as library externs (attention): kept out of the decomposition table.
@@ -166,7 +167,8 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
                         partition: str = "min_cut"):
     """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
 
-    With `fused_attention`, masked attention on CUDA is sent to a fused kernel first
+    A classifier trained with cross entropy over a class count that is not a multiple of 8 is
+    padded first (vocab_padding.py). With `fused_attention`, masked attention on CUDA is sent to a fused kernel first
     (attention.choose_attention_kernels: under AOTAutograd torch would pick its math path).
     `partition` names how training graphs are split (PARTITIONS).
 
@@ -195,10 +197,10 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
         decompositions=decompositions if decompositions is not None else core_decompositions(),
         partition_fn=partition_function(partition),
     )
-    if not fused_attention:
-        return aot_backend
-
     def backend(gm: torch.fx.GraphModule, example_inputs):
-        return aot_backend(choose_attention_kernels(gm), example_inputs)
+        pad_class_dims(gm)  # a cross-entropy head over an unaligned class count (vocab_padding.py)
+        if fused_attention:
+            gm = choose_attention_kernels(gm)
+        return aot_backend(gm, example_inputs)
 
     return backend

@@ -246,12 +246,11 @@ def padded_read(cx, x, t, lows, fill):
 
 @register("aten.constant_pad_nd.default")
 def lower_constant_pad_nd(cx, node, x, pad, value=0):
-    """Padding by ints or by size expressions (a sequence padded up to another's length)."""
+    """Padding by ints or by size expressions (a sequence padded up to another's length); a
+    negative pad crops (the backward of a pad: a padded weight's gradient cut back to its rows)."""
     t = cx.result(node)
     rank = len(cx.shape(x))
     pads = [sympy.sympify(p if isinstance(p, int) else cx.symbols.size(p)) for p in pad]
-    if any(p.is_Integer and p < 0 for p in pads):
-        raise NoLowering("negative padding (a crop)")
     lows = [0] * rank
     for k in range(len(pads) // 2):
         lows[rank - 1 - k] = pads[2 * k]

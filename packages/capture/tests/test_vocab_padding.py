@@ -1,0 +1,91 @@
+"""A cross-entropy head over a class count that is not a multiple of 8 is computed over padded rows
+(pipec_capture.vocab_padding): the rewrite's shape, and its exactness against eager."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pipec
+from pipec_capture.vocab_padding import MIN_CLASSES, pad_class_dims
+
+
+def _dynamo_graph(fn, *args):
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    torch._dynamo.reset()
+    torch.compile(fn, backend=keep)(*args)
+    return graphs[0]
+
+
+class Head(torch.nn.Module):
+    def __init__(self, classes, bias=True, upcast=False, **loss):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, classes, bias=bias)
+        self.upcast, self.loss = upcast, loss
+
+    def forward(self, h, labels):
+        logits = self.proj(h)
+        flat = (logits.float() if self.upcast else logits).view(-1, logits.shape[-1])
+        return F.cross_entropy(flat, labels.view(-1), **self.loss), logits
+
+
+def _inputs(classes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, classes, (2, 5), generator=g)
+    labels[0, 1] = -100  # an ignored position
+    return torch.randn(2, 5, 16, generator=g), labels
+
+
+def test_the_rewrite_pads_weight_and_bias_and_hands_others_the_real_columns():
+    head = Head(1025)
+    gm = _dynamo_graph(head, *_inputs(1025))
+    assert pad_class_dims(gm) == 1
+    calls = [(n.target, n.args) for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    pads = [a for t, a in calls if t is F.pad]
+    assert [a[1] for a in pads] == [(0, 0, 0, 7), (0, 7)]
+    assert any(t == "view" and a[-1] == 1032 for t, a in calls)
+    assert any(t == "contiguous" for t, _ in calls)  # the returned logits: eager's layout
+
+
+@pytest.mark.parametrize("loss", [{"label_smoothing": 0.1}, {"weight": "w"}])
+def test_losses_that_read_every_class_are_left_alone(loss):
+    if "weight" in loss:
+        loss = {"weight": torch.ones(1025)}
+    gm = _dynamo_graph(Head(1025, **loss), *_inputs(1025))
+    assert pad_class_dims(gm) == 0
+
+
+def test_aligned_or_small_heads_are_left_alone():
+    assert pad_class_dims(_dynamo_graph(Head(1024), *_inputs(1024))) == 0
+    assert pad_class_dims(_dynamo_graph(Head(MIN_CLASSES - 1), *_inputs(MIN_CLASSES - 1))) == 0
+
+
+@pytest.mark.parametrize(("bias", "upcast", "reduction"), [(True, False, "mean"), (False, True, "sum"),
+                                                           (True, True, "none")])
+def test_padded_heads_train_like_eager(bias, upcast, reduction, monkeypatch):
+    """Loss, logits and every gradient (the weight's and bias's through the pads) as eager's."""
+    from pipec_capture import aot
+
+    padded = []
+    monkeypatch.setattr(aot, "pad_class_dims", lambda gm: padded.append(pad_class_dims(gm)) or padded[-1])
+    torch.manual_seed(0)
+    eager = Head(1025, bias=bias, upcast=upcast, reduction=reduction)
+    ours = Head(1025, bias=bias, upcast=upcast, reduction=reduction)
+    ours.load_state_dict(eager.state_dict())
+    h, labels = _inputs(1025, seed=1)
+    torch._dynamo.reset()
+    compiled = pipec.compile(ours)
+    hs = [h.clone().requires_grad_() for _ in range(2)]
+    (loss, logits), (want_loss, want_logits) = compiled(hs[0], labels), eager(hs[1], labels)
+    torch.testing.assert_close(loss, want_loss, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits, want_logits, atol=1e-5, rtol=1e-5)
+    assert logits.is_contiguous() and logits.shape == want_logits.shape
+    loss.sum().backward()
+    want_loss.sum().backward()
+    torch.testing.assert_close(hs[0].grad, hs[1].grad, atol=1e-5, rtol=1e-5)
+    for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
+    assert padded == [1]
