@@ -89,3 +89,31 @@ def test_padded_heads_train_like_eager(bias, upcast, reduction, monkeypatch):
     for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
     assert padded == [1]
+
+
+def test_bf16_autocast_head_trains_like_eager_and_the_option_turns_it_off(monkeypatch):
+    """Under bf16 autocast (the -inf bias entries cast to bf16 stay -inf) the padded head's loss
+    and gradients are eager's at bf16 tolerance; `pad_classes=False` leaves the graph alone."""
+    from pipec_capture import aot
+
+    padded = []
+    monkeypatch.setattr(aot, "pad_class_dims", lambda gm: padded.append(pad_class_dims(gm)) or padded[-1])
+    torch.manual_seed(0)
+    eager = Head(1025)
+    h, labels = _inputs(1025, seed=2)
+    for option, calls in ((True, [1]), (False, [])):
+        ours = Head(1025)
+        ours.load_state_dict(eager.state_dict())
+        torch._dynamo.reset()
+        padded.clear()
+        compiled = pipec.compile(ours, pad_classes=option)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, _ = compiled(h, labels)
+            want, _ = eager(h, labels)
+        loss.backward()
+        want.backward()
+        torch.testing.assert_close(loss, want, atol=2e-2, rtol=2e-2)
+        for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=2e-2, rtol=2e-2, msg=name)
+            q.grad = None
+        assert padded == calls

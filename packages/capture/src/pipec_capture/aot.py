@@ -164,11 +164,11 @@ def strip_detaches(gm: torch.fx.GraphModule) -> int:
 
 def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],
                         *, decompositions: dict | None = None, fused_attention: bool = True,
-                        partition: str = "min_cut"):
+                        partition: str = "min_cut", pad_classes: bool = True):
     """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
 
-    A classifier trained with cross entropy over a class count that is not a multiple of 8 is
-    padded first (vocab_padding.py). With `fused_attention`, masked attention on CUDA is sent to a fused kernel first
+    With `pad_classes` (option `pad_classes`, default on), a classifier trained with cross
+    entropy over a class count that is not a multiple of 8 is padded first (vocab_padding.py). With `fused_attention`, masked attention on CUDA is sent to a fused kernel first
     (attention.choose_attention_kernels: under AOTAutograd torch would pick its math path).
     `partition` names how training graphs are split (PARTITIONS).
 
@@ -198,7 +198,8 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
         partition_fn=partition_function(partition),
     )
     def backend(gm: torch.fx.GraphModule, example_inputs):
-        pad_class_dims(gm)  # a cross-entropy head over an unaligned class count (vocab_padding.py)
+        if pad_classes:  # a cross-entropy head over an unaligned class count (vocab_padding.py)
+            pad_class_dims(gm)
         if fused_attention:
             gm = choose_attention_kernels(gm)
         return aot_backend(gm, example_inputs)
