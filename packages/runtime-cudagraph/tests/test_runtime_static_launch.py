@@ -106,3 +106,25 @@ def test_gpu_a_misaligned_input_still_takes_the_checked_path():
     shifted = base[1:]
     (out,) = run([shifted, y])
     torch.testing.assert_close(out, shifted + y)
+
+
+def test_a_kernel_is_loaded_once_per_device(monkeypatch):
+    """Every launch of one kernel (its layers, each specialized run) binds the same CUfunction:
+    the cubin is loaded once per device, not once per launch."""
+    import contextlib
+
+    loads = []
+
+    class Impl:
+        @staticmethod
+        def _load_kernel(path, name, shared, device):
+            with open(path, "rb") as f:
+                loads.append((f.read(), name, device))
+            return (f"module{len(loads)}", f"function{len(loads)}", 32, 0)
+
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    k = _kernel({"p": "*fp32"})
+    k.asm["cubin"] = b"\x7fELF cubin"
+    assert static_launch.load_function(Impl, k, 0) == static_launch.load_function(Impl, k, 0) == "function1"
+    assert static_launch.load_function(Impl, k, 1) == "function2"
+    assert loads == [(b"\x7fELF cubin", "k", 0), (b"\x7fELF cubin", "k", 1)]

@@ -22,6 +22,7 @@ for kernels it can describe to it:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
@@ -105,17 +106,26 @@ def _write_cubin(kernel) -> str:
 
 
 def load_function(impl, kernel, device_index: int) -> int:
-    """The CUfunction of `kernel`'s cubin loaded on `device_index` (a module of its own)."""
+    """The CUfunction of `kernel`'s cubin loaded on `device_index` (a module of its own), loaded
+    once per kernel and device: the kernel object keeps it, as every launch of it (twelve layers'
+    worth, every specialized run) binds the same function."""
     import torch
 
-    path = _write_cubin(kernel)
-    try:
-        with torch.cuda.device(device_index):
-            loaded = impl._load_kernel(path, kernel.metadata.name, int(_shared(kernel)), device_index)
-    finally:
-        os.unlink(path)
-    # torch <= 2.1x returns (function, n_regs, n_spills); later (module, function, n_regs, n_spills)
-    return loaded[0] if len(loaded) == 3 else loaded[1]
+    functions = getattr(kernel, "_pipec_cufunctions", None)
+    if functions is None:
+        functions = {}
+        with contextlib.suppress(AttributeError):  # a kernel object that takes no attribute loads each time
+            kernel._pipec_cufunctions = functions
+    if device_index not in functions:
+        path = _write_cubin(kernel)
+        try:
+            with torch.cuda.device(device_index):
+                loaded = impl._load_kernel(path, kernel.metadata.name, int(_shared(kernel)), device_index)
+        finally:
+            os.unlink(path)
+        # older torch returns (function, n_regs, n_spills); newer (module, function, n_regs, n_spills)
+        functions[device_index] = loaded[0] if len(loaded) == 3 else loaded[1]
+    return functions[device_index]
 
 
 def _shared(kernel) -> int:
