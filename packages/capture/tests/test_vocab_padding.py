@@ -58,6 +58,16 @@ def test_losses_that_read_every_class_are_left_alone(loss):
     assert pad_class_dims(gm) == 0
 
 
+def test_a_head_whose_classes_are_not_the_losses_class_dim_is_left_alone():
+    """cross_entropy over [N, L, C] logits takes dim 1 (L) as its classes: padding C would change
+    the problem, so the rewrite leaves it."""
+    def fn(h, labels):
+        logits = torch.nn.functional.linear(h, torch.ones(1025, 16))
+        return F.cross_entropy(logits, labels)
+    h = torch.randn(2, 5, 16)
+    assert pad_class_dims(_dynamo_graph(fn, h, torch.randint(0, 5, (2, 1025)))) == 0
+
+
 def test_aligned_or_small_heads_are_left_alone():
     assert pad_class_dims(_dynamo_graph(Head(1024), *_inputs(1024))) == 0
     assert pad_class_dims(_dynamo_graph(Head(MIN_CLASSES - 1), *_inputs(MIN_CLASSES - 1))) == 0

@@ -77,6 +77,9 @@ def _pad_one(graph: torch.fx.Graph, loss: torch.fx.Node) -> bool:
     pad = -classes % PAD_TO
     if not all(_keeps_class_dim(step, classes) for step in chain):
         return False
+    scores = _example(_arg(loss, 0, "input"))  # classes are cross_entropy's dim 1: only [N, C] (or [C]) has them last
+    if not isinstance(scores, torch.Tensor) or scores.dim() not in (1, 2) or scores.shape[-1] != classes:
+        return False
     others = [u for u in linear.users if u not in chain]
     with graph.inserting_before(linear):
         padded_weight = graph.call_function(F.pad, (weight, (0, 0, 0, pad)))
