@@ -68,6 +68,13 @@ def test_a_head_whose_classes_are_not_the_losses_class_dim_is_left_alone():
     assert pad_class_dims(_dynamo_graph(fn, h, torch.randint(0, 5, (2, 1025)))) == 0
 
 
+def test_a_loss_against_class_probabilities_is_left_alone():
+    def fn(h, probabilities):
+        return F.cross_entropy(torch.nn.functional.linear(h, torch.ones(1025, 16)), probabilities)
+    probabilities = torch.softmax(torch.randn(4, 1025), -1)
+    assert pad_class_dims(_dynamo_graph(fn, torch.randn(4, 16), probabilities)) == 0
+
+
 def test_aligned_or_small_heads_are_left_alone():
     assert pad_class_dims(_dynamo_graph(Head(1024), *_inputs(1024))) == 0
     assert pad_class_dims(_dynamo_graph(Head(MIN_CLASSES - 1), *_inputs(MIN_CLASSES - 1))) == 0

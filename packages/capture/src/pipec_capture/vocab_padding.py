@@ -16,8 +16,8 @@ are those of the real columns, and the padded columns' gradient is exactly 0 (th
 never points there). W and b take their gradients through the pads. Whoever else reads the
 logits (the model's output) gets `padded[..., :V].contiguous()`, eager's layout.
 
-Only where that is exact: cross_entropy without class weights or label smoothing (both would
-read the padded columns), floating point, V >= MIN_CLASSES, and a chain whose steps keep the
+Only where that is exact: cross_entropy over class indices (not probabilities), without class
+weights or label smoothing (each would read the padded columns), floating point, V >= MIN_CLASSES, and a chain whose steps keep the
 class dim last.
 """
 
@@ -57,6 +57,9 @@ def _example(node):
 
 def _pad_one(graph: torch.fx.Graph, loss: torch.fx.Node) -> bool:
     if _arg(loss, 2, "weight") is not None or _arg(loss, 7, "label_smoothing", 0.0) not in (0, 0.0):
+        return False
+    target = _example(_arg(loss, 1, "target"))  # class indices; probabilities would read every class
+    if not isinstance(target, torch.Tensor) or target.dtype.is_floating_point:
         return False
     chain, logits = [], _arg(loss, 0, "input")
     while isinstance(logits, torch.fx.Node) and logits.op == "call_method" and logits.target in _CHAIN_METHODS:
