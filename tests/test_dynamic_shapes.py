@@ -473,3 +473,25 @@ def test_pooling_over_a_changing_batch_trains_like_eager():
     # the second call recompiles with a symbolic batch, the third reuses it
     compiled = trains_like_eager(model, (2, 3, 5), 8)
     assert compiled.pipec_session.dynamo_graphs == 2  # static first, then one symbolic graph
+
+
+def test_padding_up_to_a_multiple_under_dynamic_shapes():
+    """Padding a symbolic length up to a multiple of a window (Swin's windows: the pad is Python's
+    `(-s) % 4`) and cutting it back after a window partition: torch's Mod of a negative base became
+    a ModularIndexing that the kernels computed with C's `%`, so the padded size came out as
+    s - s % 4 and the kernels read garbage (1e28 off); now eager's values at every length."""
+    import torch.nn.functional as F
+
+    def fn(x):
+        h = x.shape[1]
+        y = F.pad(x, (0, 0, 0, (4 - h % 4) % 4)) * 2
+        win = y.view(y.shape[0], y.shape[1] // 4, 4, -1).transpose(1, 2).reshape(y.shape)
+        return win[:, :h].contiguous() + 1
+
+    torch._dynamo.reset()
+    compiled = pipec.compile(fn, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        for length in (6, 10, 12, 7):
+            x = torch.randn(2, length, 3)
+            torch.testing.assert_close(compiled(x), fn(x))

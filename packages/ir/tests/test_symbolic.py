@@ -36,3 +36,13 @@ def test_floordiv_of_an_exact_multiple_of_a_symbolic_divisor():
     assert FloorDiv(2 * s * t, s) == 2 * t
     assert isinstance(FloorDiv(s, t), FloorDiv)  # not a multiple: kept
     assert isinstance(FloorDiv(s + 1, s), FloorDiv)
+
+
+def test_multiples_of_the_modulus_stay_when_the_rest_may_be_negative():
+    """ModularIndexing takes a non-negative base: `4 - s % 4` (Python's `(-s) % 4`, shifted to be
+    non-negative) must not lose its 4, which left `-(s % 4) % 4`, a negative `%` in C's semantics
+    in the kernels (a padded size came out as s - s % 4)."""
+    s = size_symbol("s0")
+    shifted = ModularIndexing(4 - ModularIndexing(s, 4), 4)
+    assert shifted.args[0] == 4 - ModularIndexing(s, 4)
+    assert ModularIndexing(4 * s + ModularIndexing(s, 4), 4) == ModularIndexing(s, 4)  # still dropped

@@ -8,7 +8,7 @@ import sympy
 import torch
 
 from pipec_ir import SymbolRange
-from pipec_ir.symbolic import FloorDiv, ModularIndexing, size_symbol
+from pipec_ir.symbolic import FloorDiv, ModularIndexing, size_symbol, upper_bound
 
 from .errors import CaptureError
 
@@ -143,7 +143,7 @@ class SymbolTable:
         if name == "ModularIndexing" and len(args) == 3:
             return ModularIndexing(FloorDiv(args[0], args[1]), args[2])
         if name in ("Mod", "PythonMod") and len(args) == 2:
-            return ModularIndexing(*args)
+            return python_mod(*args)
         if name == "Max":
             return sympy.Max(*args)
         if name == "Min":
@@ -223,3 +223,15 @@ class SymbolTable:
             )
         self._ranges.append(SymbolRange(name=name, lower=lower, upper=upper, hint=hint))
         return ours
+
+
+def python_mod(base: sympy.Expr, modulus: sympy.Expr) -> sympy.Expr:
+    """Python's `base % modulus` as a ModularIndexing, which pipec (its codegen's `%` included)
+    evaluates for a non-negative base only. A base that may be negative, with a known bound (Swin's
+    pad to a multiple of its window, `(-s) % 4` = `ModularIndexing(-ModularIndexing(s, 4), 4)`),
+    is first shifted by a multiple of the modulus, which leaves Python's result unchanged: without
+    it a padded size came out as `s - s % 4` and the kernels read past their inputs."""
+    lowest = upper_bound(-base) if modulus.is_Integer and int(modulus) > 0 else None
+    if lowest is not None and lowest > 0 and not base.is_nonnegative:
+        base = base + -(-lowest // int(modulus)) * modulus
+    return ModularIndexing(base, modulus)

@@ -104,11 +104,12 @@ class ModularIndexing(sympy.Function):
         bound = upper_bound(base)
         if bound is not None and modulus.is_Integer and bound < int(modulus):
             return base
-        # (a*m + b) % m  ->  b % m   when every term of a is a multiple of m
+        # (a*m + b) % m  ->  b % m   when every term of a is a multiple of m and b stays
+        # non-negative (4 - s % 4 is not 4 away from a base this function takes: -(s % 4))
         if modulus.is_Integer and base.is_Add:
             rest = [t for t in base.args
                     if not (t.as_coeff_Mul()[0].is_Integer and int(t.as_coeff_Mul()[0]) % int(modulus) == 0)]
-            if len(rest) < len(base.args):
+            if len(rest) < len(base.args) and sympy.Add(*rest).is_nonnegative:
                 return ModularIndexing(sympy.Add(*rest), modulus)
         return None
 
