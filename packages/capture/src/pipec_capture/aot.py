@@ -168,7 +168,8 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
     """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
 
     With `pad_classes` (option `pad_classes`, default on), a classifier trained with cross
-    entropy over a class count that is not a multiple of 8 is padded first (vocab_padding.py). With `fused_attention`, masked attention on CUDA is sent to a fused kernel first
+    entropy over a class count that is not a multiple of 8 is padded first (vocab_padding.py).
+    With `fused_attention`, masked attention on CUDA is sent to a fused kernel first
     (attention.choose_attention_kernels: under AOTAutograd torch would pick its math path).
     `partition` names how training graphs are split (PARTITIONS).
 

@@ -250,7 +250,7 @@ def lower_constant_pad_nd(cx, node, x, pad, value=0):
     negative pad crops (the backward of a pad: a padded weight's gradient cut back to its rows)."""
     t = cx.result(node)
     rank = len(cx.shape(x))
-    pads = [sympy.sympify(p if isinstance(p, int) else cx.symbols.size(p)) for p in pad]
+    pads = [cx.symbols.size(p) for p in pad]  # ints or size expressions
     lows = [0] * rank
     for k in range(len(pads) // 2):
         lows[rank - 1 - k] = pads[2 * k]
@@ -277,7 +277,7 @@ def _slice_start(cx, start, size) -> int | sympy.Expr:
     only when it is surely in range (else NoLowering: an extern)."""
     if start is None:
         return 0
-    start = sympy.sympify(start if isinstance(start, int) else cx.symbols.size(start))
+    start = cx.symbols.size(start)
     size = sympy.sympify(size)
     if start.is_Integer:
         s = int(start)

@@ -16,9 +16,9 @@ are those of the real columns, and the padded columns' gradient is exactly 0 (th
 never points there). W and b take their gradients through the pads. Whoever else reads the
 logits (the model's output) gets `padded[..., :V].contiguous()`, eager's layout.
 
-Only where that is exact: cross_entropy over class indices (not probabilities), without class
-weights or label smoothing (each would read the padded columns), floating point, V >= MIN_CLASSES, and a chain whose steps keep the
-class dim last.
+Only where that is exact: cross_entropy over class indices (not probabilities) of [N, C] (or [C])
+scores, without class weights or label smoothing (each would read the padded columns), floating
+point, V >= MIN_CLASSES, and a chain whose steps keep the class dim last.
 """
 
 from __future__ import annotations
