@@ -264,3 +264,47 @@ def test_train_step_benchmark_smoke(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())["backends"]
     assert set(rows) == {"eager", "pipec"} and rows["pipec"]["max_grad_error_vs_first"] < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["bert", "gpt2"])
+def test_transformers_lm_heads_over_an_unaligned_vocabulary_train_like_eager(arch, monkeypatch):
+    """transformers' masked-LM head (bias, decoder tied to the embeddings) and causal-LM head (no
+    bias, logits upcast in the loss) over 1025 words, logits returned to the caller: BERT's head runs
+    over 1032 padded columns (capture vocab_padding.py); the loss, the logits and every gradient
+    are eager's."""
+    transformers = pytest.importorskip("transformers")
+    from pipec_capture import aot
+    from pipec_capture.vocab_padding import pad_class_dims
+
+    padded = []
+    monkeypatch.setattr(aot, "pad_class_dims", lambda gm: padded.append(pad_class_dims(gm)) or padded[-1])
+    if arch == "bert":
+        cfg = transformers.BertConfig(vocab_size=1025, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        make = transformers.BertForMaskedLM
+    else:
+        cfg = transformers.GPT2Config(vocab_size=1025, n_positions=16, n_embd=32, n_layer=1, n_head=2,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        make = transformers.GPT2LMHeadModel
+    torch.manual_seed(0)
+    model = make(cfg).train()
+    eager = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 1025, (2, 8), generator=g)
+    labels = ids.clone()
+    labels[0, :3] = -100
+    torch._dynamo.reset()
+    compiled = pipec.compile(lambda i, y: (lambda out: (out.loss, out.logits))(model(input_ids=i, labels=y)))
+    loss, logits = compiled(ids, labels)
+    want = eager(input_ids=ids, labels=labels)
+    torch.testing.assert_close(loss, want.loss, **LOSS_TOL)
+    torch.testing.assert_close(logits, want.logits, rtol=1e-4, atol=1e-4)
+    assert logits.shape == want.logits.shape and logits.is_contiguous()
+    loss.backward()
+    want.loss.backward()
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **PARAM_TOL, msg=name)
+    if arch == "bert":
+        assert padded == [1]
+    # GPT-2's loss (transformers' ForCausalLMLoss) runs in a Dynamo graph of its own, after a graph
+    # break: its head and its cross entropy never meet in one graph, so nothing is padded there

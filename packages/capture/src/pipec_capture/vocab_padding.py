@@ -16,6 +16,9 @@ are those of the real columns, and the padded columns' gradient is exactly 0 (th
 never points there). W and b take their gradients through the pads. Whoever else reads the
 logits (the model's output) gets `padded[..., :V].contiguous()`, eager's layout.
 
+The head and its loss must be in one Dynamo graph: transformers' GPT-2 computes its loss
+(ForCausalLMLoss) after a graph break, so its 50257-word head is not padded.
+
 Only where that is exact: cross_entropy over class indices (not probabilities) of [N, C] (or [C])
 scores, without class weights or label smoothing (each would read the padded columns), floating
 point, V >= MIN_CLASSES, and a chain whose steps keep the class dim last.
