@@ -7,8 +7,9 @@ holding torch, transformers and a model is over half a million tracked objects. 
 2-core CPU host (BERT base training, its forward and backward graphs traced at 2 x 128): of
 3.4-3.9 s of pipec's fusion and codegen, 1.3-1.4 s were collections; paused (here and around
 AOTAutograd), fusion and codegen took 2.1-2.5 s, and the whole capture (Dynamo, AOTAutograd,
-lowering, fusion, codegen) 10.9-11.3 -> 9.5-9.7 s (docs/performance.md, "Session 9"). Reference counting frees nearly everything a compile drops; the cycles it leaves are
-collected by the first collection after the pause.
+lowering, fusion, codegen) 10.9-11.3 -> 9.5-9.7 s (docs/performance.md, "Session 9"). Reference
+counting frees nearly everything a compile drops; the cycles it leaves are collected by the first
+collection after the pause.
 """
 
 from __future__ import annotations
