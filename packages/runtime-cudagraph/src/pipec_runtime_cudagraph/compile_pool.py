@@ -93,7 +93,7 @@ class CompilePool:
                              name=f"pipec-compile-worker-{proc.pid}").start()
 
     def submit(self, payload: bytes) -> concurrent.futures.Future:
-        """A future of (error message or None, worker seconds) for one pickled request."""
+        """A future of (error message or None, worker seconds, cache key) for one pickled request."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         if self.broken is not None:
             future.set_exception(WorkerDied(self.broken))
@@ -319,10 +319,10 @@ def _request(compile: dict, where: tuple[str, str, str], base: dict, gluon: bool
             "options": options, "gluon": gluon}
 
 
-def cache_entry(fn, request: dict, backend) -> tuple[str, str] | None:
-    """(Triton's cache key, metadata file name) of the kernel the parent's `triton.compile` of
-    `request` will look up, computed as it does (`backend`: Triton's for the request's target);
-    None where a hook of Triton's changes it."""
+def cache_entry(fn, request: dict, backend) -> tuple[str, str, str] | None:
+    """(Triton's cache key, metadata file name, the key before hashing) of the kernel the
+    parent's `triton.compile` of `request` will look up, computed as it does (`backend`:
+    Triton's for the request's target); None where a hook of Triton's changes it."""
     import triton
     from triton.compiler import get_cache_key
 
@@ -333,9 +333,19 @@ def cache_entry(fn, request: dict, backend) -> tuple[str, str] | None:
         src = source(fn, request["signature"], request["constants"], request["attrs"])
         options = backend.parse_options(dict(request["options"], **src.parse_options()))
         key = get_cache_key(src, backend, options, env_vars=request["env"])
-        return hashlib.sha256(key.encode("utf-8")).hexdigest(), f"{src.name[:150]}.json"
+        return hashlib.sha256(key.encode("utf-8")).hexdigest(), f"{src.name[:150]}.json", key
     except Exception:  # noqa: BLE001 - a Triton that computes it otherwise: not checked
         return None
+
+
+def where_keys_differ(ours: str, theirs: str | None, context: int = 60) -> str:
+    """Where two of Triton's cache keys part ways, for a message: the parent's and a worker's
+    text around the first differing character."""
+    if theirs is None:
+        return "the worker sent no key"
+    at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    start = max(0, at - context)
+    return f"at character {at}: here ...{ours[start:at + context]!r}, in the worker ...{theirs[start:at + context]!r}"
 
 
 def in_cache(entry: tuple[str, str]) -> bool:
@@ -352,12 +362,15 @@ class Batch:
         self.requests, self.futures, self.sent, self.left = requests, futures, sent, left
 
     def wait(self, profile=None) -> int:
-        """Wait for the workers; -> how many kernels they put in the cache. A worker that died,
-        or compiles that are not where the parent will look for them, turn the pool off."""
-        compiled = failed = 0
+        """Wait for the workers; -> how many kernels they put in the cache. A kernel a worker
+        compiled under another key than this process computes is compiled here (one warning
+        says where the keys differ); a worker that died, or no compile of the batch under this
+        process's keys, turns the pool off."""
+        compiled = failed = astray = 0
+        first_astray = None
         for (request, _, entry), future in zip(self.requests, self.futures):
             try:
-                error, _seconds = future.result()
+                error, _seconds, key = future.result()
             except WorkerDied as e:
                 disable(f"a compile worker failed: {e}")
                 break
@@ -365,14 +378,21 @@ class Batch:
                 log.debug("compile worker: %s: %s", request["name"], error)
                 failed += 1
             elif entry is not None and not in_cache(entry):
-                disable(f"kernel {request['name']} compiled in a worker is not under the cache key this "
-                        "process computes")
-                break
+                astray += 1
+                first_astray = first_astray or (request["name"], where_keys_differ(entry[2], key))
             else:
                 compiled += 1
+        if first_astray is not None:
+            name, where = first_astray
+            log.warning("compile workers: %d of %d kernels were compiled under another cache key than this "
+                        "process computes and are compiled here; the first, %s, differs %s",
+                        astray, len(self.requests), name, where)
+            if compiled == 0 and astray > 1:
+                disable(f"kernel {name} and {astray - 1} more compiled in workers are not under the cache keys "
+                        "this process computes")
         if profile is not None:
             profile.count("triton_compiles_in_workers", compiled)
-            profile.count("triton_compile_worker_errors", failed)
+            profile.count("triton_compile_worker_errors", failed + astray)
         return compiled
 
 

@@ -2,7 +2,8 @@
 
 Started by `compile_pool` as ``python -c <boot> <this file's package path...>``, it reads
 requests from its stdin and answers on its stdout, each a length-prefixed pickle:
-``(job_id, pickled request)`` in, ``(job_id, error or None, seconds)`` out. A request names the
+``(job_id, pickled request)`` in, ``(job_id, error or None, seconds, cache key)`` out (the
+key Triton's compile computed here, in full: the parent compares it with its own). A request names the
 kernel by its source file and function name and carries what `JITFunction.run` would have
 handed `triton.compile` in the parent (signature, constexprs, attributes, options), the
 parent's GPU target, Triton cache directory and cache-invalidating environment: the worker
@@ -70,8 +71,9 @@ def load_function(path: str, module_name: str, name: str, modules: dict):
     return getattr(module, name)
 
 
-def compile_request(request: dict, modules: dict) -> None:
-    """Compile one request into Triton's cache (`compile_pool.capture_requests` made it)."""
+def compile_request(request: dict, modules: dict) -> str:
+    """Compile one request into Triton's cache (`compile_pool.capture_requests` made it); -> the
+    cache key (before hashing) it was compiled under, computed as `triton.compile` does."""
     import triton
     import triton.runtime.cache
     from triton.backends.compiler import GPUTarget
@@ -88,7 +90,21 @@ def compile_request(request: dict, modules: dict) -> None:
     fn = load_function(request["path"], request["module"], request["name"], modules)
     src = ast_source_class(request.get("gluon", False))(fn, request["signature"], request["constants"],
                                                         request["attrs"])
-    triton.compile(src, target=GPUTarget(*request["target"]), options=request["options"])
+    target = GPUTarget(*request["target"])
+    triton.compile(src, target=target, options=request["options"])
+    return full_cache_key(src, target, request["options"])
+
+
+def full_cache_key(src, target, options: dict, env: dict | None = None) -> str:
+    """Triton's cache key of compiling `src` for `target` with `options`, before it is hashed:
+    its parts (Triton, source, backend with its ptxas, options, environment) show where two
+    processes' compiles of one kernel part ways. `env` None: this process's environment."""
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.compiler import get_cache_key, make_backend
+
+    backend = make_backend(target)
+    parsed = backend.parse_options(dict(options, **src.parse_options()))
+    return get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars() if env is None else env)
 
 
 def ast_source_class(gluon: bool):
@@ -112,12 +128,13 @@ def serve(inp, out) -> None:
             return
         job_id, payload = message
         start = time.perf_counter()
+        key = None
         try:
-            compile_request(pickle.loads(payload), modules)  # noqa: S301 - see recv
+            key = compile_request(pickle.loads(payload), modules)  # noqa: S301 - see recv
             error = None
         except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
             error = f"{type(e).__name__}: {str(e)[:2000]}"
-        send(out, (job_id, error, time.perf_counter() - start))
+        send(out, (job_id, error, time.perf_counter() - start, key))
 
 
 def main() -> None:
