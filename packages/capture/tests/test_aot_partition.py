@@ -78,3 +78,32 @@ def test_a_vocabulary_loss_saves_its_bf16_logits_and_row_statistics():
     assert ((32, 100), torch.float32) not in saved
     assert ((32, 100), torch.bfloat16) in saved and ((32, 1), torch.float32) in saved
     torch.testing.assert_close(x.grad, want)
+
+
+@pytest.mark.parametrize("with_forward", [True, False])
+def test_the_backward_is_compiled_with_the_forward(with_forward):
+    """With `backward_with_forward` (option early_compile) AOTAutograd hands over the backward
+    right after the forward, before any backward call (the runtime's worker pool then compiles
+    the forward's kernels while the backward is lowered); without it, at the first backward.
+    The gradients are eager's either way."""
+    kinds = []
+
+    def compile_aten_graph(gm, example_inputs, kind):
+        kinds.append(kind)
+        return lambda args: gm(*args)
+
+    torch.manual_seed(0)
+    model, x = Mlp(), torch.randn(8, 16, requires_grad=True)
+    torch._dynamo.reset()
+    backend = make_dynamo_backend(compile_aten_graph, decompositions=core_decompositions(),
+                                  backward_with_forward=with_forward)
+    out = torch.compile(model, backend=backend)(x)
+    if hasattr(torch._functorch.config, "force_non_lazy_backward_lowering"):
+        assert kinds == (["forward", "backward"] if with_forward else ["forward"])
+    out.sum().backward()
+    assert kinds == ["forward", "backward"]
+    grad = x.grad
+    x.grad = None
+    model(x).sum().backward()
+    torch.testing.assert_close(grad, x.grad)
+    assert getattr(torch._functorch.config, "force_non_lazy_backward_lowering", False) is False  # put back

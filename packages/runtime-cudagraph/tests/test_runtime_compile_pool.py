@@ -156,6 +156,39 @@ def test_gluon_kernels_compile_in_workers(tmp_path):
 
 
 @needs_ptxas
+def test_compiles_start_at_load_and_the_first_call_waits_for_them(tmp_path):
+    """A program whose sizes are all static sends its first call's compiles to the workers while
+    it loads (`_start_compiles`); the first call waits for them and compiles nothing itself.
+    With early_compile=False nothing is sent before the first call."""
+    out = run_script(tmp_path, '''
+        profile = CompileProfile()
+        context = LoadContext(profile=profile, kernel_dir="kernels", tuning_cache=False, compile_workers=2)
+        options = CompileOptions(runtime="launch", autotune=True)
+        with profile.measure():
+            runner = ProgramRunner(add_program(n=1000, configs=CONFIGS), options, context)
+            assert runner._started_compiles is None  # no CUDA here to make stand-ins on: nothing sent
+            runner._launches["cpu"] = runner._launches["cuda"]
+            runner._start_compiles(torch.device("cpu"))  # what a load on a GPU does
+            batch = runner._started_compiles
+            assert batch is not None and len(batch.sent) == 2, batch
+            assert compiles == [], compiles  # the parent has compiled nothing
+            runner._precompile([torch.randn(1000), torch.randn(1000)], (), torch.device("cpu"))
+        assert runner._started_compiles is None
+        counts = profile.to_dict()["counts"]
+        assert counts["triton_compiles_in_workers"] == 2 and counts["triton_compiles"] == 2, counts
+        assert [hit for _, hit, _ in compiles] == [True] * 2, compiles
+
+        off = ProgramRunner(add_program(n=1000, configs=CONFIGS), options.with_extra(early_compile=False),
+                            LoadContext(kernel_dir="kernels2", tuning_cache=False, compile_workers=2))
+        off._launches["cpu"] = off._launches["cuda"]
+        off._start_compiles(torch.device("cpu"))
+        assert off._started_compiles is None
+        print("ok")
+    ''')
+    assert "ok" in out
+
+
+@needs_ptxas
 def test_worker_failures_fall_back_to_compiling_in_the_parent(tmp_path):
     """A job a worker cannot compile is left to the parent, without a warning; workers that die
     turn the pool off for the process with one warning, and the parent compiles everything."""
@@ -188,6 +221,60 @@ def test_worker_failures_fall_back_to_compiling_in_the_parent(tmp_path):
         assert compile_pool.get_pool(2) is None
         assert profile.to_dict()["counts"].get("triton_compiles_in_workers", 0) == 0
         assert [hit for _, hit, _ in compiles][:2] == [False] * 2, compiles  # compiled here
+        print("ok")
+    ''')
+    assert "ok" in out
+
+
+ASTRAY_BOOT = """import sys; sys.path[:0] = sys.argv[1:]
+import pipec_runtime_cudagraph.compile_worker as worker
+real, done = worker.compile_request, []
+def astray(request, modules):  # the first {n} compiles under another Triton than the parent's
+    done.append(request["name"])
+    if len(done) <= {n}:
+        request["triton_key"] = "another-triton"
+    return real(request, modules)
+worker.compile_request = astray
+worker.main()
+"""
+
+
+@needs_ptxas
+def test_a_kernel_compiled_under_another_key_is_compiled_here_and_the_pool_stays(tmp_path):
+    """One kernel a worker compiles under another cache key than the parent computes is compiled
+    by the parent (one log line says where the keys differ) and the pool stays on; when no
+    compile of a batch is under the parent's keys, the pool is turned off with one warning."""
+    out = run_script(tmp_path, '''
+        import logging
+        from pipec_runtime_cudagraph import compile_worker
+        from test_runtime_compile_pool import ASTRAY_BOOT
+
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        logging.getLogger("pipec.runtime").addHandler(handler)
+
+        compile_worker.BOOT = ASTRAY_BOOT.format(n=1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            runner, profile = first_call_compiles("kernels", workers=1)  # one worker: both configs in order
+        assert not [w for w in caught if str(w.message).startswith("pipec")], [str(w.message) for w in caught]
+        counts = profile.to_dict()["counts"]
+        assert counts["triton_compiles_in_workers"] == 1 and counts["triton_compile_worker_errors"] == 1, counts
+        assert sorted(hit for _, hit, _ in compiles) == [False, True], compiles  # one compiled here
+        [record] = [r for r in records if "another cache key" in r.getMessage()]
+        assert "another-triton" in record.getMessage(), record.getMessage()
+        assert compile_pool.get_pool(1) is not None
+
+        compile_pool.shutdown()
+        compile_worker.BOOT = ASTRAY_BOOT.format(n=2)
+        triton.knobs.cache.dir = os.path.abspath("triton-2")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            first_call_compiles("kernels2", workers=1)
+        messages = [str(w.message) for w in caught if str(w.message).startswith("pipec")]
+        assert len(messages) == 1 and "not under the cache keys" in messages[0], messages
+        assert compile_pool.get_pool(1) is None
         print("ok")
     ''')
     assert "ok" in out

@@ -27,7 +27,7 @@ class _Kernel:
 def runner_and_jobs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     jobs = []
-    monkeypatch.setattr(runner_module, "compile_all", lambda found, profile=None, workers=0: jobs.extend(found))
+    monkeypatch.setattr(runner_module, "compile_all", lambda found, profile=None, workers=0, started=None: jobs.extend(found))
 
     def make(tune=True):
         program = add_program(n=100, configs=CONFIGS)
@@ -86,7 +86,7 @@ def test_each_new_size_bucket_compiles_once(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     seen = []
-    monkeypatch.setattr(runner_module, "compile_all", lambda jobs, profile=None, workers=0: seen.append(len(jobs)))
+    monkeypatch.setattr(runner_module, "compile_all", lambda jobs, profile=None, workers=0, started=None: seen.append(len(jobs)))
     program = dynamic_add_program()
     runner = ProgramRunner(program, CompileOptions(runtime="launch", autotune=True), LoadContext(tuning_cache=False))
     launch = LaunchStep(runner, program.steps[0], program.kernels[0], fn=_Kernel(), interpret=False,

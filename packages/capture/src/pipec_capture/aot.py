@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -162,16 +163,32 @@ def strip_detaches(gm: torch.fx.GraphModule) -> int:
     return gone
 
 
+def backward_compiled_with_forward(enabled: bool = True):
+    """AOTAutograd compiles a backward whose sizes are all static lazily, at the first backward
+    call; this has it compiled with the forward instead (as it already is when the backward
+    saves sizes). The runtime starts a loaded program's kernel compiles in its worker pool at
+    once, so the forward's kernels then compile while the backward is lowered, and the
+    backward's while the first forward runs, rather than each in a phase of its own
+    (docs/performance.md, "Compiles started at load"). A no-op on a torch without the switch."""
+    config = torch._functorch.config
+    if not enabled or not hasattr(config, "force_non_lazy_backward_lowering"):
+        return contextlib.nullcontext()
+    return config.patch(force_non_lazy_backward_lowering=True)
+
+
 def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],
                         *, decompositions: dict | None = None, fused_attention: bool = True,
-                        partition: str = "min_cut", pad_classes: bool = True):
+                        partition: str = "min_cut", pad_classes: bool = True,
+                        backward_with_forward: bool = True):
     """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
 
     With `pad_classes` (option `pad_classes`, default on), a classifier trained with cross
     entropy over a class count that is not a multiple of 8 is padded first (vocab_padding.py).
     With `fused_attention`, masked attention on CUDA is sent to a fused kernel first
     (attention.choose_attention_kernels: under AOTAutograd torch would pick its math path).
-    `partition` names how training graphs are split (PARTITIONS).
+    `partition` names how training graphs are split (PARTITIONS). With `backward_with_forward`
+    (option `early_compile`, default on) a training graph's backward is compiled right after
+    its forward, not at the first backward call (`backward_compiled_with_forward`).
 
     compile_aten_graph(aten_gm, example_inputs, kind) with kind "forward" / "backward" /
     "inference" returns a callable taking ONE list of tensors (the graph's inputs) and
@@ -203,6 +220,7 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
             pad_class_dims(gm)
         if fused_attention:
             gm = choose_attention_kernels(gm)
-        return aot_backend(gm, example_inputs)
+        with backward_compiled_with_forward(backward_with_forward):
+            return aot_backend(gm, example_inputs)
 
     return backend

@@ -39,8 +39,9 @@ class DynamoCapture:
             table = self._decompositions[decompose] = core_decompositions(decompose_attention=decompose)
         partition = options.get("aot_partition", "min_cut") if options is not None else "min_cut"
         pad_classes = bool(options.get("pad_classes", True)) if options is not None else True
+        early = bool(options.get("early_compile", True)) if options is not None else True
         return make_dynamo_backend(compile_aten_graph, decompositions=table, fused_attention=not decompose,
-                                   partition=partition, pad_classes=pad_classes)
+                                   partition=partition, pad_classes=pad_classes, backward_with_forward=early)
 
 
 class ExportCapture:

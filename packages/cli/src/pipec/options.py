@@ -19,6 +19,11 @@ from .plugins import get_registry
 BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
 TUNING_TABLE_ENV = "PIPEC_TUNING_TABLE"  # 0: tuning_table=False (time every decision) unless a compile says otherwise
 STATIC_LAUNCH_ENV = "PIPEC_STATIC_LAUNCH"  # 0: static_launch=False (Triton's own launcher) unless a compile says otherwise
+EARLY_COMPILE_ENV = "PIPEC_EARLY_COMPILE"  # 0: early_compile=False (kernels compiled at the first call, not at load)
+# options on by default that the environment can turn off for a whole process (A/B runs in benchmarks:
+# tuning_table=False times every decision, before and after)
+SWITCH_ENVS = {"tuning_table": TUNING_TABLE_ENV, "static_launch": STATIC_LAUNCH_ENV,
+               "early_compile": EARLY_COMPILE_ENV}
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
 
 
@@ -44,14 +49,11 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
         options["bounds_check"] = True  # every compile of this process bounds-checked (gpu_sanitize.sh)
     if not isinstance(options.get("bounds_check", False), bool):
         raise ValueError(f"bounds_check must be True or False, got {options['bounds_check']!r}")
-    if "tuning_table" not in options and os.environ.get(TUNING_TABLE_ENV, "1") == "0":
-        options["tuning_table"] = False  # a process that times every decision (benchmarks: before and after)
-    if not isinstance(options.get("tuning_table", True), bool):
-        raise ValueError(f"tuning_table must be True or False, got {options['tuning_table']!r}")
-    if "static_launch" not in options and os.environ.get(STATIC_LAUNCH_ENV, "1") == "0":
-        options["static_launch"] = False  # A/B of the launch path (benchmarks)
-    if not isinstance(options.get("static_launch", True), bool):
-        raise ValueError(f"static_launch must be True or False, got {options['static_launch']!r}")
+    for name, env in SWITCH_ENVS.items():  # 0 in the environment: off, unless a compile says otherwise
+        if name not in options and os.environ.get(env, "1") == "0":
+            options[name] = False
+        if not isinstance(options.get(name, True), bool):
+            raise ValueError(f"{name} must be True or False, got {options[name]!r}")
     fields = {k: options.pop(k) for k in list(options) if k in _OPTION_FIELDS}
     opts = CompileOptions(fusion=fusion, runtime=runtime or MODES[mode], dynamic=dynamic,
                           fullgraph=fullgraph, **fields)

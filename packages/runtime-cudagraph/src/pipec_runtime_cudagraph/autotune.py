@@ -20,7 +20,7 @@ import torch
 
 from pipec_ir import CompileProfile
 
-from .compile_pool import start_in_workers
+from .compile_pool import Batch, start_in_workers
 from .kernels import body_digest
 from .rounds import time_in_rounds
 from .tma import misaligned, uses_tma
@@ -168,7 +168,8 @@ def tuning_keys(launch, bucket: tuple, device: torch.device) -> tuple[tuple, str
     return (digest, bucket, str(device)), disk_key
 
 
-def compile_all(jobs: list[tuple], profile: CompileProfile | None = None, workers: int = 0) -> None:
+def compile_all(jobs: list[tuple], profile: CompileProfile | None = None, workers: int = 0,
+                started: Batch | None = None) -> None:
     """Compile `jobs` (fn, args, sizes, grid, kwargs: `LaunchStep.compile_jobs`) at once. With
     `workers` > 0 the compiles first run in that many worker processes (compile_pool.py), which
     fill Triton's on-disk cache; then Triton's AsyncCompileMode runs each job's warmup in a
@@ -176,10 +177,14 @@ def compile_all(jobs: list[tuple], profile: CompileProfile | None = None, worker
     workers compiled, the compile itself for anything they did not (docs/performance.md,
     "Triton compiles run in worker processes"). A lone job is compiled here too, so that its
     compile is Triton compilation in `profile` rather than part of the launch that would compile
-    it. Best effort: a config that fails to compile fails again, and loses, when it is timed."""
+    it. `started`: compiles sent to the workers earlier (the program's load), waited for first.
+    Best effort: a config that fails to compile fails again, and loses, when it is timed."""
+    profile = profile if profile is not None else CompileProfile()
+    if started is not None:
+        with profile.part("triton_compile"):
+            started.wait(profile)
     if not jobs:
         return
-    profile = profile if profile is not None else CompileProfile()
     for fn, args, sizes, _grid, kwargs in jobs:  # a config built before is a lookup in Triton's cache
         profile.distinct("triton_compiles", compile_key(fn, args, sizes, kwargs))
     with profile.part("triton_compile"):

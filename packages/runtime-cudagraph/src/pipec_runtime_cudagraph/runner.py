@@ -15,7 +15,7 @@ from pipec_ir import CompileOptions, CompileProfile, LoadContext, Program
 
 from .autotune import MEMO_KEY, TuningMemo, compile_all, tuning_log
 from .choices import group_choices
-from .compile_pool import pool_size, warm
+from .compile_pool import pool_size, start_in_workers, warm
 from .fastlaunch import current_stream_getter, hooks_active
 from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
@@ -107,6 +107,9 @@ class ProgramRunner(ProgramPlan):
         self._plans: dict[str, list] = {}
         self._launches: dict[str, list] = {}  # device type -> every launch of its plan (alternatives too)
         self._precompiled: set[tuple] = set()  # (device type, size bucket) whose first call compiled at once
+        # compiles sent to the worker pool at load (`_start_compiles`), waited for by the first call
+        self.early_compile = bool(options.get("early_compile", True))
+        self._started_compiles = None
         self._schedules: dict[int, tuple[list, list]] = {}  # id(plan) -> (plan, allocation schedule)
         # symbol values -> (device, specialized run): see `specialize.py`
         self.specialized: dict[tuple, tuple] = {}
@@ -121,6 +124,8 @@ class ProgramRunner(ProgramPlan):
         else:  # the workers import Triton while the program loads; the first call compiles
             warm(self.compile_workers)
         self._plans[self.default_device.type] = self._build(self.default_device.type)
+        if self.default_device.type == "cuda":
+            self._start_compiles(self.default_device)
 
     @property
     def plans(self) -> dict[str, list]:
@@ -162,8 +167,18 @@ class ProgramRunner(ProgramPlan):
     def _precompile(self, inputs: list, symvals: tuple, device: torch.device) -> None:
         """Compile what the first call will compile, all at once (`compile_all`): every launch's
         candidate configs, those of every choice-group alternative included, which the steps
-        would otherwise compile one launch after another. Values not made yet are stood in for by
-        small tensors of their dtype: compiling reads only dtypes and alignment."""
+        would otherwise compile one launch after another. Compiles started when the program
+        loaded (`_start_compiles`) are waited for first: most of these are then cache hits."""
+        jobs, launches = self._compile_jobs(inputs, symvals, device)
+        if len(jobs) > 1:
+            tuning_log.info("%s: compiling %d kernel configs of %d launches at once", self.name, len(jobs), launches)
+        started, self._started_compiles = self._started_compiles, None
+        compile_all(jobs, self.profile, self.compile_workers, started=started)
+
+    def _compile_jobs(self, inputs: list, symvals: tuple, device: torch.device) -> tuple[list[tuple], int]:
+        """(every compile job of the plan for `device` at `symvals`, how many launches have
+        one). Values not given (not made yet, or every input before the first call) are stood
+        in for by small tensors of their dtype: compiling reads only dtypes and alignment."""
         stand_ins: dict[torch.dtype, torch.Tensor] = {}
 
         def tensor(i: int):
@@ -181,9 +196,25 @@ class ProgramRunner(ProgramPlan):
                 found = launch.compile_jobs(launch.candidates(symvals, device), args, symvals)
                 jobs += found
                 launches += bool(found)
-        if len(jobs) > 1:
-            tuning_log.info("%s: compiling %d kernel configs of %d launches at once", self.name, len(jobs), launches)
-        compile_all(jobs, self.profile, self.compile_workers)
+        return jobs, launches
+
+    def _start_compiles(self, device: torch.device) -> None:
+        """Send the first call's compiles to the worker pool now, while the program loads, and
+        wait for them only at that call: meanwhile the front end lowers the next graph (the
+        backward, the graph after a break) and the first call autotunes what is built. Only
+        where the sizes are known before any call (no size symbols); best effort: whatever is
+        not compiled here is compiled, as before, at the first call."""
+        if not self.static_shapes or self.compile_workers <= 0 or not self.early_compile:
+            return
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        try:
+            # a program loads inside torch.compile, under its fake-tensor mode: stand-ins must be real
+            with _disable_current_modes():
+                jobs, _ = self._compile_jobs([], (), device)
+                self._started_compiles = start_in_workers(jobs, self.compile_workers)
+        except Exception as e:  # noqa: BLE001 - e.g. no CUDA to make stand-ins on: the first call compiles
+            tuning_log.debug("%s: compiles not started at load: %s: %s", self.name, type(e).__name__, e)
 
     # ---------------------------------------------------------- per call
     def _fail(self, message: str):
