@@ -280,6 +280,47 @@ def test_a_kernel_compiled_under_another_key_is_compiled_here_and_the_pool_stays
     assert "ok" in out
 
 
+@needs_ptxas
+def test_workers_use_the_ptxas_the_parent_switched_to_after_they_started(tmp_path):
+    """Inductor points TRITON_PTXAS_PATH at torch's own ptxas when it first compiles, which can
+    be after pipec's workers started; the ptxas version is part of Triton's cache key, so each
+    request carries the parent's tool paths and the workers compile with the same ptxas (on the
+    H200 every kernel was compiled twice, and the pool turned off, without this)."""
+    ptxas = tmp_path / "other-ptxas"
+    out = run_script(tmp_path, f'''
+        from triton.backends.nvidia.compiler import get_ptxas, get_ptxas_version
+        real = get_ptxas(90).path
+        with open({str(ptxas)!r}, "w") as f:  # the same compiler, another build date
+            f.write("#!/bin/sh\\n"
+                    f'if [ "$1" = "--version" ]; then "{{real}}" --version | sed "s/Built on .*/Built on another day/"; '
+                    f'else exec "{{real}}" "$@"; fi\\n')
+        os.chmod({str(ptxas)!r}, 0o755)
+        compile_pool.warm(2)  # the workers start with Triton's own ptxas
+        os.environ["TRITON_PTXAS_PATH"] = os.environ["TRITON_PTXAS_BLACKWELL_PATH"] = {str(ptxas)!r}
+        get_ptxas_version.cache_clear()
+        assert "another day" in get_ptxas_version(90)
+        runner, profile = first_call_compiles("kernels", workers=2)
+        counts = profile.to_dict()["counts"]
+        assert counts["triton_compiles_in_workers"] == 2 and not counts.get("triton_compile_worker_errors"), counts
+        assert [hit for _, hit, _ in compiles] == [True] * 2, compiles
+        print("ok")
+    ''')
+    assert "ok" in out
+
+
+def test_a_worker_takes_the_parents_tool_paths(monkeypatch):
+    from pipec_runtime_cudagraph import compile_worker
+
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/parent/ptxas")
+    monkeypatch.delenv("TRITON_NVDISASM_PATH", raising=False)
+    parents = compile_worker.tool_paths(os.environ)
+    assert parents["TRITON_PTXAS_PATH"] == "/parent/ptxas" and "TRITON_NVDISASM_PATH" not in parents
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/worker/ptxas")
+    monkeypatch.setenv("TRITON_NVDISASM_PATH", "/worker/nvdisasm")
+    compile_worker.set_tool_paths(parents)
+    assert compile_worker.tool_paths(os.environ) == parents
+
+
 def test_pool_size_follows_the_cores(monkeypatch):
     assert compile_pool.pool_size(0) == 0  # off
     assert compile_pool.pool_size(5) == 5

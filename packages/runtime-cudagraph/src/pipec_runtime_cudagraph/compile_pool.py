@@ -239,6 +239,7 @@ def _capture(jobs: list[tuple]):
         return True
 
     base = {"target": None, "cache_dir": triton.knobs.cache.dir, "env": dict(get_cache_invalidating_env_vars()),
+            "tools": compile_worker.tool_paths(os.environ),
             "triton_key": triton_key(), "triton": (triton.__version__, os.path.abspath(triton.__file__))}
     backend = None
     requests, sent, left, seen = [], [], [], set()

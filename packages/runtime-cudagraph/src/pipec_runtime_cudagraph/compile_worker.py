@@ -58,6 +58,30 @@ def set_cache_environment(env: dict[str, str]) -> None:
         os.environ[name] = value
 
 
+def tool_paths(environ) -> dict[str, str]:
+    """The `TRITON_*_PATH` variables of `environ`: which ptxas (and other CUDA tools) Triton
+    runs. The ptxas version enters the cache key, and a process can change it after the
+    workers started (Inductor points `TRITON_PTXAS_PATH` at torch's own ptxas when it first
+    compiles), so each request carries the parent's."""
+    return {k: v for k, v in environ.items() if k.startswith("TRITON_") and k.endswith("_PATH")}
+
+
+def set_tool_paths(paths: dict[str, str]) -> None:
+    """Make the `TRITON_*_PATH` variables exactly `paths` (the parent's); when that changes
+    them, forget the ptxas version Triton cached for the old ones."""
+    if tool_paths(os.environ) == paths:
+        return
+    for name in set(tool_paths(os.environ)) - set(paths):
+        os.environ.pop(name, None)
+    os.environ.update(paths)
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
+
+        get_ptxas_version.cache_clear()
+    except (ImportError, AttributeError):  # another Triton: nothing cached under that name
+        pass
+
+
 def load_function(path: str, module_name: str, name: str, modules: dict):
     """The `@triton.jit` function `name` of the source file `path`, imported once per file under
     the parent's module name (what Triton hashes is the function's source and what it uses)."""
@@ -86,6 +110,7 @@ def compile_request(request: dict, modules: dict) -> str:
     key = request["triton_key"]
     triton.runtime.cache.triton_key = lambda: key
     set_cache_environment(request["env"])
+    set_tool_paths(request.get("tools", {}))
     triton.knobs.cache.dir = request["cache_dir"]
     fn = load_function(request["path"], request["module"], request["name"], modules)
     src = ast_source_class(request.get("gluon", False))(fn, request["signature"], request["constants"],
