@@ -172,7 +172,10 @@ def test_compiles_start_at_load_and_the_first_call_waits_for_them(tmp_path):
             batch = runner._started_compiles
             assert batch is not None and len(batch.sent) == 2, batch
             assert compiles == [], compiles  # the parent has compiled nothing
+            captures, capture = [], compile_pool.capture_requests
+            compile_pool.capture_requests = lambda jobs: captures.append(len(jobs)) or capture(jobs)
             runner._precompile([torch.randn(1000), torch.randn(1000)], (), torch.device("cpu"))
+            assert captures == [], captures  # the jobs captured at load are not captured again
         assert runner._started_compiles is None
         counts = profile.to_dict()["counts"]
         assert counts["triton_compiles_in_workers"] == 2 and counts["triton_compiles"] == 2, counts
@@ -319,6 +322,25 @@ def test_a_worker_takes_the_parents_tool_paths(monkeypatch):
     monkeypatch.setenv("TRITON_NVDISASM_PATH", "/worker/nvdisasm")
     compile_worker.set_tool_paths(parents)
     assert compile_worker.tool_paths(os.environ) == parents
+
+
+def test_one_kernel_at_one_size_is_one_job():
+    """Twelve layers launching one kernel body at one size compile once: jobs are told apart by
+    function, constexprs, each tensor's dtype and alignment, and the other arguments."""
+    import torch
+
+    fn, other = object(), object()
+    x, y = torch.empty(64), torch.empty(64)
+    job = (fn, [x, y], [64], (1,), {"BLOCK": 64})
+    jobs = [job, (fn, [y, x], [64], (2,), {"BLOCK": 64}),  # other tensors, another grid: the same compile
+            (fn, [x[1:], y], [64], (1,), {"BLOCK": 64}),  # a misaligned pointer
+            (fn, [x.half(), y], [64], (1,), {"BLOCK": 64}),  # another dtype
+            (fn, [x, y], [65], (1,), {"BLOCK": 64}),  # another size
+            (fn, [x, y], [64], (1,), {"BLOCK": 128}),  # another constexpr
+            (other, [x, y], [64], (1,), {"BLOCK": 64})]  # another kernel
+    unique = compile_pool.unique_jobs(jobs)
+    assert unique[0] is job and len(unique) == 6
+    assert [compile_pool.job_key(j) for j in unique] == [compile_pool.job_key(j) for j in jobs[:1] + jobs[2:]]
 
 
 def test_pool_size_follows_the_cores(monkeypatch):

@@ -20,7 +20,7 @@ import torch
 
 from pipec_ir import CompileProfile
 
-from .compile_pool import Batch, start_in_workers
+from .compile_pool import Batch, job_key, start_in_workers, unique_jobs
 from .kernels import body_digest
 from .rounds import time_in_rounds
 from .tma import misaligned, uses_tma
@@ -183,16 +183,19 @@ def compile_all(jobs: list[tuple], profile: CompileProfile | None = None, worker
     if started is not None:
         with profile.part("triton_compile"):
             started.wait(profile)
+    jobs = unique_jobs(jobs)  # twelve layers of one kernel at one size: one compile
     if not jobs:
         return
     for fn, args, sizes, _grid, kwargs in jobs:  # a config built before is a lookup in Triton's cache
         profile.distinct("triton_compiles", compile_key(fn, args, sizes, kwargs))
     with profile.part("triton_compile"):
-        batch = start_in_workers(jobs, workers)
+        known = started.keys if started is not None else frozenset()
+        done = [job for job in jobs if job_key(job) in known]  # captured and compiled at load: cache hits
+        batch = start_in_workers([job for job in jobs if job_key(job) not in known], workers)
         if batch is None:
-            _compile_jobs(jobs)
+            _compile_jobs([job for job in jobs if job_key(job) not in known] + done)
         else:
-            _compile_jobs(batch.left)  # what the workers do not compile (in the cache already), meanwhile
+            _compile_jobs(done + batch.left)  # what the workers do not compile (in the cache already), meanwhile
             batch.wait(profile)
             _compile_jobs(batch.sent)  # cache hits; compiles what a worker could not
         _load_compiled(jobs)

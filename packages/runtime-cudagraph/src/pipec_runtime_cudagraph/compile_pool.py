@@ -355,12 +355,37 @@ def in_cache(entry: tuple[str, str]) -> bool:
     return get_cache_manager(entry[0]).get_group(entry[1]) is not None
 
 
+def job_key(job: tuple) -> tuple:
+    """What one compile job (fn, args, sizes, grid, kwargs) is compiled for: the function, its
+    constexprs and launch options, each tensor's dtype and 16-byte alignment (what Triton
+    specializes a pointer on), every other argument's value. Jobs with one key are one
+    compile: the same kernel body at the same sizes in twelve layers is captured and
+    compiled once."""
+    fn, args, sizes, _grid, kwargs = job
+    described = tuple((str(a.dtype), a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else (type(a).__name__, a)
+                      for a in args)
+    return (id(fn), tuple(sorted(kwargs.items())), described, tuple(sizes))
+
+
+def unique_jobs(jobs: list[tuple]) -> list[tuple]:
+    """`jobs` without repeats of a `job_key` (the first of each kept, in order)."""
+    seen, out = set(), []
+    for job in jobs:
+        key = job_key(job)
+        if key not in seen:
+            seen.add(key)
+            out.append(job)
+    return out
+
+
 class Batch:
     """Compiles sent to the workers (`start_in_workers`): `sent`, the jobs they compile; `left`,
-    the jobs the parent compiles (or loads) itself, meanwhile."""
+    the jobs the parent compiles (or loads) itself, meanwhile; `keys`, the `job_key` of both
+    (a later compile of the same jobs need not capture them again)."""
 
     def __init__(self, requests: list, futures: list, sent: list[tuple], left: list[tuple]):
         self.requests, self.futures, self.sent, self.left = requests, futures, sent, left
+        self.keys = frozenset(job_key(job) for job in (*sent, *left))
 
     def wait(self, profile=None) -> int:
         """Wait for the workers; -> how many kernels they put in the cache. A kernel a worker
@@ -398,20 +423,22 @@ class Batch:
 
 
 def start_in_workers(jobs: list[tuple], size: int) -> Batch | None:
-    """Send `jobs`' compiles to the worker pool; None (the parent compiles everything) without a
-    pool (size 0, turned off), without an active Triton GPU driver, or when fewer than two
-    compiles are due (one compile is no faster in a worker)."""
-    if size <= 0 or _disabled is not None or len(jobs) < 2:
+    """Send `jobs`' compiles to the worker pool (each distinct job once: `unique_jobs`); None (the
+    parent compiles everything) without a pool (size 0, turned off), without an active Triton
+    GPU driver, or for a lone job (one compile is no faster in a worker). A batch with no
+    requests: everything is in Triton's cache already."""
+    if size <= 0 or _disabled is not None:
+        return None
+    jobs = unique_jobs(jobs)
+    if len(jobs) < 2:
         return None
     try:
         requests, sent, left = capture_requests(jobs)
     except Exception as e:  # noqa: BLE001 - no driver, a Triton whose hooks differ: compile here
         log.debug("compile workers: could not capture the compiles: %s: %s", type(e).__name__, e)
         return None
-    if len(requests) < 2:
-        return None
-    pool = get_pool(size)
-    if pool is None:
+    pool = get_pool(size) if requests else None
+    if requests and pool is None:
         return None
     return Batch(requests, [pool.submit(payload) for _, payload, _ in requests], sent, left)
 
@@ -424,4 +451,4 @@ def compile_in_workers(jobs: list[tuple], size: int, profile=None) -> int:
 
 
 __all__ = ["Batch", "CompilePool", "cache_entry", "capture_requests", "compile_in_workers",
-           "is_gluon", "pool_size", "shutdown", "start_in_workers", "warm"]
+           "is_gluon", "job_key", "pool_size", "shutdown", "start_in_workers", "unique_jobs", "warm"]
