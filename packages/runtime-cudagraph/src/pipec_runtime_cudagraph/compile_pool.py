@@ -239,7 +239,6 @@ def _capture(jobs: list[tuple]):
         return True
 
     base = {"target": None, "cache_dir": triton.knobs.cache.dir, "env": dict(get_cache_invalidating_env_vars()),
-            "tools": compile_worker.tool_paths(os.environ),
             "triton_key": triton_key(), "triton": (triton.__version__, os.path.abspath(triton.__file__))}
     backend = None
     requests, sent, left, seen = [], [], [], set()
@@ -265,8 +264,9 @@ def _capture(jobs: list[tuple]):
             if base["target"] is None:
                 target = driver.active.get_current_target()
                 base["target"] = (target.backend, target.arch, target.warp_size)
+                base["ptxas"] = compile_worker.parents_ptxas(target.arch) if target.backend == "cuda" else None
                 backend = make_backend(target)
-            request["target"] = base["target"]
+            request["target"], request["ptxas"] = base["target"], base["ptxas"]
             entry = cache_entry(fn, request, backend)
             if entry is not None and in_cache(entry):
                 left.append(job)  # a cache hit for the parent

@@ -58,28 +58,29 @@ def set_cache_environment(env: dict[str, str]) -> None:
         os.environ[name] = value
 
 
-def tool_paths(environ) -> dict[str, str]:
-    """The `TRITON_*_PATH` variables of `environ`: which ptxas (and other CUDA tools) Triton
-    runs. The ptxas version enters the cache key, and a process can change it after the
-    workers started (Inductor points `TRITON_PTXAS_PATH` at torch's own ptxas when it first
-    compiles), so each request carries the parent's."""
-    return {k: v for k, v in environ.items() if k.startswith("TRITON_") and k.endswith("_PATH")}
-
-
-def set_tool_paths(paths: dict[str, str]) -> None:
-    """Make the `TRITON_*_PATH` variables exactly `paths` (the parent's); when that changes
-    them, forget the ptxas version Triton cached for the old ones."""
-    if tool_paths(os.environ) == paths:
-        return
-    for name in set(tool_paths(os.environ)) - set(paths):
-        os.environ.pop(name, None)
-    os.environ.update(paths)
+def parents_ptxas(arch: int) -> tuple[str, str] | None:
+    """(path, version text) of the ptxas this process's Triton uses for `arch`: the version as
+    Triton cached it, which is what enters this process's cache keys. A process can switch
+    ptxas after its workers started (Inductor points `TRITON_PTXAS_PATH` at torch's own ptxas
+    when it first compiles), so each request carries the parent's. None off NVIDIA."""
     try:
-        from triton.backends.nvidia.compiler import get_ptxas_version
+        from triton.backends.nvidia.compiler import get_ptxas, get_ptxas_version
 
-        get_ptxas_version.cache_clear()
-    except (ImportError, AttributeError):  # another Triton: nothing cached under that name
-        pass
+        return get_ptxas(arch).path, get_ptxas_version(arch)
+    except Exception:  # noqa: BLE001 - another backend, or a Triton that names these otherwise
+        return None
+
+
+def use_ptxas(ptxas: tuple[str, str] | None) -> None:
+    """Compile with the parent's ptxas (`parents_ptxas`): its binary, and its version in the
+    cache key, exactly as the parent's own compile would."""
+    if ptxas is None:
+        return
+    path, version = ptxas
+    import triton.backends.nvidia.compiler as nvidia
+
+    os.environ["TRITON_PTXAS_PATH"] = os.environ["TRITON_PTXAS_BLACKWELL_PATH"] = path
+    nvidia.get_ptxas_version = lambda arch=80: version
 
 
 def load_function(path: str, module_name: str, name: str, modules: dict):
@@ -110,7 +111,7 @@ def compile_request(request: dict, modules: dict) -> str:
     key = request["triton_key"]
     triton.runtime.cache.triton_key = lambda: key
     set_cache_environment(request["env"])
-    set_tool_paths(request.get("tools", {}))
+    use_ptxas(request.get("ptxas"))
     triton.knobs.cache.dir = request["cache_dir"]
     fn = load_function(request["path"], request["module"], request["name"], modules)
     src = ast_source_class(request.get("gluon", False))(fn, request["signature"], request["constants"],

@@ -9,7 +9,10 @@ from pipec_ir import CompileOptions, LoadContext, Program, verify
 # The options these runtimes read only when they load a Program (README: dynamic shapes,
 # autotuning, the GEMM choice). They cannot change what capture, fusion or codegen produce,
 # so the front end leaves them out of cache keys (`CompileOptions.key(exclude=...)`).
-LOAD_OPTIONS = frozenset({"recompile_limit", "bucket", "choice", "autotune_configs", "specialize", "tuning_table"})
+# `early_compile` is read by capture too (when AOTAutograd hands over the backward), which
+# changes when a graph is lowered, not what it is lowered to.
+LOAD_OPTIONS = frozenset({"recompile_limit", "bucket", "choice", "autotune_configs", "specialize", "tuning_table",
+                          "early_compile"})
 
 
 def warm_compile_workers(context: LoadContext | None = None) -> None:
