@@ -181,6 +181,14 @@ def test_compiles_start_at_load_and_the_first_call_waits_for_them(tmp_path):
         assert counts["triton_compiles_in_workers"] == 2 and counts["triton_compiles"] == 2, counts
         assert [hit for _, hit, _ in compiles] == [True] * 2, compiles
 
+        # the same program again: its first kernel is in Triton's cache, so nothing is captured or sent
+        again = ProgramRunner(add_program(n=1000, configs=CONFIGS), options,
+                              LoadContext(kernel_dir="kernels-again", tuning_cache=False, compile_workers=2))
+        again._launches["cpu"] = again._launches["cuda"]
+        captures.clear()
+        again._start_compiles(torch.device("cpu"))
+        assert again._started_compiles is None and captures == [1], captures
+
         off = ProgramRunner(add_program(n=1000, configs=CONFIGS), options.with_extra(early_compile=False),
                             LoadContext(kernel_dir="kernels2", tuning_cache=False, compile_workers=2))
         off._launches["cpu"] = off._launches["cuda"]

@@ -422,6 +422,18 @@ class Batch:
         return compiled
 
 
+def compiled_already(job: tuple) -> bool:
+    """Is `job`'s kernel in Triton's cache, in memory or on disk? (A few milliseconds: one
+    capture.) False where that cannot be told."""
+    if _source_of(job[0]) is None:
+        return False
+    try:
+        requests, _, left = capture_requests([job])
+    except Exception:  # noqa: BLE001 - no driver, a Triton whose hooks differ
+        return False
+    return not requests and bool(left)
+
+
 def start_in_workers(jobs: list[tuple], size: int) -> Batch | None:
     """Send `jobs`' compiles to the worker pool (each distinct job once: `unique_jobs`); None (the
     parent compiles everything) without a pool (size 0, turned off), without an active Triton
@@ -450,5 +462,5 @@ def compile_in_workers(jobs: list[tuple], size: int, profile=None) -> int:
     return 0 if batch is None else batch.wait(profile)
 
 
-__all__ = ["Batch", "CompilePool", "cache_entry", "capture_requests", "compile_in_workers",
+__all__ = ["Batch", "CompilePool", "cache_entry", "capture_requests", "compile_in_workers", "compiled_already",
            "is_gluon", "job_key", "pool_size", "shutdown", "start_in_workers", "unique_jobs", "warm"]

@@ -15,7 +15,7 @@ from pipec_ir import CompileOptions, CompileProfile, LoadContext, Program
 
 from .autotune import MEMO_KEY, TuningMemo, compile_all, tuning_log
 from .choices import group_choices
-from .compile_pool import pool_size, start_in_workers, warm
+from .compile_pool import compiled_already, pool_size, start_in_workers, unique_jobs, warm
 from .fastlaunch import current_stream_getter, hooks_active
 from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
@@ -203,7 +203,9 @@ class ProgramRunner(ProgramPlan):
         wait for them only at that call: meanwhile the front end lowers the next graph (the
         backward, the graph after a break) and the first call autotunes what is built. Only
         where the sizes are known before any call (no size symbols); best effort: whatever is
-        not compiled here is compiled, as before, at the first call."""
+        not compiled here is compiled, as before, at the first call. Where the first kernel is
+        in Triton's cache already (a warm compile), nothing is sent: capturing every job to find
+        the cache hits would cost more than the first call's own loads."""
         if not self.static_shapes or self.compile_workers <= 0 or not self.early_compile:
             return
         from torch.utils._python_dispatch import _disable_current_modes
@@ -211,8 +213,9 @@ class ProgramRunner(ProgramPlan):
         try:
             # a program loads inside torch.compile, under its fake-tensor mode: stand-ins must be real
             with _disable_current_modes():
-                jobs, _ = self._compile_jobs([], (), device)
-                self._started_compiles = start_in_workers(jobs, self.compile_workers)
+                jobs = unique_jobs(self._compile_jobs([], (), device)[0])
+                if jobs and not compiled_already(jobs[0]):
+                    self._started_compiles = start_in_workers(jobs, self.compile_workers)
         except Exception as e:  # noqa: BLE001 - e.g. no CUDA to make stand-ins on: the first call compiles
             tuning_log.debug("%s: compiles not started at load: %s: %s", self.name, type(e).__name__, e)
 
