@@ -41,6 +41,12 @@ def call_settings(options: CompileOptions, budget: RecompileBudget) -> list[Sett
     * Python floats are specialized (specialize_float=False keeps torch's default): they are
       literals in the kernels, not 0-dim tensor inputs, which also spares Dynamo a restarted
       analysis (a second backend call) per compile.
+    * Once-only logger methods (`logging.Logger.warning_once` / `info_once`, which transformers
+      adds: cached functions Dynamo cannot trace) are no-ops while Dynamo traces, as every
+      logging call is under torch.export: a one-time notice is not worth a graph break.
+      transformers' `loss_function` property warns once whenever a config names no loss type,
+      which cut every language model's loss off from its head (GPT-2's padded vocabulary,
+      capture `vocab_padding.py`, needs both in one graph). `trace_once_logging=True` keeps them.
     """
     import torch
     from torch.fx.experimental import _config as fx_config
@@ -53,7 +59,21 @@ def call_settings(options: CompileOptions, budget: RecompileBudget) -> list[Sett
         settings.append((fx_config, "backed_size_oblivious", True))
     if options.get("specialize_float", True):
         settings.append((torch._dynamo.config, "specialize_float", True))
+    once = once_logging_functions()
+    if once and not options.get("trace_once_logging", False) and hasattr(torch._dynamo.config, "ignore_logger_methods"):
+        ignored = set(torch._dynamo.config.ignore_logger_methods)
+        if not once <= ignored:
+            settings.append((torch._dynamo.config, "ignore_logger_methods", ignored | once))
     return settings
+
+
+def once_logging_functions() -> set:
+    """The once-only methods some library added to `logging.Logger` (transformers:
+    `warning_once`, `info_once`), present in this process."""
+    import logging
+
+    return {f for f in (getattr(logging.Logger, name, None) for name in ("warning_once", "info_once"))
+            if f is not None}
 
 
 def size_oblivious(options: CompileOptions) -> bool:
