@@ -200,6 +200,37 @@ def test_compiles_start_at_load_and_the_first_call_waits_for_them(tmp_path):
 
 
 @needs_ptxas
+def test_a_warm_first_call_samples_the_cache_instead_of_capturing_every_job(tmp_path):
+    """Once Triton's cache holds a program's kernels, a new first call of it checks three of its
+    jobs (one capture each) and loads everything itself: no capture of every job, no worker."""
+    out = run_script(tmp_path, '''
+        five = tuple(LaunchConfig(constants=(("BLOCK", b),), num_warps=w, num_stages=1)
+                     for b, w in ((64, 2), (128, 2), (256, 4), (512, 4), (1024, 8)))
+
+        def first_call(kernel_dir):
+            profile = CompileProfile()
+            context = LoadContext(profile=profile, kernel_dir=kernel_dir, tuning_cache=False, compile_workers=2)
+            runner = ProgramRunner(add_program(n=1000, configs=five), CompileOptions(runtime="launch", autotune=True),
+                                   context)
+            runner._launches["cpu"] = runner._launches["cuda"]
+            with profile.measure():
+                runner._precompile([torch.randn(1000), torch.randn(1000)], (), torch.device("cpu"))
+            return profile.to_dict()["counts"]
+
+        assert first_call("kernels")["triton_compiles_in_workers"] == 5
+        captures, capture = [], compile_pool.capture_requests
+        compile_pool.capture_requests = lambda jobs: captures.append(len(jobs)) or capture(jobs)
+        compiles.clear()
+        counts = first_call("kernels-again")
+        assert captures == [1, 1, 1], captures
+        assert not counts.get("triton_compiles_in_workers"), counts
+        assert [hit for _, hit, _ in compiles] == [True] * 5, compiles
+        print("ok")
+    ''')
+    assert "ok" in out
+
+
+@needs_ptxas
 def test_worker_failures_fall_back_to_compiling_in_the_parent(tmp_path):
     """A job a worker cannot compile is left to the parent, without a warning; workers that die
     turn the pool off for the process with one warning, and the parent compiles everything."""

@@ -20,7 +20,7 @@ import torch
 
 from pipec_ir import CompileProfile
 
-from .compile_pool import Batch, job_key, start_in_workers, unique_jobs
+from .compile_pool import Batch, compiled_already, job_key, start_in_workers, unique_jobs
 from .kernels import body_digest
 from .rounds import time_in_rounds
 from .tma import misaligned, uses_tma
@@ -191,9 +191,13 @@ def compile_all(jobs: list[tuple], profile: CompileProfile | None = None, worker
     with profile.part("triton_compile"):
         known = started.keys if started is not None else frozenset()
         done = [job for job in jobs if job_key(job) in known]  # captured and compiled at load: cache hits
-        batch = start_in_workers([job for job in jobs if job_key(job) not in known], workers)
+        fresh = [job for job in jobs if job_key(job) not in known]
+        # a warm cache (three jobs spread over the list are compiled already): loading them here
+        # is cheaper than capturing every job to find the few a worker could build
+        warm = workers > 0 and len(fresh) > 3 and all(compiled_already(fresh[i]) for i in (0, len(fresh) // 2, -1))
+        batch = None if warm else start_in_workers(fresh, workers)
         if batch is None:
-            _compile_jobs([job for job in jobs if job_key(job) not in known] + done)
+            _compile_jobs(fresh + done)
         else:
             _compile_jobs(done + batch.left)  # what the workers do not compile (in the cache already), meanwhile
             batch.wait(profile)
