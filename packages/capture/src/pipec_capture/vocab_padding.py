@@ -16,8 +16,10 @@ are those of the real columns, and the padded columns' gradient is exactly 0 (th
 never points there). W and b take their gradients through the pads. Whoever else reads the
 logits (the model's output) gets `padded[..., :V].contiguous()`, eager's layout.
 
-The head and its loss must be in one Dynamo graph: transformers' GPT-2 computes its loss
-(ForCausalLMLoss) after a graph break, so its 50257-word head is not padded.
+The head and its loss must be in one Dynamo graph. transformers' GPT-2 warns once from its
+loss property (`logger.warning_once`), a graph break under plain torch.compile; under
+`pipec.compile` that call is a no-op while Dynamo traces (cli trace_settings.py), so its
+50257-word head is padded; through `torch.compile(backend="pipec")` it is not.
 
 Only where that is exact: cross_entropy over class indices (not probabilities) of [N, C] (or [C])
 scores, without class weights or label smoothing (each would read the padded columns), floating
