@@ -389,7 +389,7 @@ class Batch:
 
     def wait(self, profile=None) -> int:
         """Wait for the workers; -> how many kernels they put in the cache. A kernel a worker
-        compiled under another key than this process computes is compiled here (one warning
+        compiled under another key than this process computes is compiled here (one log line
         says where the keys differ); a worker that died, or no compile of the batch under this
         process's keys, turns the pool off."""
         compiled = failed = astray = 0

@@ -121,16 +121,16 @@ def compile_request(request: dict, modules: dict) -> str:
     return full_cache_key(src, target, request["options"])
 
 
-def full_cache_key(src, target, options: dict, env: dict | None = None) -> str:
-    """Triton's cache key of compiling `src` for `target` with `options`, before it is hashed:
-    its parts (Triton, source, backend with its ptxas, options, environment) show where two
-    processes' compiles of one kernel part ways. `env` None: this process's environment."""
+def full_cache_key(src, target, options: dict) -> str:
+    """Triton's cache key of compiling `src` for `target` with `options` in this process, before
+    it is hashed: its parts (Triton, source, backend with its ptxas, options, environment) show
+    where two processes' compiles of one kernel part ways."""
     from triton._C.libtriton import get_cache_invalidating_env_vars
     from triton.compiler import get_cache_key, make_backend
 
     backend = make_backend(target)
     parsed = backend.parse_options(dict(options, **src.parse_options()))
-    return get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars() if env is None else env)
+    return get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars())
 
 
 def ast_source_class(gluon: bool):
