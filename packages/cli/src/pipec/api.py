@@ -66,9 +66,9 @@ def _keep_on_wrapper(compiled, name: str, value) -> None:
 def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget):
     """`compiled`, each call running under `call_settings` (trace_settings.py); a RecompileLimitError raised
     inside Dynamo reaches the caller as itself (not wrapped in BackendCompilerFailed)."""
-    live = call_settings(options, budget)
-    settled = [s for s in live if s[1] != "recompile_limit"]
-    scope = settings_scope(lambda: live if not budget.exhausted else settled)
+    # worked out at each compile start: the budget may have run out since, and a library may have
+    # added once-only logger methods after pipec.compile (trace_settings.call_settings)
+    scope = settings_scope(lambda: call_settings(options, budget))
 
     def wrap(fn):
         @functools.wraps(fn)

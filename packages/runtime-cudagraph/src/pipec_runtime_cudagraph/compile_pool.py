@@ -325,15 +325,13 @@ def cache_entry(fn, request: dict, backend) -> tuple[str, str, str] | None:
     parent's `triton.compile` of `request` will look up, computed as it does (`backend`:
     Triton's for the request's target); None where a hook of Triton's changes it."""
     import triton
-    from triton.compiler import get_cache_key
 
     if getattr(triton.knobs.runtime, "add_stages_inspection_hook", None) is not None:
         return None
     try:
         source = compile_worker.ast_source_class(request.get("gluon", False))
         src = source(fn, request["signature"], request["constants"], request["attrs"])
-        options = backend.parse_options(dict(request["options"], **src.parse_options()))
-        key = get_cache_key(src, backend, options, env_vars=request["env"])
+        key = compile_worker.cache_key_text(src, backend, request["options"], request["env"])
         return hashlib.sha256(key.encode("utf-8")).hexdigest(), f"{src.name[:150]}.json", key
     except Exception:  # noqa: BLE001 - a Triton that computes it otherwise: not checked
         return None

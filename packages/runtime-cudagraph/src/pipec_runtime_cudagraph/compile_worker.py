@@ -118,19 +118,21 @@ def compile_request(request: dict, modules: dict) -> str:
                                                         request["attrs"])
     target = GPUTarget(*request["target"])
     triton.compile(src, target=target, options=request["options"])
-    return full_cache_key(src, target, request["options"])
-
-
-def full_cache_key(src, target, options: dict) -> str:
-    """Triton's cache key of compiling `src` for `target` with `options` in this process, before
-    it is hashed: its parts (Triton, source, backend with its ptxas, options, environment) show
-    where two processes' compiles of one kernel part ways."""
     from triton._C.libtriton import get_cache_invalidating_env_vars
-    from triton.compiler import get_cache_key, make_backend
+    from triton.compiler import make_backend
 
-    backend = make_backend(target)
-    parsed = backend.parse_options(dict(options, **src.parse_options()))
-    return get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars())
+    return cache_key_text(src, make_backend(target), request["options"], get_cache_invalidating_env_vars())
+
+
+def cache_key_text(src, backend, options: dict, env: dict) -> str:
+    """Triton's cache key of compiling `src` with `backend` (Triton's for the target), `options`
+    and cache-invalidating environment `env`, before it is hashed, computed as `triton.compile`
+    does. The parent computes it for a request (`compile_pool.cache_entry`), a worker for what
+    it compiled: its parts (Triton, source, backend with its ptxas, options, environment) show
+    where the two part ways."""
+    from triton.compiler import get_cache_key
+
+    return get_cache_key(src, backend, backend.parse_options(dict(options, **src.parse_options())), env_vars=env)
 
 
 def ast_source_class(gluon: bool):

@@ -15,7 +15,7 @@ from pipec_ir import CompileOptions, CompileProfile, LoadContext, Program
 
 from .autotune import MEMO_KEY, TuningMemo, compile_all, tuning_log
 from .choices import group_choices
-from .compile_pool import compiled_already, pool_size, start_in_workers, unique_jobs, warm
+from .compile_pool import compiled_already, pool_size, start_in_workers, warm
 from .fastlaunch import current_stream_getter, hooks_active
 from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
@@ -213,7 +213,7 @@ class ProgramRunner(ProgramPlan):
         try:
             # a program loads inside torch.compile, under its fake-tensor mode: stand-ins must be real
             with _disable_current_modes():
-                jobs = unique_jobs(self._compile_jobs([], (), device)[0])
+                jobs, _ = self._compile_jobs([], (), device)
                 if jobs and not compiled_already(jobs[0]):
                     self._started_compiles = start_in_workers(jobs, self.compile_workers)
         except Exception as e:  # noqa: BLE001 - e.g. no CUDA to make stand-ins on: the first call compiles
