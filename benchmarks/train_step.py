@@ -3,6 +3,7 @@ peak memory, gradients against eager's, the heaviest kernels.
 
     python benchmarks/train_step.py --case bert --out $OUT/bert_train.json          # H200
     python benchmarks/train_step.py --case vocab_loss --out $OUT/loss.json
+    python benchmarks/train_step.py --case gpt2 --out $OUT/gpt2_train.json
     python benchmarks/train_step.py --case bert --backends pipec --host-profile      # where pipec's host time goes
     python benchmarks/train_step.py --case vocab_loss --device cpu --tiny --backends eager,pipec   # smoke test
 
@@ -10,6 +11,9 @@ Cases:
 * `bert`: transformers' BertForMaskedLM at bert-base-uncased's config (random weights), 8 x 512
   tokens with a padding mask on every other row, masked-LM labels over the whole vocabulary, AMP
   bf16 (fp32 master weights, `torch.autocast`). `--tiny`: the suite's tiny config, 2 x 8, fp32.
+* `gpt2`: transformers' GPT2LMHeadModel at gpt2's config (124M, random weights, `use_cache=False`),
+  8 x 1024 tokens with its own LM loss over the 50257-word vocabulary (pipec pads the head to
+  rows of 16-byte multiples), AMP bf16. `--tiny`: one layer of width 32, 2 x 8, fp32.
 * `vocab_loss`: BERT's masked-LM head alone: Linear(768, 30522) + cross entropy over 4096 rows
   under bf16 autocast, with a 768-wide input that takes a gradient (`--tiny`: 64 x 32 -> 500).
 
@@ -48,24 +52,8 @@ def build(case: str, tiny: bool, device: str, seed: int = 0, vocab: int | None =
     """(model, inputs dict, autocast dtype or None): the model returns the loss."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed + 1)
-    if case == "bert":
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from transformers import BertConfig, BertForMaskedLM
-
-        if tiny:
-            cfg = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                             intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                             attention_probs_dropout_prob=0.0)
-            batch, length = 2, 8
-        else:
-            cfg = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-            batch, length = 8, 512
-        model = BertForMaskedLM(cfg).to(device).train()
-        mask = torch.ones(batch, length, dtype=torch.long)
-        mask[1::2, length * 25 // 32:] = 0  # from token 400 of 512, as the session 9 runs
-        inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (batch, length), generator=g),
-                  "attention_mask": mask,
-                  "labels": torch.randint(0, cfg.vocab_size, (batch, length), generator=g)}
+    if case in ("bert", "gpt2"):
+        model, inputs = _hf_model(case, tiny, device, g)
 
         class Loss(torch.nn.Module):
             def __init__(self):
@@ -90,10 +78,36 @@ def build(case: str, tiny: bool, device: str, seed: int = 0, vocab: int | None =
         inputs = {"h": torch.randn(rows, hidden, generator=g).requires_grad_(),
                   "labels": torch.randint(0, vocab, (rows,), generator=g)}
     else:
-        raise SystemExit(f"unknown case {case!r} (bert, vocab_loss)")
+        raise SystemExit(f"unknown case {case!r} (bert, gpt2, vocab_loss)")
     inputs = {k: (v.detach().to(device).requires_grad_() if v.requires_grad else v.to(device)) for k, v in inputs.items()}
     autocast = torch.bfloat16 if device == "cuda" and not tiny else None
     return net, inputs, autocast
+
+
+def _hf_model(case: str, tiny: bool, device: str, g: torch.Generator):
+    """transformers' BertForMaskedLM (8 x 512, a padding mask on every other row) or
+    GPT2LMHeadModel (8 x 1024, its LM loss: the head over 50257 words, which pipec pads) at the
+    published base configs with random weights; (model, inputs)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if case == "bert":
+        from transformers import BertConfig as Config, BertForMaskedLM as Model
+        small = dict(vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=32)
+        cfg = Config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **(small if tiny else {}))
+        batch, length = (2, 8) if tiny else (8, 512)
+    else:
+        from transformers import GPT2Config as Config, GPT2LMHeadModel as Model
+        small = dict(vocab_size=129, n_embd=32, n_layer=1, n_head=2, n_positions=32, bos_token_id=0, eos_token_id=0)
+        cfg = Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False, **(small if tiny else {}))
+        batch, length = (2, 8) if tiny else (8, 1024)
+    model = Model(cfg).to(device).train()
+    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (batch, length), generator=g),
+              "labels": torch.randint(0, cfg.vocab_size, (batch, length), generator=g)}
+    if case == "bert":
+        mask = torch.ones(batch, length, dtype=torch.long)
+        mask[1::2, length * 25 // 32:] = 0  # from token 400 of 512, as the session 9 runs
+        inputs["attention_mask"] = mask
+    return model, inputs
 
 
 def compiled(backend: str, net, pipec_options: dict | None = None):
@@ -172,7 +186,7 @@ def host_profile(step, steps: int, top: int = 30) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", default="bert", choices=("bert", "vocab_loss"))
+    ap.add_argument("--case", default="bert", choices=("bert", "gpt2", "vocab_loss"))
     ap.add_argument("--backends", default="eager,inductor,pipec")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="the small config (CPU smoke test)")
