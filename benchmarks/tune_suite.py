@@ -1,0 +1,72 @@
+"""Fill a tuning cache from the real-model suite, for `scripts/learn_tuning_table.py` to learn
+the shipped table from (GPU only):
+
+    PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases swin,convnext --deadline 300
+    python scripts/learn_tuning_table.py /tmp/learn --family sm90 --merge
+
+Each case of tests/real_models/hf_models.py is built at its real size and compiled by pipec in
+default mode, in this one process (one import of torch and transformers for all), and called
+once: the first call times what the shipped table has no confident answer for, and the tuning
+cache under $PIPEC_KERNEL_DIR keeps every timing with its features. Nothing is timed for a
+result here; `benchmarks/real_models.py` is the benchmark. Cases start only while `--deadline`
+seconds have not passed; a case that fails is reported and the next one runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from real_models import registry  # noqa: E402 - the suite's case list, imported by path
+
+
+def tune_case(hf, case: str) -> float:
+    """Compile `case` with pipec and call it once; the first call's wall seconds."""
+    import pipec
+
+    built = hf.build(case, hf.REAL, device="cuda")
+    compiled = pipec.compile(built.model)
+    start = time.perf_counter()
+    with torch.no_grad():
+        compiled(*built.inputs)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", help="comma-separated real cases (default: every one)")
+    ap.add_argument("--deadline", type=float, default=3600.0, help="start no case after this many seconds")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("tune_suite.py: needs a CUDA GPU (it fills a GPU family's tuning cache)")
+    if not os.environ.get("PIPEC_KERNEL_DIR") and not os.environ.get("PIPEC_CACHE_DIR"):
+        print("note: no PIPEC_KERNEL_DIR: timings go to ~/.cache/pipec/kernels/tuning", flush=True)
+    hf = registry()
+    cases = args.cases.split(",") if args.cases else list(hf.real_cases())
+    start, failed = time.perf_counter(), 0
+    for case in cases:
+        if time.perf_counter() - start > args.deadline:
+            print(f"{case}: not started (past the {args.deadline:.0f} s deadline)", flush=True)
+            continue
+        try:
+            print(f"{case}: first call {tune_case(hf, case):.1f} s", flush=True)
+        except Exception as e:  # noqa: BLE001 - one case's failure must not stop the others' tuning
+            failed += 1
+            print(f"{case}: failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+        torch._dynamo.reset()
+        gc.collect()
+        torch.cuda.empty_cache()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
