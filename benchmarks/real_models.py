@@ -268,6 +268,28 @@ def write_results(out: Path, records: list[dict], meta: dict) -> None:
     out.with_suffix(".md").write_text(markdown(records, meta))
 
 
+def combine(parts: list[Path], out: Path) -> int:
+    """One results file and table from several: the cases in the order given (a case measured
+    twice keeps its last row), the first part's header, and each part's start time and host."""
+    try:
+        loaded = [json.loads(p.read_text()) for p in parts]
+    except (OSError, ValueError) as e:
+        print(f"error: cannot read a results file: {e}", file=sys.stderr)
+        return 2
+    records = {r["case"]: r for data in loaded for r in data["cases"]}
+    meta = {k: v for k, v in loaded[0].items() if k not in ("suite", "cases")}
+    meta["parts"] = [{"file": p.name, "started": d.get("started"), "host": d.get("host"), "seconds": d.get("seconds")}
+                     for p, d in zip(parts, loaded)]
+    meta["seconds"] = sum(d.get("seconds") or 0 for d in loaded)
+    out.write_text(json.dumps({"suite": "pipec issue 19 real models", **meta, "cases": list(records.values())},
+                              indent=2))
+    text = markdown(list(records.values()), meta)
+    starts = ", ".join(f"{p['file']} from {p['started']} on {p['host']}" for p in meta["parts"])
+    out.with_suffix(".md").write_text(text.replace("\n\nTimer:", f"\n\nCombined from {starts}.\n\nTimer:", 1))
+    print(f"{len(records)} cases from {len(parts)} files: {out} and {out.with_suffix('.md')}")
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -291,7 +313,12 @@ def main() -> int:
                              "halves the compiles: for the largest models on a tight budget)")
     parser.add_argument("--atol", type=float, help="numerics check (with --rtol; default: the case's tolerance)")
     parser.add_argument("--rtol", type=float)
+    parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULTS_JSON",
+                        help="run nothing: write one table (--out) from the results of runs split over several "
+                             "commands (the device allows 10 minutes a command)")
     args = parser.parse_args()
+    if args.combine:
+        return combine(args.combine, Path(args.out))
     if (args.atol is None) != (args.rtol is None):
         parser.error("give --atol and --rtol together")
     cases = all_cases(args.size)

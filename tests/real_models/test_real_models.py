@@ -75,3 +75,32 @@ def test_real_sizes_are_the_published_models():
     off = {name: f"{count:.1f}M, published {hf_models.PUBLISHED_MILLIONS[name]}M" for name, count in counts.items()
            if abs(count / hf_models.PUBLISHED_MILLIONS[name] - 1) > 0.03}
     assert not off, off
+
+
+def test_results_of_split_runs_combine_into_one_table(tmp_path):
+    """benchmarks/real_models.py --combine: a suite run split over several device commands
+    becomes one results file and one table, every case once, the parts' start times named."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    whole = json.loads((root / "benchmarks" / "results" / "real_models_h200_run9.json").read_text())
+    parts = []
+    for k, cases in enumerate((whole["cases"][:3], whole["cases"][3:5] + whole["cases"][:1])):
+        part = tmp_path / f"part{k}.json"
+        part.write_text(json.dumps({**whole, "started": f"start{k}", "cases": cases}))
+        parts.append(str(part))
+    out = tmp_path / "all.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "real_models.py"), "--out", str(out),
+                           "--combine", *parts], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    combined = json.loads(out.read_text())
+    assert [c["case"] for c in combined["cases"]] == [c["case"] for c in whole["cases"][:5]]
+    table = out.with_suffix(".md").read_text()
+    assert "part0.json from start0" in table and "part1.json from start1" in table
+    assert sum(line.startswith(f"| {c['case']} |") for c in whole["cases"][:5] for line in table.splitlines()) == 5
+    bad = subprocess.run([sys.executable, str(root / "benchmarks" / "real_models.py"), "--out", str(out),
+                          "--combine", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "cannot read a results file" in bad.stderr
