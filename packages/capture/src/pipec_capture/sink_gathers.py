@@ -127,13 +127,13 @@ def _gathered(graph: torch.fx.Graph, node, dim: int, index, depth: int):
     """A node computing gather(node, dim, index)."""
     shape = _val(node).shape
     if not (_is_elementwise(node) and _chain_ok(node, shape, dim % len(shape), depth)):
-        return _node(graph, aten.gather.default, (node, dim, index), {})
+        return call_node(graph, aten.gather.default, (node, dim, index), {})
     args = tuple(_gathered(graph, a, dim, index, depth + 1) if _full_shape(a, shape) else a
                  for a in node.args)
-    return _node(graph, node.target, args, dict(node.kwargs))
+    return call_node(graph, node.target, args, dict(node.kwargs))
 
 
-def _node(graph: torch.fx.Graph, target, args, kwargs):
+def call_node(graph: torch.fx.Graph, target, args, kwargs):
     """A new call of `target` with its meta value computed on the graph's fake tensors."""
     new = graph.call_function(target, args, kwargs)
     fake = next(v for v in (_val(a) for a in args) if isinstance(v, torch.Tensor))

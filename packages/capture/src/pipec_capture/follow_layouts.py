@@ -1,0 +1,136 @@
+"""Pointwise results stored channels-last when their operands are: `f(a', b')` -> `f(a, b)'`,
+where `x'` is the NCHW view `permute(x, [0, 3, 1, 2])` of an NHWC tensor `x`.
+
+Eager's elementwise ops lay their result out as their operands are laid out, so a conv net
+that works channels-last stays channels-last. ConvNeXt is the case that matters. Each block
+computes its MLP over NHWC, permutes back to NCHW and adds the residual:
+`residual + permute(gamma * mlp(x), [0, 3, 1, 2])`. In eager the sum comes out channels-last,
+and the next block's depthwise 7 x 7 conv runs cuDNN's NHWC kernel.
+
+pipec's kernels write their results row-major in the logical shape, so the sum came out NCHW.
+ATen then ran its generic depthwise kernel on it: on the H200, 126 us a call against cuDNN's 40,
+in 17 of ConvNeXt-tiny's 18 blocks. The conv's NCHW result was also copied to NHWC for the
+LayerNorm after it. Together that made pipec 0.56x Inductor's speed on ConvNeXt (suite run 9).
+
+Here, a pointwise op whose full-size operands are all channels-last is computed over the NHWC
+tensors and permuted after. An operand counts as channels-last when it is such a permute, or
+when the trace made it with channels-last strides (a conv's result). Broadcast operands are
+permuted to match, and scalars stay as they are. Later pointwise ops then see a permute in
+turn, so a chain of residual adds stays NHWC from one conv to the next. The kernels compute the
+same values at the same logical indices: only where they are stored changes, to what eager does.
+
+Only the 4-d channels-last permutation is followed. Attention permutes its heads,
+`[0, 2, 1, 3]`, and the matmuls after it want each head row-major, so those stay as they are.
+Random ops are left alone as well: their values depend on the order elements are generated in.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from .sink_gathers import call_node
+
+aten = torch.ops.aten
+
+TO_NCHW = (0, 3, 1, 2)  # permute(nhwc, TO_NCHW): the NCHW view of NHWC storage
+TO_NHWC = (0, 2, 3, 1)  # its inverse
+
+
+def follow_layouts(gm: torch.fx.GraphModule) -> int:
+    """Rewrite every pointwise op of `gm` whose full-size operands are all channels-last to run
+    over their NHWC storage; returns how many were rewritten."""
+    rewritten = 0
+    graph = gm.graph
+    for node in list(graph.nodes):
+        full = _channels_last_operands(node)
+        if full is None:
+            continue
+        with graph.inserting_before(node):
+            args = tuple(_nhwc(graph, a, full) for a in node.args)
+            inner = call_node(graph, node.target, args, dict(node.kwargs))
+            outer = call_node(graph, aten.permute.default, (inner, list(TO_NCHW)), {})
+        node.replace_all_uses_with(outer)
+        graph.erase_node(node)
+        rewritten += 1
+    if rewritten:
+        graph.eliminate_dead_code()
+        gm.recompile()
+    return rewritten
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _pointwise(node) -> bool:
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    tags = node.target.tags
+    if torch.Tag.nondeterministic_seeded in tags or node.target is aten.clone.default:
+        return False  # random values follow generation order; a clone is asked for a layout
+    if node.target is aten._to_copy.default:  # a dtype change only, on the same device and layout
+        return set(node.kwargs) <= {"dtype"}
+    return torch.Tag.pointwise in tags
+
+
+def _same_shape(val, shape) -> bool:
+    return val.dim() == len(shape) and all(statically_known_true(a == b) for a, b in zip(val.shape, shape))
+
+
+def _channels_last_operands(node) -> dict[int, torch.fx.Node] | None:
+    """{id of a full-size operand: the NHWC tensor it views (None: permute it here)} when every
+    full-size tensor operand of pointwise `node` is channels-last; else None."""
+    if not _pointwise(node) or any(isinstance(v, torch.fx.Node) for v in node.kwargs.values()):
+        return None
+    val = _val(node)
+    if not isinstance(val, torch.Tensor) or val.dim() != 4:
+        return None
+    full: dict[int, torch.fx.Node | None] = {}
+    for a in node.args:
+        operand = _val(a)
+        if not isinstance(operand, torch.Tensor):
+            if isinstance(a, torch.fx.Node):
+                return None  # an operand the trace has no tensor for
+            continue
+        if operand.dim() > 4:
+            return None
+        if not _same_shape(operand, val.shape):
+            continue  # broadcast: permuted to match (or a scalar)
+        if _is_nchw_view(a):
+            full[id(a)] = a.args[0]
+        elif _channels_last_strides(operand):
+            full[id(a)] = None
+        else:
+            return None
+    return full or None
+
+
+def _is_nchw_view(node) -> bool:
+    if node.op != "call_function" or node.target is not aten.permute.default:
+        return False
+    dims = tuple(d % 4 for d in node.args[1])
+    return dims == TO_NCHW
+
+
+def _channels_last_strides(val: torch.Tensor) -> bool:
+    """Made with channels-last strides by the trace (not merely compatible with them)."""
+    try:
+        return bool(not val.is_contiguous() and val.is_contiguous(memory_format=torch.channels_last))
+    except Exception:  # noqa: BLE001 - a layout decided by unbacked sizes: not followed
+        return False
+
+
+def _nhwc(graph: torch.fx.Graph, a, full: dict):
+    """Operand `a` of the rewritten op, over NHWC storage."""
+    if not isinstance(a, torch.fx.Node):
+        return a
+    if id(a) in full:
+        source = full[id(a)]
+        return source if source is not None else call_node(graph, aten.permute.default, (a, list(TO_NHWC)), {})
+    val = _val(a)
+    if val.dim() == 0:
+        return a
+    for _ in range(4 - val.dim()):  # broadcast from the left, as the op did, then permute
+        a = call_node(graph, aten.unsqueeze.default, (a, 0), {})
+    return call_node(graph, aten.permute.default, (a, list(TO_NHWC)), {})
