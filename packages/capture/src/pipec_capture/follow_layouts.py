@@ -14,7 +14,7 @@ LayerNorm after it. Together that made pipec 0.56x Inductor's speed on ConvNeXt 
 
 Here, a pointwise op whose full-size operands are all channels-last is computed over the NHWC
 tensors and permuted after. An operand counts as channels-last when it is such a permute, or
-when the trace made it with channels-last strides (a conv's result). Broadcast operands are
+a computed tensor (not a view) the trace made with channels-last strides (a conv's result). Broadcast operands are
 permuted to match, and scalars stay as they are. Later pointwise ops then see a permute in
 turn, so a chain of residual adds stays NHWC from one conv to the next. The kernels compute the
 same values at the same logical indices: only where they are stored changes, to what eager does.
@@ -99,7 +99,7 @@ def _channels_last_operands(node) -> dict[int, torch.fx.Node] | None:
             continue  # broadcast: permuted to match (or a scalar)
         if _is_nchw_view(a):
             full[id(a)] = a.args[0]
-        elif _channels_last_strides(operand):
+        elif _library_result(a) and _channels_last_strides(operand):
             full[id(a)] = None
         else:
             return None
@@ -111,6 +111,14 @@ def _is_nchw_view(node) -> bool:
         return False
     dims = tuple(d % 4 for d in node.args[1])
     return dims == TO_NCHW
+
+
+def _library_result(node) -> bool:
+    """A computed tensor (a conv's result), not a view: a view with channels-last strides is some
+    other layout that happens to match (T5's position bias, `permute(bias, [2, 0, 1])[None]`,
+    read by every layer as [1, heads, q, k] and best stored that way)."""
+    target = node.target if node.op == "call_function" else None
+    return isinstance(target, torch._ops.OpOverload) and not target.is_view
 
 
 def _channels_last_strides(val: torch.Tensor) -> bool:
