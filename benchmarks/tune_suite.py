@@ -2,7 +2,11 @@
 the shipped table from (GPU only):
 
     PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases swin,convnext --deadline 300
-    python scripts/learn_tuning_table.py /tmp/learn --family sm90 --merge
+    python scripts/learn_tuning_table.py /tmp/learn --family sm90 --merge \
+        --out packages/runtime-cudagraph/src/pipec_runtime_cudagraph/tuning_tables/sm90.json
+
+Name --out: without it the script writes the *installed* table, which a non-editable reinstall
+(scripts/gpu_install.sh) then replaces with the repository's (session 12's run 10 lost its table so).
 
 Each case of tests/real_models/hf_models.py is built at its real size and compiled by pipec in
 default mode, in this one process (one import of torch and transformers for all), and called

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .sink_gathers import call_node
+from .sink_gathers import call_node, meta_val
 
 aten = torch.ops.aten
 
@@ -59,10 +59,6 @@ def follow_layouts(gm: torch.fx.GraphModule) -> int:
     return rewritten
 
 
-def _val(node):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
-
 def _pointwise(node) -> bool:
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return False
@@ -83,12 +79,12 @@ def _channels_last_operands(node) -> dict[int, torch.fx.Node] | None:
     full-size tensor operand of pointwise `node` is channels-last; else None."""
     if not _pointwise(node) or any(isinstance(v, torch.fx.Node) for v in node.kwargs.values()):
         return None
-    val = _val(node)
+    val = meta_val(node)
     if not isinstance(val, torch.Tensor) or val.dim() != 4:
         return None
     full: dict[int, torch.fx.Node | None] = {}
     for a in node.args:
-        operand = _val(a)
+        operand = meta_val(a)
         if not isinstance(operand, torch.Tensor):
             if isinstance(a, torch.fx.Node):
                 return None  # an operand the trace has no tensor for
@@ -136,7 +132,7 @@ def _nhwc(graph: torch.fx.Graph, a, full: dict):
     if id(a) in full:
         source = full[id(a)]
         return source if source is not None else call_node(graph, aten.permute.default, (a, list(TO_NHWC)), {})
-    val = _val(a)
+    val = meta_val(a)
     if val.dim() == 0:
         return a
     for _ in range(4 - val.dim()):  # broadcast from the left, as the op did, then permute

@@ -50,7 +50,8 @@ def sink_gathers(gm: torch.fx.GraphModule) -> int:
     return moved
 
 
-def _val(node):
+def meta_val(node):
+    """The fake tensor (or value) the trace recorded for `node`; None for a non-node."""
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
@@ -62,7 +63,7 @@ def _movable(gather: torch.fx.Node) -> bool:
     if gather.kwargs.get("sparse_grad") or len(gather.args) != 3:
         return False
     source, dim, index = gather.args
-    src, idx = _val(source), _val(index)
+    src, idx = meta_val(source), meta_val(index)
     if not isinstance(src, torch.Tensor) or not isinstance(idx, torch.Tensor) or src.dim() != idx.dim() or src.dim() == 0:
         return False
     dim = dim % src.dim()
@@ -86,7 +87,7 @@ def _is_elementwise(node) -> bool:
 def _statistic(operand, shape, dim: int) -> bool:
     """An operand constant along `dim` that lines up with the index elsewhere (shape [N, 1]), or
     a scalar tensor."""
-    val = _val(operand)
+    val = meta_val(operand)
     if not isinstance(val, torch.Tensor):
         return False
     if val.dim() == 0:
@@ -97,7 +98,7 @@ def _statistic(operand, shape, dim: int) -> bool:
 
 
 def _full_shape(operand, shape) -> bool:
-    val = _val(operand)
+    val = meta_val(operand)
     return isinstance(val, torch.Tensor) and val.dim() == len(shape) and all(
         _same(a, b) for a, b in zip(val.shape, shape))
 
@@ -125,7 +126,7 @@ def _single_reader_chain(node, depth: int) -> bool:
 
 def _gathered(graph: torch.fx.Graph, node, dim: int, index, depth: int):
     """A node computing gather(node, dim, index)."""
-    shape = _val(node).shape
+    shape = meta_val(node).shape
     if not (_is_elementwise(node) and _chain_ok(node, shape, dim % len(shape), depth)):
         return call_node(graph, aten.gather.default, (node, dim, index), {})
     args = tuple(_gathered(graph, a, dim, index, depth + 1) if _full_shape(a, shape) else a
@@ -136,9 +137,9 @@ def _gathered(graph: torch.fx.Graph, node, dim: int, index, depth: int):
 def call_node(graph: torch.fx.Graph, target, args, kwargs):
     """A new call of `target` with its meta value computed on the graph's fake tensors."""
     new = graph.call_function(target, args, kwargs)
-    fake = next(v for v in (_val(a) for a in args) if isinstance(v, torch.Tensor))
+    fake = next(v for v in (meta_val(a) for a in args) if isinstance(v, torch.Tensor))
     mode = getattr(fake, "fake_mode", None)
-    vals = [_val(a) if isinstance(a, torch.fx.Node) else a for a in args]
+    vals = [meta_val(a) if isinstance(a, torch.fx.Node) else a for a in args]
     if mode is not None:
         with mode:
             new.meta["val"] = target(*vals, **kwargs)
