@@ -17,6 +17,7 @@ from pipec_ir import Ref
 from pipec_ir.symbolic import contiguous_strides
 
 from .builder import GraphBuilder, wrap_dim
+from .cat_parts import gathered
 from .table import NoLowering, register
 
 I64 = "int64"
@@ -201,7 +202,9 @@ def lower_cat(cx, node, tensors, dim=0):
     for x in parts:
         n = _scalar_size(cx.shape(x)[dim])
         local = clamp(cx, binop(cx, "sub", along, start, t.shape), 0, n - 1, t.shape)
-        pieces.append((start + n, gather_along(cx, cx.cast(x, t.dtype), dim, local, t.shape)))
+        part = cx.cast(x, t.dtype)  # its math runs at the gathered points where it can (cat_parts.py)
+        value = gathered(cx, part, lambda v, local=local: gather_along(cx, v, dim, local, t.shape), t.shape)
+        pieces.append((start + n, value))
         start += n
     result = pieces[-1][1]
     for end, value in reversed(pieces[:-1]):
