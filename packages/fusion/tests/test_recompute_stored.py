@@ -107,3 +107,24 @@ def test_the_second_pass_reuses_the_first_pass_legality_and_plans_the_same(monke
     assert memo.hits > 0  # the rewrite left most groups as they were
     monkeypatch.setattr(engine, "CheckMemo", lambda: None)  # every group checked in every pass
     assert with_memo == preset("default").fuse(graph, OPTS)
+
+
+def test_a_value_a_gather_reads_is_no_candidate(monkeypatch):
+    """A take's source must come from memory, so a cast that a take gathers from (a rotary
+    table's cast, read by the cat of rotate_half) is never copied for it: no second fusion
+    pass for a copy that could not land."""
+    from pipec_fusion import engine
+
+    g = GraphBuilder("gathered_cast")
+    x = g.input("x", [16, 64], "bfloat16")
+    idx = g.input("idx", [16, 64], "int64")
+    xf = g.node("cast", (x,), [16, 64], name="xf")
+    s = g.reduce("sum", xf, (1,), keepdim=True)
+    taken = g.node("take", (xf, idx), [16, 64], name="taken")
+    graph = g.build(s, g.pw("mul", taken, g.full(2.0, [16, 64])))
+    passes = []
+    real = engine._fuse_once
+    monkeypatch.setattr(engine, "_fuse_once", lambda *a, **k: passes.append(1) or real(*a, **k))
+    plan = fuse_graph(graph, DefaultHeuristics())
+    assert plan.graph is graph and len(passes) == 1
+    assert any("xf" in k.outputs for k in plan.kernels)  # stored, for the take to read

@@ -63,9 +63,16 @@ def find_candidates(an: GraphAnalysis, groups: dict, owner: dict, heuristics: He
         if not heuristics.recompute_stored(ops, read_bytes, stored):
             continue
         for gid, readers in sorted(by_group.items()):
-            if groups[gid].kind in ("pointwise", "reduction"):
+            if groups[gid].kind in ("pointwise", "reduction") and not _gathers_from(an, readers, value):
                 out.append(Candidate(value, cone, tuple(sorted(readers, key=an.pos))))
     return out
+
+
+def _gathers_from(an: GraphAnalysis, readers, value) -> bool:
+    """Does one of `readers` gather from `value`? A take's source must come from memory
+    (legality), so the copy could never join that kernel: the candidate would only cost a
+    fusion pass (a 24-layer Qwen2's rotary casts: 48 candidates, none landing)."""
+    return any(an.nodes[r].op == "take" and an.root[an.nodes[r].inputs[0]] == value for r in readers)
 
 
 def _cone(an: GraphAnalysis, members, value) -> tuple[str, ...] | None:
