@@ -132,6 +132,30 @@ def test_an_alternative_that_disagrees_with_the_default_is_never_picked(monkeypa
     assert "max error" in disagreement([half + torch.tensor([1.0, 0.0], dtype=torch.bfloat16)], [half])
 
 
+def test_an_fp32_output_of_bf16_operands_is_held_to_bf16s_tolerance():
+    """GPT-2's LM head: cuBLAS rounds the bf16 product before the fp32 cast (as eager), the
+    template casts its fp32 accumulator: one bf16 step apart, both right; the cuBLAS alternative
+    is kept. A garbage value is still caught."""
+    from pipec_runtime_cudagraph.choices import disagreement, operand_dtypes
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(16, 64, generator=g).bfloat16(), torch.randn(64, 32, generator=g).bfloat16()
+    exact = a.float() @ b.float()
+    rounded = (a @ b).float()
+    assert disagreement([rounded], [exact]) is not None  # fp32's own tolerance: "disagrees"
+    assert disagreement([rounded], [exact], {"bfloat16"}) is None
+    wrong = exact.clone()
+    wrong[3, 5] += exact.abs().max()
+    assert "max error" in disagreement([wrong], [exact], {"bfloat16"})
+
+    class Launch:  # a launch step: its input slots come first in `ptrs`
+        def __init__(self, ptrs, n_inputs):
+            self.ptrs, self.n_inputs = ptrs, n_inputs
+
+    vals = [a, b, exact, torch.arange(3)]
+    assert operand_dtypes({"template": [Launch((0, 1, 3, 2), 3)], "library": [_Write(2, 0.0)]}, vals) == {"bfloat16"}
+
+
 @pytest.mark.parametrize("m,k,n", [(24, 50, 16), (25, 48, 16), (24, 48, 13), (9, 11, 7), (24, 48, 16)])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_mm_padded_is_mm(monkeypatch, m, k, n, transposed):
