@@ -9,7 +9,9 @@ per kernel name its calls and GPU microseconds per model call, the kernels' sum,
 per call measured around the profiled calls. The gap between wall time and kernel sum is launch
 overhead and idle GPU; kernels named like pipec's (`k<n>_...`) or Inductor's (`triton_...`) are
 generated code, the rest are library calls (cuBLAS `*gemm*`, flash attention, ATen copies).
-Prints the top `--top` kernels per backend; writes everything as JSON.
+Prints the top `--top` kernels per backend; writes everything as JSON. `--copies` also records
+where each ATen copy is called from (the host ops `aten::copy_`, `contiguous`, `clone`, with their
+shapes, strides and Python stack): the sites of the copies a kernel profile shows only by name.
 """
 
 from __future__ import annotations
@@ -43,14 +45,45 @@ def build(backend: str, model):
     raise SystemExit(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
 
 
-def profile_backend(fn, inputs, calls: int) -> dict:
+COPY_OPS = ("aten::copy_", "aten::contiguous", "aten::clone", "aten::_to_copy")
+
+
+def _python_frames(event, depth: int = 4) -> tuple[str, ...]:
+    """The Python frames (profiler events named `file.py(line): function`) above `event`, innermost
+    first, without torch's own."""
+    frames, parent = [], event.cpu_parent
+    while parent is not None and len(frames) < depth:
+        if "): " in parent.name and "torch/" not in parent.name:
+            frames.append(parent.name)
+        parent = parent.cpu_parent
+    return tuple(frames)
+
+
+def copy_sites(events, calls: int) -> list[dict]:
+    """Per (copy op, shapes, Python frames) the copies made per model call, most first: each
+    `aten::copy_` is reported as the outermost copy op around it (contiguous -> clone -> copy_),
+    and a `contiguous` that copies nothing is not reported."""
+    sites: dict[tuple, int] = defaultdict(int)
+    for event in events:
+        if event.name != "aten::copy_":
+            continue
+        outer = event
+        while outer.cpu_parent is not None and outer.cpu_parent.name in COPY_OPS:
+            outer = outer.cpu_parent
+        sites[(outer.name, str(outer.input_shapes), _python_frames(outer))] += 1
+    return [{"op": op, "shapes": shapes, "stack": list(stack), "calls": n / calls}
+            for (op, shapes, stack), n in sorted(sites.items(), key=lambda kv: -kv[1])]
+
+
+def profile_backend(fn, inputs, calls: int, copies: bool = False) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     with torch.no_grad():
         for _ in range(3):
             fn(*inputs)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if copies else [])
+        with profile(activities=activities, record_shapes=copies, with_stack=copies) as prof:
             start = time.perf_counter()
             for _ in range(calls):
                 fn(*inputs)
@@ -65,8 +98,11 @@ def profile_backend(fn, inputs, calls: int) -> dict:
         row[1] += event.device_time
     kernels = sorted(({"name": n, "calls": c / calls, "us": t / calls} for n, (c, t) in per_kernel.items()),
                      key=lambda r: -r["us"])
-    return {"wall_us": wall_us, "kernel_us": sum(k["us"] for k in kernels),
-            "launches": sum(k["calls"] for k in kernels), "kernels": kernels}
+    row = {"wall_us": wall_us, "kernel_us": sum(k["us"] for k in kernels),
+           "launches": sum(k["calls"] for k in kernels), "kernels": kernels}
+    if copies:
+        row["copy_sites"] = copy_sites(prof.events(), calls)
+    return row
 
 
 def parse_and_load(doc: str, script: str, backends: str, calls: int, top: int):
@@ -78,6 +114,8 @@ def parse_and_load(doc: str, script: str, backends: str, calls: int, top: int):
     parser.add_argument("--calls", type=int, default=calls)
     parser.add_argument("--top", type=int, default=top)
     parser.add_argument("--out", default=None, help="results JSON path")
+    parser.add_argument("--copies", action="store_true",
+                        help="also record where ATen copies are called from (host stacks; slower calls)")
     parser.add_argument("--log-tuning", action="store_true",
                         help="print what pipec's autotuning picks (configs, choice groups) as it times them")
     args = parser.parse_args()
@@ -102,13 +140,17 @@ def main() -> int:
     for backend in args.backends.split(","):
         t0 = time.perf_counter()
         fn = build(backend, model)
-        row = profile_backend(fn, inputs, args.calls)
+        row = profile_backend(fn, inputs, args.calls, copies=args.copies)
         row["setup_s"] = time.perf_counter() - t0
         results["backends"][backend] = row
         print(f"\n== {name} / {backend}: wall {row['wall_us']:.1f} us/call, kernels {row['kernel_us']:.1f} us, "
               f"{row['launches']:.0f} launches (setup {row['setup_s']:.1f} s)", flush=True)
         for k in row["kernels"][: args.top]:
             print(f"  {k['us']:9.1f} us  x{k['calls']:<5g} {k['name'][:110]}")
+        for site in row.get("copy_sites", [])[: args.top]:
+            print(f"  copy x{site['calls']:<5g} {site['op']} {site['shapes'][:80]}")
+            for frame in site["stack"]:
+                print(f"      {frame[:120]}")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
     return 0
