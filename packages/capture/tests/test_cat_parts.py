@@ -58,8 +58,8 @@ def test_rotary_embedding_of_a_projection():
 
 
 def test_parts_that_cannot_move_are_gathered_as_before():
-    """An iota-made part (not in memory) and a part of two computed operands keep their
-    gathers, and every result is right."""
+    """A part of two computed full-size operands keeps its gather (moving it would store both);
+    row statistics, small beside the cat, move; every result is right."""
     g = torch.Generator().manual_seed(2)
     a, b = torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)
 
@@ -67,13 +67,20 @@ def test_parts_that_cannot_move_are_gathered_as_before():
         return torch.cat([torch.arange(12.0).view(3, 4) * 2, a], dim=1)
 
     def two_computed(a, b):
-        return torch.cat([(a - a.amax(1, keepdim=True)) * b.sum(1, keepdim=True), a], dim=0)
+        return torch.cat([a.cumsum(1) * b.cumsum(1), a], dim=0)
 
     graph = _lower(made, a)
     (got,) = run_graph(graph, [a])
     torch.testing.assert_close(got, made(a))
+    def with_statistics(a, b):
+        return torch.cat([(a - a.amax(1, keepdim=True)) * b.sum(1, keepdim=True), a], dim=0)
+
+    graph = _lower(with_statistics, a, b)
+    assert "mul" not in _taken(graph)
+    (got,) = run_graph(graph, [a, b])
+    torch.testing.assert_close(got, with_statistics(a, b))
     graph = _lower(two_computed, a, b)
-    assert sorted(_taken(graph)) == ["input", "mul"]  # moved, it would store both row statistics
+    assert sorted(_taken(graph)) == ["input", "mul"]  # moved, it would store both running sums
     (got,) = run_graph(graph, [a, b])
     torch.testing.assert_close(got, two_computed(a, b))
 
@@ -89,3 +96,23 @@ def test_scalar_operands_are_rebuilt_at_the_cat_shape():
     assert _taken(graph) == ["input", "input"]
     (got,) = run_graph(graph, [a])
     torch.testing.assert_close(got, fn(a))
+
+
+def partial_rotary(q, cos, sin):
+    """GPT-NeoX / Phi: the first `rot` dims rotated, the rest passed through, then one cat."""
+    rot = cos.shape[-1]
+    q_rot, q_pass = q[..., :rot], q[..., rot:]
+    return torch.cat([q_rot * cos + rotate_half(q_rot) * sin, q_pass], dim=-1)
+
+
+def test_a_partial_rotary_reads_only_its_inputs():
+    """Both cats of a partial rotary embedding read the projection and the tables: the inner
+    cat's index arithmetic is composed into the outer one's gathers (iota along the cat dim reads
+    the outer gather's coordinate), so nothing computed is gathered at all."""
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 4, 6, 16, generator=g)
+    cos, sin = torch.randn(1, 1, 6, 8, generator=g), torch.randn(1, 1, 6, 8, generator=g)
+    graph = _lower(partial_rotary, q, cos, sin)
+    assert set(_taken(graph)) == {"input"}
+    (got,) = run_graph(graph, [q, cos, sin])
+    torch.testing.assert_close(got, partial_rotary(q, cos, sin))

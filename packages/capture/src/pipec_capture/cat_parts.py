@@ -1,98 +1,150 @@
 """A cat part that is pointwise math is computed at the gathered points, not gathered whole.
 
-`cat` lowers to clamped `take`s (lower_indexing.py), and a take reads its source from memory
-(fusion: "a take's source must come from memory"). A part computed just before the cat, as
-the rotary embedding's `rotate_half` builds `cat((-x2, x1), -1)`, was therefore written out
-whole by a kernel of its own so that the cat's kernel could gather it: two extra kernels per
-decoder layer (queries and keys) in Llama, Qwen2, GPT-NeoX and Phi. Gathering the math's
-operands instead and applying the math at the gathered points lets the cat's kernel compute
-the part itself; the original node is left for any other reader (dead-code elimination drops
-it otherwise).
+`cat` lowers to one clamped gather per part (lower_indexing.py): output point p reads the part
+at p with the cat dim's coordinate replaced by `local(p)`. A gather (`take`) reads its source
+from memory (fusion: "a take's source must come from memory"), so a part computed just before
+the cat was written out whole by a kernel of its own for the cat's kernel to read. The rotary
+embedding does this twice a layer per tensor: `rotate_half` is `cat((-x2, x1), -1)`, and a
+partial rotary (GPT-NeoX, Phi) concatenates the rotated dims with the others after.
 
-The math moves where its gathered operands make fusion store at most one value, as the part
-itself was one: a `full` (rebuilt at the cat's shape) and a value in memory whatever fusion
-does (a graph input, a matmul's or library call's result, or a view of one) count nothing,
-any other value one; the math may reach MAX_DEPTH pointwise ops deep, but not through a view
-(a view's source is read where it is). rotate_half's `-x2` reads one view of the projection.
-What is not gathered at all stops it: an `iota` is not in memory, and `rand` draws by
-position. A part whose math cannot move is gathered as before.
+Instead, the part's math runs at the gathered points, on its operands read there:
+
+* a `full` is rebuilt at the cat's shape;
+* `iota` along the cat dim reads `local(p)`, along any other dim it is the output's own iota;
+* a `take(src, idx)` stays a take of `src` at `idx` read there (its source is in memory already);
+* pointwise math (not `rand`, which draws by position) moves, operand by operand;
+* anything else (a view of a value, a reduction, a library call's result) is gathered from
+  memory as before.
+
+The move is made where it makes fusion store at most one value, as the part itself was one:
+graph inputs and library results (through views) are in memory whatever fusion does, and a
+value at most 1/SMALL_FRACTION of the cat's size (a rotary cos/sin table, read by every layer)
+costs little to store; any other value gathered counts one. The original nodes stay for other
+readers (dead-code elimination drops them otherwise).
 """
 
 from __future__ import annotations
+
+import sympy
 
 from pipec_ir import Ref, kind_of
 
 from .builder import GraphBuilder
 
-MAX_DEPTH = 4  # how many pointwise ops deep a part's math moves below the gather
-_NOT_MOVABLE = frozenset({"rand"})  # draws depend on the position they are drawn at
+MAX_DEPTH = 24  # ops deep a part's math may be followed (index arithmetic nests deep)
+SMALL_FRACTION = 8  # a value this many times smaller than the cat costs little to store
 STORED_KINDS = frozenset({"matmul", "extern", "collective"})  # results a library call writes to memory
+_NOT_MOVABLE = frozenset({"rand"})  # draws depend on the position they are drawn at
 
 
-def producer(cx: GraphBuilder, ref: Ref):
-    """The IR node that made `ref` (None for a graph input). Searched from the end: a cat's
-    parts are usually made just before it, and lowerings may rename their last node."""
-    for node in reversed(cx.nodes):
-        if node.name == ref.name:
-            return node
-    return None
+class PartGather:
+    """Reading parts of one cat at gathered points: `local` (int64, the cat's shape) is the
+    coordinate along `dim` each output point reads; `gather(value)` reads a value of the part's
+    shape from memory there."""
+
+    def __init__(self, cx: GraphBuilder, nodes: dict, dim: int, local: Ref, shape, gather):
+        self.cx, self.dim, self.local, self.shape, self.gather = cx, dim, local, tuple(shape), gather
+        self.nodes = nodes  # name -> node, for the nodes made before the cat (`producers`)
+        self.numel = _numel(self.shape)
+        self._stores: dict[str, int | None] = {}
+        self._made: dict[str, Ref] = {}
+
+    def read(self, ref: Ref) -> Ref:
+        """`ref` (a part) read at the gathered points."""
+        return self._read(ref, 0) if self._moves(ref) else self.gather(ref)
+
+    # ------------------------------------------------------------ the cost of moving
+
+    def _moves(self, ref: Ref) -> bool:
+        node = self.nodes.get(ref.name)
+        if node is None or not _movable_op(node):
+            return False
+        stores = self.stores(ref, 0)
+        return stores is not None and stores <= 1
+
+    def stores(self, ref: Ref, depth: int) -> int | None:
+        """How many values reading `ref` at the gathered points makes fusion store (None: it
+        cannot be read there)."""
+        if ref.name not in self._stores:
+            self._stores[ref.name] = self._count(ref, depth)
+        return self._stores[ref.name]
+
+    def _count(self, ref: Ref, depth: int) -> int | None:
+        node = self.nodes.get(ref.name)
+        if node is not None and depth < MAX_DEPTH:
+            if node.op == "full" or (node.op == "iota" and _plain_iota(node)):
+                return 0
+            if node.op == "take":
+                return self.stores(Ref(node.inputs[1]), depth + 1)
+            if _movable_op(node):
+                counts = [self.stores(Ref(v), depth + 1) for v in node.inputs]
+                if None not in counts and sum(counts) <= 1:
+                    return sum(counts)
+        return self._from_memory(ref)
+
+    def _from_memory(self, ref: Ref) -> int | None:
+        """The cost of gathering `ref` itself: 0 when it is in memory anyway or small, 1 for any
+        other computed value, None for one made in a kernel (an iota, a full)."""
+        root = self.nodes.get(ref.name)
+        while root is not None and kind_of(root.op) == "view":
+            root = self.nodes.get(root.inputs[0])
+        if root is None or kind_of(root.op) in STORED_KINDS:
+            return 0
+        if kind_of(root.op) == "creation":
+            return None
+        ratio = sympy.sympify(self.numel / _numel(root.type.shape))
+        return 0 if ratio.is_number and ratio >= SMALL_FRACTION else 1
+
+    # ------------------------------------------------------------ the moved math
+
+    def _read(self, ref: Ref, depth: int) -> Ref:
+        made = self._made.get(ref.name)
+        if made is None:
+            made = self._made[ref.name] = self._make(ref, depth)
+        return made
+
+    def _make(self, ref: Ref, depth: int) -> Ref:
+        cx, node = self.cx, self.nodes.get(ref.name)
+        if node is not None and depth < MAX_DEPTH:
+            if node.op == "full":
+                return cx.emit("full", [], self.shape, node.type.dtype, **dict(node.attrs))
+            if node.op == "iota" and _plain_iota(node):
+                if node.attr("dim") == self.dim:
+                    return self.local
+                return cx.emit("iota", [], self.shape, node.type.dtype, **dict(node.attrs))
+            if node.op == "take" and self.stores(Ref(node.inputs[1]), depth + 1) is not None:
+                idx = self._read(Ref(node.inputs[1]), depth + 1)
+                return cx.emit("take", [Ref(node.inputs[0]), idx], self.shape, node.type.dtype,
+                               hint=f"{node.name}_at", **dict(node.attrs))
+            if _movable_op(node) and self.stores(ref, depth) is not None and self._cheaper_moved(node, depth):
+                inputs = [self._read(Ref(v), depth + 1) for v in node.inputs]
+                return cx.emit(node.op, inputs, self.shape, node.type.dtype, hint=f"{node.name}_at",
+                               **dict(node.attrs))
+        return self.gather(ref)
+
+    def _cheaper_moved(self, node, depth: int) -> bool:
+        counts = [self.stores(Ref(v), depth + 1) for v in node.inputs]
+        return None not in counts and sum(counts) <= 1
 
 
-def _root(cx: GraphBuilder, ref: Ref):
-    """The node whose result `ref` reads through views (None for a graph input)."""
-    node = producer(cx, ref)
-    while node is not None and kind_of(node.op) == "view":
-        node = producer(cx, Ref(node.inputs[0]))
-    return node
+def _movable_op(node) -> bool:
+    return kind_of(node.op) == "pointwise" and node.op not in _NOT_MOVABLE
 
 
-def _math(cx: GraphBuilder, ref: Ref, depth: int):
-    """The pointwise node making `ref` directly when its math may move, else None."""
-    node = producer(cx, ref)
-    if depth >= MAX_DEPTH or node is None or kind_of(node.op) != "pointwise" or node.op in _NOT_MOVABLE:
-        return None
-    return node
+def _plain_iota(node) -> bool:
+    """An iota 0, 1, 2, ... (its value is its coordinate)."""
+    return node.attr("start") == 0 and node.attr("step") == 1
 
 
-def _moved_stores(cx: GraphBuilder, node, depth: int) -> int | None:
-    """How many values fusion would store for `node`'s math moved below the gather (None: an
-    operand cannot be gathered)."""
-    counts = [_stores(cx, Ref(v), depth + 1) for v in node.inputs]
-    return None if None in counts else sum(counts)
+def producers(cx: GraphBuilder) -> dict:
+    """name -> node of what `cx` has emitted (the lowering's last node may be renamed after it
+    returns, so this is taken anew for each cat)."""
+    return {n.name: n for n in cx.nodes}
 
 
-def _stores(cx: GraphBuilder, ref: Ref, depth: int) -> int | None:
-    """How many values reading `ref` at gathered points makes fusion store."""
-    node = producer(cx, ref)
-    if node is not None and node.op == "full":
-        return 0
-    math = _math(cx, ref, depth)
-    if math is not None:
-        moved = _moved_stores(cx, math, depth)
-        if moved is not None and moved <= 1:
-            return moved
-    root = _root(cx, ref)
-    if root is None or kind_of(root.op) in STORED_KINDS:
-        return 0
-    return None if kind_of(root.op) == "creation" else 1
-
-
-def movable(cx: GraphBuilder, ref: Ref, depth: int = 0) -> bool:
-    """Does the math making `ref` run at the gathered points (see the module docstring)?"""
-    math = _math(cx, ref, depth)
-    if math is None:
-        return False
-    moved = _moved_stores(cx, math, depth)
-    return moved is not None and moved <= 1
-
-
-def gathered(cx: GraphBuilder, ref: Ref, gather, shape, depth: int = 0) -> Ref:
-    """`ref` read at the gathered points: `gather(value)` takes a value of ref's shape to the
-    cat's `shape`; math that `movable` allows runs on its gathered operands instead."""
-    node = producer(cx, ref)
-    if node is not None and node.op == "full":
-        return cx.emit("full", [], shape, node.type.dtype, **dict(node.attrs))
-    if movable(cx, ref, depth):
-        inputs = [gathered(cx, Ref(v), gather, shape, depth + 1) for v in node.inputs]
-        return cx.emit(node.op, inputs, shape, node.type.dtype, hint=f"{node.name}_at", **dict(node.attrs))
-    return gather(ref)
+def _numel(shape):
+    """Elements of `shape`, a size expression where sizes are symbolic (their ratio cancels)."""
+    n = sympy.Integer(1)
+    for s in shape:
+        n *= sympy.sympify(s)
+    return n

@@ -17,7 +17,7 @@ from pipec_ir import Ref
 from pipec_ir.symbolic import contiguous_strides
 
 from .builder import GraphBuilder, wrap_dim
-from .cat_parts import gathered
+from .cat_parts import PartGather, producers
 from .table import NoLowering, register
 
 I64 = "int64"
@@ -199,12 +199,15 @@ def lower_cat(cx, node, tensors, dim=0):
         return cx.full(0, t.shape, t.dtype)
     along = iota(cx, t.shape, dim)
     result, start, pieces = None, 0, []
+    parts = [cx.cast(x, t.dtype) for x in parts]
+    made = producers(cx)
     for x in parts:
         n = _scalar_size(cx.shape(x)[dim])
         local = clamp(cx, binop(cx, "sub", along, start, t.shape), 0, n - 1, t.shape)
-        part = cx.cast(x, t.dtype)  # its math runs at the gathered points where it can (cat_parts.py)
-        value = gathered(cx, part, lambda v, local=local: gather_along(cx, v, dim, local, t.shape), t.shape)
-        pieces.append((start + n, value))
+        # a part's math runs at the gathered points where that stores no more (cat_parts.py)
+        reader = PartGather(cx, made, dim, local, t.shape,
+                            lambda v, local=local: gather_along(cx, v, dim, local, t.shape))
+        pieces.append((start + n, reader.read(x)))
         start += n
     result = pieces[-1][1]
     for end, value in reversed(pieces[:-1]):

@@ -1,0 +1,61 @@
+"""Rotary embeddings compile to one kernel per rotated tensor (capture `cat_parts.py`, fusion's
+op count without literals and iotas): transformers' rotate_half and a partial rotary's outer cat
+used to cost two kernels each, one writing `-x2` or the rotated dims for the next to gather."""
+
+from __future__ import annotations
+
+import torch
+
+import pipec
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary(q, k, cos, sin):
+    """Llama's apply_rotary_pos_emb on queries and keys of a projection."""
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def partial_rotary(q, cos, sin):
+    """GPT-NeoX's and Phi's: the first dims rotated, the rest passed through."""
+    rot = cos.shape[-1]
+    q_rot, q_pass = q[..., :rot], q[..., rot:]
+    return torch.cat([q_rot * cos + rotate_half(q_rot) * sin, q_pass], dim=-1)
+
+
+def _launches(dump_dir) -> list[str]:
+    (text,) = [p.read_text() for p in dump_dir.glob("*.codegen.txt")]
+    return [line.strip() for line in text.splitlines() if " = launch " in line]
+
+
+def test_rotary_embedding_is_one_kernel_per_tensor(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 8, 16, generator=g), torch.randn(2, 2, 8, 16, generator=g)
+    cos, sin = torch.randn(1, 1, 8, 16, generator=g), torch.randn(1, 1, 8, 16, generator=g)
+    compiled = pipec.compile(rotary, dump_dir=str(tmp_path), cache="none")
+    for got, want in zip(compiled(q, k, cos, sin), rotary(q, k, cos, sin)):
+        torch.testing.assert_close(got, want)
+    assert len(_launches(tmp_path)) == 2, _launches(tmp_path)
+
+
+def test_partial_rotary_embedding_is_one_kernel(tmp_path):
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 8, 32, generator=g)
+    cos, sin = torch.randn(1, 1, 8, 16, generator=g), torch.randn(1, 1, 8, 16, generator=g)
+    compiled = pipec.compile(partial_rotary, dump_dir=str(tmp_path), cache="none")
+    torch.testing.assert_close(compiled(q, cos, sin), partial_rotary(q, cos, sin))
+    assert len(_launches(tmp_path)) == 1, _launches(tmp_path)
+
+
+def test_partial_rotary_trains_as_eager():
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 4, 8, 32, generator=g, requires_grad=True)
+    cos, sin = torch.randn(1, 1, 8, 16, generator=g), torch.randn(1, 1, 8, 16, generator=g)
+    q_ref = q.detach().clone().requires_grad_()
+    compiled = pipec.compile(partial_rotary, cache="none")
+    compiled(q, cos, sin).square().sum().backward()
+    partial_rotary(q_ref, cos, sin).square().sum().backward()
+    torch.testing.assert_close(q.grad, q_ref.grad)
