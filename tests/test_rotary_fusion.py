@@ -59,3 +59,21 @@ def test_partial_rotary_trains_as_eager():
     compiled(q, cos, sin).square().sum().backward()
     partial_rotary(q_ref, cos, sin).square().sum().backward()
     torch.testing.assert_close(q.grad, q_ref.grad)
+
+
+def test_gathered_loads_read_coordinates_not_a_flattened_position(tmp_path):
+    """codegen `indexing_ops.py`: a cat's gathers load at their coordinates (a clamped one along
+    the cat dim, the kernel's own elsewhere) instead of dividing a flat int64 position back into
+    coordinates; the address of every gathering load is free of `//` and `%` on a computed value."""
+    import re
+
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 8, 32, generator=g)
+    cos, sin = torch.randn(1, 1, 8, 16, generator=g), torch.randn(1, 1, 8, 16, generator=g)
+    compiled = pipec.compile(partial_rotary, dump_dir=str(tmp_path), cache="none")
+    torch.testing.assert_close(compiled(q, cos, sin), partial_rotary(q, cos, sin))
+    (text,) = [p.read_text() for p in tmp_path.glob("*.codegen.txt")]
+    gathers = [line for line in text.splitlines() if "tl.load(" in line and re.search(r"\+ \(.*tmp\d+", line)]
+    assert gathers, text
+    for line in gathers:
+        assert not re.search(r"tmp\d+\)? *(//|%)", line), line

@@ -28,11 +28,16 @@ def _unflatten(flat, shape) -> tuple:
 def take_value(writer, node, index) -> tuple[str, bool]:
     """(source name of take(src, index) at `index`, whether it lives in the row scope)."""
     src, idx = node.inputs
-    position, inner = writer.value(idx, index)
-    pos = index_symbol(f"take_{writer.kernel.name}_{position}")  # never a bounded name (`_lt<n>`)
-    writer.names[pos] = position
-    # map the flat position through the view chain down to the buffer the kernel reads
-    value, at = src, _unflatten(pos, writer.types[src].shape)
+    found = _coordinates(writer, idx, tuple(writer.types[src].shape), index)
+    if found is not None:
+        at, inner = found
+        position = None
+    else:
+        position, inner = writer.value(idx, index)
+        pos = _runtime_symbol(writer, position)
+        at = _unflatten(pos, writer.types[src].shape)
+    # map the position through the view chain down to the buffer the kernel reads
+    value = src
     while value not in writer.in_ptr:
         producer = writer.nodes.get(value)
         if producer is None or kind_of(producer.op) != VIEW:
@@ -43,10 +48,106 @@ def take_value(writer, node, index) -> tuple[str, bool]:
     offset = sum((i * s for i, s in zip(at, contiguous_strides(writer.types[value].shape))), sympy.Integer(0))
     mask = "xmask & rmask" if inner else "xmask"
     where = writer.print_index(offset)
-    if pos not in sympy.sympify(offset).free_symbols:  # a one-element source: a block of its one offset
-        where += f" + tl.zeros_like({position})"
+    if not sympy.sympify(offset).free_symbols:  # a one-element source: a block of its one offset
+        where += f" + tl.zeros_like({position if position is not None else writer.value(idx, index)[0]})"
     where = writer.check_bounds(writer._scope(inner), value, where, mask, f"take {node.name}")
     text = f"tl.load({writer.in_ptr[value]} + ({where}), mask={mask}, other=0)"
     if writer.types[value].dtype in ("float16", "bfloat16"):
         text += ".to(tl.float32)"
     return writer.emit(writer._scope(inner), text), inner
+
+
+def _runtime_symbol(writer, var: str) -> sympy.Symbol:
+    """An index symbol printed as the kernel variable `var` (a position computed at run time)."""
+    sym = index_symbol(f"take_{writer.kernel.name}_{var}")  # never a bounded name (`_lt<n>`)
+    writer.names[sym] = var
+    return sym
+
+
+def _coordinates(writer, idx: str, src_shape: tuple, index) -> tuple[tuple, bool] | None:
+    """The source coordinates a flat position was built from, or None.
+
+    The lowerings build a take's position as `flat_position`: sum(coord_k * stride_k) over the
+    source's dims (capture lower_indexing.py). Reading the coordinates off that
+    sum spares the kernel the int64 division and modulo per dim that unflattening the sum takes
+    (a rotary embedding's cat: four of each per gathered element). An iota coordinate is its
+    index expression; any other is the kernel value it is. The position stays flat where the
+    strides are not all different (size-1 dims) or a coordinate is not in range by construction
+    (`_in_range`)."""
+    strides = [sympy.sympify(st) for st in contiguous_strides(src_shape)]
+    if len(set(strides)) != len(strides):
+        return None
+    by_stride: dict = {}
+    for term in _sum_terms(writer, idx):
+        coeff, value = _scaled(writer, term)
+        if coeff is None or coeff in by_stride:
+            return None
+        by_stride[coeff] = value
+    if set(by_stride) != set(strides) or not all(_in_range(writer, v) for v in by_stride.values()):
+        return None
+    coords, inner = [], False
+    for st in strides:
+        coord, coord_inner = _coordinate(writer, by_stride[st], index)
+        coords.append(coord)
+        inner = inner or coord_inner
+    return tuple(coords), inner
+
+
+def _in_range(writer, name: str) -> bool:
+    """Is coordinate `name` in its dim's range by how it is made? An iota 0, 1, ... (over a dim
+    the source has at least as large), a clamp (`minimum(maximum(...))`, as cat and padding make
+    them) or a literal. Any other coordinate may be out of range on purpose (a max-pool gradient's
+    candidate window, masked after): read flat, it stays inside the buffer; mapped through the
+    source's views it might not."""
+    node = _computed_here(writer, name)
+    if node is None:
+        return False
+    if node.op == "iota":
+        return node.attr("start") == 0 and node.attr("step") == 1
+    return node.op == "minimum" or _int_literal(writer, name) is not None
+
+
+def _computed_here(writer, name: str):
+    """The node computing `name` in this kernel (None for a value it loads)."""
+    return None if name in writer.in_ptr else writer.nodes.get(name)
+
+
+def _sum_terms(writer, name: str) -> list[str]:
+    node = _computed_here(writer, name)
+    if node is not None and node.op == "add":
+        return _sum_terms(writer, node.inputs[0]) + _sum_terms(writer, node.inputs[1])
+    return [name]
+
+
+def _int_literal(writer, name: str):
+    """The value of an integer `full` computed here (a size expression for a symbolic one)."""
+    node = _computed_here(writer, name)
+    if node is None or node.op != "full" or node.type.dtype not in ("int64", "int32"):
+        return None
+    value = node.attr("value")
+    value = value.value if hasattr(value, "value") else value
+    return sympy.sympify(value) if isinstance(value, int | sympy.Expr) and not isinstance(value, bool) else None
+
+
+def _scaled(writer, name: str):
+    """(c, x) for a term `x * c` of a position (c an integer literal), (1, name) for a bare one."""
+    node = _computed_here(writer, name)
+    if node is not None and node.op == "mul":
+        a, b = node.inputs
+        for value, literal in ((a, b), (b, a)):
+            c = _int_literal(writer, literal)
+            if c is not None:
+                return c, value
+    if _int_literal(writer, name) is not None:  # a constant coordinate is a term of its own: no stride
+        return None, None
+    return sympy.Integer(1), name
+
+
+def _coordinate(writer, name: str, index) -> tuple[sympy.Expr, bool]:
+    """A coordinate as an index expression: an iota's is symbolic, anything else a kernel value."""
+    node = _computed_here(writer, name)
+    if node is not None and node.op == "iota":
+        expr = sympy.sympify(node.attr("start") + node.attr("step") * index[node.attr("dim")])
+        return expr, writer._has_r([expr])
+    var, inner = writer.value(name, index)
+    return _runtime_symbol(writer, var), inner
