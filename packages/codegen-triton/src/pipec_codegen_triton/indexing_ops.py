@@ -104,7 +104,9 @@ def _in_range(writer, name: str) -> bool:
         return False
     if node.op == "iota":
         return node.attr("start") == 0 and node.attr("step") == 1
-    return node.op == "minimum" or _int_literal(writer, name) is not None
+    if node.op == "minimum":  # clamped on both sides: minimum(maximum(x, 0), n - 1)
+        return any((inner := _computed_here(writer, v)) is not None and inner.op == "maximum" for v in node.inputs)
+    return _int_literal(writer, name) is not None
 
 
 def _computed_here(writer, name: str):
