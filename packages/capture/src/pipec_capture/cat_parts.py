@@ -110,7 +110,7 @@ class PartGather:
                 return cx.emit("full", [], self.shape, node.type.dtype, **dict(node.attrs))
             if node.op == "iota" and _plain_iota(node):
                 if node.attr("dim") == self.dim:
-                    return self.local
+                    return cx.cast(self.local, node.type.dtype)
                 return cx.emit("iota", [], self.shape, node.type.dtype, **dict(node.attrs))
             if node.op == "take" and self.stores(Ref(node.inputs[1]), depth + 1) is not None:
                 idx = self._read(Ref(node.inputs[1]), depth + 1)

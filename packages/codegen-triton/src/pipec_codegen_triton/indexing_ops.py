@@ -83,7 +83,8 @@ def _coordinates(writer, idx: str, src_shape: tuple, index) -> tuple[tuple, bool
         if coeff is None or coeff in by_stride:
             return None
         by_stride[coeff] = value
-    if set(by_stride) != set(strides) or not all(_in_range(writer, v) for v in by_stride.values()):
+    if set(by_stride) != set(strides) or not all(
+            _in_range(writer, by_stride[st], size) for st, size in zip(strides, src_shape)):
         return None
     coords, inner = [], False
     for st in strides:
@@ -93,20 +94,38 @@ def _coordinates(writer, idx: str, src_shape: tuple, index) -> tuple[tuple, bool
     return tuple(coords), inner
 
 
-def _in_range(writer, name: str) -> bool:
-    """Is coordinate `name` in its dim's range by how it is made? An iota 0, 1, ... (over a dim
-    the source has at least as large), a clamp (`minimum(maximum(...))`, as cat and padding make
-    them) or a literal. Any other coordinate may be out of range on purpose (a max-pool gradient's
-    candidate window, masked after): read flat, it stays inside the buffer; mapped through the
-    source's views it might not."""
+def _in_range(writer, name: str, size) -> bool:
+    """Is coordinate `name` inside [0, size) by how it is made? An iota 0, 1, ... over a dim no
+    longer than `size`, a clamp `minimum(maximum(x, lo), hi)` with 0 <= lo and hi < size (as cat
+    and padding make them), or a literal in range. Any other coordinate may be out of range on
+    purpose (a max-pool gradient's candidate window, masked after): read flat, it stays inside
+    the buffer; mapped through the source's views it might not."""
     node = _computed_here(writer, name)
     if node is None:
         return False
     if node.op == "iota":
-        return node.attr("start") == 0 and node.attr("step") == 1
-    if node.op == "minimum":  # clamped on both sides: minimum(maximum(x, 0), n - 1)
-        return any((inner := _computed_here(writer, v)) is not None and inner.op == "maximum" for v in node.inputs)
-    return _int_literal(writer, name) is not None
+        extent = writer.types[name].shape[node.attr("dim")]
+        return node.attr("start") == 0 and node.attr("step") == 1 and _provably(size - extent >= 0)
+    literal = _int_literal(writer, name)
+    if literal is not None:
+        return _provably(literal >= 0) and _provably(literal < size)
+    if node.op != "minimum":
+        return False
+    for low_side, hi in (node.inputs, node.inputs[::-1]):
+        inner, hi = _computed_here(writer, low_side), _int_literal(writer, hi)
+        if inner is None or inner.op != "maximum" or hi is None or not _provably(hi < size):
+            continue
+        lows = [_int_literal(writer, v) for v in inner.inputs]
+        if any(lo is not None and _provably(lo >= 0) for lo in lows):
+            return True
+    return False
+
+
+def _provably(relation) -> bool:
+    """A size relation that holds for every value of its symbols (sizes are positive)."""
+    if relation in (sympy.true, sympy.false):
+        return bool(relation)
+    return sympy.simplify(relation) is sympy.true
 
 
 def _computed_here(writer, name: str):
