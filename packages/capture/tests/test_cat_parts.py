@@ -116,3 +116,20 @@ def test_a_partial_rotary_reads_only_its_inputs():
     assert set(_taken(graph)) == {"input"}
     (got,) = run_graph(graph, [q, cos, sin])
     torch.testing.assert_close(got, partial_rotary(q, cos, sin))
+
+
+def test_a_cat_of_many_parts_gathers_them_as_they_are():
+    """Each part is evaluated at every point of the cat's kernel: past MAX_PARTS parts, moving
+    their math would repeat it once per part, so they are gathered (and right)."""
+    from pipec_capture.cat_parts import MAX_PARTS
+
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(2, 3, generator=g) for _ in range(MAX_PARTS + 1)]
+
+    def many(*xs):
+        return torch.cat([-x for x in xs], dim=1)
+
+    graph = _lower(many, *xs)
+    assert _taken(graph) == ["neg"] * len(xs)
+    (got,) = run_graph(graph, xs)
+    torch.testing.assert_close(got, many(*xs))

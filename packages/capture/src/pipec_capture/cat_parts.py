@@ -32,6 +32,9 @@ from pipec_ir import Ref, kind_of
 from .builder import GraphBuilder
 
 MAX_DEPTH = 24  # ops deep a part's math may be followed (index arithmetic nests deep)
+# The cat's kernel evaluates every part at every output point (a `where` per part boundary), so
+# moved math is paid once per part: past this many parts, parts are gathered as they are.
+MAX_PARTS = 4
 SMALL_FRACTION = 8  # a value this many times smaller than the cat costs little to store
 STORED_KINDS = frozenset({"matmul", "extern", "collective"})  # results a library call writes to memory
 _NOT_MOVABLE = frozenset({"rand"})  # draws depend on the position they are drawn at

@@ -17,7 +17,7 @@ from pipec_ir import Ref
 from pipec_ir.symbolic import contiguous_strides
 
 from .builder import GraphBuilder, wrap_dim
-from .cat_parts import PartGather, producers
+from .cat_parts import MAX_PARTS, PartGather, producers
 from .table import NoLowering, register
 
 I64 = "int64"
@@ -204,10 +204,12 @@ def lower_cat(cx, node, tensors, dim=0):
     for x in parts:
         n = _scalar_size(cx.shape(x)[dim])
         local = clamp(cx, binop(cx, "sub", along, start, t.shape), 0, n - 1, t.shape)
+        def gather(v, local=local):
+            return gather_along(cx, v, dim, local, t.shape)
+
         # a part's math runs at the gathered points where that stores no more (cat_parts.py)
-        reader = PartGather(cx, made, dim, local, t.shape,
-                            lambda v, local=local: gather_along(cx, v, dim, local, t.shape))
-        pieces.append((start + n, reader.read(x)))
+        reader = PartGather(cx, made, dim, local, t.shape, gather)
+        pieces.append((start + n, reader.read(x) if len(parts) <= MAX_PARTS else gather(x)))
         start += n
     result = pieces[-1][1]
     for end, value in reversed(pieces[:-1]):
