@@ -77,3 +77,19 @@ def test_gathered_loads_read_coordinates_not_a_flattened_position(tmp_path):
     assert gathers, text
     for line in gathers:
         assert not re.search(r"tmp\d+\)? *(//|%)", line), line
+
+
+def test_a_gather_of_one_element_picked_by_sizes_loads_a_block(tmp_path):
+    """`cat([x[-1:].expand(3), y])` under dynamic shapes: the gathered element's offset is a size
+    expression alone (`s0 - 1`), the same for every lane; the load is still a block (a scalar
+    pointer with a block mask does not compile in Triton), and the result is right at two sizes."""
+    def last_then_rest(x, y):
+        return torch.cat([x[-1:].expand(3), y]) * 2
+
+    compiled = pipec.compile(last_then_rest, dynamic=True, cache="none", dump_dir=str(tmp_path))
+    for n in (5, 7):
+        x, y = torch.randn(n), torch.randn(n + 1)
+        torch.testing.assert_close(compiled(x, y), last_then_rest(x, y))
+    loads = [line for p in tmp_path.glob("*.codegen.txt") for line in p.read_text().splitlines() if "tl.load(" in line]
+    lone = [line for line in loads if "- 1" in line]
+    assert lone and all("zeros_like" in line for line in lone), loads

@@ -74,9 +74,9 @@ class PartGather:
 
     def _count(self, ref: Ref, depth: int) -> int | None:
         node = self.nodes.get(ref.name)
+        if node is not None and (node.op == "full" or (node.op == "iota" and _plain_iota(node))):
+            return 0  # rebuilt at the cat's shape at any depth (`_make`)
         if node is not None and depth < MAX_DEPTH:
-            if node.op == "full" or (node.op == "iota" and _plain_iota(node)):
-                return 0
             if node.op == "take":
                 return self.stores(Ref(node.inputs[1]), depth + 1)
             if _movable_op(node):
@@ -108,13 +108,13 @@ class PartGather:
 
     def _make(self, ref: Ref, depth: int) -> Ref:
         cx, node = self.cx, self.nodes.get(ref.name)
+        if node is not None and node.op == "full":
+            return cx.emit("full", [], self.shape, node.type.dtype, **dict(node.attrs))
+        if node is not None and node.op == "iota" and _plain_iota(node):
+            if node.attr("dim") == self.dim:
+                return cx.cast(self.local, node.type.dtype)
+            return cx.emit("iota", [], self.shape, node.type.dtype, **dict(node.attrs))
         if node is not None and depth < MAX_DEPTH:
-            if node.op == "full":
-                return cx.emit("full", [], self.shape, node.type.dtype, **dict(node.attrs))
-            if node.op == "iota" and _plain_iota(node):
-                if node.attr("dim") == self.dim:
-                    return cx.cast(self.local, node.type.dtype)
-                return cx.emit("iota", [], self.shape, node.type.dtype, **dict(node.attrs))
             if node.op == "take" and self.stores(Ref(node.inputs[1]), depth + 1) is not None:
                 idx = self._read(Ref(node.inputs[1]), depth + 1)
                 return cx.emit("take", [Ref(node.inputs[0]), idx], self.shape, node.type.dtype,

@@ -48,7 +48,9 @@ def take_value(writer, node, index) -> tuple[str, bool]:
     offset = sum((i * s for i, s in zip(at, contiguous_strides(writer.types[value].shape))), sympy.Integer(0))
     mask = "xmask & rmask" if inner else "xmask"
     where = writer.print_index(offset)
-    if not sympy.sympify(offset).free_symbols:  # a one-element source: a block of its one offset
+    if not sympy.sympify(offset).free_symbols & set(writer.names):
+        # the same element for every lane (a one-element source, or one element picked by sizes
+        # alone): a block of that offset, as the mask is one
         where += f" + tl.zeros_like({position if position is not None else writer.value(idx, index)[0]})"
     where = writer.check_bounds(writer._scope(inner), value, where, mask, f"take {node.name}")
     text = f"tl.load({writer.in_ptr[value]} + ({where}), mask={mask}, other=0)"
