@@ -50,20 +50,16 @@ class PartGather:
         self.nodes = nodes  # name -> node, for the nodes made before the cat (`producers`)
         self.numel = _numel(self.shape)
         self._stores: dict[str, int | None] = {}
+        self._moved: set[str] = set()  # the pointwise nodes whose math `stores` chose to move
         self._made: dict[str, Ref] = {}
 
     def read(self, ref: Ref) -> Ref:
         """`ref` (a part) read at the gathered points."""
-        return self._read(ref, 0) if self._moves(ref) else self.gather(ref)
+        if self.nodes.get(ref.name) is None or not _movable_op(self.nodes[ref.name]):
+            return self.gather(ref)
+        return self._read(ref, 0)
 
     # ------------------------------------------------------------ the cost of moving
-
-    def _moves(self, ref: Ref) -> bool:
-        node = self.nodes.get(ref.name)
-        if node is None or not _movable_op(node):
-            return False
-        stores = self.stores(ref, 0)
-        return stores is not None and stores <= 1
 
     def stores(self, ref: Ref, depth: int) -> int | None:
         """How many values reading `ref` at the gathered points makes fusion store (None: it
@@ -82,12 +78,14 @@ class PartGather:
             if _movable_op(node):
                 counts = [self.stores(Ref(v), depth + 1) for v in node.inputs]
                 if None not in counts and sum(counts) <= 1:
+                    self._moved.add(ref.name)
                     return sum(counts)
         return self._from_memory(ref)
 
     def _from_memory(self, ref: Ref) -> int | None:
         """The cost of gathering `ref` itself: 0 when it is in memory anyway or small, 1 for any
-        other computed value, None for one made in a kernel (an iota, a full)."""
+        other computed value, None for one created in a kernel that cannot be rebuilt here (an iota
+        other than 0, 1, 2, ...: it is not in memory)."""
         root = self.nodes.get(ref.name)
         while root is not None and kind_of(root.op) == "view":
             root = self.nodes.get(root.inputs[0])
@@ -119,15 +117,12 @@ class PartGather:
                 idx = self._read(Ref(node.inputs[1]), depth + 1)
                 return cx.emit("take", [Ref(node.inputs[0]), idx], self.shape, node.type.dtype,
                                hint=f"{node.name}_at", **dict(node.attrs))
-            if _movable_op(node) and self.stores(ref, depth) is not None and self._cheaper_moved(node, depth):
+            self.stores(ref, depth)
+            if ref.name in self._moved:
                 inputs = [self._read(Ref(v), depth + 1) for v in node.inputs]
                 return cx.emit(node.op, inputs, self.shape, node.type.dtype, hint=f"{node.name}_at",
                                **dict(node.attrs))
         return self.gather(ref)
-
-    def _cheaper_moved(self, node, depth: int) -> bool:
-        counts = [self.stores(Ref(v), depth + 1) for v in node.inputs]
-        return None not in counts and sum(counts) <= 1
 
 
 def _movable_op(node) -> bool:

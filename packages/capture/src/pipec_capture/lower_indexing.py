@@ -207,9 +207,10 @@ def lower_cat(cx, node, tensors, dim=0):
         def gather(v, local=local):
             return gather_along(cx, v, dim, local, t.shape)
 
-        # a part's math runs at the gathered points where that stores no more (cat_parts.py)
-        reader = PartGather(cx, made, dim, local, t.shape, gather)
-        pieces.append((start + n, reader.read(x) if len(parts) <= MAX_PARTS else gather(x)))
+        if len(parts) > MAX_PARTS:
+            pieces.append((start + n, gather(x)))
+        else:  # a part's math runs at the gathered points where that stores no more (cat_parts.py)
+            pieces.append((start + n, PartGather(cx, made, dim, local, t.shape, gather).read(x)))
         start += n
     result = pieces[-1][1]
     for end, value in reversed(pieces[:-1]):
