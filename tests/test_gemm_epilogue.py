@@ -5,6 +5,7 @@ CPU: Triton's interpreter, fp32, tiny odd shapes. GPU-only tests cover bf16 and 
 """
 
 import logging
+import math
 import os
 import re
 
@@ -24,7 +25,18 @@ GPU = torch.cuda.is_available()
 # Gluon ping-pong kernel out (it has no checked form): tests of those choices need plain kernels.
 PLAIN_KERNELS_ONLY = pytest.mark.skipif(os.environ.get("PIPEC_BOUNDS_CHECK", "0") not in ("", "0"),
                                         reason="asserts the choices made among unchecked kernels")
-ACTS = {"gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh"), "relu": nn.ReLU(), "silu": nn.SiLU()}
+
+
+class GeluNew(nn.Module):
+    """transformers' NewGELUActivation ("gelu_new": GPT-2, Phi): tanh-GELU written as arithmetic,
+    which capture folds into one gelu op (fold_gelu.py)."""
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+ACTS = {"gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh"), "relu": nn.ReLU(), "silu": nn.SiLU(),
+        "gelu_new": GeluNew()}
 
 
 class LinearAct(nn.Module):
@@ -75,7 +87,7 @@ def test_linear_activation_residual_matches_eager(act, choice):
         torch.testing.assert_close(compiled(x, r), model(x, r))
 
 
-@pytest.mark.parametrize("act", ["relu", "gelu_tanh", "gelu", "silu"])
+@pytest.mark.parametrize("act", ["relu", "gelu_tanh", "gelu", "silu", "gelu_new"])
 def test_library_alternatives_follow_the_epilogue(act):
     """Linear + bias offers plain mm with the bias in the pointwise kernel ("library_mm"); ReLU and
     tanh-GELU also cuBLASLt's bias + activation epilogue ("library_act"), exact GELU and SiLU not.
@@ -84,11 +96,11 @@ def test_library_alternatives_follow_the_epilogue(act):
     x, r = _inputs()
     program, args = _program(model, (x, r))
     alternatives = {get_attr(s.attrs, "alternative") for s in program.steps} - {None}
-    with_act = {"library_act"} if act in ("relu", "gelu_tanh") else set()
+    with_act = {"library_act"} if act in ("relu", "gelu_tanh", "gelu_new") else set()
     assert alternatives == {"template", "library", "library_mm"} | with_act
     if with_act:
         call = next(s for s in program.steps if get_attr(s.attrs, "alternative") == "library_act")
-        assert call.target == ("pipec.addmm_gelu_tanh.default" if act == "gelu_tanh" else
+        assert call.target == ("pipec.addmm_gelu_tanh.default" if act in ("gelu_tanh", "gelu_new") else
                                "aten._addmm_activation.default")
     with torch.no_grad():
         want = model(x, r)

@@ -64,6 +64,10 @@ def lower_pow(cx, node, a, b):
         if b == 2:
             x = cx.operand(a, t.shape, t.dtype)
             return cx.emit("mul", [x, x], t.shape, t.dtype)
+        if b == 3 and is_float(t.dtype):  # ATen's kernel computes base * base * base too; as
+            # multiplies, GELU-tanh's cube stays inside a matmul epilogue (no libdevice pow)
+            x = cx.operand(a, t.shape, t.dtype)
+            return cx.emit("mul", [cx.emit("mul", [x, x], t.shape, t.dtype), x], t.shape, t.dtype)
         if b == 1:
             return cx.emit("identity", [cx.operand(a, t.shape, t.dtype)], t.shape, t.dtype)
         if b == 0.5 and is_float(t.dtype):
