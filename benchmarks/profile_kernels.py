@@ -12,6 +12,8 @@ generated code, the rest are library calls (cuBLAS `*gemm*`, flash attention, AT
 Prints the top `--top` kernels per backend; writes everything as JSON. `--copies` also records
 where each ATen copy is called from (the host ops `aten::copy_`, `contiguous`, `clone`, with their
 shapes, strides and Python stack): the sites of the copies a kernel profile shows only by name.
+Backend `pipec_timed` compiles with `tuning_table=False` (every launch config and GEMM choice
+timed, none read from the shipped table): beside `pipec`, what the table's picks cost.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-BACKENDS = ("eager", "inductor", "inductor_ro", "pipec", "pipec_cudagraph")
+BACKENDS = ("eager", "inductor", "inductor_ro", "pipec", "pipec_timed", "pipec_cudagraph")
 
 
 def build(backend: str, model):
@@ -40,6 +42,8 @@ def build(backend: str, model):
         return torch.compile(model, mode="reduce-overhead")
     if backend == "pipec":
         return pipec.compile(model)
+    if backend == "pipec_timed":  # every pick timed, none read from the shipped tuning table
+        return pipec.compile(model, tuning_table=False)
     if backend == "pipec_cudagraph":
         return pipec.compile(model, mode="reduce-overhead")
     raise SystemExit(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
