@@ -168,6 +168,17 @@ def gpu_time(step, steps: int) -> tuple[float, list]:
     return sum(k[1] for k in kernels) / 1e3, kernels
 
 
+def step_copy_sites(step) -> list[dict]:
+    """Where one step's ATen copies are called from (profile_kernels.py's `copy_sites`)."""
+    from profile_kernels import copy_sites
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, with_stack=True) as prof:
+        step()
+        torch.cuda.synchronize()
+    return copy_sites(prof.events(), 1)
+
+
 def host_profile(step, steps: int, top: int = 30) -> str:
     import cProfile
     import io
@@ -196,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="steps per timed round")
     ap.add_argument("--host-profile", action="store_true", help="cProfile pipec's steps (CUDA)")
+    ap.add_argument("--copies", action="store_true",
+                    help="record where each backend's ATen copies are called from (CUDA; one step)")
     ap.add_argument("--out", help="results JSON")
     args = ap.parse_args(argv)
     backends = args.backends.split(",")
@@ -236,6 +249,12 @@ def main(argv=None) -> int:
             row["kernels"] = kernels[:40]
             if args.host_profile and backend == "pipec":
                 row["host_profile"] = host_profile(step, args.steps)
+            if args.copies:
+                row["copy_sites"] = step_copy_sites(step)
+                for site in row["copy_sites"][:12]:
+                    print(f"  {backend} copy x{site['calls']:<4g} {site['op']} {site['shapes'][:90]}")
+                    for frame in site["stack"]:
+                        print(f"      {frame[:120]}")
         rows[backend], steps[backend] = row, step
         print(f"{backend}: first step {row['first_step_s']} s, loss {row['loss']:.5f}"
               + (f", max grad error vs {backends[0]} {row['max_grad_error_vs_first']:.3g}" if "max_grad_error_vs_first" in row else "")
