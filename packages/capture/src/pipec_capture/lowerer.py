@@ -31,6 +31,7 @@ from .dtypes import ir_dtype
 from .errors import CaptureError
 from .lower_random import is_philox_seed
 from .table import LOWERINGS, NoLowering, extern_reason, op_name
+from .attention_layouts import follow_attention_layouts
 from .fold_gelu import fold_tanh_gelu
 from .follow_layouts import follow_layouts
 from .sink_gathers import sink_gathers
@@ -484,6 +485,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "g
     fold_tanh_gelu(gm)
     sink_gathers(gm)
     follow_layouts(gm)
+    follow_attention_layouts(gm)
     return Lowerer(gm, name=name, input_specs=input_specs, fullgraph=fullgraph, model_name=model_name).run()
 
 
