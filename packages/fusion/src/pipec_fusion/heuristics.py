@@ -32,6 +32,14 @@ from pipec_ir.ops import CREATION_OPS
 CHEAP_RECOMPUTE_OPS = frozenset({"identity", "cast", "neg", "add", "sub", "mul", "abs"})
 CHEAP_RECOMPUTE_MAX_OPS = 4
 CHEAP_RECOMPUTE_RATIO = 16  # the consumer's domain is at least this many times larger
+# A pointwise value read only by a few-times-larger pointwise consumer (a broadcast, such as
+# grouped-query attention's repeat_kv expanding 2 key/value heads to 14) is computed there instead
+# of stored: its kernel and the intermediate's write and reads go. Legality only lets the merge
+# happen when nothing else reads the value (it could not be stored from the larger domain).
+# Each consumer element evaluates the chain once, so the bound is on the chain's ops per element
+# (a rotary embedding: ~25) and on the factor (the value's inputs are read that many times more).
+BROADCAST_RECOMPUTE_MAX_WORK = 40
+BROADCAST_RECOMPUTE_MAX_FACTOR = 8
 # A stored value another kernel reads is computed again there when it takes at most this many
 # of those ops and reads no more bytes than the value (recompute_stored.py).
 RECOMPUTE_STORED_MAX_OPS = 8
@@ -131,6 +139,16 @@ def epilogue_pair(first: GroupInfo, second: GroupInfo) -> tuple[GroupInfo, Group
     return None
 
 
+def few_times_broadcast(first: GroupInfo, second: GroupInfo) -> bool:
+    """`first`, a pointwise chain of modest work, is read by pointwise `second` over a larger
+    domain, at most BROADCAST_RECOMPUTE_MAX_FACTOR times larger (grouped-query attention's
+    key/value heads repeated for the query heads). A read at other indices over a domain no
+    larger (a transpose) is not one: it is left as it was."""
+    return (first.kind == "pointwise" and second.kind == "pointwise"
+            and _work(first) <= BROADCAST_RECOMPUTE_MAX_WORK
+            and first.numel < second.numel <= first.numel * BROADCAST_RECOMPUTE_MAX_FACTOR)
+
+
 def cheap_broadcast(first: GroupInfo, second: GroupInfo) -> bool:
     """`first` is a short chain of cheap pointwise ops over a domain much smaller than
     `second`'s (a per-channel parameter broadcast over rows)."""
@@ -144,9 +162,10 @@ def _work(group: GroupInfo) -> int:
 
 
 class DefaultHeuristics(Heuristics):
-    """Vertical producer -> consumer fusion; no recomputation except of literals and of
-    cheap casts/arithmetic on small broadcast inputs (`cheap_broadcast`); GEMM epilogues
-    of up to `max_epilogue_ops` ops from EPILOGUE_OPS."""
+    """Vertical producer -> consumer fusion; no recomputation except of literals, of cheap
+    casts/arithmetic on small broadcast inputs (`cheap_broadcast`) and of modest chains read
+    only by a few-times-larger broadcast (`few_times_broadcast`); GEMM epilogues of up to
+    `max_epilogue_ops` ops from EPILOGUE_OPS."""
 
     name = "default"
     max_ops = 64
@@ -183,6 +202,8 @@ class DefaultHeuristics(Heuristics):
             return 1.0  # a literal or iota costs nothing to recompute
         if kind == "recompute" and cheap_broadcast(first, second):
             return 0.9
+        if kind == "recompute" and few_times_broadcast(first, second):
+            return 0.8
         return None
 
     def recompute_stored(self, ops, read_bytes, stored_bytes):
