@@ -107,3 +107,40 @@ def test_the_backward_is_compiled_with_the_forward(with_forward):
     model(x).sum().backward()
     torch.testing.assert_close(grad, x.grad)
     assert getattr(torch._functorch.config, "force_non_lazy_backward_lowering", False) is False  # put back
+
+
+class Conv1DStack(torch.nn.Module):
+    """GPT-2's Conv1D (`addmm(bias, x, weight)`, weight [in, out]) twice: the partitioner saves the
+    transposed input (`t(x)`) for each weight's gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w2 = torch.nn.Parameter(torch.randn(16, 32) / 4), torch.nn.Parameter(torch.randn(32, 16) / 6)
+
+    def forward(self, x):
+        return torch.tanh(x @ self.w1) @ self.w2
+
+
+@pytest.mark.parametrize("partition", ["min_cut", "default"])
+def test_transposes_are_taken_in_the_backward_not_saved(partition):
+    """saved_views.py: a saved transpose of a row-major value reached the backward program as a
+    transposed input, which its kernels copied to row-major every step; the forward now saves
+    the value itself and the backward takes the transpose. Gradients are unchanged."""
+    placeholders = []
+
+    def compile_aten_graph(gm, example_inputs, kind):
+        if kind == "backward":
+            placeholders.extend(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
+        return lambda args: gm(*args)
+
+    torch.manual_seed(0)
+    model, x = Conv1DStack(), torch.randn(8, 16, requires_grad=True)
+    torch._dynamo.reset()
+    backend = make_dynamo_backend(compile_aten_graph, decompositions=core_decompositions(), partition=partition)
+    torch.compile(model, backend=backend)(x).sum().backward()
+    grads = [x.grad, model.w1.grad, model.w2.grad]
+    assert all(t.is_contiguous() for t in placeholders if t.dim() >= 2)
+    x.grad = model.w1.grad = model.w2.grad = None
+    model(x).sum().backward()
+    for got, want in zip(grads, [x.grad, model.w1.grad, model.w2.grad]):
+        torch.testing.assert_close(got, want)

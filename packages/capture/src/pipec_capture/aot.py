@@ -10,6 +10,7 @@ import torch
 
 from .attention import choose_attention_kernels
 from .decompositions import DECOMPOSITIONS, matmul_folded
+from .saved_views import save_view_bases
 from .table import LIBRARY_OPS, LOWERINGS, base_name
 from .vocab_padding import pad_class_dims
 
@@ -134,14 +135,16 @@ def partition_function(name: str):
 
     if name not in PARTITIONS:
         raise ValueError(f"aot_partition must be one of {', '.join(PARTITIONS)}, got {name!r}")
-    if name == "default":
-        return default_partition
+    def partition(joint_module: torch.fx.GraphModule, joint_inputs, **kwargs):
+        if name == "default":
+            forward, backward = default_partition(joint_module, joint_inputs, **kwargs)
+        else:
+            strip_detaches(joint_module)
+            forward, backward = min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+        save_view_bases(forward, backward)  # no transposed input to copy in the backward (saved_views.py)
+        return forward, backward
 
-    def min_cut(joint_module: torch.fx.GraphModule, joint_inputs, **kwargs):
-        strip_detaches(joint_module)
-        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
-
-    return min_cut
+    return partition
 
 
 def strip_detaches(gm: torch.fx.GraphModule) -> int:
