@@ -20,18 +20,27 @@ def saved_for_backward(partition: str):
     """(shapes of the forward's outputs the backward reads, the input's gradient)."""
     saved = []
 
-    def compile_aten_graph(gm, example_inputs, kind):
+    def forward_graph(gm, kind):
         if kind == "forward":
             out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
             saved.extend(tuple(o.meta["val"].shape) for o in out[1:] if isinstance(o, torch.fx.Node))
-        return lambda args: gm(*args)
 
     torch.manual_seed(0)
     model, x = Mlp(), torch.randn(8, 16, requires_grad=True)
+    _train_step(model, x, partition, forward_graph)
+    return saved, x.grad
+
+
+def _train_step(model, x, partition: str, look) -> None:
+    """One forward and backward of `model` through the Dynamo backend, each AOT graph shown to
+    `look(graph_module, kind)` and then run as it is."""
+    def compile_aten_graph(gm, example_inputs, kind):
+        look(gm, kind)
+        return lambda args: gm(*args)
+
     torch._dynamo.reset()
     backend = make_dynamo_backend(compile_aten_graph, decompositions=core_decompositions(), partition=partition)
     torch.compile(model, backend=backend)(x).sum().backward()
-    return saved, x.grad
 
 
 def test_the_min_cut_recomputes_pointwise_values_instead_of_saving_them():
@@ -128,16 +137,13 @@ def test_transposes_are_taken_in_the_backward_not_saved(partition):
     the value itself and the backward takes the transpose. Gradients are unchanged."""
     placeholders = []
 
-    def compile_aten_graph(gm, example_inputs, kind):
+    def backward_inputs(gm, kind):
         if kind == "backward":
             placeholders.extend(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
-        return lambda args: gm(*args)
 
     torch.manual_seed(0)
     model, x = Conv1DStack(), torch.randn(8, 16, requires_grad=True)
-    torch._dynamo.reset()
-    backend = make_dynamo_backend(compile_aten_graph, decompositions=core_decompositions(), partition=partition)
-    torch.compile(model, backend=backend)(x).sum().backward()
+    _train_step(model, x, partition, backward_inputs)
     grads = [x.grad, model.w1.grad, model.w2.grad]
     assert all(t.is_contiguous() for t in placeholders if t.dim() >= 2)
     x.grad = model.w1.grad = model.w2.grad = None

@@ -24,6 +24,8 @@ import math
 
 import torch
 
+from .sink_gathers import recompiled_if, replace_node
+
 aten = torch.ops.aten
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -44,13 +46,9 @@ def fold_tanh_gelu(gm: torch.fx.GraphModule) -> int:
         with gm.graph.inserting_before(node):
             gelu = gm.graph.call_function(aten.gelu.default, (x,), {"approximate": "tanh"})
         gelu.meta.update(node.meta)
-        node.replace_all_uses_with(gelu)
-        gm.graph.erase_node(node)  # the rest of the chain is dead now: eliminate_dead_code
+        replace_node(gm.graph, node, gelu)
         folded += 1
-    if folded:
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-    return folded
+    return recompiled_if(gm, folded)
 
 
 def _match(out):

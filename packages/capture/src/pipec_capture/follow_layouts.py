@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .sink_gathers import call_node, meta_val
+from .sink_gathers import call_node, meta_val, recompiled_if, replace_node
 
 aten = torch.ops.aten
 
@@ -50,13 +50,9 @@ def follow_layouts(gm: torch.fx.GraphModule) -> int:
             args = tuple(_nhwc(graph, a, full) for a in node.args)
             inner = call_node(graph, node.target, args, dict(node.kwargs))
             outer = call_node(graph, aten.permute.default, (inner, list(TO_NCHW)), {})
-        node.replace_all_uses_with(outer)
-        graph.erase_node(node)
+        replace_node(graph, node, outer)
         rewritten += 1
-    if rewritten:
-        graph.eliminate_dead_code()
-        gm.recompile()
-    return rewritten
+    return recompiled_if(gm, rewritten)
 
 
 def _pointwise(node) -> bool:

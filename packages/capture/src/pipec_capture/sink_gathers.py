@@ -41,13 +41,25 @@ def sink_gathers(gm: torch.fx.GraphModule) -> int:
             source, dim, index = node.args[0], node.args[1], node.args[2]
             with gm.graph.inserting_before(node):
                 new = _gathered(gm.graph, source, dim, index, 0)
-            node.replace_all_uses_with(new)
-            gm.graph.erase_node(node)
+            replace_node(gm.graph, node, new)
             moved += 1
-    if moved:
+    return recompiled_if(gm, moved)
+
+
+def replace_node(graph: torch.fx.Graph, node: torch.fx.Node, new: torch.fx.Node) -> None:
+    """Every use of `node` reads `new` instead, and `node` goes (what only it read is dead now:
+    `recompiled_if` drops it)."""
+    node.replace_all_uses_with(new)
+    graph.erase_node(node)
+
+
+def recompiled_if(gm: torch.fx.GraphModule, rewritten: int) -> int:
+    """After a pass's `rewritten` rewrites of `gm`: drop dead nodes and recompile, when there were
+    any; returns `rewritten`."""
+    if rewritten:
         gm.graph.eliminate_dead_code()
         gm.recompile()
-    return moved
+    return rewritten
 
 
 def meta_val(node):
