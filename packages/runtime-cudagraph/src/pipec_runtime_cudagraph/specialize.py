@@ -69,7 +69,11 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
         src.namespace["EMPTY_STRIDED"] = fast
     device_index = device.index if device.type == "cuda" else -1
     names = [var[runner.index[b.name]] for b in runner.program.inputs]
-    header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)", strides)
+    # the inputs the picked alternatives' kernels read: an input only an unpicked template reads
+    # is not copied to row-major (a backward's saved transposed weight, when cuBLAS won)
+    launched = {i for objs, _ in flat for obj in objs if isinstance(obj, LaunchStep) for i in obj.ptrs}
+    dense = frozenset(k for k in runner.dense_inputs if runner.index[runner.program.inputs[k].name] in launched)
+    header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)", strides, dense)
     after = release_points(flat, runner)
     allocs = _allocations(runner, flat, symvals, src, var, after)
     for k, (objs, _) in enumerate(flat):
@@ -274,14 +278,15 @@ def _strided_allocator(device: torch.device):
 
 
 def guard_lines(src: Source, runner, symvals: tuple, device_index: int, names: list[str],
-                signature: str, strides: list | None = None) -> list[str]:
+                signature: str, strides: list | None = None, dense: frozenset | None = None) -> list[str]:
     """`def <signature>:` and the checks `prepare` makes, specialized to `symvals`: each
     input's dtype, shape, device (`get_device()`: -1 on the CPU) and contiguity; any
     failing check returns None (the caller then takes its general path).
 
     An input that was not contiguous when the run was specialized (`strides[k]`, its strides
     then) is guarded on those strides, and copied to a contiguous tensor where a kernel reads
-    it, as `prepare` does: a backward graph's saved tensors (a transposed weight, an attention
+    it (`dense`: the inputs the picked alternatives' kernels read; default: any kernel's, as in
+    `prepare`): a backward graph's saved tensors (a transposed weight, an attention
     output) arrive with the same layout every step, and were sending every call down the
     general path."""
     lines = [f"def {signature}:", f"    if len(inputs) != {len(names)}: return None"]
@@ -296,7 +301,7 @@ def guard_lines(src: Source, runner, symvals: tuple, device_index: int, names: l
             layout = f"not {name}.is_contiguous()"
         else:
             layout = f"{name}.stride() != {src.const('T', stride)}"
-            if k in runner.dense_inputs:
+            if k in (runner.dense_inputs if dense is None else dense):
                 copies.append(f"    {name} = {name}.contiguous()")
         checks.append(f"{name}.dtype is not {d} or {name}.shape != {s} or {name}.get_device() != {device_index} "
                       f"or {layout}")
