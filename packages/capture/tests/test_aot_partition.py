@@ -150,3 +150,26 @@ def test_transposes_are_taken_in_the_backward_not_saved(partition):
     model(x).sum().backward()
     for got, want in zip(grads, [x.grad, model.w1.grad, model.w2.grad]):
         torch.testing.assert_close(got, want)
+
+
+def test_a_transpose_the_model_also_returns_stays_a_transpose():
+    """The model returns a transpose the backward reads too: the user output stays the transpose
+    (the partitioner saves a node of its own for the backward; saved_views.py leaves a saved node
+    that is also a user output alone), and the gradients are eager's."""
+    def f(x, w):
+        y = (x * 2).t()  # not a view of an input: the forward graph returns it
+        return y @ w, y
+
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 4, requires_grad=True), torch.randn(8, 3, requires_grad=True)
+    torch._dynamo.reset()
+    backend = make_dynamo_backend(lambda gm, ex, kind: (lambda args: gm(*args)),
+                                  decompositions=core_decompositions())
+    out, y = torch.compile(f, backend=backend)(x, w)
+    torch.testing.assert_close(y, (x * 2).t())
+    (out.sum() + y.sum()).backward()
+    grads = [x.grad, w.grad]
+    x.grad = w.grad = None
+    out, y = f(x, w)
+    (out.sum() + y.sum()).backward()
+    torch.testing.assert_close(grads, [x.grad, w.grad])

@@ -33,8 +33,8 @@ def save_view_bases(forward: torch.fx.GraphModule, backward: torch.fx.GraphModul
     rewritten = 0
     for placeholder in placeholders:
         saved = fw_nodes.get(placeholder.name)
-        if saved is None or saved not in outs or saved.users.keys() - {output}:
-            continue  # not saved, or read by the forward too
+        if saved is None or outs.count(saved) != 1 or saved.users.keys() - {output}:
+            continue  # not saved, also a user output (that must stay the transpose), or read in the forward
         dims = _permutation(saved)
         base = saved.args[0] if dims is not None else None
         if not isinstance(base, torch.fx.Node) or not _row_major(base) or "val" not in placeholder.meta:
