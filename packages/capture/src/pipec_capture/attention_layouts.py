@@ -16,14 +16,15 @@ trace made with permuted strides, is written in that order: `permute(clone(permu
 inverse)`. The clone is the kernel's store in the permuted order. The pointwise chain before it
 fuses into the clone's kernel, which then computes the same values at the same logical indices
 and stores them where eager does. Views, inputs and library results are left as they are: for
-them the copy would be new work.
+them the copy would be new work, and so would it for a value something else reads as well
+(it would be stored in both orders).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .sink_gathers import call_node, meta_val
+from .fx_edit import call_node, meta_val
 
 aten = torch.ops.aten
 
@@ -44,8 +45,8 @@ def follow_attention_layouts(gm: torch.fx.GraphModule) -> int:
             continue
         for operand in dict.fromkeys(a for a in node.args[:3] if isinstance(a, torch.fx.Node)):
             order = _permuted_order(operand)
-            if order is None or not _computed_pointwise(operand):
-                continue
+            if order is None or not _computed_pointwise(operand) or len(operand.users) != 1:
+                continue  # another reader would keep the row-major store too: two stores, not one
             inverse = [order.index(d) for d in range(len(order))]
             with graph.inserting_before(node):
                 stored = call_node(graph, aten.permute.default, (operand, order), {})

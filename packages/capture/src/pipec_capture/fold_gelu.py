@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from .sink_gathers import recompiled_if, replace_node
+from .fx_edit import recompiled_if, replace_node
 
 aten = torch.ops.aten
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .sink_gathers import call_node, meta_val, recompiled_if, replace_node
+from .fx_edit import call_node, meta_val, recompiled_if, replace_node
 
 aten = torch.ops.aten
 
