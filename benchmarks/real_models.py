@@ -142,10 +142,14 @@ def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
         modes = inductor_modes if with_inductor else []
         return run_bench_process(bench_command(args, part, pipec_modes, modes, with_inductor), env, args.budget, part)
 
-    attempts = [attempt("", ["default", "reduce-overhead"] if ro else ["default"], inductor)]
+    pipec_default = args.pipec_default or not ro
+    first = (["default"] if pipec_default else []) + (["reduce-overhead"] if ro else [])
+    attempts = [attempt("", first, inductor)]
     rows = _rows(attempts[0]["bench"])
+    if not pipec_default and "pipec" in rows:  # reduce-overhead was the process's main pipec row
+        rows["pipec-reduce-overhead"] = {**rows.pop("pipec"), "name": "pipec-reduce-overhead"}
     note = None
-    if _poisoned(attempts[0]) and ro:
+    if _poisoned(attempts[0]) and ro and pipec_default:
         # a CUDA error poisons every backend after it in the process: run again with pipec's
         # CUDA Graphs in a process of their own, so one crash does not cost the whole row
         note = f"split into two processes after: {attempts[0]['error']}"
@@ -158,7 +162,7 @@ def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
     bench = next((a["bench"] for a in attempts[len(attempts) > 1:] if a["bench"]), attempts[0]["bench"])
     errors = {name: row["error"] for name, row in rows.items() if row.get("error")}
     expected = [b for b in BACKENDS if (inductor or not b.startswith("inductor"))
-                and (ro or not b.endswith("reduce-overhead"))]
+                and (ro or not b.endswith("reduce-overhead")) and (pipec_default or b != "pipec")]
     missing = [b for b in expected if rows.get(b, {}).get("ms") is None]
     timed_out = any(a["exit"] == "timed out" for a in attempts)
     status = "ok" if not missing and not errors else ("timed out" if timed_out else "failed")
@@ -311,6 +315,9 @@ def main() -> int:
     parser.add_argument("--reduce-overhead", action=argparse.BooleanOptionalAction, default=True,
                         help="also Inductor's and pipec's reduce-overhead mode (default; --no-reduce-overhead "
                              "halves the compiles: for the largest models on a tight budget)")
+    parser.add_argument("--pipec-default", action=argparse.BooleanOptionalAction, default=True,
+                        help="time pipec's default mode (default; --no-pipec-default with reduce-overhead on "
+                             "times the CUDA Graph pair and Inductor default alone: one compile fewer a case)")
     parser.add_argument("--atol", type=float, help="numerics check (with --rtol; default: the case's tolerance)")
     parser.add_argument("--rtol", type=float)
     parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULTS_JSON",
