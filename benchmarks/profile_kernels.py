@@ -60,6 +60,9 @@ def _python_frames(event, depth: int = 4) -> tuple[str, ...]:
         if "): " in parent.name and "torch/" not in parent.name:
             frames.append(parent.name)
         parent = parent.cpu_parent
+    if not frames:  # with CUDA activity on, the Python function events need not parent the op:
+        # the op's own recorded stack (innermost first) names the same frames
+        frames = [f for f in (getattr(event, "stack", None) or []) if "torch/" not in f][:depth]
     return tuple(frames)
 
 
