@@ -254,7 +254,8 @@ def markdown(records: list[dict], meta: dict) -> str:
              "faster), from one process. RO: mode reduce-overhead (CUDA Graphs). compile: the first call, "
              "empty caches. peak MiB: one call's peak memory above the memory at rest; held MiB: what a "
              "compiled backend keeps between calls beyond the weights (CUDA Graph pools, preallocated "
-             "buffers), the allocator's reserved memory grown across its compile (CUDA only; under "
+             "buffers), the allocator's reserved memory grown across its compile and three calls after it "
+             "(CUDA only; under "
              "reduce-overhead the peak is ~0 and held is the figure).", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(records)]

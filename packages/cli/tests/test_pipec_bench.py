@@ -468,3 +468,29 @@ def test_bench_command_warns_of_an_inductor_mismatch_and_exits_0(fake_stages, ca
     assert "warning: tiny: inductor (default) differs from eager" in err and "left untimed" in err
     rows = {b["name"]: b for b in json.loads(out)["backends"]}
     assert rows["pipec"]["ms"] > 0 and rows["inductor (default)"]["ms"] is None
+
+
+def test_settle_calls_as_a_loop_holding_the_last_result():
+    """Held memory is read after `settle`: each call runs while the previous result is still held
+    (what makes pipec's reduce-overhead record its second variant, and Inductor's trees record at
+    all), and nothing is held after it."""
+    import weakref
+
+    from pipec.bench import SETTLE_CALLS, settle
+
+    class Out:
+        pass
+
+    made: list = []
+    alive_at_call: list[bool] = []
+
+    def call():
+        alive_at_call.append(bool(made) and made[-1]() is not None)
+        out = Out()
+        made.append(weakref.ref(out))
+        return out
+
+    settle(call)
+    assert len(made) == SETTLE_CALLS >= 2
+    assert alive_at_call == [False] + [True] * (SETTLE_CALLS - 1)
+    assert all(ref() is None for ref in made)
