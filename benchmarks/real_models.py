@@ -130,6 +130,17 @@ def _poisoned(attempt: dict) -> bool:
     return any("CUDA error" in (row.get("error") or "") for row in attempt["bench"].get("backends", []))
 
 
+def warm_imports() -> None:
+    """Import what every case's process imports, once, before the first budget starts: a fresh
+    machine's first import of torch, triton and transformers (bytecode compiled, files read from
+    disk) took 20-30 s, which the first case's budget paid alone (session 14's bounds-checked run
+    lost BERT so)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch, triton, transformers, pipec"], check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(f"imports warmed in {time.perf_counter() - start:.1f} s", flush=True)
+
+
 def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
     env = {**os.environ, "PIPEC_HF_MODEL": case["case"], "PIPEC_HF_SIZE": args.size}
     inductor = args.inductor if args.inductor is not None else args.device.startswith("cuda")
@@ -348,6 +359,7 @@ def main() -> int:
             "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "options": {k: v for k, v in vars(args).items() if k not in ("out", "cases")}}
     records = []
+    warm_imports()
     with tempfile.TemporaryDirectory(prefix="pipec-real-models-") as workdir:
         for case in cases:
             if case["case"] in chosen:

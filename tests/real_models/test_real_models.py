@@ -104,3 +104,24 @@ def test_results_of_split_runs_combine_into_one_table(tmp_path):
     bad = subprocess.run([sys.executable, str(root / "benchmarks" / "real_models.py"), "--out", str(out),
                           "--combine", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "cannot read a results file" in bad.stderr
+
+
+def test_reduce_overhead_pair_alone(tmp_path):
+    """--no-pipec-default: pipec runs only in reduce-overhead mode (its main row, renamed), so the
+    CUDA Graph pair costs one compile fewer a case; the row is complete without a default time."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "ro.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "real_models.py"), "--out", str(out),
+                           "--size", "tiny", "--device", "cpu", "--cases", "distilbert", "--rounds", "1",
+                           "--budget", "300", "--no-pipec-default"], capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    case, = json.loads(out.read_text())["cases"]
+    assert case["status"] == "ok" and not case["missing"]
+    assert set(case["rows"]) == {"eager", "pipec-reduce-overhead"}
+    assert case["rows"]["pipec-reduce-overhead"]["ms"] > 0
+    assert case["rows"]["pipec-reduce-overhead"]["max_error"] < 1e-4
