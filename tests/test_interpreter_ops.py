@@ -116,3 +116,27 @@ def test_compiled_adamw_step_on_the_cpu():
         eager_opt.step()
     for p, t in zip(params, twins):
         torch.testing.assert_close(p, t)
+
+
+def test_ieee_specials_raise_no_numpy_warnings():
+    """The interpreter computes with numpy, which warns on overflow, division by zero and NaN
+    results; the GPU and eager torch do not. A padding mask (finfo.min + finfo.min) or a log of
+    zero gives eager's values with no RuntimeWarning (the runtime's `ieee_quiet`)."""
+    import warnings
+
+    low = torch.finfo(torch.float32).min
+
+    def masked(scores, mask, y):
+        return scores + mask * low + low, torch.log(y) / y, torch.sqrt(y - 1)
+
+    torch.manual_seed(0)
+    args = (torch.full((4, 8), low), torch.ones(4, 8), torch.tensor([0.0, 1.0, 2.0, 0.0]))
+    compiled = pipec.compile(masked)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = compiled(*args)
+    numpy_noise = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)
+                   and "encountered" in str(w.message)]
+    assert numpy_noise == []
+    for g, want in zip(got, masked(*args)):
+        torch.testing.assert_close(g, want, equal_nan=True)

@@ -25,6 +25,7 @@ from . import extern_ops  # registers the pipec.* extern targets; guards ATen's 
 from .autotune import forget_table_pick, known_config, time_configs, tuning_keys
 from .exprs import compile_ints, is_static, static_ints
 from .fastlaunch import ALIGN_MASK, bind_launcher, fast_path_available
+from .interpreter import ieee_quiet
 from .memory import is_view_target
 from .tma import ensure_allocator, misaligned, persistent_grid, sm_count, uses_tma
 
@@ -335,8 +336,12 @@ class LaunchStep:
         if self.tma and self.kwargs.get(TMA_CONSTANT) and misaligned(ptrs, self.maybe_unaligned):
             self.run_misaligned(ptrs, symvals)
             return
+        if self.interpret:
+            with ieee_quiet():
+                self.fn[grid](*ptrs, *sizes, **self.kwargs)
+            return
         kernel = self.fn[grid](*ptrs, *sizes, **self.kwargs)
-        if not self.interpret and kernel is not None:
+        if kernel is not None:
             aligned = tuple(j for j in self.maybe_unaligned if not ptrs[j].data_ptr() & ALIGN_MASK)
             self.compiled[(device.index, self.config, tuple(sizes))] = (kernel, aligned)
 
@@ -353,6 +358,10 @@ class LaunchStep:
         def slow(*ptrs):
             if tma_check and misaligned(ptrs, tma_check):
                 self.run_misaligned(ptrs, symvals)
+                return
+            if self.interpret:
+                with ieee_quiet():
+                    fn[grid](*ptrs, *sizes, **kwargs)
                 return
             fn[grid](*ptrs, *sizes, **kwargs)
 
