@@ -24,6 +24,8 @@ import warnings
 
 import torch
 
+from .fx_edit import drop_dead_code
+
 # Layouts aten's memory-efficient attention takes: 4-D q/k/v [batch, heads, seq, dim] with
 # contiguous last dims, one head dim for q, k and v, a multiple of 8 up to 128 (its fast range)
 EFFICIENT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -209,7 +211,7 @@ def choose_attention_kernels(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 node.kwargs = {**node.kwargs, "cudnn_checked": True}
             changed = True
     if changed:
-        gm.graph.eliminate_dead_code()
+        drop_dead_code(gm.graph)  # a Dynamo graph: its in-place ops have no users, yet they count
         gm.recompile()
     return gm
 

@@ -1,8 +1,10 @@
-"""Small edits of ATen fx graphs that capture's rewrite passes share (sink_gathers.py,
+"""Small edits of fx graphs that capture's rewrite passes share (sink_gathers.py,
 follow_layouts.py, fold_gelu.py, attention_layouts.py): a new call with its fake value, a node
 replaced, and the dead code dropped after a pass."""
 
 from __future__ import annotations
+
+import operator
 
 import torch
 
@@ -14,11 +16,40 @@ def replace_node(graph: torch.fx.Graph, node: torch.fx.Node, new: torch.fx.Node)
     graph.erase_node(node)
 
 
+def mutates(node: torch.fx.Node) -> bool:
+    """Whether `node` writes memory that something else reads: torch's own impurity test, plus
+    what it misses in a Dynamo graph, which is not functionalized yet: an in-place method
+    (`key[..., :4].copy_(k_nope)` is a `call_method copy_` whose result nobody reads), an in-place
+    function (`torch.Tensor.add_`, `aten.index_copy_`), `x[i] = y` (operator.setitem) and a
+    submodule call."""
+    if node.is_impure() or node.op == "call_module":
+        return True
+    target = node.target
+    if node.op == "call_method":
+        return isinstance(target, str) and target.endswith("_") and not target.endswith("__")
+    if node.op != "call_function":
+        return False
+    if target is operator.setitem:
+        return True
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return schema.is_mutable
+    name = getattr(target, "__name__", "")
+    return name.endswith("_") and not name.endswith("__")
+
+
+def drop_dead_code(graph: torch.fx.Graph) -> bool:
+    """graph.eliminate_dead_code() that keeps every node which `mutates`: FX's own test alone
+    dropped a Dynamo graph's in-place copies into a fresh tensor (DeepSeek-V3's key, built by
+    `new_empty` and two slice `copy_`s, reached attention uninitialized)."""
+    return graph.eliminate_dead_code(is_impure_node=mutates)
+
+
 def recompiled_if(gm: torch.fx.GraphModule, rewritten: int) -> int:
     """After a pass's `rewritten` rewrites of `gm`: drop dead nodes and recompile, when there were
     any; returns `rewritten`."""
     if rewritten:
-        gm.graph.eliminate_dead_code()
+        drop_dead_code(gm.graph)
         gm.recompile()
     return rewritten
 

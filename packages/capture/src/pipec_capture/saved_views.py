@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from .fx_edit import drop_dead_code
+
 aten = torch.ops.aten
 
 
@@ -49,7 +51,7 @@ def save_view_bases(forward: torch.fx.GraphModule, backward: torch.fx.GraphModul
         rewritten += 1
     if rewritten:
         output.args = (tuple(outs),) + tuple(output.args[1:])
-        forward.graph.eliminate_dead_code()
+        drop_dead_code(forward.graph)
         forward.recompile()
         backward.recompile()
     return rewritten
