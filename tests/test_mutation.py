@@ -182,3 +182,21 @@ def test_in_place_writes_beside_attention_are_kept(backend):
     expected = _key_built_in_place(*args, eager_cache)
     torch.testing.assert_close(compiled(*args, pipec_cache), expected)
     torch.testing.assert_close(pipec_cache, eager_cache)
+
+
+def _mask_under_vmap(q, k, v):
+    """transformers builds some attention masks under torch.vmap (Jamba): Dynamo records the
+    vmap's nesting level as calls whose results nobody reads."""
+    positions = torch.arange(q.shape[-2])
+    mask = torch.vmap(lambda i: positions <= i)(positions)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_a_mask_built_under_vmap_compiles():
+    """Attention's rewrite dropped `_vmap_decrement_nesting` as dead code (and its evaluation of a
+    constant mask could stop halfway into a vmap), which left functorch's level set: AOTAutograd
+    then failed with "your tensor may have escaped from inside a function being vmapped"."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 8, 4) for _ in range(3))
+    compiled = torch.compile(_mask_under_vmap, backend="pipec")
+    torch.testing.assert_close(compiled(q, k, v), _mask_under_vmap(q, k, v))

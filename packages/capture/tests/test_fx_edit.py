@@ -19,6 +19,7 @@ def _graph_with_writes() -> tuple[torch.fx.Graph, dict]:
         "inplace_function": g.call_function(torch.Tensor.add_, (x, y)),
         "aten_inplace": g.call_function(torch.ops.aten.mul_.Tensor, (x, y)),
         "dunder": g.call_method("__add__", (x, y)),
+        "vmap_level": g.call_function(torch._functorch.predispatch._vmap_decrement_nesting, ()),
     }
     g.output(g.call_method("relu", (y,)))
     return g, nodes
@@ -27,11 +28,11 @@ def _graph_with_writes() -> tuple[torch.fx.Graph, dict]:
 def test_in_place_writes_survive_and_dead_pure_code_goes():
     g, nodes = _graph_with_writes()
     assert [name for name, n in nodes.items() if mutates(n)] == [
-        "copy_method", "setitem", "inplace_function", "aten_inplace"]
+        "copy_method", "setitem", "inplace_function", "aten_inplace", "vmap_level"]
     drop_dead_code(g)
     left = set(g.nodes)
     assert nodes["dead_pure"] not in left and nodes["dunder"] not in left
-    for name in ("copy_method", "setitem", "inplace_function", "aten_inplace"):
+    for name in ("copy_method", "setitem", "inplace_function", "aten_inplace", "vmap_level"):
         assert nodes[name] in left, name
     # the view the in-place copy writes through stays with it
     assert nodes["copy_method"].args[0] in left

@@ -294,6 +294,11 @@ def evaluate_constant(gm: torch.fx.GraphModule, target: torch.fx.Node):
         name = getattr(n.target, "__name__", str(n.target)).lower()
         if any(word in name for word in _RANDOM_WORDS):
             return None
+        if (getattr(n.target, "__module__", None) or "").startswith("torch._functorch"):
+            # a vmap's batch dims (transformers builds some masks under vmap): the nesting level
+            # they need is set by nodes no value depends on, and a run that fails halfway leaves
+            # functorch's level set, which broke the AOTAutograd trace after it (Jamba)
+            return None
         example = n.meta.get("example_value")
         if isinstance(example, torch.Tensor) and example.numel() > MAX_CONSTANT_ELEMENTS:
             return None

@@ -20,8 +20,8 @@ def mutates(node: torch.fx.Node) -> bool:
     """Whether `node` writes memory that something else reads: torch's own impurity test, plus
     what it misses in a Dynamo graph, which is not functionalized yet: an in-place method
     (`key[..., :4].copy_(k_nope)` is a `call_method copy_` whose result nobody reads), an in-place
-    function (`torch.Tensor.add_`, `aten.index_copy_`), `x[i] = y` (operator.setitem) and a
-    submodule call."""
+    function (`torch.Tensor.add_`, `aten.index_copy_`), `x[i] = y` (operator.setitem), functorch's
+    state (a vmap's nesting level, which Dynamo records as calls) and a submodule call."""
     if node.is_impure() or node.op == "call_module":
         return True
     target = node.target
@@ -31,6 +31,8 @@ def mutates(node: torch.fx.Node) -> bool:
         return False
     if target is operator.setitem:
         return True
+    if (getattr(target, "__module__", None) or "").startswith(("torch._functorch", "torch._C._functorch")):
+        return True  # vmap's nesting level: `_vmap_decrement_nesting` has no users, yet undoes the increment
     schema = getattr(target, "_schema", None)
     if schema is not None:
         return schema.is_mutable
