@@ -125,3 +125,21 @@ def test_reduce_overhead_pair_alone(tmp_path):
     assert set(case["rows"]) == {"eager", "pipec-reduce-overhead"}
     assert case["rows"]["pipec-reduce-overhead"]["ms"] > 0
     assert case["rows"]["pipec-reduce-overhead"]["max_error"] < 1e-4
+
+
+def test_breadth_sweep_runs_deepseek_v3():
+    """benchmarks/hf_sweep.py on DeepSeek-V3, whose attention key is built in place (`new_empty`
+    and two slice copies): the sweep found it off by 0.027 before capture kept the copies."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "hf_sweep.py"), "deepseek_v3"],
+                          capture_output=True, text=True, timeout=400)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith('{"arch"')), None)
+    assert line is not None, proc.stderr[-2000:]
+    record = json.loads(line)
+    assert record["status"] == "ok", record
+    assert record["max_abs_err"] < 1e-4
