@@ -370,11 +370,45 @@ def lower_diagonal(cx, node, x, offset=0, dim1=0, dim2=1):
 
 @register("aten.as_strided.default")
 def lower_as_strided(cx, node, x, size, stride, storage_offset=None):
-    """A strided read of x's row-major elements (every IR value is contiguous)."""
+    """A strided read of x's memory. `stride` and `storage_offset` address the storage as eager
+    lays x out (its traced strides and offset: a transposed view's, say), while every IR value is
+    row-major; so a storage position is decoded into x's coordinates through x's traced strides
+    and read at that point of the row-major value. Longformer chunks a transposed query this
+    way: read as if row-major, LED's attention scores were off by 0.08."""
     t = cx.result(node)
     strides = [cx.static(s) for s in stride]
-    pos = cx.full(cx.static(storage_offset or 0), t.shape, I64)
+    base_strides, base_offset = _traced_layout(cx, node.args[0])
+    start = cx.static(storage_offset) if storage_offset is not None else base_offset
+    pos = cx.full(start - base_offset, t.shape, I64)
     for d, st in enumerate(strides):
         if st:
             pos = binop(cx, "add", pos, binop(cx, "mul", iota(cx, t.shape, d), st, t.shape), t.shape)
-    return take(cx, x, pos, t.shape)
+    shape = static_shape(cx, cx.shape(x))
+    row_major = [int(v) for v in contiguous_strides(list(shape))]
+    if base_strides is None or all(a == b for a, b, n in zip(base_strides, row_major, shape) if n > 1):
+        return take(cx, x, pos, t.shape)
+    flat = None  # x's coordinates from the storage position, largest traced stride first
+    for d in sorted((d for d, n in enumerate(shape) if n > 1), key=lambda d: -base_strides[d]):
+        coord = binop(cx, "truediv_floor", pos, base_strides[d], t.shape)
+        pos = binop(cx, "remainder", pos, base_strides[d], t.shape)
+        term = binop(cx, "mul", coord, row_major[d], t.shape)
+        flat = term if flat is None else binop(cx, "add", flat, term, t.shape)
+    return take(cx, x, flat if flat is not None else pos, t.shape)
+
+
+def _traced_layout(cx, arg) -> tuple[list[int] | None, int]:
+    """(strides, storage offset) the trace recorded for `arg`, whose storage as_strided reads:
+    (None, 0) without a record; NoLowering where its memory is not one dense block (a window
+    or a broadcast), which no row-major value can stand for."""
+    val = arg.meta.get("val") if hasattr(arg, "meta") else None
+    if val is None or not hasattr(val, "stride"):
+        return None, 0
+    shape = [cx.static(n) for n in val.shape]
+    strides = [cx.static(s) for s in val.stride()]
+    dims = sorted((d for d, n in enumerate(shape) if n > 1), key=lambda d: strides[d])
+    expected = 1
+    for d in dims:
+        if strides[d] != expected:
+            raise NoLowering(f"as_strided of a value laid out with strides {strides} (not one dense block)")
+        expected *= shape[d]
+    return strides, cx.static(val.storage_offset())
