@@ -383,10 +383,10 @@ def lower_as_strided(cx, node, x, size, stride, storage_offset=None):
     for d, st in enumerate(strides):
         if st:
             pos = binop(cx, "add", pos, binop(cx, "mul", iota(cx, t.shape, d), st, t.shape), t.shape)
+    if base_strides is None:
+        return take(cx, x, pos, t.shape)
     shape = static_shape(cx, cx.shape(x))
     row_major = [int(v) for v in contiguous_strides(list(shape))]
-    if base_strides is None or all(a == b for a, b, n in zip(base_strides, row_major, shape) if n > 1):
-        return take(cx, x, pos, t.shape)
     flat = None  # x's coordinates from the storage position, largest traced stride first
     for d in sorted((d for d, n in enumerate(shape) if n > 1), key=lambda d: -base_strides[d]):
         coord = binop(cx, "truediv_floor", pos, base_strides[d], t.shape)
@@ -398,11 +398,14 @@ def lower_as_strided(cx, node, x, size, stride, storage_offset=None):
 
 def _traced_layout(cx, arg) -> tuple[list[int] | None, int]:
     """(strides, storage offset) the trace recorded for `arg`, whose storage as_strided reads:
-    (None, 0) without a record; NoLowering where its memory is not one dense block (a window
-    or a broadcast), which no row-major value can stand for."""
+    None for the strides where they are row-major (nothing to decode; sizes may be symbolic);
+    NoLowering where its memory is not one dense block (a window or a broadcast), which no
+    row-major value can stand for."""
     val = arg.meta.get("val") if hasattr(arg, "meta") else None
     if val is None or not hasattr(val, "stride"):
         return None, 0
+    if val.is_contiguous():
+        return None, cx.static(val.storage_offset())
     shape = [cx.static(n) for n in val.shape]
     strides = [cx.static(s) for s in val.stride()]
     dims = sorted((d for d, n in enumerate(shape) if n > 1), key=lambda d: strides[d])
