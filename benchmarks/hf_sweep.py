@@ -6,6 +6,7 @@
     python benchmarks/hf_sweep.py NAME --strict       # pipec.compile(model, eager_fallback=False): a graph
                                                       # that fails raises (the traceback behind a fallback)
     python benchmarks/hf_sweep.py NAME --eager-only   # only build the model and run it eagerly
+    python benchmarks/hf_sweep.py NAME --device cuda  # the same on a GPU: compiled Triton kernels, not the interpreter
     python benchmarks/hf_sweep.py --list              # the architectures (--list-extra: the second batch)
     for a in $(python benchmarks/hf_sweep.py --list); do timeout 240 python benchmarks/hf_sweep.py $a; done
 
@@ -448,19 +449,42 @@ def build(name):
     return model, inputs, model_cls
 
 
+def parse_args(argv):
+    import argparse
+    ap = argparse.ArgumentParser(description="Compile one transformers architecture, built tiny, and compare it "
+                                             "with eager (one JSON line).")
+    ap.add_argument("arch", nargs="?", help="the architecture (see --list)")
+    ap.add_argument("--list", action="store_true", help="the first batch of architectures")
+    ap.add_argument("--list-extra", action="store_true", help="the second batch")
+    ap.add_argument("--strict", action="store_true",
+                    help="pipec.compile(model, eager_fallback=False): a graph that fails raises")
+    ap.add_argument("--backend", default="pipec", help="torch.compile backend (default pipec)")
+    ap.add_argument("--eager-only", action="store_true", help="only build the model and run it eagerly")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu (default: Triton's interpreter) or cuda (compiled kernels, fp32 as on the CPU)")
+    args = ap.parse_args(argv)
+    if args.arch is None and not args.list_extra:
+        args.list = True
+    if args.arch is not None and args.arch not in ARCHS:
+        ap.error(f"unknown architecture {args.arch!r} (see --list and --list-extra)")
+    return args
+
+
 def main():
-    args = sys.argv[1:]
-    if not args or args[0] == "--list":
+    args = parse_args(sys.argv[1:])
+    if args.list:
         print("\n".join(a for a in ARCHS if a not in EXTRA))
         return
-    if args[0] == "--list-extra":
+    if args.list_extra:
         print("\n".join(EXTRA))
         return
-    name = args[0]
-    strict = "--strict" in args
-    backend = args[args.index("--backend") + 1] if "--backend" in args else "pipec"
-    eager_only = "--eager-only" in args
-    rec = {"arch": name, "mode": "strict" if strict else ("torch.compile" if backend == "pipec" else f"torch.compile backend={backend}"), "status": None, "max_abs_err": None,
+    name, strict, backend, eager_only = args.arch, args.strict, args.backend, args.eager_only
+    device = torch.device(args.device)
+    if device.type == "cuda":  # fp32 means fp32 on both sides: no TF32 in eager's matmuls or convolutions
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    mode = "strict" if strict else ("torch.compile" if backend == "pipec" else f"torch.compile backend={backend}")
+    rec = {"arch": name, "mode": mode, "device": device.type, "status": None, "max_abs_err": None,
            "exc_type": None, "exc_msg": None, "traceback": None, "deepest_pipec_frame": None,
            "warnings": [], "stderr": [], "seconds": None, "graph_breaks": None, "unique_graphs": None}
 
@@ -472,6 +496,8 @@ def main():
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             model, inputs, model_cls = build(name)
+            model = model.to(device)
+            inputs = {k: v.to(device) for k, v in inputs.items()}
             rec["model_class"] = model_cls
             with torch.no_grad():
                 expected = tensors_of(model(**inputs))
