@@ -1,5 +1,6 @@
 """Options the capture needs before AOTAutograd runs reach it under torch.compile."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -68,3 +69,37 @@ def test_the_runtime_is_warmed_when_a_graph_reaches_pipec():
     finally:
         registry.restore(saved)
     assert len(calls) == 1 and calls[0] is not None  # the model's LoadContext
+
+
+def test_the_eager_fallback_runs_the_graph_as_traced_not_as_the_capture_rewrote_it():
+    """A capture may rewrite the Dynamo graph in place (pipec's sends attention to its own kernel)
+    and then fail; the graph that runs eagerly is then the one Dynamo traced."""
+    registry = pipec.get_registry()
+    saved = registry.snapshot()
+
+    class RewritesThenFails:
+        def capture(self, gm, example_inputs, options):
+            raise AssertionError("not reached under torch.compile")
+
+        def dynamo_backend(self, compile_aten_graph, options=None):
+            def backend(gm, example_inputs):
+                for node in gm.graph.nodes:  # sin -> cos, in place, as a rewrite gone wrong
+                    if node.op == "call_method" and node.target == "sin":
+                        node.target = "cos"
+                gm.recompile()
+                raise RuntimeError("capture failed after its rewrite")
+            return backend
+
+    def f(x):
+        return x.sin() * 2
+
+    x = torch.randn(4, 8)
+    try:
+        registry.add_capture("rewrites-then-fails", RewritesThenFails())
+        torch._dynamo.reset()
+        with pytest.warns(pipec.PipecFallbackWarning, match="runs eagerly: .*capture failed after its rewrite"):
+            got = pipec.compile(f, capture="rewrites-then-fails", cache="none")(x)
+    finally:
+        registry.restore(saved)
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, f(x))

@@ -82,6 +82,12 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
             fn = with_size_outputs(fn, aten_gm, aten_inputs, name)
             return with_object_outputs(fn, aten_gm, aten_inputs)
 
+        # the graph as Dynamo traced it: a capture may rewrite `gm` in place before it fails
+        # (attention kernels, padded classes), and the eager fallback must run what the user wrote.
+        # A bound method keeps the code it was bound with, whatever `gm.recompile()` installs
+        # later, once that code is real: Dynamo's graph is lazy (its forward generates the code at
+        # the first call, from the graph as it is then); AOTAutograd's trace would generate it anyway
+        as_traced = realized(gm).forward
         try:
             return aten_backend(dynamo_backend, compile_aten_graph, options)(gm, example_inputs)
         except RecompileLimitError:
@@ -97,11 +103,20 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
                 f"pipec: graph {prefix}_{index} could not be compiled and runs eagerly: {why.splitlines()[0]}"),
                 stacklevel=2)
             session.eager_graphs += 1
-            return gm.forward
+            return as_traced
 
     backend.pipec_options = options
     backend.pipec_session = session
     return backend
+
+
+def realized(gm):
+    """`gm` with its Python code generated now (torch.fx's lazy graph module defers that to
+    the first call)."""
+    real_recompile = getattr(gm, "real_recompile", None)
+    if real_recompile is not None:
+        real_recompile()
+    return gm
 
 
 def warm_runtime(options: CompileOptions, session: Session) -> None:
