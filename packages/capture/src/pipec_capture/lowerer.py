@@ -380,7 +380,11 @@ class Lowerer(GraphBuilder):
             self.nodes.append(Node(name, "extern", tuple(r.name for r in inputs), t, make_attrs(**attrs)))
             self.types[name] = t
             return Ref(name)
-        if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val):
+        if val is None and _returns_nothing(node):
+            # a check with no result (aten._assert_async.msg: one_hot's "index in range"): an
+            # extern of no results, kept as every extern is, so the check still runs
+            val = ()
+        if isinstance(val, (tuple, list)) and (not val or any(isinstance(v, torch.Tensor) for v in val)):
             results = tuple(self.tensor_type(v, self.where(node)) if isinstance(v, torch.Tensor) else None
                             for v in val)
             attrs["results"] = tuple(
