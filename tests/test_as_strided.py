@@ -30,3 +30,25 @@ def test_as_strided_reads_the_traced_layout(fn, shape):
     torch.manual_seed(0)
     x = torch.randn(*shape)
     torch.testing.assert_close(pipec.compile(fn)(x), fn(x))
+
+
+def _broadcast_window(x):
+    y = (x * 2).expand(4, 8)                         # stride 0 on dim 0: not one dense block
+    return y.as_strided((3, 3), (1, 2)) + 1
+
+
+def _broadcast_transposed(x):
+    y = (x * 2).unsqueeze(0).expand(3, 4, 8).transpose(1, 2)   # strides (0, 1, 8)
+    return torch.as_strided(y, (3, 5), (4, 5), 1) * 3
+
+
+@pytest.mark.parametrize("fn, shape", [(_broadcast_window, (8,)), (_broadcast_transposed, (4, 8))],
+                         ids=["expanded", "expanded_transposed"])
+def test_as_strided_of_a_broadcast_runs_as_an_extern_on_the_traced_layout(fn, shape):
+    """The storage of a broadcast view is its base's: pipec has no lowering for it, and the
+    extern call must see the value laid out as traced (stride 0), not materialized."""
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    with pytest.warns(UserWarning, match="as_strided.* runs through torch as an extern call"):
+        got = pipec.compile(fn, cache="none")(x)
+    torch.testing.assert_close(got, fn(x))
