@@ -476,7 +476,7 @@ def test_settle_calls_as_a_loop_holding_the_last_result():
     all), and nothing is held after it."""
     import weakref
 
-    from pipec.bench import SETTLE_CALLS, settle
+    from pipec.bench_measure import SETTLE_CALLS, settle
 
     class Out:
         pass

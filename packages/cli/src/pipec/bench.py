@@ -29,7 +29,7 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   warm-up and timing; CUDA only): what the call's intermediates and outputs add to what is at rest.
   **held MiB**: the GPU memory a compiled backend keeps between calls, beyond the model's weights
   (CUDA Graph pools, preallocated buffers, static copies of inputs): the growth of the memory the
-  allocator reserves across its cold compile and `SETTLE_CALLS` more calls, each holding the last
+  allocator reserves across its cold compile and `bench_measure.SETTLE_CALLS` more calls, each holding the last
   result as a loop does, so that lazily recorded graphs count (caches emptied before and after; the
   float64 reference of the numerics check, when one is made then, not counted). A CUDA Graph replay
   allocates nothing outside its pool, so under reduce-overhead the peak is ~0 and the held memory
@@ -310,20 +310,6 @@ class Timed:
     warm: Callable[[], None] = lambda: None
 
 
-SETTLE_CALLS = 3
-
-
-def settle(call: Callable[[], Any]) -> None:
-    """A few calls as a loop `y = model(x)` makes them, each holding the last result while the next
-    runs: a backend that records CUDA Graphs lazily (Inductor's trees record at the second call;
-    pipec records a second variant while the first's outputs are held) then holds what it will
-    hold from then on, and its held memory compares with one that records at once."""
-    out = None
-    for _ in range(SETTLE_CALLS):
-        out = call()
-    del out
-
-
 def _timed(result: BackendResult, compiled, inputs, warm: Callable[[], None] = lambda: None) -> Timed:
     import torch
 
@@ -523,7 +509,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
             try:
                 pending.append(compile_backend())
                 if before is not None:
-                    settle(pending[-1].call)
+                    bench_measure.settle(pending[-1].call)
                 after = reserved_bytes(device)
                 if before is not None:
                     held = after - before - (_float64_bytes(expected) - float64_before)

@@ -183,6 +183,20 @@ def count_launches(fn: Callable[[], Any], device: str) -> int | None:
         return None
 
 
+SETTLE_CALLS = 3
+
+
+def settle(call: Callable[[], Any]) -> None:
+    """A few calls as a loop `y = model(x)` makes them, each holding the last result while the next
+    runs: a backend that records CUDA Graphs lazily (Inductor's trees record at the second call;
+    pipec records a second variant while the first's outputs are held) then holds what it will
+    hold from then on, and its held memory compares with one that records at once."""
+    out = None
+    for _ in range(SETTLE_CALLS):
+        out = call()
+    del out
+
+
 def peak_memory_mib(fn: Callable[[], Any], device: str) -> float | None:
     """Peak GPU memory (MiB) of one call above the memory allocated before it; None off CUDA."""
     if not device.startswith("cuda"):
