@@ -5,6 +5,7 @@ peak memory, gradients against eager's, the heaviest kernels.
     python benchmarks/train_step.py --case vocab_loss --out $OUT/loss.json
     python benchmarks/train_step.py --case gpt2 --out $OUT/gpt2_train.json
     python benchmarks/train_step.py --case bert --backends pipec --host-profile      # where pipec's host time goes
+    python benchmarks/train_step.py --case vit --out $OUT/vit_train.json            # also t5, resnet
     python benchmarks/train_step.py --case vocab_loss --device cpu --tiny --backends eager,pipec   # smoke test
 
 Cases:
@@ -14,6 +15,10 @@ Cases:
 * `gpt2`: transformers' GPT2LMHeadModel at gpt2's config (124M, random weights, `use_cache=False`),
   8 x 1024 tokens with its own LM loss over the 50257-word vocabulary (pipec pads the head to
   rows of 16-byte multiples), AMP bf16. `--tiny`: one layer of width 32, 2 x 8, fp32.
+* `vit`, `t5`, `resnet`: the real-model suite's training models (tests/real_models/hf_models.py:
+  ViTForImageClassification 32 x 224, T5ForConditionalGeneration 8 x 512 -> 128 tokens,
+  ResNetForImageClassification (ResNet-50) 32 x 224) at their published configs, dropout off,
+  AMP bf16; an image input takes a gradient too. `--tiny`: the suite's tiny configs, fp32.
 * `vocab_loss`: BERT's masked-LM head alone: Linear(768, 30522) + cross entropy over 4096 rows
   under bf16 autocast, with a 768-wide input that takes a gradient (`--tiny`: 64 x 32 -> 500).
 
@@ -77,8 +82,10 @@ def build(case: str, tiny: bool, device: str, seed: int = 0, vocab: int | None =
         net = Loss().to(device)
         inputs = {"h": torch.randn(rows, hidden, generator=g).requires_grad_(),
                   "labels": torch.randint(0, vocab, (rows,), generator=g)}
+    elif case in suite_training_cases():
+        net, inputs = _suite_model(case, tiny, device, seed)
     else:
-        raise SystemExit(f"unknown case {case!r} (bert, gpt2, vocab_loss)")
+        raise SystemExit(f"unknown case {case!r} (bert, gpt2, vocab_loss, {', '.join(suite_training_cases())})")
     inputs = {k: (v.detach().to(device).requires_grad_() if v.requires_grad else v.to(device)) for k, v in inputs.items()}
     autocast = torch.bfloat16 if device == "cuda" and not tiny else None
     return net, inputs, autocast
@@ -108,6 +115,32 @@ def _hf_model(case: str, tiny: bool, device: str, g: torch.Generator):
         mask[1::2, length * 25 // 32:] = 0  # from token 400 of 512, as the session 9 runs
         inputs["attention_mask"] = mask
     return model, inputs
+
+
+def suite_training_cases() -> tuple[str, ...]:
+    """The real-model suite's other architectures with a training step (tests/real_models/hf_models.py)."""
+    sys.path.insert(0, str(REPO / "tests" / "real_models"))
+    from hf_models import TRAINING
+    return tuple(name for name in TRAINING if name not in ("bert", "gpt2"))
+
+
+def _suite_model(case: str, tiny: bool, device: str, seed: int):
+    """The suite's training model of `case` (its head's loss) at its main real case's shape, or
+    its tiny one; (a module taking the inputs by name, inputs)."""
+    from hf_models import REAL, TINY, build_training
+
+    built = build_training(case, device, seed, size=TINY if tiny else REAL)
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = built.model
+
+        def forward(self, **kw):
+            return self.model(*(kw[name] for name in built.input_names))
+    inputs = dict(zip(built.input_names, built.inputs))
+    inputs = {k: (v.requires_grad_() if k == "pixel_values" else v) for k, v in inputs.items()}
+    return Loss(), inputs
 
 
 def compiled(backend: str, net, pipec_options: dict | None = None):
@@ -197,7 +230,7 @@ def host_profile(step, steps: int, top: int = 30) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", default="bert", choices=("bert", "gpt2", "vocab_loss"))
+    ap.add_argument("--case", default="bert", choices=("bert", "gpt2", "vocab_loss") + suite_training_cases())
     ap.add_argument("--backends", default="eager,inductor,pipec")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="the small config (CPU smoke test)")

@@ -254,11 +254,15 @@ def test_vocabulary_loss_under_bf16_autocast_trains_like_eager(rows_held):
         torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2)
 
 
-def test_train_step_benchmark_smoke(tmp_path):
+@pytest.mark.parametrize("case", ["vocab_loss", "resnet"])
+def test_train_step_benchmark_smoke(tmp_path, case):
     """benchmarks/train_step.py at its tiny size on the CPU: pipec's gradients agree with eager's
-    and the results file has every backend's row."""
+    and the results file has every backend's row (resnet: one of the real-model suite's training
+    models, which the benchmark runs at real size on the GPU)."""
+    if case == "resnet":
+        pytest.importorskip("transformers")
     out = tmp_path / "loss.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_step.py"), "--case", "vocab_loss",
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_step.py"), "--case", case,
                            "--device", "cpu", "--tiny", "--backends", "eager,pipec", "--rounds", "1", "--steps", "1",
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -12,7 +12,7 @@ downloaded (HF_HUB_OFFLINE=1 is set before transformers is imported). Each archi
 `model(*inputs)` works and returns plain tensors (logits, last_hidden_state...), and its
 example inputs. Decoder-only and encoder-decoder models run as transformers runs them by
 default, with `use_cache` on: their forward builds a KV cache (DynamicCache) it returns, which
-the wrapper drops. `build_training(name)` returns the tiny model in train mode, returning its
+the wrapper drops. `build_training(name)` returns the tiny model (`size=REAL`: the published config, fp32) in train mode, returning its
 loss (labels among the inputs), for the architectures with `train=True`.
 
     python tests/real_models/hf_models.py            # list the cases
@@ -26,7 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # configs only: never reach the hu
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import transformers
@@ -366,18 +366,25 @@ def build(name: str, size: str = TINY, device: str | torch.device = "cpu", seed:
     return Built(case, size, model, tensors, names, shape.dtype, None if tiny else REAL_TOLERANCE[shape.dtype])
 
 
-def build_training(name: str, device: str | torch.device = "cpu", seed: int = 0) -> Built:
-    """The tiny model `name` in train mode with its training head; `model(*inputs)` is the loss."""
+def build_training(name: str, device: str | torch.device = "cpu", seed: int = 0, size: str = TINY) -> Built:
+    """The model `name` in train mode with its training head; `model(*inputs)` is the loss.
+    Tiny: the tiny config and shape. Real: the published config at the main real case's shape,
+    in fp32 (the weights a mixed-precision step keeps; the caller adds autocast)."""
     arch = BY_NAME[name]
     if arch.train_class is None:
         raise KeyError(f"{name!r} has no training step (those with one: {', '.join(TRAINING)})")
-    hf = _make(arch, arch.train_class, True, device, seed).train()
+    tiny = size == TINY
+    shape = arch.tiny if tiny else replace(next(iter(arch.real.values())), dtype=torch.float32)
+    hf = _make(arch, arch.train_class, tiny, device, seed).train()
+    for module in hf.modules():  # the published configs' dropout (T5's 0.1): random masks no
+        if isinstance(module, nn.Dropout):  # two backends draw alike, so no gradient would compare
+            module.p = 0.0
     g = torch.Generator().manual_seed(seed + 1)
-    inputs = arch.inputs(hf.config, arch.tiny, g)
-    inputs["labels"] = arch.labels(hf.config, arch.tiny, g)
+    inputs = arch.inputs(hf.config, shape, g)
+    inputs["labels"] = arch.labels(hf.config, shape, g)
     names = tuple(inputs)
     model = Outputs(hf, names, ("loss",)).train()
-    return Built(name, TINY, model, tuple(t.to(device) for t in inputs.values()), names, torch.float32, None)
+    return Built(name, size, model, tuple(t.to(device) for t in inputs.values()), names, torch.float32, None)
 
 
 if __name__ == "__main__":
