@@ -32,6 +32,7 @@ from .errors import CaptureError
 from .lower_random import is_philox_seed
 from .table import LOWERINGS, NoLowering, extern_reason, op_name
 from .attention_layouts import follow_attention_layouts
+from .complex_pairs import complex_as_pairs
 from .fold_gelu import fold_tanh_gelu
 from .follow_layouts import follow_layouts
 from .sink_gathers import sink_gathers
@@ -486,6 +487,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "g
     If some node lacks meta["val"], it is filled by fake-tensor propagation of example_inputs.
     """
     ensure_meta(gm, example_inputs)
+    complex_as_pairs(gm)
     fold_tanh_gelu(gm)
     sink_gathers(gm)
     follow_layouts(gm)

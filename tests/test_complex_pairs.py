@@ -1,0 +1,78 @@
+"""Complex tensors inside a graph, computed on (real, imaginary) pairs (capture
+complex_pairs.py): rotary embeddings written with complex numbers (Meta's Llama, torchtitan,
+transformers' Llama 4) compile instead of running eagerly, and match eager. What has no pairs
+form (an FFT; a complex value crossing a graph's boundary, as a training step's saved
+activations do) still runs eagerly, with a warning naming it."""
+
+import warnings
+
+import pytest
+import torch
+
+import pipec
+
+g = torch.Generator().manual_seed(0)
+XQ, XK = torch.randn(2, 6, 3, 8, generator=g), torch.randn(2, 6, 2, 8, generator=g)
+SCALE = torch.rand(6, 1, generator=g) + 0.5
+
+
+def freqs_cis(dim, end, theta=10000.0):
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    return torch.polar(torch.ones(end, dim // 2), torch.outer(torch.arange(end).float(), freqs))
+
+
+def rope(xq, xk):
+    """Meta's Llama `apply_rotary_emb`, the frequencies built in the graph."""
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    fc = freqs_cis(8, 6).view(1, xq_.shape[1], 1, xq_.shape[-1])
+    return torch.view_as_real(xq_ * fc).flatten(3), torch.view_as_real(xk_ * fc).flatten(3)
+
+
+def mixed(x, scale):
+    """A complex value times a real tensor and a scalar, conjugated, sliced, its parts read."""
+    z = torch.view_as_complex(x.reshape(2, 6, 3, 4, 2)).transpose(1, 2)
+    w = (z * scale.view(1, 1, 6, 1) * 0.5).conj() + z[..., :1]
+    return torch.view_as_real(w[:, 1:]).sum(-1), w.real * 2 + w.imag
+
+
+@pytest.mark.parametrize("fn, args", [(rope, (XQ, XK)), (mixed, (XQ, SCALE))], ids=["rope", "mixed"])
+def test_complex_ops_compile_on_pairs_and_match_eager(fn, args):
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        got = pipec.compile(fn, fullgraph=True, cache="none")(*args)
+    for a, b in zip(got, fn(*args)):
+        torch.testing.assert_close(a, b)
+    assert pipec.explain(fn, *args).extern_ops == {}  # every op is pipec's own kernel
+
+
+def test_rope_trains_like_eager():
+    """Training saves complex values for the backward graph: a graph boundary, which the pairs form
+    does not cross (the IR has no complex dtype), so the forward runs eagerly, with a warning."""
+    def loss(xq, xk):
+        q, k = rope(xq, xk)
+        return (q * q.roll(1, 1)).sum() + (k.sin()).sum()
+
+    want = [t.clone().requires_grad_() for t in (XQ, XK)]
+    loss(*want).backward()
+    torch._dynamo.reset()
+    got = [t.clone().requires_grad_() for t in (XQ, XK)]
+    with pytest.warns(pipec.PipecFallbackWarning, match="complex tensors: the graph returns a complex tensor"):
+        pipec.compile(loss, cache="none")(*got).backward()
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_an_fft_runs_eagerly_with_a_warning_naming_it():
+    def fnet_mixing(x):  # FNet's token mixing
+        return torch.fft.fftn(x * 2, dim=(1, 2)).real + 1
+
+    x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    with pytest.warns(pipec.PipecFallbackWarning, match=r"runs eagerly: .*complex tensors: aten._fft_c2c"):
+        got = pipec.compile(fnet_mixing, cache="none")(x)
+    torch.testing.assert_close(got, fnet_mixing(x))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="complex tensors: aten._fft_c2c.* has no form on real pairs"):
+        pipec.compile(fnet_mixing, fullgraph=True, cache="none")(x)
