@@ -1,8 +1,7 @@
 """Complex tensors inside a graph, computed on (real, imaginary) pairs (capture
 complex_pairs.py): rotary embeddings written with complex numbers (Meta's Llama, torchtitan,
 transformers' Llama 4) compile instead of running eagerly, and match eager. What has no pairs
-form (an FFT; a complex value crossing a graph's boundary, as a training step's saved
-activations do) still runs eagerly, with a warning naming it."""
+form (an FFT; a complex graph input or output) still runs eagerly, with a warning naming it."""
 
 import warnings
 
@@ -48,8 +47,8 @@ def test_complex_ops_compile_on_pairs_and_match_eager(fn, args):
 
 
 def test_rope_trains_like_eager():
-    """Training saves complex values for the backward graph: a graph boundary, which the pairs form
-    does not cross (the IR has no complex dtype), so the forward runs eagerly, with a warning."""
+    """The joint graph goes to pairs before it is split, so no complex value is saved for the
+    backward (a complex output of the forward graph, which the IR cannot hold)."""
     def loss(xq, xk):
         q, k = rope(xq, xk)
         return (q * q.roll(1, 1)).sum() + (k.sin()).sum()
@@ -58,10 +57,21 @@ def test_rope_trains_like_eager():
     loss(*want).backward()
     torch._dynamo.reset()
     got = [t.clone().requires_grad_() for t in (XQ, XK)]
-    with pytest.warns(pipec.PipecFallbackWarning, match="complex tensors: the graph returns a complex tensor"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
         pipec.compile(loss, cache="none")(*got).backward()
     for a, b in zip(got, want):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_a_complex_value_crossing_a_graph_boundary_runs_eagerly_with_a_warning():
+    def returns_complex(x):
+        return torch.view_as_complex(x.reshape(2, 6, 3, 4, 2)) * 2
+
+    torch._dynamo.reset()
+    with pytest.warns(pipec.PipecFallbackWarning, match="complex tensors: the graph returns a complex tensor"):
+        got = pipec.compile(returns_complex, cache="none")(XQ)
+    torch.testing.assert_close(got, returns_complex(XQ))
 
 
 def test_an_fft_runs_eagerly_with_a_warning_naming_it():

@@ -9,7 +9,9 @@ from typing import Any
 import torch
 
 from .attention import choose_attention_kernels
+from .complex_pairs import complex_as_pairs
 from .decompositions import DECOMPOSITIONS, matmul_folded
+from .errors import CaptureError
 from .saved_views import save_view_bases
 from .table import LIBRARY_OPS, LOWERINGS, base_name
 from .vocab_padding import pad_class_dims
@@ -136,6 +138,7 @@ def partition_function(name: str):
     if name not in PARTITIONS:
         raise ValueError(f"aot_partition must be one of {', '.join(PARTITIONS)}, got {name!r}")
     def partition(joint_module: torch.fx.GraphModule, joint_inputs, **kwargs):
+        pairs_inside(joint_module)  # no complex value is saved between the two graphs
         if name == "default":
             forward, backward = default_partition(joint_module, joint_inputs, **kwargs)
         else:
@@ -145,6 +148,17 @@ def partition_function(name: str):
         return forward, backward
 
     return partition
+
+
+def pairs_inside(joint_module: torch.fx.GraphModule) -> int:
+    """Complex values of a joint graph as (real, imaginary) pairs (complex_pairs.py) before it is
+    split: a training graph would otherwise save them for its backward, a complex output of the
+    forward graph, which the IR cannot hold. Where the pass does not apply (an FFT, a complex
+    input) the joint graph is left as it was, and capture reports the op when it lowers it."""
+    try:
+        return complex_as_pairs(joint_module)
+    except CaptureError:
+        return 0
 
 
 def strip_detaches(gm: torch.fx.GraphModule) -> int:
