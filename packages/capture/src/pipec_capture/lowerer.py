@@ -33,6 +33,7 @@ from .lower_random import is_philox_seed
 from .table import LOWERINGS, NoLowering, extern_reason, op_name
 from .attention_layouts import follow_attention_layouts
 from .complex_pairs import complex_as_pairs
+from .conv_bias import split_conv_bias
 from .fold_gelu import fold_tanh_gelu
 from .follow_layouts import follow_layouts
 from .sink_gathers import sink_gathers
@@ -490,6 +491,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "g
     complex_as_pairs(gm)
     fold_tanh_gelu(gm)
     sink_gathers(gm)
+    split_conv_bias(gm)
     follow_layouts(gm)
     follow_attention_layouts(gm)
     return Lowerer(gm, name=name, input_specs=input_specs, fullgraph=fullgraph, model_name=model_name).run()
