@@ -194,16 +194,22 @@ class EpilogueWriter(KernelWriter):
 
 def epilogue_inputs(graph: Graph, nodes: list[str], product: str) -> tuple[str, ...]:
     """The values the epilogue `nodes` read from memory: roots of their operands' view chains,
-    except values computed among them and the product (the accumulator)."""
+    except values computed among them and the product (the accumulator). A chain is followed only
+    through the views among `nodes`: a view fusion made a kernel of its own (one taken straight off
+    a library result laid out other than row-major, fusion's `materialized`) is read as the tensor
+    it is. Reading through it to the library result had the runtime copy that result row-major
+    first: ConvNeXt's downsampling conv, whose row-major copy then sent the next depthwise conv
+    to ATen's generic kernel instead of cuDNN's channels-last one."""
     by_name = graph.node_map()
     inside = set(nodes) | {product}
+    views = {n for n in nodes if kind_of(by_name[n].op) == VIEW}
     out: list[str] = []
     for name in nodes:
         node = by_name[name]
         if kind_of(node.op) == VIEW:
             continue
         for value in node.inputs:
-            while value in by_name and kind_of(by_name[value].op) == VIEW:
+            while value in views:
                 value = by_name[value].inputs[0]
             if value not in inside and value not in out:
                 out.append(value)
