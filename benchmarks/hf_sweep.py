@@ -7,6 +7,7 @@
                                                       # that fails raises (the traceback behind a fallback)
     python benchmarks/hf_sweep.py NAME --eager-only   # only build the model and run it eagerly
     python benchmarks/hf_sweep.py NAME --device cuda  # the same on a GPU: compiled Triton kernels, not the interpreter
+    python benchmarks/hf_sweep.py NAME --train        # a training step: outputs and every parameter's gradient
     python benchmarks/hf_sweep.py --list              # the architectures (--list-extra: the second batch)
     for a in $(python benchmarks/hf_sweep.py --list); do timeout 240 python benchmarks/hf_sweep.py $a; done
 
@@ -449,6 +450,34 @@ def build(name):
     return model, inputs, model_cls
 
 
+def make_step(model, inputs, train: bool):
+    """`step(fn) -> {name: tensor}`: the outputs of `fn(**inputs)`, and with `train` the gradient
+    of every parameter after a backward of a fixed weighted sum of the float outputs (the same
+    weights for every backend: drawn from one seed, in the outputs' order)."""
+    if not train:
+        def infer(fn):
+            with torch.no_grad():
+                return tensors_of(fn(**inputs))
+        return infer
+    for module in model.modules():  # random masks no two backends draw alike
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    model.train()
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+    def train_step(fn):
+        for _, p in params:
+            p.grad = None
+        out = tensors_of(fn(**inputs))
+        g = torch.Generator().manual_seed(7)
+        loss = sum((t * torch.randn(t.shape, generator=g).to(t)).sum()
+                   for t in out.values() if t.is_floating_point() and t.requires_grad)
+        loss.backward()
+        grads = {f"grad.{n}": p.grad.detach().clone() for n, p in params if p.grad is not None}
+        return {**{k: v.detach() for k, v in out.items()}, **grads}
+    return train_step
+
+
 def parse_args(argv):
     import argparse
     ap = argparse.ArgumentParser(description="Compile one transformers architecture, built tiny, and compare it "
@@ -460,6 +489,9 @@ def parse_args(argv):
                     help="pipec.compile(model, eager_fallback=False): a graph that fails raises")
     ap.add_argument("--backend", default="pipec", help="torch.compile backend (default pipec)")
     ap.add_argument("--eager-only", action="store_true", help="only build the model and run it eagerly")
+    ap.add_argument("--train", action="store_true",
+                    help="a training step instead: the model in train mode (dropout off), a fixed weighted sum "
+                         "of its float outputs as the loss, every parameter's gradient compared too")
     ap.add_argument("--device", default="cpu",
                     help="cpu (default: Triton's interpreter) or cuda (compiled kernels, fp32 as on the CPU)")
     args = ap.parse_args(argv)
@@ -484,6 +516,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     mode = "strict" if strict else ("torch.compile" if backend == "pipec" else f"torch.compile backend={backend}")
+    mode += " train" if args.train else ""
     rec = {"arch": name, "mode": mode, "device": device.type, "status": None, "max_abs_err": None,
            "exc_type": None, "exc_msg": None, "traceback": None, "deepest_pipec_frame": None,
            "warnings": [], "stderr": [], "seconds": None, "graph_breaks": None, "unique_graphs": None}
@@ -499,8 +532,8 @@ def main():
             model = model.to(device)
             inputs = {k: v.to(device) for k, v in inputs.items()}
             rec["model_class"] = model_cls
-            with torch.no_grad():
-                expected = tensors_of(model(**inputs))
+            step = make_step(model, inputs, args.train)
+            expected = step(model)
     except Exception as exc:  # noqa: BLE001
         rec["status"] = "build-failed"
         rec["exc_type"] = type(exc).__name__
@@ -529,8 +562,7 @@ def main():
                     compiled = pipec.compile(model, eager_fallback=False)
                 else:
                     compiled = torch.compile(model, backend=backend)
-                with torch.no_grad():
-                    got = tensors_of(compiled(**inputs))
+                got = step(compiled)
             except Exception as exc:  # noqa: BLE001
                 err = exc
             else:
@@ -572,7 +604,8 @@ def main():
         if e.is_floating_point():
             errs[k] = float((c.double() - e.double()).abs().nan_to_num(float("inf")).max()) if e.numel() else 0.0
         try:
-            torch.testing.assert_close(c, e, atol=1e-4, rtol=1e-4)
+            # gradients sum over a batch and a weighted loss: relative 1e-3
+            torch.testing.assert_close(c, e, atol=1e-4, rtol=1e-3 if k.startswith("grad.") else 1e-4)
         except AssertionError as ae:
             mismatch.append(f"{k}: {' '.join(str(ae).split())[:300]}")
     rec["max_abs_err"] = max(errs.values()) if errs else 0.0
