@@ -459,9 +459,11 @@ def make_step(model, inputs, train: bool):
             with torch.no_grad():
                 return tensors_of(fn(**inputs))
         return infer
-    for module in model.modules():  # random masks no two backends draw alike
-        if isinstance(module, torch.nn.Dropout):
+    for module in model.modules():  # random masks no two backends draw alike: dropout, and
+        if isinstance(module, torch.nn.Dropout):  # stochastic depth (transformers' DropPath classes)
             module.p = 0.0
+        if isinstance(getattr(module, "drop_prob", None), float):
+            module.drop_prob = 0.0
     model.train()
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
