@@ -12,7 +12,9 @@
     for a in $(python benchmarks/hf_sweep.py --list); do timeout 240 python benchmarks/hf_sweep.py $a; done
 
 Prints one JSON line per run: status (ok / mismatch / error / build-failed: the model itself
-could not be built or run eagerly), the max error, the exception and its deepest pipec frame,
+could not be built or run eagerly; where compiled and eager differ, both are compared with eager
+in float64: ok-vs-float64 when the compiled values are as close to those as eager's, and
+ill-conditioned when eager's own fp32 misses them too), the max error, the exception and its deepest pipec frame,
 pipec's warnings (fallbacks, extern calls), graph breaks and the seconds of compile and first
 call. One process per architecture keeps one failure from poisoning the next. Session 15's
 run: benchmarks/results/hf_sweep_cpu_s15.md.
@@ -25,6 +27,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+import copy
 import json
 import sys
 import tempfile
@@ -533,6 +536,7 @@ def main():
             model, inputs, model_cls = build(name)
             model = model.to(device)
             inputs = {k: v.to(device) for k, v in inputs.items()}
+            reference_model = copy.deepcopy(model)  # for the float64 verdict (the step below changes it)
             rec["model_class"] = model_cls
             step = make_step(model, inputs, args.train)
             expected = step(model)
@@ -612,12 +616,48 @@ def main():
             mismatch.append(f"{k}: {' '.join(str(ae).split())[:300]}")
     rec["max_abs_err"] = max(errs.values()) if errs else 0.0
     rec["per_output_err"] = errs
-    if mismatch:
-        rec["status"] = "mismatch"
+    if mismatch and not any("shape" in m or "keys" in m for m in mismatch):
+        rec["vs_float64"] = float64_verdict(reference_model, inputs, args.train, expected, got)
+    if not mismatch:
+        rec["status"] = "ok"
+    elif rec.get("vs_float64", {}).get("within"):
+        # as close to the exact values as eager is; where eager's own fp32 misses them, no verdict
+        rec["status"] = "ill-conditioned" if rec["vs_float64"]["ill_conditioned_count"] else "ok-vs-float64"
         rec["exc_msg"] = "; ".join(mismatch)[:400]
     else:
-        rec["status"] = "ok"
+        rec["status"] = "mismatch"
+        rec["exc_msg"] = "; ".join(mismatch)[:400]
     emit()
+
+
+def float64_verdict(model, inputs, train: bool, expected: dict, got: dict) -> dict:
+    """Where compiled and eager differ beyond tolerance, both against eager in float64 (the model
+    and its float inputs in float64, the same step). A value passes when its compiled error is at
+    most twice eager's own (plus 1e-5 and 1e-4 of its magnitude), or when eager's fp32 is itself
+    outside the tolerance against the exact values: then the model amplifies fp32 rounding on its
+    own and no fp32 backend can match eager (MobileNetV2 trained at batch 2: batch norm over two
+    samples at 1 x 1 pixels; eager's gradients are 10% off there). Such values are listed as
+    `ill_conditioned`; `within` when every value passes."""
+    try:
+        exact = make_step(model.double(), {k: v.double() if v.is_floating_point() else v
+                                          for k, v in inputs.items()}, train)(model)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64: no verdict
+        return {"within": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
+    failing, ill = {}, []
+    for k, ref in exact.items():
+        if k not in expected or k not in got or not ref.is_floating_point() or not ref.numel():
+            continue
+        eager = float((expected[k].double() - ref).abs().max())
+        compiled = float((got[k].double() - ref).abs().max())
+        rtol = 1e-3 if k.startswith("grad.") else 1e-4
+        if not torch.allclose(expected[k].double(), ref, atol=1e-4, rtol=rtol):
+            ill.append(k)
+        elif compiled > 2 * eager + 1e-5 + 1e-4 * float(ref.abs().max()):
+            failing[k] = (compiled, eager)
+    worst = max(failing, key=lambda k: failing[k][0] - failing[k][1], default=None)
+    return {"within": not failing, "worst": worst, "compiled_err": failing.get(worst, (None,))[0],
+            "eager_err": failing.get(worst, (None, None))[1], "ill_conditioned": ill[:10],
+            "ill_conditioned_count": len(ill)}
 
 
 if __name__ == "__main__":
