@@ -14,10 +14,11 @@
 Prints one JSON line per run: status (ok / mismatch / error / build-failed: the model itself
 could not be built or run eagerly; where compiled and eager differ, both are compared with eager
 in float64: ok-vs-float64 when the compiled values are as close to those as eager's, and
-ill-conditioned when eager's own fp32 misses them too), the max error, the exception and its deepest pipec frame,
-pipec's warnings (fallbacks, extern calls), graph breaks and the seconds of compile and first
-call. One process per architecture keeps one failure from poisoning the next. Session 15's
-run: benchmarks/results/hf_sweep_cpu_s15.md.
+ill-conditioned when eager's own fp32 misses them too), the max error, the exception and its
+deepest pipec frame, pipec's warnings (fallbacks, extern calls), graph breaks and the seconds of
+compile and first call. One process per architecture keeps one failure from poisoning the next.
+Session 15's run: benchmarks/results/hf_sweep_cpu_s15.md; session 16's, inference and training:
+benchmarks/results/hf_sweep_cpu_s16.jsonl, hf_sweep_train_cpu_s16.jsonl.
 """
 
 from __future__ import annotations
@@ -467,6 +468,9 @@ def make_step(model, inputs, train: bool):
             module.p = 0.0
         if isinstance(getattr(module, "drop_prob", None), float):
             module.drop_prob = 0.0
+    for name in ("mask_time_prob", "mask_feature_prob", "layerdrop"):  # speech models' SpecAugment, layer drop
+        if isinstance(getattr(model.config, name, None), float):
+            setattr(model.config, name, 0.0)
     model.train()
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
