@@ -21,10 +21,9 @@ complex value before (outside fullgraph the graph runs eagerly, with that warnin
 from __future__ import annotations
 
 import torch
-from torch.fx.node import map_arg
 
 from .errors import CaptureError
-from .fx_edit import drop_dead_code
+from .fx_edit import call_node, drop_dead_code
 
 aten = torch.ops.aten
 
@@ -55,16 +54,7 @@ class _Pairs:
         return self.pairs[node] if isinstance(node, torch.fx.Node) and node in self.pairs else node
 
     def call(self, target, *args, **kwargs):
-        new = self.graph.call_function(target, args, kwargs)
-        vals = map_arg(args, lambda n: n.meta["val"])
-        kwvals = map_arg(kwargs, lambda n: n.meta["val"])
-        fake = next((v for v in _tensors(vals) if hasattr(v, "fake_mode")), None)
-        if fake is not None:
-            with fake.fake_mode:
-                new.meta["val"] = target(*vals, **kwvals)
-        else:
-            new.meta["val"] = target(*vals, **kwvals)
-        return new
+        return call_node(self.graph, target, args, kwargs)
 
     def part(self, z, i: int):
         return self.call(aten.select.int, z, -1, i)
@@ -73,14 +63,6 @@ class _Pairs:
         """stack([real, imag], -1), as the core decompositions write a stack (a cat of unsqueezes)."""
         parts = [self.call(aten.unsqueeze.default, x, -1) for x in (real, imag)]
         return self.call(aten.cat.default, parts, -1)
-
-
-def _tensors(vals):
-    for v in vals:
-        if isinstance(v, torch.Tensor):
-            yield v
-        elif isinstance(v, (list, tuple)):
-            yield from _tensors(v)
 
 
 # ------------------------------------------------------------------ rules: node -> pairs node

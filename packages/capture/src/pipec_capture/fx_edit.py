@@ -1,6 +1,6 @@
 """Small edits of fx graphs that capture's rewrite passes share (sink_gathers.py,
-follow_layouts.py, fold_gelu.py, attention_layouts.py): a new call with its fake value, a node
-replaced, and the dead code dropped after a pass."""
+follow_layouts.py, fold_gelu.py, attention_layouts.py, complex_pairs.py, conv_bias.py): a new
+call with its fake value, a node replaced, and the dead code dropped after a pass."""
 
 from __future__ import annotations
 
@@ -62,14 +62,17 @@ def meta_val(node):
 
 
 def call_node(graph: torch.fx.Graph, target, args, kwargs):
-    """A new call of `target` with its meta value computed on the graph's fake tensors."""
-    new = graph.call_function(target, args, kwargs)
-    fake = next(v for v in (meta_val(a) for a in args) if isinstance(v, torch.Tensor))
-    mode = getattr(fake, "fake_mode", None)
-    vals = [meta_val(a) if isinstance(a, torch.fx.Node) else a for a in args]
+    """A new call of `target` with its meta value computed on the graph's fake tensors (node
+    arguments anywhere in `args` and `kwargs`, lists of them too: a `cat`'s parts)."""
+    from torch.fx.node import map_arg
+    from torch.utils._pytree import tree_leaves
+
+    new = graph.call_function(target, tuple(args), dict(kwargs))
+    vals, kwvals = map_arg((tuple(args), dict(kwargs)), meta_val)
+    mode = next((v.fake_mode for v in tree_leaves((vals, kwvals)) if hasattr(v, "fake_mode")), None)
     if mode is not None:
         with mode:
-            new.meta["val"] = target(*vals, **kwargs)
+            new.meta["val"] = target(*vals, **kwvals)
     else:
-        new.meta["val"] = target(*vals, **kwargs)
+        new.meta["val"] = target(*vals, **kwvals)
     return new
