@@ -29,8 +29,8 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   warm-up and timing; CUDA only): what the call's intermediates and outputs add to what is at rest.
   **held MiB**: the GPU memory a compiled backend keeps between calls, beyond the model's weights
   (CUDA Graph pools, preallocated buffers, static copies of inputs): the growth of the memory the
-  allocator reserves across its cold compile and `bench_measure.SETTLE_CALLS` more calls, each holding the last
-  result as a loop does, so that lazily recorded graphs count (caches emptied before and after; the
+  allocator reserves across its cold compile and `bench_measure.SETTLE_CALLS` more calls, each
+  holding the last result as a loop does, so that lazily recorded graphs count (caches emptied before and after; the
   float64 reference of the numerics check, when one is made then, not counted). A CUDA Graph replay
   allocates nothing outside its pool, so under reduce-overhead the peak is ~0 and the held memory
   is the figure to read.
