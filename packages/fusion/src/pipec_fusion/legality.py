@@ -149,7 +149,9 @@ class _Levels:
         if group.kind == "matmul":
             refined = tuple(s for s in self.domain if s != 1)
             reshaped = False  # a member over another shape than the product's ([1, T, N] of [T, N] too)
-            for name in group.members:
+            # in graph order: a set's order follows string hashes, and the memo (check_memo.py)
+            # gives one group's result to every group of its structure
+            for name in sorted(group.members, key=an.pos):
                 shape = an.shape(name)
                 r = an.refine(refined, shape)
                 refined = r if r is not None else refined
