@@ -31,6 +31,7 @@ from pipec_ir.verify import is_multi_result
 
 from .analysis import GraphAnalysis, group_kind_of
 from .check_memo import CheckMemo
+from .common_values import merge_common_values
 from .heuristics import GroupInfo, Heuristics
 from .legality import Group, GroupCheck, check_group, cycle_through, merged_group
 from .reachability import Reachability
@@ -139,13 +140,15 @@ class _State:
 def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None,
                fuel: int | None = None) -> KernelPlan:
     """Partition `graph` into kernels, fusing what legality allows and `heuristics` wants, after
-    splitting large column sums in two (split_reductions.py); then recompute cheap stored values
+    dropping nodes that repeat earlier ones (common_values.py) and splitting large column sums
+    in two (split_reductions.py); then recompute cheap stored values
     where they are read (recompute_stored.py). `fuel`: make at most that many merges, and no
     recomputing (a rationed run, for bisecting)."""
     if fuel is not None and (isinstance(fuel, bool) or not isinstance(fuel, int) or fuel < 0):
         raise ValueError(f"fusion_fuel must be an integer >= 0, got {fuel!r}")
     verify(graph)
     if (policy or heuristics.name) != "none":  # `none`: one kernel per op, as captured
+        graph, _ = merge_common_values(graph)
         graph = split_column_sums(graph)
     memo = CheckMemo()
     plan, state = _fuse_once(graph, heuristics, policy, fuel, memo)
