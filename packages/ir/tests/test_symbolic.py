@@ -46,3 +46,12 @@ def test_multiples_of_the_modulus_stay_when_the_rest_may_be_negative():
     shifted = ModularIndexing(4 - ModularIndexing(s, 4), 4)
     assert shifted.args[0] == 4 - ModularIndexing(s, 4)
     assert ModularIndexing(4 * s + ModularIndexing(s, 4), 4) == ModularIndexing(s, 4)  # still dropped
+
+
+def test_a_renamed_index_keeps_its_bound():
+    from pipec_ir.symbolic import renamed_index
+
+    j = bounded_index("j0", 16)
+    r = renamed_index(j, "operand1")
+    assert r != j and FloorDiv(16 * index_symbol("a") + r, 16) == index_symbol("a")
+    assert renamed_index(index_symbol("i"), "k") == index_symbol("k")

@@ -13,15 +13,16 @@ there is no template for the kernel and codegen keeps cuBLAS (`write_template` -
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 from pipec_ir import TMA_CONSTANT, Graph, Kernel, LaunchConfig, TritonKernel
 from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
 from pipec_ir.ops import MATMUL_OPS, VIEW, kind_of
-from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel
+from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel, renamed_index
 
 from .bounds import K_LOOP, check_operands
 from .dtypes import tl_storage
@@ -127,13 +128,38 @@ def operand_layout(graph: Graph, value: str, index: tuple) -> OperandLayout | No
     is affine in the index symbols (permute, expand, slice, and reshapes that merge or split
     contiguous dims); None otherwise."""
     nodes, types = graph.node_map(), graph.types()
-    wanted = tuple(index)
-    syms = [s for s in wanted if isinstance(s, sympy.Symbol)]
+    chain = []
     while value in nodes and kind_of(nodes[value].op) == VIEW:
         node = nodes[value]
-        index = view_source_index(node, index, types[node.inputs[0]])
+        # without names: a model's layers read their weights and activations through the same
+        # chains, and the layout depends only on the views (cached: ~6 ms of sympy each)
+        chain.append((replace(node, name="view", inputs=("source",)), types[node.inputs[0]]))
         value = node.inputs[0]
-    strides = contiguous_strides(types[value].shape)
+    found = _affine_layout(tuple(chain), tuple(types[value].shape), _canonical(tuple(index)))
+    return None if found is None else OperandLayout(value, *found)
+
+
+def _canonical(index: tuple) -> tuple:
+    """`index` with each plain index variable renamed after its position (its bound, if its name
+    carries one, kept): the layout's offset and strides never hold them, so the templates of a
+    model's matmuls, each with index variables of its own, share their layouts."""
+    out = []
+    for k, s in enumerate(index):
+        if isinstance(s, sympy.Symbol) and s == index_symbol(s.name):
+            s = renamed_index(s, f"operand{k}")
+        out.append(s)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _affine_layout(chain: tuple, root_shape: tuple, wanted: tuple) -> tuple | None:
+    """(offset, strides) of `operand_layout`, for a view chain ((view, its input's type),
+    outermost first) over a row-major root of `root_shape`."""
+    syms = [s for s in wanted if isinstance(s, sympy.Symbol)]
+    index = wanted
+    for node, source in chain:
+        index = view_source_index(node, index, source)
+    strides = contiguous_strides(root_shape)
     offset = collapse(sympy.expand(sum((i * s for i, s in zip(index, strides)), sympy.Integer(0))))
     for term in sympy.preorder_traversal(offset):
         if isinstance(term, (FloorDiv, ModularIndexing, sympy.Max, sympy.Min)) and term.free_symbols & set(syms):
@@ -151,7 +177,7 @@ def operand_layout(graph: Graph, value: str, index: tuple) -> OperandLayout | No
     rest = sympy.expand(rest)
     if rest.free_symbols & set(syms):
         return None
-    return OperandLayout(value, rest, tuple(coeffs))
+    return rest, tuple(coeffs)
 
 
 # ---------------------------------------------------------------- the epilogue

@@ -43,6 +43,13 @@ def bounded_index(name: str, bound: int) -> sympy.Symbol:
 _BOUND_IN_NAME = re.compile(r"_lt(\d+)$")
 
 
+def renamed_index(symbol: sympy.Symbol, name: str) -> sympy.Symbol:
+    """The index variable `name`, with the bound `symbol` carries (if any): the same facts
+    under another name."""
+    m = _BOUND_IN_NAME.search(symbol.name)
+    return index_symbol(name + (m.group(0) if m else ""))
+
+
 @functools.lru_cache(maxsize=4096)  # a pure function of the name; FloorDiv.eval asks often
 def _bound_of(name: str) -> int | None:
     m = _BOUND_IN_NAME.search(name)
