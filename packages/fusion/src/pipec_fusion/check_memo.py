@@ -2,7 +2,7 @@
 a model within a pass.
 
 A group's legality (`check_group`) depends only on its kind, domain and reduced dims and, per
-member in graph order, on the member's op, type and attributes, on the view chain and root
+member in graph order, on the member's op, type and attributes (a reduction's or scan's), on the view chain and root
 each of its inputs reads through (which member the root is, if any), and on whether the member
 must be stored. Nothing else of the graph enters, so two groups alike in those facts have the
 same result up to their members' names. Two memos use that:
@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from pipec_ir import kind_of
 
 from .analysis import GraphAnalysis
 from .legality import Group, GroupCheck, check_group
@@ -53,6 +55,11 @@ class _Template:
         if self.reason is not None:
             reason = "".join(ordered[p] if k % 2 else p for k, p in enumerate(self.reason))
         return GroupCheck(reason, frozenset(ordered[k] for k in self.recomputed))
+
+
+# kinds whose attributes `check_group` never reads (it reads a reduction's dims and keepdim, a
+# scan's dim, and views through their chains)
+_ATTRS_UNREAD = ("pointwise", "creation")
 
 
 class CheckMemo:
@@ -98,7 +105,10 @@ class CheckMemo:
         node = an.nodes[name]
         reads = tuple((tuple((an.nodes[v].op, an.nodes[v].type, an.nodes[v].attrs) for v in an.view_chain(value)),
                        an.types[an.root[value]]) for value in node.inputs)
-        return self._intern((node.op, node.type, node.attrs, reads)), tuple(an.root[v] for v in node.inputs)
+        # legality reads no attribute of a pointwise or creation node (a literal's value, a cast's
+        # dtype, dropout's Philox offset, which differs in every layer), only their shapes
+        attrs = () if kind_of(node.op) in _ATTRS_UNREAD else node.attrs
+        return self._intern((node.op, node.type, attrs, reads)), tuple(an.root[v] for v in node.inputs)
 
     def _intern(self, facts: tuple) -> int:
         found = self._interned.get(facts)
