@@ -8,6 +8,8 @@ gives back `xindex`. The rewritten form is kept only when it has fewer divisions
 
 from __future__ import annotations
 
+import functools
+
 import sympy
 from pipec_ir.symbolic import FloorDiv, ModularIndexing
 
@@ -34,8 +36,18 @@ def collapse(expr: sympy.Expr) -> sympy.Expr:
 
 
 def simplify_index(expr: sympy.Expr, decompositions: dict) -> sympy.Expr:
+    """`expr`, or its form over the flat indices (`decompositions`: domain variable -> its
+    expression in them) where that costs fewer operations."""
     if not expr.free_symbols & set(decompositions):
         return expr
+    return _simplified(expr, tuple(decompositions.items()))
+
+
+# the same index over the same domain in every layer of a model: cached (a pure function of
+# its arguments; half of a kernel's writing time was these expansions)
+@functools.lru_cache(maxsize=8192)
+def _simplified(expr: sympy.Expr, decompositions: tuple) -> sympy.Expr:
+    decompositions = dict(decompositions)
     flat = collapse(expr.xreplace(decompositions))
     return flat if _cost(flat) < _cost(expr) + _symbol_cost(expr, decompositions) else expr
 

@@ -219,4 +219,13 @@ class _Printer(sympy.printing.str.StrPrinter):
 
 def pyexpr(expr) -> str:
     """Print an integer expression as Python/Triton source (`//` and `%`)."""
-    return _Printer().doprint(as_expr(expr))
+    expr = as_expr(expr)
+    try:
+        return _printed(expr)
+    except TypeError:  # unhashable
+        return _Printer().doprint(expr)
+
+
+@functools.lru_cache(maxsize=8192)  # codegen prints the same indices in every layer of a model
+def _printed(expr) -> str:
+    return _Printer().doprint(expr)
