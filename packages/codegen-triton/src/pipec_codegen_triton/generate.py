@@ -13,6 +13,7 @@ from pipec_ir.types import Buffer, TensorType, get_attr
 from .configs import PERSISTENT_ROW_BYTES, PERSISTENT_SCAN_BYTES, pointwise_configs, reduction_configs, upper_bound
 from .matmul_choice import library_target, matmul_with_epilogue
 from .view_steps import reshape_args
+from .kernel_memo import WrittenKernels
 from .memory_plan import plan_program_memory
 from .padding import pad_symbols
 from .scan import ScanWriter
@@ -124,13 +125,19 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     row_bytes = _count_option(options, "persistent_reduction_bytes")  # default: the kernel kind's
     bounds_check = _flag_option(options, "bounds_check")  # assert every load's and store's range
     kernels, steps = [], []
+    written = WrittenKernels(nodes, types)  # a model's layers share their kernels' sources
     for kernel in plan.kernels:
         if kernel.kind in ("pointwise", "reduction", "scan"):
             writer = ScanWriter if kernel.kind == "scan" else KernelWriter
             default_bytes = PERSISTENT_SCAN_BYTES if kernel.kind == "scan" else PERSISTENT_ROW_BYTES
-            src = writer(graph, kernel, persistent_limit=limit,
-                         persistent_bytes=default_bytes if row_bytes is None else row_bytes,
-                         bounds_check=bounds_check).write()
+
+            def write(writer=writer, kernel=kernel, default_bytes=default_bytes):
+                return writer(graph, kernel, persistent_limit=limit,
+                              persistent_bytes=default_bytes if row_bytes is None else row_bytes,
+                              bounds_check=bounds_check).write()
+
+            # a bounds-checked kernel names its buffers in its assertions: written afresh
+            src = write() if bounds_check else written.write(kernel, write)
             sizes = dict(src.sizes)
             if kernel.kind == "pointwise":
                 configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))
