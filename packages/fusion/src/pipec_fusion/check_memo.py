@@ -89,26 +89,30 @@ class CheckMemo:
         attributes, per input the views it reads through and its root (the member's position in
         the group, or its type when outside), and whether the member must be stored."""
         local = {name: k for k, name in enumerate(ordered)}
+        inside = group.members
         members = []
         for name in ordered:
-            found = member_keys.get(("shape", name))
+            found = member_keys.get(name)
             if found is None:
-                found = member_keys[("shape", name)] = self._member_shape(an, name)
-            token, roots = found
-            members.append((token, tuple(local.get(root, -1) for root in roots), an.must_store(name, group.members)))
+                found = member_keys[name] = self._member_shape(an, name)
+            token, roots, readers, forced = found
+            # stored: `an.must_store`, with the readers as a set (this runs for every member of
+            # every group checked: a third of fusion's time before the results it saves)
+            members.append((token, tuple([local.get(root, -1) for root in roots]), forced or not readers <= inside))
         return group.kind, self._intern((tuple(group.domain), tuple(group.reduce_dims))), tuple(members)
 
-    def _member_shape(self, an: GraphAnalysis, name: str) -> tuple[int, tuple[str, ...]]:
-        """(a token for the member's own facts, the roots of its inputs): the group's key is
-        then tuples of small ints, where hashing the types' sympy sizes at every lookup cost
-        as much as the checks it saved."""
+    def _member_shape(self, an: GraphAnalysis, name: str) -> tuple[int, tuple[str, ...], frozenset, bool]:
+        """(a token for the member's own facts, the roots of its inputs, its readers, whether it
+        is stored whatever its group): the group's key is then tuples of small ints, where
+        hashing the types' sympy sizes at every lookup cost as much as the checks it saved."""
         node = an.nodes[name]
         reads = tuple((tuple((an.nodes[v].op, an.nodes[v].type, an.nodes[v].attrs) for v in an.view_chain(value)),
                        an.types[an.root[value]]) for value in node.inputs)
         # legality reads no attribute of a pointwise or creation node (a literal's value, a cast's
         # dtype, dropout's Philox offset, which differs in every layer), only their shapes
         attrs = () if kind_of(node.op) in _ATTRS_UNREAD else node.attrs
-        return self._intern((node.op, node.type, attrs, reads)), tuple(an.root[v] for v in node.inputs)
+        return (self._intern((node.op, node.type, attrs, reads)), tuple(an.root[v] for v in node.inputs),
+                frozenset(an.readers.get(name, ())), name in an.forced_store)
 
     def _intern(self, facts: tuple) -> int:
         found = self._interned.get(facts)
