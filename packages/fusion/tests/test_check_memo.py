@@ -4,7 +4,7 @@
 from fusion_graphs import GraphBuilder
 from pipec_ir import CompileOptions
 
-from pipec_fusion import check_memo, engine, preset
+from pipec_fusion import engine, preset
 
 
 def _layers(n: int = 4):
@@ -20,18 +20,10 @@ def _layers(n: int = 4):
     return g.build(*outs)
 
 
-def test_repeated_layers_share_results_and_refusals_name_their_own_nodes(monkeypatch):
-    memos = []
-
-    class Recorded(check_memo.CheckMemo):
-        def __init__(self):
-            super().__init__()
-            memos.append(self)
-
+def test_repeated_layers_share_results_and_refusals_name_their_own_nodes(monkeypatch, check_memos):
     graph = _layers()
-    monkeypatch.setattr(engine, "CheckMemo", Recorded)
     plan = preset("default").fuse(graph, CompileOptions())
-    (memo,) = memos
+    (memo,) = check_memos
     assert memo.hits > len(memo.shapes)  # the middle layers reuse the first one's checks
     for k in range(4):
         reasons = [r.reason for r in plan.rejected if "data-dependent" in r.reason and f"xf{k} " in r.reason]

@@ -88,22 +88,14 @@ def test_the_pass_leaves_graphs_without_candidates_alone():
     assert plan.graph is graph
 
 
-def test_the_second_pass_reuses_the_first_pass_legality_and_plans_the_same(monkeypatch):
+def test_the_second_pass_reuses_the_first_pass_legality_and_plans_the_same(monkeypatch, check_memos):
     """check_memo.py: the pass after the rewrite takes every group it checked before from the
     memo, and the plan is the one checking everything again gives."""
-    from pipec_fusion import check_memo, engine
-
-    memos = []
-
-    class Recorded(check_memo.CheckMemo):
-        def __init__(self):
-            super().__init__()
-            memos.append(self)
+    from pipec_fusion import engine
 
     graph = layer_norm_backward()
-    monkeypatch.setattr(engine, "CheckMemo", Recorded)
     with_memo = preset("default").fuse(graph, OPTS)
-    (memo,) = memos
+    (memo,) = check_memos
     assert memo.hits > 0  # the rewrite left most groups as they were
     monkeypatch.setattr(engine, "CheckMemo", lambda: None)  # every group checked in every pass
     assert with_memo == preset("default").fuse(graph, OPTS)
