@@ -3,6 +3,7 @@ checked against eager (float32, fixed seeds, kernels in Triton's interpreter).
 
 * inference: `pipec.compile(model)` under no_grad, each model as one graph (no graph break);
   a couple also through `torch.compile(model, backend="pipec")`;
+* export: a few through `pipec.export`, run from the artifact file;
 * training: one forward and backward of the architectures with a training step, comparing
   the loss, every parameter's gradient and the buffers (BatchNorm's running statistics).
 
@@ -45,6 +46,19 @@ def test_inference(name):
 def test_inference_torch_compile_backend(name):
     built = hf_models.build(name, hf_models.TINY)
     _run_inference(built, torch.compile(built.model, backend="pipec"))
+
+
+# Exported whole through torch.export and run from the artifact alone: an encoder with a padding
+# mask, a decoder with its KV cache on, a conv net. (The artifact keeps SDPA as the portable op,
+# so an encoder's mask becomes additive inside the call instead of in a kernel of its own.)
+THROUGH_EXPORT = ("bert", "gpt2", "convnext")
+
+
+@pytest.mark.parametrize("name", THROUGH_EXPORT)
+def test_exported_artifact_matches_eager(name, tmp_path):
+    built = hf_models.build(name, hf_models.TINY)
+    pipec.export(built.model, built.inputs, tmp_path / f"{name}.pipec")
+    _run_inference(built, pipec.load(tmp_path / f"{name}.pipec"))
 
 
 @pytest.mark.parametrize("name", hf_models.TRAINING)
