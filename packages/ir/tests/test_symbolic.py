@@ -55,3 +55,11 @@ def test_a_renamed_index_keeps_its_bound():
     r = renamed_index(j, "operand1")
     assert r != j and FloorDiv(16 * index_symbol("a") + r, 16) == index_symbol("a")
     assert renamed_index(index_symbol("i"), "k") == index_symbol("k")
+
+
+def test_renamed_refs_reach_into_nested_arguments():
+    from pipec_ir import Ref, ref_names, renamed_refs
+
+    args = (("args", (Ref("a"), 2, (Ref("b"), Ref("a")))), ("kwargs", (("mask", Ref("c")),)))
+    out = renamed_refs(args, {"a": "x", "c": "z"})
+    assert list(ref_names(out)) == ["x", "b", "x", "z"] and out[0][1][1] == 2

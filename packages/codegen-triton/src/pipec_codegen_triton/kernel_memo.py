@@ -17,15 +17,15 @@ from dataclasses import replace
 
 from pipec_ir import Kernel
 
-from .kernel_source import KernelSource
+from .kernel_source import KernelSource, writes_clause
 
 _NAME = "\0name\0"
 _WRITES = "\0writes\0"
 
 
 def _writes(kernel: Kernel) -> str:
-    """The end of the docstring line `KernelWriter._docstring` writes."""
-    return f'; writes {", ".join(kernel.outputs)}"""\n'
+    """The end of the kernel's docstring line."""
+    return writes_clause(kernel.outputs) + '"""\n'
 
 
 class WrittenKernels:

@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 import sympy
 
 
+def writes_clause(outputs) -> str:
+    """How a kernel's docstring ends: the values it stores (kernel_memo.py finds it there to give
+    a kernel's source to another kernel of its structure under that one's names)."""
+    return f"; writes {', '.join(outputs)}"
+
+
 class CodegenError(Exception):
     """The plan asks for something this code generator cannot emit."""
 

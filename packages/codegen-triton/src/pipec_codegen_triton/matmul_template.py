@@ -30,7 +30,7 @@ from .matmul_gluon import gluon_lines, pingpong_config, pingpong_source, store_t
 from .matmul_tma import (PERSISTENT_PROGRAMS, SUBTILE_SPLIT, TMA_CONFIGS, TmaOperand, persistent_loop,
                          persistent_split, tma_operand)
 from .simplify import collapse
-from .kernel_source import CodegenError, Scope
+from .kernel_source import CodegenError, Scope, writes_clause
 from .triton_helpers import helpers_used
 from .writer import KernelWriter
 
@@ -385,7 +385,7 @@ def write_template(graph: Graph, kernel: Kernel, pingpong: bool = True,
         header.append("from triton.language.extra import libdevice")
     ops = [nodes[n].op for n in kernel.nodes if kind_of(nodes[n].op) != VIEW]
     shape_a = "[B, M, K] @ [B, K, N]" if batched else "[M, K] @ [K, N]"
-    doc = f"{' -> '.join(ops)}: {shape_a} into an fp32 tile, epilogue on the tile; writes {', '.join(kernel.outputs)}"
+    doc = f"{' -> '.join(ops)}: {shape_a} into an fp32 tile, epilogue on the tile{writes_clause(kernel.outputs)}"
     source = "\n".join(header) + "\n" + helpers_used(body) + f"\n\n{w.jit}\n"
     source += f"def {kernel.name}({', '.join(params)}):\n"
     source += f'    """{doc}"""\n' + "\n".join(body) + "\n"

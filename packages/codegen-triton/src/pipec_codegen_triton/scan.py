@@ -23,7 +23,7 @@ from pipec_ir.ops import SCAN_COMBINES, VIEW, kind_of
 
 from .configs import PERSISTENT_SCAN_BYTES
 from .dtypes import FLOAT_COMPUTE, tl_compute
-from .kernel_source import CodegenError
+from .kernel_source import CodegenError, writes_clause
 from .reductions import literal_of_identity
 from .writer import KernelWriter
 
@@ -145,4 +145,4 @@ class ScanWriter(KernelWriter):
         ops = [self.nodes[n].op for n in self.kernel.nodes if kind_of(self.nodes[n].op) != VIEW]
         dom = ", ".join(map(str, self.domain))
         return (f"{' -> '.join(ops)} over [{dom}], an inclusive {self.scan.attr('combine')} scan along dim "
-                f"{self.scan.attr('dim')}; writes {', '.join(self.kernel.outputs)}")
+                f"{self.scan.attr('dim')}{writes_clause(self.kernel.outputs)}")

@@ -28,7 +28,7 @@ from pipec_ir.symbolic import (
 from .configs import OUTER_PERSISTENT_LIMIT, PERSISTENT_ROW_BYTES, pow2_at_least
 from .dtypes import FLOAT_COMPUTE, literal, tl_compute, tl_storage
 from .indexing_ops import take_value
-from .kernel_source import CodegenError, KernelSource, Scope
+from .kernel_source import CodegenError, KernelSource, Scope, writes_clause
 from .pointwise_ops import POINTWISE as TEMPLATES
 from .reduction_rows import ReductionRows
 from .simplify import simplify_index
@@ -394,7 +394,7 @@ class KernelWriter(ReductionRows):
         ops = [self.nodes[n].op for n in self.kernel.nodes if kind_of(self.nodes[n].op) != VIEW]
         dom = ", ".join(map(str, self.domain))
         red = f", reducing dims {list(self.kernel.reduce_dims)}" if self.is_reduction else ""
-        return f"{' -> '.join(ops)} over [{dom}]{red}; writes {', '.join(self.kernel.outputs)}"
+        return f"{' -> '.join(ops)} over [{dom}]{red}{writes_clause(self.kernel.outputs)}"
 
     def _define_indices(self, scope: Scope, syms, dims, flat: str):
         shape = [self.domain[d] for d in dims]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pipec_ir import Graph, Ref, kind_of
+from pipec_ir import Graph, kind_of, renamed_refs
 from pipec_ir.ops import MATMUL_OPS, VIEW_OPS
 
 # kinds whose results are not a function of their inputs alone (getitem is an extern's result)
@@ -53,7 +53,7 @@ def merge_common_values(graph: Graph) -> tuple[Graph, dict[str, str]]:
             continue
         if any(v in dropped for v in node.inputs):
             node = replace(node, inputs=tuple(dropped.get(v, v) for v in node.inputs),
-                           attrs=_renamed(node.attrs, dropped))
+                           attrs=renamed_refs(node.attrs, dropped))  # an extern names its tensors there too
         nodes.append(node)
     return replace(graph, nodes=tuple(nodes)), dropped
 
@@ -80,13 +80,3 @@ def _read_by_library(graph: Graph) -> set[str]:
         if library or (node.op in VIEW_OPS and node.name in read):
             read.update(node.inputs)
     return read
-
-
-def _renamed(value, dropped: dict[str, str]):
-    """`value` (attributes; tuples nest) with each `Ref` to a dropped node pointing at its
-    replacement: an extern call names its tensor arguments in its attributes too."""
-    if isinstance(value, Ref):
-        return Ref(dropped.get(value.name, value.name))
-    if isinstance(value, tuple):
-        return tuple(_renamed(v, dropped) for v in value)
-    return value

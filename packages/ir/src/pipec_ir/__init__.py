@@ -25,7 +25,7 @@ from .serialize import FORMAT, VERSION, digest, dumps, loads
 from .text import format_document
 from .types import (
     DTYPES, FLOAT_DTYPES, ITEMSIZE, Buffer, Device, Dtype, FusionDecision, Graph, GraphInput, Kernel,
-    MAXNREG_CONSTANT, TMA_CONSTANT, KernelPlan, LaunchConfig, Node, Program, Ref, RejectedFusion, ref_names, Size, Slot, Step, SymbolRange,
+    MAXNREG_CONSTANT, TMA_CONSTANT, KernelPlan, LaunchConfig, Node, Program, Ref, RejectedFusion, ref_names, renamed_refs, Size, Slot, Step, SymbolRange,
     TensorType, TritonKernel, attr_expr, get_attr, make_attrs, size_attr,
 )
 from .verify import is_multi_result, verify
@@ -41,7 +41,7 @@ __all__ = [
     "Cache", "CacheAdmin", "Capture", "Codegen", "Fusion", "Runtime", "Entry", "Registry", "UnknownStageError",
     "FORMAT", "VERSION", "digest", "dumps", "loads", "format_document",
     "DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "Buffer", "Device", "Dtype", "FusionDecision", "Graph",
-    "GraphInput", "Kernel", "KernelPlan", "LaunchConfig", "MAXNREG_CONSTANT", "TMA_CONSTANT", "Node", "Program", "Ref", "RejectedFusion", "ref_names",
+    "GraphInput", "Kernel", "KernelPlan", "LaunchConfig", "MAXNREG_CONSTANT", "TMA_CONSTANT", "Node", "Program", "Ref", "RejectedFusion", "ref_names", "renamed_refs",
     "Size", "Slot", "Step", "SymbolRange", "TensorType", "TritonKernel", "attr_expr", "get_attr", "make_attrs",
     "size_attr",
     "is_multi_result", "verify",

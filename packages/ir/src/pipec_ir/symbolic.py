@@ -219,11 +219,7 @@ class _Printer(sympy.printing.str.StrPrinter):
 
 def pyexpr(expr) -> str:
     """Print an integer expression as Python/Triton source (`//` and `%`)."""
-    expr = as_expr(expr)
-    try:
-        return _printed(expr)
-    except TypeError:  # unhashable
-        return _Printer().doprint(expr)
+    return _printed(as_expr(expr))
 
 
 @functools.lru_cache(maxsize=8192)  # codegen prints the same indices in every layer of a model

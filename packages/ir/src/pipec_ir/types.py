@@ -38,6 +38,16 @@ def ref_names(value):
             yield from ref_names(v)
 
 
+def renamed_refs(value, renamed: dict[str, str]):
+    """`value` (an extern call's argument or attributes; tuples nest) with each `Ref` whose name
+    `renamed` holds pointing at the new name."""
+    if isinstance(value, Ref):
+        return Ref(renamed.get(value.name, value.name))
+    if isinstance(value, tuple):
+        return tuple(renamed_refs(v, renamed) for v in value)
+    return value
+
+
 @dataclass(frozen=True)
 class Dtype:
     """A torch dtype argument, by name ("float32")."""
