@@ -136,6 +136,81 @@ def test_specialized_run_shares_a_slot_only_while_one_of_its_buffers_lives(tmp_p
     assert sum("EMPTY" in ln for ln in specialized.source.splitlines()) == 1
 
 
+def _add_chain(n: int, extra_steps=(), outputs=None, big=None):
+    """x -> b0 = x + x -> b1 = b0 + x -> ... each buffer in a slot of its own (as a plan whose
+    slots serve other sizes too would have them). `big`: after step `big`, a 64-element buffer
+    is written from x64 and read once into the output `s`: the run's peak is there."""
+    k, names = add_kernel("k", 8), [f"b{i}" for i in range(n)]
+    steps = [Step("launch", "k", ("x", "x"), ("b0",))]
+    steps += [Step("launch", "k", (names[i - 1], "x"), (names[i],)) for i in range(1, n)]
+    buffers = [Buffer(b, T([8]), slot=i) for i, b in enumerate(names)]
+    kernels = [k]
+    if big is not None:
+        kernels.append(add_kernel("k64", 64))
+        buffers += [Buffer("big", T([64])), Buffer("s", T([8]))]
+        steps[big + 1:big + 1] = [Step("launch", "k64", ("x64", "x64"), ("big",)),
+                                  Step("launch", "k", ("big", "x"), ("s",))]
+    steps += list(extra_steps)
+    inputs = (Buffer("x", T([8])),) + ((Buffer("x64", T([64])),) if big is not None else ())
+    return Program(name="chain", inputs=inputs, outputs=outputs or (names[-1], *(("s",) if big is not None else ())),
+                   buffers=tuple(buffers), kernels=tuple(kernels), steps=tuple(steps),
+                   slots=tuple(Slot(i, sympy.Integer(32)) for i in range(n)))
+
+
+def _specialized_source(prog, tmp_path, *args):
+    import torch
+
+    from pipec_runtime_cudagraph import load_launch
+
+    run = load_launch(prog, CompileOptions(), LoadContext(kernel_dir=str(tmp_path)))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.arange(8.0, device=device)
+    extra = [torch.ones(64, device=device)] if args else []
+    for _ in range(2):  # general path, then the specialized one
+        out = run([x, *extra])
+    [(_, specialized)] = run.specialized.values()
+    return specialized.source, out, x
+
+
+def test_specialized_run_hands_a_released_storage_to_the_next_buffer_of_its_layout(tmp_path):
+    """b0 dies when b1 is written, b1 when b2 is: b2 takes b0's storage, b3 b1's (held in between,
+    the memory in use never passes the peak of two buffers), so a chain of four allocates two."""
+    source, (b3,), x = _specialized_source(_add_chain(4), tmp_path)
+    assert sum("EMPTY" in ln for ln in source.splitlines()) == 2
+    assert "slot2 =" not in source and "slot3 =" not in source  # their buffers bind the held storage
+    import torch
+    torch.testing.assert_close(b3, 5 * x)
+
+
+def test_a_live_view_keeps_its_storage_from_being_handed_on(tmp_path):
+    """A view of b0 read after b2 is written: b0's storage is still in use there, so b2 gets
+    fresh storage (handing it on would let b2 overwrite what the view reads)."""
+    view = Step("extern", "aten.reshape.default", ("b0",), ("v",), make_attrs(args=(Ref("b0"), (2, 4))))
+    read = Step("launch", "k", ("v_flat", "x"), ("late",))
+    flat = Step("extern", "aten.reshape.default", ("v",), ("v_flat",), make_attrs(args=(Ref("v"), (8,))))
+    prog = _add_chain(3)
+    prog = Program(name=prog.name, inputs=prog.inputs, outputs=("b2", "late"),
+                   buffers=(*prog.buffers, Buffer("v", T([2, 4])), Buffer("v_flat", T([8])), Buffer("late", T([8]))),
+                   kernels=prog.kernels, steps=(prog.steps[0], view, *prog.steps[1:], flat, read), slots=prog.slots)
+    source, (b2, late), x = _specialized_source(prog, tmp_path)
+    import torch
+    torch.testing.assert_close(b2, 4 * x)
+    torch.testing.assert_close(late, 3 * x)  # b0 = 2x, read through the view after b2 is written
+    assert "slot2 =" in source  # b2 allocated its own
+
+
+def test_storage_is_not_held_across_the_peak(tmp_path):
+    """A 64-element buffer written between b0's release and b2's first write makes the run's
+    peak: holding b0 across it would raise the peak, so b2 allocates; b3 still takes b1's storage."""
+    source, (b3, s), x = _specialized_source(_add_chain(4, big=1), tmp_path, "big")
+    lines = source.splitlines()
+    assert any(ln.strip().startswith("slot2 = EMPTY") for ln in lines)
+    assert not any(ln.strip().startswith("slot3 = EMPTY") for ln in lines)
+    import torch
+    torch.testing.assert_close(b3, 5 * x)
+    torch.testing.assert_close(s, 2 + x)
+
+
 # ---------------------------------------------------------------- memory_profile: what a call holds
 
 

@@ -128,3 +128,52 @@ def test_a_kernel_is_loaded_once_per_device(monkeypatch):
     assert static_launch.load_function(Impl, k, 0) == static_launch.load_function(Impl, k, 0) == "function1"
     assert static_launch.load_function(Impl, k, 1) == "function2"
     assert loads == [(b"\x7fELF cubin", "k", 0), (b"\x7fELF cubin", "k", 1)]
+
+
+def _bound(monkeypatch, static: bool, check=()):
+    """A launcher bound on a fake compiled kernel: (launch, [recorded calls])."""
+    import inspect
+
+    from pipec_runtime_cudagraph import fastlaunch
+
+    calls = []
+    kernel = SimpleNamespace(run=lambda *a: calls.append(("triton", a)), function=7, packed_metadata="META")
+    fn = SimpleNamespace(arg_names=["x", "out", "n", "BLOCK"], signature=inspect.signature(lambda x, out, n, BLOCK: None))
+    if static:
+        entries = {"LAUNCH": lambda *a: calls.append(("static", a)), "CUFUNC": 9, "WARPS": 4, "SHARED": 0,
+                   "TYS": "OOi", "C": ()}
+        monkeypatch.setattr(fastlaunch, "static_launch_call", lambda *a: (entries, "(p0.data_ptr(), p1.data_ptr(), 8)"))
+    slow = lambda *ptrs: calls.append(("slow", ptrs))  # noqa: E731
+    launch = fastlaunch.bind_launcher(kernel, fn, (2,), (8,), {"BLOCK": 4}, 2, check, slow, 0 if static else None)
+    return launch, calls
+
+
+class _Ptr:
+    def __init__(self, address):
+        self.address = address
+
+    def data_ptr(self):
+        return self.address
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("address", [64, 65])
+def test_an_inlined_launch_makes_the_call_its_launcher_makes(monkeypatch, static, address):
+    """A specialized run writes a bound launch into its own body (`InlineLaunch.statement`): with
+    the pointers renamed and the launcher's names made unique there, it makes the same call,
+    the alignment check's slow path included."""
+    launch, calls = _bound(monkeypatch, static, check=(0,))
+    x, out = _Ptr(address), _Ptr(128)
+    launch("STREAM", x, out)
+    namespace = {"stream": "STREAM", "a": x, "b": out}
+
+    def const(prefix, value):
+        name = f"{prefix}_{len(namespace)}"
+        namespace[name] = value
+        return name
+    statement = launch.inline.statement(["a", "b"], const)
+    assert "p0" not in statement and "p1" not in statement
+    exec(statement, namespace)  # noqa: S102 - the statement under test
+    assert len(calls) == 2 and calls[0] == calls[1], calls
+    kind = calls[0][0]
+    assert kind == ("slow" if address % 16 else "static" if static else "triton")

@@ -22,10 +22,13 @@ through `fn[grid]` (which compiles the right variant). With launch hooks set
 from __future__ import annotations
 
 import inspect
+import re
 
 from .static_launch import static_launch_call
 
 ALIGN_MASK = 15
+_NAMES = r"\b[A-Z][A-Z_]*\b"  # the namespace entries a generated launch names
+_TOKENS = r"\b(?:p\d+|[A-Z][A-Z_]*)\b"  # those and the pointer placeholders
 
 
 _MISSING = object()
@@ -105,21 +108,47 @@ def bind_launcher(kernel, fn, grid: tuple, sizes: tuple, constants: dict, nptrs:
     g = tuple(grid) + (1,) * (3 - len(grid))
     namespace = {"RUN": run, "FUNC": function, "META": metadata, "SLOW": slow, "TAIL": values[nptrs:]}
     params = ", ".join(placeholders)
-    lines = [f"def launch(stream, {params}):"]
-    if check:
-        test = " | ".join(f"p{i}.data_ptr()" for i in check)
-        lines.append(f"    if ({test}) & {ALIGN_MASK}:")
-        lines.append(f"        return SLOW({params})")
     static = None if device_index is None else static_launch_call(kernel, device_index, values, nptrs)
     if static is not None:
         entries, args = static
         namespace.update(entries)
-        lines.append(f"    LAUNCH(CUFUNC, {g[0]}, {g[1]}, {g[2]}, WARPS, SHARED, TYS, {args}, stream)")
+        call = (f"LAUNCH(CUFUNC, {g[0]}, {g[1]}, {g[2]}, {entries['WARPS']}, {entries['SHARED']}, {entries['TYS']!r}, "
+                f"{args}, stream)")
     else:
-        lines.append(f"    RUN({g[0]}, {g[1]}, {g[2]}, stream, FUNC, META, None, None, None, {params}, *TAIL)")
-    exec(compile("\n".join(lines) + "\n", f"<pipec launch {getattr(fn, '__name__', 'kernel')}>", "exec"),
-         namespace)  # noqa: S102 - generated above
-    return namespace["launch"]
+        call = f"RUN({g[0]}, {g[1]}, {g[2]}, stream, FUNC, META, None, None, None, {params}, *TAIL)"
+    if check:
+        test = " | ".join(f"p{i}.data_ptr()" for i in check)
+        call = f"SLOW({params}) if ({test}) & {ALIGN_MASK} else {call}"
+    exec(compile(f"def launch(stream, {params}):\n    {call}\n", f"<pipec launch {getattr(fn, '__name__', 'kernel')}>",
+                 "exec"), namespace)  # noqa: S102 - generated above
+    launch = namespace.pop("launch")
+    # what a specialized run writes in its own body instead of calling `launch` (one Python
+    # frame less per launch): the call with p0.. as placeholders for the pointers
+    named = set(re.findall(_NAMES, call))
+    launch.inline = InlineLaunch({k: v for k, v in namespace.items() if k in named}, call)
+    return launch
+
+
+class InlineLaunch:
+    """A bound launch as one statement: `call` names the entries of `namespace`, the pointer
+    placeholders p0, p1, ... and `stream`."""
+
+    __slots__ = ("namespace", "call")
+
+    def __init__(self, namespace: dict, call: str):
+        self.namespace, self.call = namespace, call
+
+    def statement(self, pointers: list[str], const) -> str:
+        """The call with `pointers` for p0.. and each namespace entry renamed to `const(name,
+        value)` (a name unique in the caller's namespace)."""
+        names = {k: const(k, v) for k, v in self.namespace.items()}
+
+        def name(m):
+            token = m.group(0)
+            if token[0] == "p" and token[1:].isdigit():
+                return pointers[int(token[1:])]
+            return names.get(token, token)
+        return re.sub(_TOKENS, name, self.call)
 
 
 def current_stream_getter():
@@ -132,4 +161,4 @@ def current_stream_getter():
     return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
-__all__ = ["bind_launcher", "current_stream_getter", "fast_path_available", "hooks_active"]
+__all__ = ["InlineLaunch", "bind_launcher", "current_stream_getter", "fast_path_available", "hooks_active"]

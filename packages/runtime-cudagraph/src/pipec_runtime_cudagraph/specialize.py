@@ -30,13 +30,13 @@ import keyword
 import torch
 
 from pipec_ir import Device, Dtype, Ref, Size, get_attr
-from pipec_ir.symbolic import contiguous_strides
 
+from .allocations import allocation_lines, strided_allocator
 from .exprs import compile_ints
 from .extern_ops import direct_call
 from .pysource import Source, compile_source
 from .steps import TORCH_DTYPES, ExternStep, LaunchStep, written_over
-from .memory import buffer_nbytes, is_view_target, round_up
+from .memory import is_view_target
 from .views import REINTERPRET, Reinterpret, collapse_view_chains
 
 ALIGNMENT = 16  # Triton specializes pointer arguments on 16-byte alignment
@@ -64,7 +64,7 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
     var = [f"v{i}" for i in range(runner.nvals)]
     dev = "DEV"
     src.namespace["DEV"] = device
-    fast = _strided_allocator(device)
+    fast = strided_allocator(device)
     if fast is not None:  # allocates on the current device: the guards check it is this one
         src.namespace["EMPTY_STRIDED"] = fast
     device_index = device.index if device.type == "cuda" else -1
@@ -75,7 +75,7 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
     dense = frozenset(k for k in runner.dense_inputs if runner.index[runner.program.inputs[k].name] in launched)
     header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)", strides, dense)
     after = release_points(flat, runner)
-    allocs = _allocations(runner, flat, symvals, src, var, after)
+    allocs = allocation_lines(runner, flat, symvals, src, var, after, observed)
     for k, (objs, _) in enumerate(flat):
         for j, obj in enumerate(objs):
             for line in allocs.get((k, j), ()):
@@ -85,8 +85,12 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
                     src.namespace["WRITTEN_OVER"] = written_over
                     src.emit(f"{var[out]} = WRITTEN_OVER({var[donor]}, {src.const('S', tuple(shape(*symvals)))}, "
                              f"{src.const('D', dtype)})")
-                fn = src.const("L", obj.launcher(symvals, device))
-                src.emit(f"{fn}(stream, {', '.join(var[i] for i in obj.ptrs)})")
+                launcher = obj.launcher(symvals, device)
+                inline = getattr(launcher, "inline", None)
+                if inline is not None:  # the launch in this body: no Python frame per kernel
+                    src.emit(inline.statement([var[i] for i in obj.ptrs], src.const))
+                else:
+                    src.emit(f"{src.const('L', launcher)}(stream, {', '.join(var[i] for i in obj.ptrs)})")
             elif isinstance(obj, Reinterpret):
                 src.emit(_reinterpret_line(src, obj, var, symvals, runner, dev, device.type))
             else:
@@ -183,98 +187,6 @@ def _chosen_alternative(step, symvals, device) -> str | None:
         return step.default
     bucket = step.runner.bucket_key(symvals) if step.runner.symbols else ()
     return step.chosen.get(bucket)
-
-
-def _allocations(runner, flat, symvals, src: Source, var, released: dict[tuple, list[int]]) -> dict[tuple, list[str]]:
-    """Lines allocating the runner's buffers, by (plan position, object index): each right
-    before the step object that first writes it, inside the picked alternative (a library
-    GEMM's epilogue output is not allocated while cuBLAS runs).
-
-    A slot's buffers share storage only while one of them is live when the next is first
-    written (an in-place pointwise kernel writing over its dying input). Once all of a
-    slot's buffers so far are released, the next gets fresh storage: holding the slot
-    across the gap would keep memory eager has already freed (layer_norm 1's output held
-    through attention until layer_norm 2 reuses it), and the caching allocator hands the
-    same block back anyway."""
-    first_write: dict[int, tuple[int, int]] = {}
-    for k, (objs, _) in enumerate(flat):
-        for j, obj in enumerate(objs):
-            for i in getattr(obj, "allocates", getattr(obj, "writes", ())):
-                if i in runner.allocated:
-                    first_write.setdefault(i, (k, j))
-    dies = {i: (k, len(flat[k][0]) if j is None else j) for (k, j), values in released.items() for i in values}
-    by_index = {runner.index[b.name]: b for b in runner.program.buffers}
-    slot_nbytes = {s.index: s.nbytes for s in runner.program.slots}
-
-    def ints(exprs):
-        return tuple(compile_ints(exprs, runner.symbols)(*symvals)) if exprs else ()
-
-    lines: dict[tuple, list[str]] = {}
-    slots: dict[int, list[int]] = {}
-    for i, at in sorted(first_write.items(), key=lambda item: item[1]):
-        b = by_index[i]
-        if b.slot is None:
-            lines.setdefault(at, []).append(f"{var[i]} = {_empty(src, ints(b.type.shape), TORCH_DTYPES[b.type.dtype])}")
-        else:
-            slots.setdefault(b.slot, []).append(i)
-    for slot, members in sorted(slots.items()):
-        for n, run in enumerate(_sharing_runs(members, first_write, dies)):
-            _slot_lines(lines, f"slot{slot}" + (f"_{n}" if n else ""), run, slot_nbytes[slot],
-                        by_index, first_write, var, src, ints)
-    return lines
-
-
-def _sharing_runs(members: list[int], first_write: dict, dies: dict) -> list[list[int]]:
-    """A slot's buffers (in first-write order) cut into runs that must share storage: a buffer
-    joins the current run when one of the run's buffers is still live at its first write."""
-    runs: list[list[int]] = []
-    for i in members:
-        if runs and any(dies.get(m, (1 << 30, 0)) >= first_write[i] for m in runs[-1]):
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return runs
-
-
-def _slot_lines(lines, name, members, slot_nbytes, by_index, first_write, var, src, ints) -> None:
-    """One storage for `members`: allocated at the first one's first write, each member bound
-    at its own, the storage's own name dropped once every member is bound (it is then freed
-    with its last member)."""
-    bufs = [by_index[i] for i in members]
-    first = first_write[members[0]]
-    if all(b.type == bufs[0].type for b in bufs):  # one typed tensor serves every buffer (common)
-        shape, dtype = ints(bufs[0].type.shape), TORCH_DTYPES[bufs[0].type.dtype]
-        lines.setdefault(first, []).append(f"{name} = {_empty(src, shape, dtype)}")
-        for i in members:
-            lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}")
-    else:
-        nbytes = round_up(max(ints([slot_nbytes] + [buffer_nbytes(b) for b in bufs])))
-        lines.setdefault(first, []).append(f"{name} = {_empty(src, (nbytes,), torch.uint8)}")
-        for i, b in zip(members, bufs):
-            n = ints([buffer_nbytes(b)])[0]
-            shape, dt = src.const("S", ints(b.type.shape)), src.const("D", TORCH_DTYPES[b.type.dtype])
-            cut = "" if n == nbytes else f"[:{n}]"
-            lines.setdefault(first_write[i], []).append(f"{var[i]} = {name}{cut}.view({dt}).view({shape})")
-    lines[first_write[members[-1]]].append(f"{name} = None")
-
-
-def _empty(src: Source, shape: tuple, dtype: torch.dtype) -> str:
-    """An uninitialized contiguous tensor on the run's device: through the strided allocator
-    Inductor's generated code uses where torch has it, several times cheaper per call than
-    `torch.empty` (docs/performance.md, "Empty tensors through the strided allocator")."""
-    s, d = src.const("S", tuple(shape)), src.const("D", dtype)
-    if "EMPTY_STRIDED" in src.namespace:
-        # torch's row-major strides: a size-0 dim counts as 1, as in torch.empty
-        strides = tuple(int(x) for x in contiguous_strides([max(int(n), 1) for n in shape]))
-        return f"EMPTY_STRIDED({s}, {src.const('T', strides)}, {d})"
-    return f"EMPTY({s}, dtype={d}, device=DEV)"
-
-
-def _strided_allocator(device: torch.device):
-    """torch's `empty_strided` for the current device of `device`'s type (what Inductor's
-    generated code calls), or None where this torch lacks it."""
-    guards = getattr(torch._C._dynamo, "guards", None)
-    return getattr(guards, f"_empty_strided_{device.type}", None)
 
 
 def guard_lines(src: Source, runner, symvals: tuple, device_index: int, names: list[str],
