@@ -439,3 +439,89 @@ def test_a_failed_async_compile_does_not_leave_triton_in_async_mode():
         assert _async_compile.active_mode.get() is other
     finally:
         _async_compile.active_mode.reset(token)
+
+
+def _binding_cases():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+    a, b, m3 = r(4, 6), r(6, 5), r(2, 4, 6)
+    return {
+        "aten.mm.default": ((a, b), {}),
+        "aten.bmm.default": ((m3, r(2, 6, 3)), {}),
+        "aten.addmm.default": ((r(5), a, b), {"beta": 0.5, "alpha": 2.0}),
+        "aten.baddbmm.default": ((r(2, 4, 3), m3, r(2, 6, 3)), {"beta": 1.0, "alpha": 0.25}),
+        "aten._addmm_activation.default": ((r(5), a, b), {"beta": 1.0, "alpha": 1.0, "use_gelu": False}),
+        "aten.permute.default": ((m3, [2, 0, 1]), {}),
+        "aten.reshape.default": ((m3.permute(1, 0, 2), [4, 12]), {}),  # copies: not a view
+        "aten.t.default": ((a,), {}),
+        "aten.transpose.int": ((m3, 0, 2), {}),
+        "aten.unsqueeze.default": ((a, 1), {}),
+        "aten.squeeze.dim": ((r(4, 1, 3), 1), {}),
+        "aten.select.int": ((m3, 1, 2), {}),
+        "aten.narrow.default": ((m3, 2, 1, 3), {}),
+        "aten.as_strided.default": ((a, [3, 2], [1, 6], 1), {}),
+        "aten.clone.default": ((m3.transpose(0, 1),), {"memory_format": torch.contiguous_format}),
+        "aten.cat.default": (([a, r(2, 6)], 0), {}),
+        "aten.view.default": ((m3, [8, 6]), {}),
+        "aten.expand.default": ((r(4, 1), [4, 7]), {"implicit": False}),
+    }
+
+
+def test_every_python_binding_computes_its_overload():
+    """A specialized run calls these ATen overloads through torch's Python bindings
+    (extern_ops.PYTHON_BINDINGS): with the overload's arguments, each returns the same values
+    in the same layout, a view where the overload returns a view."""
+    import torch
+
+    from pipec_runtime_cudagraph.extern_ops import PYTHON_BINDINGS
+    from pipec_runtime_cudagraph.steps import resolve_target
+
+    cases = _binding_cases()
+    assert set(cases) == set(PYTHON_BINDINGS), "every binding needs a case"
+    for target, (args, kwargs) in cases.items():
+        want = resolve_target(target)(*args, **kwargs)
+        got = PYTHON_BINDINGS[target](*args, **kwargs)
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=target)
+        assert got.stride() == want.stride() and got.storage_offset() == want.storage_offset(), target
+        assert (got._base is not None) == (want._base is not None), target
+
+
+def test_a_specialized_run_calls_the_python_binding(options, tmp_path):
+    """extern_program's mm goes through `torch.mm` in the specialized run's namespace."""
+    from pipec_ir import LoadContext
+
+    run = load_launch(extern_program(), options, LoadContext(kernel_dir=str(tmp_path)))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    args = [torch.randn(tuple(int(d) for d in b.type.shape), device=device) for b in extern_program().inputs]
+    first = run(args)
+    second = run(args)
+    for x, y in zip(first, second):
+        torch.testing.assert_close(x, y)
+    [(_, specialized)] = run.specialized.values()
+    assert torch.mm in specialized.__globals__.values()
+
+
+def test_an_output_viewing_the_runs_own_buffer_is_reinterpreted(options, tmp_path):
+    """A returned view of a buffer the caller never sees is made by `_reinterpret_tensor` (no
+    autograd view, which AOTAutograd would detach once more per saved tensor); a returned view of
+    an input stays an ATen view of the caller's tensor."""
+    from pipec_ir import LoadContext
+
+    prog = Program(
+        name="views_out", inputs=(Buffer("x", T([2, 4])),), outputs=("av", "xt"),
+        buffers=(Buffer("a", T([2, 4])), Buffer("av", T([4, 2])), Buffer("xt", T([4, 2]))),
+        kernels=(add_program(8).kernels[0],),
+        steps=(Step("launch", "pipec_add_0", ("x", "x"), ("a",)),
+               Step("extern", "aten.permute.default", ("a",), ("av",), make_attrs(args=(Ref("a"), (1, 0)))),
+               Step("extern", "aten.permute.default", ("x",), ("xt",), make_attrs(args=(Ref("x"), (1, 0))))))
+    run = load_launch(prog, options, LoadContext(kernel_dir=str(tmp_path)))
+    x = torch.randn(2, 4, device="cuda" if torch.cuda.is_available() else "cpu")
+    for _ in range(2):  # general path, then the specialized one
+        av, xt = run([x])
+        torch.testing.assert_close(av, (x + x).t())
+    assert run.specialized, "the second call ran specialized"
+    assert not av._is_view() and xt._is_view() and xt._base is x

@@ -73,6 +73,29 @@ def direct_call(target: str, device_type: str):
     return DIRECT.get((target, device_type))
 
 
+# ATen overloads a specialized run calls through torch's generated Python bindings (`torch.mm`,
+# what Inductor's `extern_kernels.mm` is) instead of the overload's own entry (`OpOverload._op`),
+# which parses its arguments against the schema in Python-facing C++: 1-3 us more per call on a
+# 2-core host, and a BERT base training step makes ~330 such calls (docs/performance.md,
+# "Session 18"). Each binding takes the overload's arguments in its order and names, reaches
+# that same overload, and is checked against it in tests/test_runtime_launch.py.
+_VF = torch._C._VariableFunctions
+PYTHON_BINDINGS = {
+    "aten.mm.default": _VF.mm, "aten.bmm.default": _VF.bmm, "aten.addmm.default": _VF.addmm,
+    "aten.baddbmm.default": _VF.baddbmm, "aten._addmm_activation.default": _VF._addmm_activation,
+    "aten.permute.default": _VF.permute, "aten.reshape.default": _VF.reshape, "aten.t.default": _VF.t,
+    "aten.transpose.int": _VF.transpose, "aten.unsqueeze.default": _VF.unsqueeze, "aten.squeeze.dim": _VF.squeeze,
+    "aten.select.int": _VF.select, "aten.narrow.default": _VF.narrow, "aten.as_strided.default": _VF.as_strided,
+    "aten.clone.default": _VF.clone, "aten.cat.default": _VF.cat,
+    "aten.view.default": torch.Tensor.view, "aten.expand.default": torch.Tensor.expand,
+}
+
+
+def python_binding(target: str):
+    """torch's Python binding computing the ATen overload `target`, or None."""
+    return PYTHON_BINDINGS.get(target)
+
+
 # ATen CPU kernels that misplace values when the index is an expanded view: with torch 2.13,
 # `x.scatter_add(0, idx, src)` for idx of strides (1, 0, 0) changed elements outside the
 # scattered positions (scatter_reduce too; scatter and gather are right). pipec calls them as
@@ -98,4 +121,4 @@ def guarded(target: str, op):
     return DenseIndexCall(op) if target in DENSE_INDEX_TARGETS else op
 
 
-__all__ = ["DENSE_INDEX_TARGETS", "DenseIndexCall", "direct_call", "guarded"]
+__all__ = ["DENSE_INDEX_TARGETS", "PYTHON_BINDINGS", "DenseIndexCall", "direct_call", "guarded", "python_binding"]

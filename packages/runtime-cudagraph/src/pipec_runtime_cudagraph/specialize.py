@@ -33,7 +33,7 @@ from pipec_ir import Device, Dtype, Ref, Size, get_attr
 
 from .allocations import allocation_lines, strided_allocator
 from .exprs import compile_ints
-from .extern_ops import direct_call
+from .extern_ops import direct_call, python_binding
 from .pysource import Source, compile_source
 from .steps import TORCH_DTYPES, ExternStep, LaunchStep, written_over
 from .memory import is_view_target
@@ -263,7 +263,8 @@ def _call(src: Source, step, var, symvals, runner, dev, device_type: str, first:
     if direct is not None:  # a pipec.* target's ATen equivalent on this device, without the dispatcher hop
         op, extra = direct
         target = str(op)
-    op = src.const(f"E{_safe(target)}", getattr(op, "_op", op))
+    binding = python_binding(target) if direct is None else None  # the cheaper entry (extern_ops.py)
+    op = src.const(f"E{_safe(target)}", binding or getattr(op, "_op", op))
     args = [_arg(src, v, var, runner, symvals, dev) for v in (get_attr(ir_step.attrs, "args", ()) or ())]
     if first is not None:
         args[0] = first

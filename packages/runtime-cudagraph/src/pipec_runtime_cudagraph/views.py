@@ -16,9 +16,16 @@ buffer the run allocates) needs nothing more; any other root (an extern call's r
 out as in the general run just before, checked per call (`root.stride() == ...`), and the
 chain itself runs when the check fails.
 
-Left as ATen calls: program outputs (a reinterpreted tensor is no autograd view: no `_base`,
-no shared version counter, which the caller may rely on), views with several outputs or
-inputs, and chains that do not stay views of their root (a reshape that copies).
+A program output is reinterpreted too when its root is the run's own (neither a program input
+nor itself returned): a training forward returns its saved activations as views of its buffers
+(attention's heads permuted), and AOTAutograd detaches every saved tensor that is an autograd
+view, one more call each (160 a step in BERT base), as it does not for Inductor's reinterpreted
+ones. The caller then gets no `_base` and no version counter shared with sibling views of that
+buffer, as from Inductor; nothing outside the run holds the root itself. An output viewing an
+input or another output stays an ATen view (eager's aliasing, which the caller may rely on).
+
+Left as ATen calls: those outputs, views with several outputs or inputs, and chains that do
+not stay views of their root (a reshape that copies).
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ def collapse_view_chains(flat: list, runner, symvals: tuple, observed: dict, str
     layouts = _root_layouts(runner, symvals, observed, strides)
     names = {i: n for n, i in runner.index.items()}
     outputs = {i for i in runner.out_index if i is not None}
+    # storages the caller sees apart from a view's output: the inputs and the values returned
+    visible = outputs | {runner.index[b.name] for b in runner.program.inputs}
     chains: dict[int, tuple[int, list]] = {}  # view value -> (its root, the view calls from the root)
     out = []
     for objs, release in flat:
@@ -76,7 +85,7 @@ def collapse_view_chains(flat: list, runner, symvals: tuple, observed: dict, str
             chain = [*chain, obj]
             chains[obj.outs[0]] = (root, chain)
             collapsed = None
-            if obj.outs[0] not in outputs and root in layouts:
+            if (obj.outs[0] not in outputs or root not in visible) and root in layouts:
                 shape, stride, dtype, guaranteed = layouts[root]
                 layout = _final_layout(root, chain, shape, stride, dtype, runner, symvals)
                 if layout is not None:
