@@ -25,6 +25,11 @@ def add_program(n: int = 100) -> Program:
         kernels=(add_kernel("pipec_add_0", n, CONFIGS),), steps=(Step("launch", "pipec_add_0", ("x", "y"), ("z",)),))
 
 
+# these take the CPU for an sm90 GPU; with a real GPU, CPU tensors run on it (runner.run_cpu_on_cuda)
+# and the decisions they count are made for the real device too
+no_real_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="fakes an sm90 GPU on a host without one")
+
+
 @pytest.fixture()
 def fake_gpu(monkeypatch, tmp_path):
     """Timing faked (BLOCK=128 wins), the CPU taken for an `sm90` GPU, the tables read from tmp_path;
@@ -72,6 +77,7 @@ def test_a_timing_records_what_a_table_is_learned_from(fake_gpu, tmp_path):
     assert ["load", 2] in data["features"]["body"] and ["store", 1] in data["features"]["body"]
 
 
+@no_real_gpu
 def test_a_decision_the_table_knows_is_not_timed(fake_gpu, tmp_path):
     probe = run(add_program(), LoadContext(tuning_cache=False))  # to read the launch's features
     fake_gpu.clear()
@@ -130,6 +136,7 @@ def test_sizes_round_up_to_powers_of_two():
     assert [pow2(n) for n in (0, 1, 2, 3, 100, 128, 129, 4097)] == [0, 1, 2, 4, 128, 128, 256, 8192]
 
 
+@no_real_gpu
 def test_a_table_pick_that_does_not_run_here_is_timed_instead(fake_gpu, tmp_path, monkeypatch, caplog):
     """A pick learned on another kernel body may need more registers or shared memory than this
     one has: when it does not build or load, the candidates are timed as without a table."""
