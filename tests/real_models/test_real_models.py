@@ -49,9 +49,10 @@ def test_inference_torch_compile_backend(name):
 
 
 # Exported whole through torch.export and run from the artifact alone: an encoder with a padding
-# mask, a decoder with its KV cache on, a conv net. (The artifact keeps SDPA as the portable op,
-# so an encoder's mask becomes additive inside the call instead of in a kernel of its own.)
-THROUGH_EXPORT = ("bert", "gpt2", "convnext")
+# mask, decoders with their KV cache on (their causal masks folded into `is_causal`), a vision
+# transformer (its all-true mask dropped), a conv net. (The artifact keeps SDPA as the portable
+# op, so an encoder's mask becomes additive inside the call instead of in a kernel of its own.)
+THROUGH_EXPORT = ("bert", "gpt2", "llama", "vit", "convnext")
 
 
 @pytest.mark.parametrize("name", THROUGH_EXPORT)
