@@ -1,11 +1,12 @@
 """Attention masks computed from no input are folded into SDPA's arguments under torch.export
-(constant_masks.py): dropped when they allow every position, `is_causal` when exactly causal;
-masks from inputs, and constant masks of any other pattern, stay."""
+(attention.py's `drop_constant_masks`, the rule Dynamo graphs already had): dropped when they
+allow every position, `is_causal` when exactly causal; masks from inputs, constant masks of any
+other pattern and biases that are not masks stay."""
 
 import pytest
 import torch
 
-from pipec_capture.constant_masks import fold_constant_masks
+from pipec_capture.attention import drop_constant_masks
 from pipec_capture.export import export_program
 
 F = torch.nn.functional
@@ -26,6 +27,8 @@ class Attention(torch.nn.Module):
             mask = (i[None, :] <= i[:, None])[None, None]
         elif self.kind == "causal_additive":
             mask = torch.zeros(6, 6).masked_fill(i[None, :] > i[:, None], torch.finfo(torch.float32).min)
+        elif self.kind == "bias":  # 0 on and below the diagonal, but a bias above it: not a mask
+            mask = torch.zeros(6, 6).masked_fill(i[None, :] > i[:, None], 0.5)
         elif self.kind == "sliding":  # constant, but not causal: a window of 2
             mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < 2)
         else:  # from the input: a padding mask
@@ -40,7 +43,7 @@ def _sdpa(gm):
 
 @pytest.mark.parametrize("kind, masked, causal", [
     ("all", False, False), ("causal", False, True), ("causal_additive", False, True),
-    ("sliding", True, False), ("padding", True, False)])
+    ("bias", True, False), ("sliding", True, False), ("padding", True, False)])
 def test_a_constant_mask_folds_into_the_call(kind, masked, causal):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 6, 8, generator=g) for _ in range(3))
@@ -48,7 +51,7 @@ def test_a_constant_mask_folds_into_the_call(kind, masked, causal):
     pad[1, 4:] = 0
     model = Attention(kind)
     ep = export_program(model, (q, k, v, pad))
-    changed = fold_constant_masks(ep.graph_module)
+    changed = drop_constant_masks(ep.graph_module)
     node = _sdpa(ep.graph_module)
     mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
     assert (mask is not None) == masked and changed == (0 if masked else 1)

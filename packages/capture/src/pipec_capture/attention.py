@@ -239,7 +239,12 @@ def drop_constant_mask(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
     value = evaluate_constant(gm, mask)
     if value is None or not isinstance(value, torch.Tensor):
         return
-    keep = value if value.dtype == torch.bool else value == 0
+    if value.dtype == torch.bool:
+        keep = value
+    elif value.is_floating_point() and bool(((value == 0) | (value <= torch.finfo(value.dtype).min)).all()):
+        keep = value == 0  # an additive mask: 0 where allowed, -inf or the dtype's least value elsewhere
+    else:
+        return  # a bias with other values (T5's positions): not a mask
     if bool(keep.all()):
         _set_mask(node, None, causal=False)
     elif _is_causal_mask(node, keep):
@@ -250,7 +255,7 @@ def _is_causal_mask(node: torch.fx.Node, keep: torch.Tensor) -> bool:
     """A decoder's mask: query i sees keys 0..i, the same for every batch and head, with as many
     queries as keys (is_causal's meaning in torch); its float form holds -inf or the dtype's
     least value elsewhere, which the softmax makes 0 either way (no row is all masked)."""
-    q, k = (a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None for a in node.args[:2])
+    q, k = (_traced_value(a) for a in node.args[:2])
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)) or keep.dim() < 2:
         return False
     length = q.shape[-2]
@@ -272,6 +277,30 @@ def _set_mask(node: torch.fx.Node, mask, causal: bool) -> None:
         else:
             kwargs["is_causal"] = True
     node.kwargs = kwargs
+
+
+def drop_constant_masks(gm: torch.fx.GraphModule) -> int:
+    """`drop_constant_mask` for every `aten.scaled_dot_product_attention` call of a torch.export
+    graph (decomposed: the portable op an artifact keeps); returns how many calls changed.
+    Under export transformers builds these masks too: an all-true one in ViT and wav2vec2, a
+    causal one in GPT-2 and Llama without a padding mask."""
+    changed = 0
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.scaled_dot_product_attention.default:
+            before = (node.args, dict(node.kwargs))
+            drop_constant_mask(gm, node)
+            changed += (node.args, dict(node.kwargs)) != before
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return changed
+
+
+def _traced_value(a):
+    """The example value of a node: Dynamo's `example_value`, or torch.export's `val`."""
+    if not isinstance(a, torch.fx.Node):
+        return None
+    return a.meta.get("example_value", a.meta.get("val"))
 
 
 # evaluate a mask only if it is small: a constant beyond this is left as it is
@@ -299,7 +328,7 @@ def evaluate_constant(gm: torch.fx.GraphModule, target: torch.fx.Node):
             # they need is set by nodes no value depends on, and a run that fails halfway leaves
             # functorch's level set, which broke the AOTAutograd trace after it (Jamba)
             return None
-        example = n.meta.get("example_value")
+        example = _traced_value(n)
         if isinstance(example, torch.Tensor) and example.numel() > MAX_CONSTANT_ELEMENTS:
             return None
         needed.append(n)

@@ -9,7 +9,7 @@ import torch
 from pipec_ir import CompileOptions, Graph
 
 from .aot import export_decompositions
-from .constant_masks import fold_constant_masks
+from .attention import drop_constant_masks
 from .errors import CaptureError
 from .lowerer import lower_graph
 
@@ -58,7 +58,7 @@ def export_graph(model, example_inputs, options: CompileOptions | None = None) -
     options = options or CompileOptions()
     ep = export_program(model, example_inputs, options)
     name = _model_name(model, options)
-    fold_constant_masks(ep.graph_module)  # masks transformers builds only under export
+    drop_constant_masks(ep.graph_module)  # masks from no input: dropped, or is_causal
     from torch.export.graph_signature import InputKind, OutputKind
 
     specs: dict[str, tuple[str, str]] = {}
