@@ -227,28 +227,31 @@ def _mask_arg(node: torch.fx.Node):
 _RANDOM_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "poisson", "uniform", "exponential")
 
 
-def drop_constant_mask(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+def drop_constant_mask(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """transformers builds an attention mask under tracing even where none is needed (no
     padding: eager passes none), from factories and the input's static sizes alone. Such a mask
     is a constant: it is evaluated here once, and one that lets every position through is
     dropped, so torch's own choice (cuDNN, flash) runs the call as in eager; a decoder's causal
-    mask becomes is_causal=True, which the flash kernels take."""
+    mask becomes is_causal=True, which the flash kernels take. Returns whether the call changed."""
     mask = _mask_arg(node)
     if not isinstance(mask, torch.fx.Node):
-        return
+        return False
     value = evaluate_constant(gm, mask)
     if value is None or not isinstance(value, torch.Tensor):
-        return
+        return False
     if value.dtype == torch.bool:
         keep = value
     elif value.is_floating_point() and bool(((value == 0) | (value <= torch.finfo(value.dtype).min)).all()):
         keep = value == 0  # an additive mask: 0 where allowed, -inf or the dtype's least value elsewhere
     else:
-        return  # a bias with other values (T5's positions): not a mask
+        return False  # a bias with other values (T5's positions): not a mask
     if bool(keep.all()):
         _set_mask(node, None, causal=False)
     elif _is_causal_mask(node, keep):
         _set_mask(node, None, causal=True)
+    else:
+        return False
+    return True
 
 
 def _is_causal_mask(node: torch.fx.Node, keep: torch.Tensor) -> bool:
@@ -287,9 +290,7 @@ def drop_constant_masks(gm: torch.fx.GraphModule) -> int:
     changed = 0
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target is torch.ops.aten.scaled_dot_product_attention.default:
-            before = (node.args, dict(node.kwargs))
-            drop_constant_mask(gm, node)
-            changed += (node.args, dict(node.kwargs)) != before
+            changed += drop_constant_mask(gm, node)
     if changed:
         gm.graph.eliminate_dead_code()
         gm.recompile()

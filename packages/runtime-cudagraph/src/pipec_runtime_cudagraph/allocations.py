@@ -82,7 +82,7 @@ def allocation_lines(runner, flat, symvals, src, var, released: dict[tuple, list
             else:
                 sig = ("bytes", round_up(max(ints([slot_nbytes[slot]] + [buffer_nbytes(b) for b in bufs]))))
             storages.append(_Storage(run, f"slot{slot}" + (f"_{n}" if n else ""), sig, (*first_write[run[0]], 0)))
-    _hand_on(storages, flat, released, runner, observed)
+    _hand_on(storages, flat, dies, runner, observed)
 
     lines: dict[tuple, list[str]] = {}
     for s in storages:
@@ -130,15 +130,15 @@ def _sharing_runs(members: list[int], first_write: dict, dies: dict) -> list[lis
     return runs
 
 
-def _hand_on(storages: list[_Storage], flat, released: dict[tuple, list[int]], runner, observed: dict) -> None:
+def _hand_on(storages: list[_Storage], flat, dies: dict[int, tuple], runner, observed: dict) -> None:
     """Set `source` where a storage can take a released one without raising the run's peak.
 
     The run's memory over time is simulated: its storages from allocation to release, and the
     results of its library calls at the sizes the general run saw (`observed`). Taking a
     released storage holds it from its release to the taker's first write; that is accepted
     when the memory in use stays at or below the peak without any taking, at every moment of
-    the hold."""
-    release_time = _release_times(flat, released)
+    the hold. `dies`: value -> (position, object index) after which it is released."""
+    release_time = {i: (*at, 2) for i, at in dies.items()}  # after that object's allocations (0) and call (1)
     root = _storage_roots(flat, runner)
     if root is None:  # a step object whose reads are not known: allocate everything fresh
         return
@@ -198,12 +198,6 @@ def _extent(shape, stride, dtype) -> int:
     if any(int(n) == 0 for n in shape):
         return 0
     return (1 + sum((int(n) - 1) * int(s) for n, s in zip(shape, stride))) * dtype.itemsize
-
-
-def _release_times(flat, released: dict[tuple, list[int]]) -> dict[int, tuple]:
-    """value -> the time it is released: after its object (position, index, 2), or at the end of
-    its position (position, objects, 2)."""
-    return {i: (k, len(flat[k][0]) if j is None else j, 2) for (k, j), values in released.items() for i in values}
 
 
 def _storage_roots(flat, runner) -> dict[int, int] | None:
