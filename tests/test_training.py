@@ -96,6 +96,46 @@ def test_tiny_cnn_with_batch_norm_trains_like_eager():
     assert [g.name for g in session.graphs] == ["tinycnn_0", "tinycnn_0_backward"]
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_backward_frees_each_saved_activation_after_reading_it(dynamic):
+    """AOTAutograd hands the saved activations over to the compiled backward, which drops each
+    after its last reader (the runtime's owned_inputs.py): the first layer's activation, read by
+    the backward's last matmuls, is freed only then, but the last layer's, read first, is freed
+    before the backward's last library call runs (general path at step 1, specialized at 2)."""
+    import gc
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] in ("mm", "addmm"):
+                events.append("mm")
+            return func(*args, **(kwargs or {}))
+
+    def pack(t):
+        if t.dim() == 2 and t.shape[0] == 4 and t.requires_grad is False and t.shape[1] in (16, 24):
+            weakref.finalize(t, events.append, f"freed {t.shape[1]}")
+        return t
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 24), torch.nn.ReLU(),
+                                torch.nn.Linear(24, 4))
+    compiled = pipec.compile(model, dynamic=dynamic)
+    for _ in range(2):
+        events: list = []
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = compiled(torch.randn(4, 8)).square().sum()
+        with Log():
+            loss.backward()
+        gc.collect()
+        assert "freed 24" in events, events
+        last_mm = len(events) - 1 - events[::-1].index("mm")
+        assert events.index("freed 24") < last_mm, events  # freed while the backward still ran
+    names = [g.name for g in compiled.pipec_session.graphs]
+    assert names == ["sequential_0", "sequential_0_backward"], names
+
+
 def test_explain_shows_forward_and_backward_graphs():
     torch.manual_seed(0)
     model = TinyCNN()  # training mode, trainable parameters: explain runs a backward pass too

@@ -209,15 +209,23 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
 
     compile_aten_graph(aten_gm, example_inputs, kind) with kind "forward" / "backward" /
     "inference" returns a callable taking ONE list of tensors (the graph's inputs) and
-    returning a list/tuple of outputs.
+    returning a list/tuple of outputs. Where that callable has `call_owned(list)`, the list
+    AOTAutograd hands over goes there, to be cleared and its tensors dropped after their
+    last reader (the runtime's owned_inputs.py).
     """
     from torch._dynamo.backends.common import aot_autograd
 
     def compiler(kind: str):
         def compile_fn(gm: torch.fx.GraphModule, example_inputs):
             fn = compile_aten_graph(gm, list(example_inputs), kind)
+            owned = getattr(fn, "call_owned", None)
 
             def boxed(args: list[Any]):
+                # AOTAutograd hands its list over (boxed call, `steal_args`): a callable that can
+                # take it drops each input after its last reader, so a backward frees the
+                # activations it has read instead of holding all of them to its end
+                if owned is not None and type(args) is list:
+                    return owned(args)
                 return fn(list(args))
 
             boxed._boxed_call = True  # AOT passes one list (boxed calling convention)

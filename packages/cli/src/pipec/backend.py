@@ -176,14 +176,25 @@ def tensors_only(fn, example_inputs, device=None):
         return fn
     sizes = _size_only_positions(example_inputs)
 
-    def call(args):
+    def tensors_of(args):
         tensors = [args[i] for i in keep]
         if sizes:
             where = tensors[0].device if tensors else device
             tensors += [torch.empty(int(args[j]), dtype=torch.int8, device=where) for j in sizes]
-        return fn(tensors)
+        return tensors
+
+    def call(args):
+        return fn(tensors_of(args))
 
     call.pipec_runtime = fn
+    owned = getattr(fn, "call_owned", None)
+    if owned is not None:  # a backward with sizes among its inputs still frees what it has read
+        def call_owned(args):
+            tensors = tensors_of(args)
+            args.clear()
+            return owned(tensors)
+
+        call.call_owned = call_owned
     return call
 
 

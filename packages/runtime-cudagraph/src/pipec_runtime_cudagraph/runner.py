@@ -20,6 +20,7 @@ from .fastlaunch import current_stream_getter, hooks_active
 from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
 from .memory import round_up
+from .owned_inputs import input_releases, plan_objects
 from .plan import ProgramPlan
 from .profiling import graph_range, profiler_state, range_name, ranged_plan
 from .specialize import build_specialized
@@ -111,6 +112,7 @@ class ProgramRunner(ProgramPlan):
         self.early_compile = bool(options.get("early_compile", True))
         self._started_compiles = None
         self._schedules: dict[int, tuple[list, list]] = {}  # id(plan) -> (plan, allocation schedule)
+        self._drops: dict[int, tuple[list, list]] = {}  # id(plan) -> (plan, inputs dropped per position)
         # symbol values -> (device, specialized run): see `specialize.py`
         self.specialized: dict[tuple, tuple] = {}
         self.specialize = bool(options.get("specialize", True))
@@ -260,9 +262,11 @@ class ProgramRunner(ProgramPlan):
             plan = self._plans[device.type] = self._build(device.type)
         return plan
 
-    def run(self, inputs: list, symvals: tuple, device: torch.device, observe: dict | None = None) -> list:
+    def run(self, inputs: list, symvals: tuple, device: torch.device, observe: dict | None = None,
+            owned: bool = False) -> list:
         """Run the steps on prepared inputs; the program's outputs. `observe` (a dict) receives
-        {value: (shape, stride, dtype)} of every tensor value the run made (views.py reads it)."""
+        {value: (shape, stride, dtype)} of every tensor value the run made (views.py reads it).
+        `owned`: the caller handed `inputs` over; it is cleared once read (owned_inputs.py)."""
         if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
             return self.run_cpu_on_cuda(inputs, symvals)
         steps = self.steps_for(device)
@@ -274,7 +278,9 @@ class ProgramRunner(ProgramPlan):
         schedule = self._allocation_schedule(steps)
         vals = [None] * self.nvals
         vals[:len(inputs)] = inputs
-        args = (steps, schedule, vals, symvals, device, observe)
+        if owned:
+            inputs.clear()
+        args = (steps, schedule, vals, symvals, device, observe, self._input_drops(steps))
         if device.type == "cpu" and not interpreter_active():
             with interpreter_scope(True):
                 self._run_steps(*args)
@@ -347,11 +353,24 @@ class ProgramRunner(ProgramPlan):
         self._run_steps(steps, self._allocation_schedule(steps), vals, symvals, cuda)
         return outputs_to_caller([None if i is None else vals[i] for i in self.out_index], moved, inputs)
 
+    def _input_drops(self, steps: list) -> list:
+        """Per plan position, the inputs whose last reader is there (owned_inputs.py)."""
+        cached = self._drops.get(id(steps))
+        if cached is not None and cached[0] is steps:
+            return cached[1]
+        at = input_releases(((k, plan_objects(step)) for k, (step, _) in enumerate(steps)), self)
+        drops = [tuple(at.get(k, ())) for k in range(len(steps))]
+        self._drops[id(steps)] = (steps, drops)
+        return drops
+
     @classmethod
-    def _run_steps(cls, steps, schedule, vals, symvals, device, observe: dict | None = None) -> None:
+    def _run_steps(cls, steps, schedule, vals, symvals, device, observe: dict | None = None,
+                   drops: list | None = None) -> None:
+        """Run `steps`, releasing each value after its last reader: the plan's buffers, and with
+        `drops` (per position) the run's own references to its inputs."""
         if not steps:
             cls._allocate(schedule[0], vals, symvals, device)
-        for (step, release), actions in zip(steps, schedule):
+        for k, ((step, release), actions) in enumerate(zip(steps, schedule)):
             if actions:
                 cls._allocate(actions, vals, symvals, device)
             step(vals, symvals, device)
@@ -359,33 +378,48 @@ class ProgramRunner(ProgramPlan):
                 observe_values(observe, release, vals)
             for i in release:
                 vals[i] = None
+            if drops is not None:
+                if observe is not None:
+                    observe_values(observe, drops[k], vals)
+                for i in drops[k]:
+                    vals[i] = None
 
-    def __call__(self, inputs, in_range: bool = False) -> list:
+    def __call__(self, inputs, in_range: bool = False, owned: bool = False) -> list:
         """One call. `in_range`: a profiler records and this call's range is open (profiling.py);
         then no specialized interpreter run, which would hide the kernels from the profiler (the
-        general path gives each its range)."""
+        general path gives each its range). `owned`: as `call_owned`."""
         if profiler_state._is_profiler_enabled and not in_range:  # name the call and its kernels
             with graph_range(self.range_name):
-                return self(inputs, True)
+                return self(inputs, True, owned)
         if self.specialized:
-            out = self._run_specialized(inputs, not in_range)
+            out = self._run_specialized(inputs, not in_range, owned)
             if out is not None:
                 return out
         if self.first_call_pending:
             self.first_call_pending = False
             with self.profile.part("first_run"):
-                return self(inputs, in_range)
+                return self(inputs, in_range, owned)
         may_specialize = self.specialize and len(self.specialized) < MAX_SPECIALIZED
         strides = input_strides(inputs) if may_specialize else None  # before `prepare` copies any
+        given = inputs
         inputs, symvals, device = self.prepare(inputs)
+        if owned and inputs is not given and isinstance(given, list):
+            given.clear()  # `prepare` made a list of its own: the caller's references go now
         specialize = may_specialize and symvals not in self.specialized
         observed = {} if specialize else None  # the layouts the specialized run builds on
-        out = self.run(inputs, symvals, device, observed)
+        out = self.run(inputs, symvals, device, observed, owned=owned and isinstance(inputs, list))
         if specialize:
             self._specialize(symvals, device, observed, strides)
         return out
 
-    def _run_specialized(self, inputs, interpreted: bool = True) -> list | None:
+    def call_owned(self, inputs: list) -> list:
+        """One call on inputs the caller hands over (AOTAutograd's boxed call, `steal_args`): the
+        run may clear `inputs`, and drops each input after its last reader, so a tensor nobody
+        else holds (a saved activation) is freed there (owned_inputs.py). The caller must not
+        read `inputs` afterwards."""
+        return self(inputs, owned=True)
+
+    def _run_specialized(self, inputs, interpreted: bool = True, owned: bool = False) -> list | None:
         """The specialized run for these inputs' sizes, or None (guards failed, other device, or
         an interpreter run when not `interpreted`)."""
         try:
@@ -396,11 +430,12 @@ class ProgramRunner(ProgramPlan):
         if entry is None:
             return None
         device_index, run = entry
+        owned = owned and isinstance(inputs, list)
         if device_index < 0:
-            return run(inputs, None) if interpreted else None
+            return run(inputs, None, owned) if interpreted else None
         if torch._C._cuda_getDevice() != device_index or hooks_active():
             return None
-        return run(inputs, self._raw_stream(device_index))
+        return run(inputs, self._raw_stream(device_index), owned)
 
     def _specialize(self, symvals: tuple, device: torch.device, observed: dict | None = None,
                     strides: list | None = None) -> None:

@@ -6,13 +6,14 @@ that depends only on the sizes bound as constants — grids, integer kernel argu
 constexprs, allocation shapes, extern arguments — and every value held in a local
 variable. What is left per call is what Inductor's generated `call` does:
 
-    def run(inputs, stream):
+    def run(inputs, stream, owned=False):
         x, w = inputs                                  # guards: dtype, shape, device, layout
         if x.dtype is not D0 or x.shape != S0 ...: return None
+        if owned: inputs.clear()                       # handed over (owned_inputs.py)
         buf0 = EMPTY(S2, dtype=D2, device=DEV)         # slot storage, at its first write
         t = E1(w, C1_0)                                # extern: the ATen overload's C entry
         L2(stream, buf0, t, ...)                       # launch: the compiled kernel's launcher
-        t = None                                       # release after the last use
+        t = w = None                                   # release after the last use (inputs too)
         return [buf0]
 
 A launch goes through the kernel's compiled launcher (`CompiledKernel.run`, the call
@@ -37,6 +38,7 @@ from .extern_ops import direct_call, python_binding
 from .pysource import Source, compile_source
 from .steps import TORCH_DTYPES, ExternStep, LaunchStep, written_over
 from .memory import is_view_target
+from .owned_inputs import input_releases
 from .views import REINTERPRET, Reinterpret, collapse_view_chains
 
 ALIGNMENT = 16  # Triton specializes pointer arguments on 16-byte alignment
@@ -73,8 +75,11 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
     # is not copied to row-major (a backward's saved transposed weight, when cuBLAS won)
     launched = {i for objs, _ in flat for obj in objs if isinstance(obj, LaunchStep) for i in obj.ptrs}
     dense = frozenset(k for k in runner.dense_inputs if runner.index[runner.program.inputs[k].name] in launched)
-    header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream)", strides, dense)
+    header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream, owned=False)", strides, dense)
+    header.append("    if owned: inputs.clear()")  # handed over: the run's locals are the only references left
     after = release_points(flat, runner)
+    dropped = input_releases((((k, j), [obj]) for k, (objs, _) in enumerate(flat) for j, obj in enumerate(objs)),
+                             runner)
     allocs = allocation_lines(runner, flat, symvals, src, var, after, observed)
     for k, (objs, _) in enumerate(flat):
         for j, obj in enumerate(objs):
@@ -97,6 +102,8 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
                 src.emit(_extern_line(src, obj, var, symvals, runner, dev, device.type))
             if after.get((k, j)):
                 src.emit(" = ".join(var[i] for i in after[(k, j)]) + " = None")
+            if dropped.get((k, j)):  # the run's own references to inputs read for the last time
+                src.emit(" = ".join(var[i] for i in dropped[(k, j)]) + " = None")
         if after.get((k, None)):
             src.emit(" = ".join(var[i] for i in after[(k, None)]) + " = None")
     outs = ", ".join("None" if i is None else var[i] for i in runner.out_index)
