@@ -210,3 +210,43 @@ def test_not_an_artifact_is_refused(tmp_path):
     (tmp_path / "x.pipec").write_bytes(b"PK\x03\x04 not really")
     with pytest.raises(ArtifactError, match="not a pipec artifact"):
         pipec.load(tmp_path / "x.pipec")
+
+
+class SelfAttention(torch.nn.Module):
+    """A ViT-style attention block: heads split off a projection, attended, merged back with
+    `.transpose(1, 2).contiguous()` (`merge="contiguous"`) or a plain reshape, projected out."""
+
+    def __init__(self, merge: str, dim: int = 8, heads: int = 2):
+        super().__init__()
+        self.merge, self.heads = merge, heads
+        self.qkv, self.out = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2)
+        if self.merge == "contiguous":
+            y = y.contiguous()
+        return self.out(y.reshape(b, s, d))
+
+
+@pytest.mark.parametrize("merge", ["contiguous", "reshape"])
+def test_artifact_copies_attention_output_only_where_needed(merge, tmp_path):
+    """Exported with the math kernel, whose output layout makes the merge a copy in the trace, and
+    run with whichever kernel torch picks: the copy is a library call that copies only where the
+    layout needs it (capture's portable_attention.py), and the values are eager's either way."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    model, inputs = SelfAttention(merge).eval(), (torch.randn(2, 5, 8),)
+    with sdpa_kernel([SDPBackend.MATH]):
+        pipec.export(model, inputs, tmp_path / "attention.pipec")
+    loaded = pipec.load(tmp_path / "attention.pipec")
+    with zipfile.ZipFile(tmp_path / "attention.pipec") as zf:
+        steps = json.loads(zf.read("program.json"))
+    assert "aten.contiguous.default" in json.dumps(steps)
+    with torch.no_grad():
+        expected = model(*inputs)
+        for backends in ([SDPBackend.MATH], [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+            with sdpa_kernel(backends):
+                torch.testing.assert_close(loaded(*inputs), expected)

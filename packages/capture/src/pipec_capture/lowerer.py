@@ -32,6 +32,7 @@ from .errors import CaptureError
 from .lower_random import is_philox_seed
 from .table import LOWERINGS, NoLowering, extern_reason, op_name
 from .attention_layouts import follow_attention_layouts
+from .portable_attention import LIBRARY_COPY
 from .complex_pairs import complex_as_pairs
 from .conv_bias import split_conv_bias
 from .fold_gelu import fold_tanh_gelu
@@ -254,6 +255,9 @@ class Lowerer(GraphBuilder):
         if target in ("aten.sym_size.int", "aten.sym_numel.default", "aten.sym_stride.int",
                       "aten.sym_storage_offset.default"):  # sizes read off a traced tensor (torch 2.11: offsets too)
             self.env[node] = self.scalar_node(node, val)
+            return
+        if node.meta.get(LIBRARY_COPY):  # a copy of attention's output only where it is needed
+            self.env[node] = self.extern(node, "aten.contiguous.default", "library")
             return
         lowering = LOWERINGS.get(target)
         mark = len(self.nodes)
