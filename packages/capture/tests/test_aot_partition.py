@@ -173,3 +173,40 @@ def test_a_transpose_the_model_also_returns_stays_a_transpose():
     out, y = f(x, w)
     (out.sum() + y.sum()).backward()
     torch.testing.assert_close(grads, [x.grad, w.grad])
+
+
+@pytest.mark.parametrize("partition", ["min_cut", "default"])
+def test_a_max_pool_input_is_not_saved_for_its_backward(partition):
+    """conv -> ReLU -> max pool -> conv: the pool's backward reads its input's layout only
+    (aot.pool_inputs_as_shapes), so the ReLU's output is not saved for it; the indices are. The
+    backward graph runs as traced (ATen's kernel on the unwritten stand-in) and gives eager's
+    gradients."""
+    class Stem(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 2, 1)
+
+        def forward(self, x):
+            return self.head(torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 3, 2, 1))
+
+    saved = []
+
+    def look(gm, kind):
+        if kind == "forward":
+            out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+            saved.extend((tuple(o.meta["val"].shape), o.meta["val"].dtype) for o in out[1:]
+                         if isinstance(o, torch.fx.Node))
+
+    torch.manual_seed(0)
+    model, x = Stem(), torch.randn(2, 3, 8, 8, requires_grad=True)
+    _train_step(model, x, partition, look)
+    # before: the ReLU's output, for the pool (and, split by default, a second copy for the ReLU's
+    # own backward); now the min cut keeps the ReLU's mask in bool, the default split that copy
+    assert saved.count(((2, 4, 8, 8), torch.float32)) == (0 if partition == "min_cut" else 1), saved
+    assert ((2, 4, 4, 4), torch.int64) in saved  # the indices
+    grads = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    for p in model.parameters():
+        p.grad = None
+    x_eager = x.detach().clone().requires_grad_()
+    model(x_eager).sum().backward()
+    torch.testing.assert_close(grads, [p.grad for p in model.parameters()] + [x_eager.grad])

@@ -139,6 +139,7 @@ def partition_function(name: str):
         raise ValueError(f"aot_partition must be one of {', '.join(PARTITIONS)}, got {name!r}")
     def partition(joint_module: torch.fx.GraphModule, joint_inputs, **kwargs):
         pairs_inside(joint_module)  # no complex value is saved between the two graphs
+        pool_inputs_as_shapes(joint_module)  # a max pool's input is not saved for its backward
         if name == "default":
             forward, backward = default_partition(joint_module, joint_inputs, **kwargs)
         else:
@@ -159,6 +160,39 @@ def pairs_inside(joint_module: torch.fx.GraphModule) -> int:
         return complex_as_pairs(joint_module)
     except CaptureError:
         return 0
+
+
+_POOL_BACKWARDS = (torch.ops.aten.max_pool2d_with_indices_backward.default,
+                   torch.ops.aten.max_pool3d_with_indices_backward.default)
+
+
+def pool_inputs_as_shapes(gm: torch.fx.GraphModule) -> int:
+    """Give each max-pool backward of a joint graph an unwritten tensor of its input's layout in
+    place of the input; returns how many were rewritten.
+
+    The backward scatters each gradient to the point its saved index names: it reads the
+    input's sizes and strides, never its values (pipec's lowering, lower_pool.py, as ATen's
+    kernels). Passed the input itself, the partition saves it for the backward: ResNet-50's
+    stem activation, [32, 64, 112, 112] in bf16, 49 MiB held from the forward to the end of
+    the backward, which Inductor does not keep. Sizes that are symbolic are left alone."""
+    done = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _POOL_BACKWARDS:
+            continue
+        x = node.args[1]
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
+            continue
+        with gm.graph.inserting_before(node):
+            stand_in = gm.graph.call_function(torch.ops.aten.empty_strided.default,
+                                              (list(val.shape), list(val.stride())),
+                                              {"dtype": val.dtype, "device": val.device})
+        stand_in.meta["val"] = val
+        node.update_arg(1, stand_in)
+        done += 1
+    if done:
+        gm.recompile()
+    return done
 
 
 def strip_detaches(gm: torch.fx.GraphModule) -> int:
