@@ -157,6 +157,18 @@ def cheap_broadcast(first: GroupInfo, second: GroupInfo) -> bool:
             and first.numel * CHEAP_RECOMPUTE_RATIO <= second.numel)
 
 
+def gathers_into_column_reduction(first: GroupInfo, second: GroupInfo) -> bool:
+    """One group gathers (`take`: reads at computed indices, as a max pool's backward does over
+    its windows) and the other reduces over the leading dimension and keeps a later one, as a
+    batch norm's per-channel sums over [N, H, W] do. Merged, the gathers run in the reduction's
+    programs, one per kept row (64 channels: 64 programs): ResNet-50's pool backward took 3.2 ms
+    that way on the H200, against 0.38 ms as a kernel of its own before the sums."""
+    def column(g: GroupInfo) -> bool:
+        return g.kind == "reduction" and 0 in g.reduce_dims and len(g.reduce_dims) < len(g.domain)
+
+    return any(column(a) and "take" in b.ops for a, b in ((first, second), (second, first)))
+
+
 def _work(group: GroupInfo) -> int:
     return sum(op not in CREATION_OPS for op in group.ops)
 
@@ -191,7 +203,7 @@ class DefaultHeuristics(Heuristics):
         return None
 
     def score(self, first, second, kind):
-        if self._too_big(first, second):
+        if self._too_big(first, second) or gathers_into_column_reduction(first, second):
             return None
         epilogue = epilogue_pair(first, second)
         if epilogue and self._epilogue_problem(first, second):
@@ -215,6 +227,8 @@ class DefaultHeuristics(Heuristics):
     def why_not(self, first, second, kind):
         if self._too_big(first, second):
             return f"heuristics: kernel would hold more than {self.max_ops} ops"
+        if gathers_into_column_reduction(first, second):
+            return "heuristics: gathers would run in the order of a reduction over leading dimensions"
         problem = epilogue_pair(first, second) and self._epilogue_problem(first, second)
         if problem:
             return f"heuristics: {problem}"
@@ -237,7 +251,7 @@ class AggressiveHeuristics(DefaultHeuristics):
     epilogue_ops = None
 
     def score(self, first, second, kind):
-        if self._too_big(first, second):
+        if self._too_big(first, second) or gathers_into_column_reduction(first, second):
             return None
         epilogue = epilogue_pair(first, second)
         if epilogue and self._epilogue_problem(first, second):
