@@ -15,6 +15,10 @@ returned) after the last step that reads it. References the caller keeps elsewhe
 module's parameters, the user's batch) keep those tensors alive as before; only tensors
 nobody else holds are freed early. A plain call (`runner(inputs)`) never touches the caller's
 list, and dropping the run's own references changes nothing for it.
+
+Not taken over: CPU tensors on a machine with CUDA (`run_cpu_on_cuda` keeps the caller's
+tensors to hand back eager's aliasing), and the CUDA Graph runtime, whose callable has no
+`call_owned` (it copies its inputs into the graph's buffers anyway).
 """
 
 from __future__ import annotations
