@@ -28,8 +28,6 @@ aten = torch.ops.aten
 LIBRARY_COPY = "pipec_library_copy"
 
 PORTABLE_ATTENTION = aten.scaled_dot_product_attention.default
-_VIEWS = frozenset({aten.permute.default, aten.transpose.int, aten.view.default, aten.reshape.default,
-                    aten._unsafe_view.default, aten.unsqueeze.default, aten.squeeze.dim})
 
 
 def mark_attention_output_copies(gm: torch.fx.GraphModule) -> int:
@@ -52,7 +50,7 @@ def _attention_root(node) -> bool:
     while isinstance(node, torch.fx.Node) and node.op == "call_function":
         if node.target is PORTABLE_ATTENTION:
             return True
-        if node.target not in _VIEWS:
+        if not (isinstance(node.target, torch._ops.OpOverload) and node.target.is_view):
             return False
         node = node.args[0]
     return False

@@ -20,11 +20,11 @@ from .fastlaunch import current_stream_getter, hooks_active
 from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
 from .kernels import body_digest, load_kernel
 from .memory import round_up
-from .owned_inputs import input_releases, plan_objects
+from .owned_inputs import input_releases
 from .plan import ProgramPlan
 from .profiling import graph_range, profiler_state, range_name, ranged_plan
 from .specialize import build_specialized
-from .steps import ExternStep, HostExtern, LaunchStep, ProgramLoadError, runs_on_host
+from .steps import ExternStep, HostExtern, LaunchStep, ProgramLoadError, plan_objects, runs_on_host
 from .tuning_cache import TuningCache
 
 # Specialized runs kept per program (one per distinct size tuple); past it, new sizes take
@@ -111,8 +111,7 @@ class ProgramRunner(ProgramPlan):
         # compiles sent to the worker pool at load (`_start_compiles`), waited for by the first call
         self.early_compile = bool(options.get("early_compile", True))
         self._started_compiles = None
-        self._schedules: dict[int, tuple[list, list]] = {}  # id(plan) -> (plan, allocation schedule)
-        self._drops: dict[int, tuple[list, list]] = {}  # id(plan) -> (plan, inputs dropped per position)
+        self._plan_facts: dict[tuple, tuple] = {}  # (what, id(plan)) -> (plan, fact): `_per_plan`
         # symbol values -> (device, specialized run): see `specialize.py`
         self.specialized: dict[tuple, tuple] = {}
         self.specialize = bool(options.get("specialize", True))
@@ -293,18 +292,24 @@ class ProgramRunner(ProgramPlan):
             observe_values(observe, range(self.nvals), vals)
         return [None if i is None else vals[i] for i in self.out_index]
 
+    def _per_plan(self, what: str, steps: list, build):
+        """`build(steps)`, computed once per plan list (the runner keeps its plans for good)."""
+        key = (what, id(steps))
+        cached = self._plan_facts.get(key)
+        if cached is None or cached[0] is not steps:
+            cached = self._plan_facts[key] = (steps, build(steps))
+        return cached[1]
+
     def _allocation_schedule(self, steps: list) -> list:
         """Per plan position, the allocations made just before it: each slot's storage (with
         the views of all its buffers) and each unslotted buffer where it is first written,
         so what the memory plan says is live is what is allocated (as in specialize.py)."""
-        cached = self._schedules.get(id(steps))
-        if cached is not None and cached[0] is steps:
-            return cached[1]
+        return self._per_plan("schedule", steps, self._schedule_of)
+
+    def _schedule_of(self, steps: list) -> list:
         first: dict[int, int] = {}
         for k, (step, _) in enumerate(steps):
-            alternatives = getattr(step, "alternatives", None)
-            objs = [o for alt in alternatives.values() for o in alt] if alternatives else [step]
-            for obj in objs:
+            for obj in plan_objects(step):
                 for i in getattr(obj, "allocates", getattr(obj, "writes", ())):
                     first.setdefault(i, k)
         schedule: list[list] = [[] for _ in steps] or [[]]
@@ -313,7 +318,6 @@ class ProgramRunner(ProgramPlan):
             schedule[k].append((nbytes, views))
         for i, shape, dtype in self.plain_allocs:
             schedule[first.get(i, 0)].append((None, ((i, dtype, shape, None),)))
-        self._schedules[id(steps)] = (steps, schedule)
         return schedule
 
     @staticmethod
@@ -355,13 +359,11 @@ class ProgramRunner(ProgramPlan):
 
     def _input_drops(self, steps: list) -> list:
         """Per plan position, the inputs whose last reader is there (owned_inputs.py)."""
-        cached = self._drops.get(id(steps))
-        if cached is not None and cached[0] is steps:
-            return cached[1]
-        at = input_releases(((k, plan_objects(step)) for k, (step, _) in enumerate(steps)), self)
-        drops = [tuple(at.get(k, ())) for k in range(len(steps))]
-        self._drops[id(steps)] = (steps, drops)
-        return drops
+        def drops_of(steps: list) -> list:
+            at = input_releases(((k, plan_objects(step)) for k, (step, _) in enumerate(steps)), self)
+            return [tuple(at.get(k, ())) for k in range(len(steps))]
+
+        return self._per_plan("drops", steps, drops_of)
 
     @classmethod
     def _run_steps(cls, steps, schedule, vals, symvals, device, observe: dict | None = None,
@@ -402,12 +404,12 @@ class ProgramRunner(ProgramPlan):
         may_specialize = self.specialize and len(self.specialized) < MAX_SPECIALIZED
         strides = input_strides(inputs) if may_specialize else None  # before `prepare` copies any
         given = inputs
-        inputs, symvals, device = self.prepare(inputs)
-        if owned and inputs is not given and isinstance(given, list):
-            given.clear()  # `prepare` made a list of its own: the caller's references go now
+        inputs, symvals, device = self.prepare(inputs)  # a list of its own
+        if owned:
+            given.clear()  # the caller's references go now, the run's after their last readers
         specialize = may_specialize and symvals not in self.specialized
         observed = {} if specialize else None  # the layouts the specialized run builds on
-        out = self.run(inputs, symvals, device, observed, owned=owned and isinstance(inputs, list))
+        out = self.run(inputs, symvals, device, observed, owned=owned)
         if specialize:
             self._specialize(symvals, device, observed, strides)
         return out
@@ -416,8 +418,8 @@ class ProgramRunner(ProgramPlan):
         """One call on inputs the caller hands over (AOTAutograd's boxed call, `steal_args`): the
         run may clear `inputs`, and drops each input after its last reader, so a tensor nobody
         else holds (a saved activation) is freed there (owned_inputs.py). The caller must not
-        read `inputs` afterwards."""
-        return self(inputs, owned=True)
+        read `inputs` afterwards. Anything but a list is read as a plain call's."""
+        return self(inputs, owned=isinstance(inputs, list))
 
     def _run_specialized(self, inputs, interpreted: bool = True, owned: bool = False) -> list | None:
         """The specialized run for these inputs' sizes, or None (guards failed, other device, or
@@ -430,7 +432,6 @@ class ProgramRunner(ProgramPlan):
         if entry is None:
             return None
         device_index, run = entry
-        owned = owned and isinstance(inputs, list)
         if device_index < 0:
             return run(inputs, None, owned) if interpreted else None
         if torch._C._cuda_getDevice() != device_index or hooks_active():

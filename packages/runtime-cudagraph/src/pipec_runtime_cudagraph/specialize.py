@@ -36,7 +36,7 @@ from .allocations import allocation_lines, strided_allocator
 from .exprs import compile_ints
 from .extern_ops import direct_call, python_binding
 from .pysource import Source, compile_source
-from .steps import TORCH_DTYPES, ExternStep, LaunchStep, written_over
+from .steps import TORCH_DTYPES, ExternStep, LaunchStep, touched_values, written_over
 from .memory import is_view_target
 from .owned_inputs import input_releases
 from .views import REINTERPRET, Reinterpret, collapse_view_chains
@@ -151,16 +151,6 @@ def drop_dead_views(flat: list, runner) -> list:
     return kept_rev[::-1]
 
 
-def _touched(obj, runner) -> set[int] | None:
-    """The values a step object reads or writes; None for an object of unknown kind."""
-
-    if isinstance(obj, LaunchStep):
-        return set(obj.ptrs)
-    if isinstance(obj, ExternStep):
-        return set(obj.outs) | {runner.index[name] for name in obj.ir.inputs}
-    return None
-
-
 def release_points(flat: list, runner) -> dict[tuple, list[int]]:
     """Where each released value is dropped: {(position, object index): values} right after the
     last step object that touches it, or {(position, None): values} at the end of a position.
@@ -171,7 +161,7 @@ def release_points(flat: list, runner) -> dict[tuple, list[int]]:
     last: dict[int, tuple[int, int]] = {}
     for k, (objs, _) in enumerate(flat):
         for j, obj in enumerate(objs):
-            touched = _touched(obj, runner)
+            touched = touched_values(obj, runner)
             if touched is None:  # keep the plan's own release points
                 return {(k, None): list(release) for k, (_, release) in enumerate(flat) if release}
             for i in touched:

@@ -19,7 +19,7 @@ import types
 import sympy
 import torch
 
-from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, Device, Dtype, Ref, Size, get_attr
+from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, Device, Dtype, Ref, Size, get_attr, ref_names
 
 from . import extern_ops  # registers the pipec.* extern targets; guards ATen's buggy ones
 from .autotune import forget_table_pick, known_config, time_configs, tuning_keys
@@ -443,5 +443,26 @@ class LaunchStep:
         return self.kernel.configs[:self.runner.autotune_configs] if known is None else (self.kernel.configs[known],)
 
 
+def touched_values(obj, runner) -> set[int] | None:
+    """The values a step object (launch, extern, reinterpret, or one wrapped for the profiler)
+    reads or writes; None for an object of a kind not known here."""
+    ptrs = getattr(obj, "ptrs", None)
+    if ptrs is not None:  # a launch: its pointers are every value it reads or writes
+        return set(ptrs)
+    ir = getattr(obj, "ir", None)
+    if ir is None:
+        return None
+    names = (*ir.inputs, *ir.outputs, *(n for _, v in ir.attrs for n in ref_names(v)))
+    return {runner.index[n] for n in names if n in runner.index}
+
+
+def plan_objects(step) -> list:
+    """The step objects at one position of a runner's plan: a choice group's every alternative
+    (the general path may run any of them), else the step itself."""
+    alternatives = getattr(step, "alternatives", None)
+    return [o for alt in alternatives.values() for o in alt] if alternatives else [step]
+
+
 __all__ = ["TORCH_DTYPES", "ExternStep", "HostExtern", "LaunchStep", "ProgramLoadError", "gluon_cannot_run",
+           "plan_objects", "touched_values",
            "resolve_target", "runs_on_host", "written_over"]
