@@ -89,12 +89,35 @@ def test_rounds_give_a_failing_candidate_inf_and_time_it_once():
         if tried[-1] == "bad":
             raise RuntimeError("out of shared memory")
         return 1.0
-    times, errors = time_in_rounds({"bad": lambda: "bad", "ok": lambda: "ok"}, bench, rounds=4)
+    times, errors = time_in_rounds({"bad": lambda: "bad", "ok": lambda: "ok"}, bench, rounds=4, prune=None)
     assert times == {"bad": float("inf"), "ok": 1.0} and list(errors) == ["bad"]
     assert tried.count("bad") == 1 and tried.count("ok") == 4
     tried.clear()
     times, errors = time_in_rounds({"bad": lambda: "bad", "ok": lambda: "ok"}, bench, stop_on_error=True)
     assert times == {"bad": float("inf"), "ok": float("inf")} and tried == ["bad"]
+
+
+def test_rounds_stop_timing_clear_losers_after_one_round_each_way():
+    """After two rounds, a candidate over PRUNE x the best mean keeps its two samples and is not
+    timed again; close ones go on for all four rounds; a lone survivor is not timed alone."""
+    from pipec_runtime_cudagraph.rounds import PRUNE, time_in_rounds
+
+    cost = {"fast": 1.0, "close": 1.1, "slow": 2.0}
+    tried = []
+
+    def bench(call):
+        tried.append(call())
+        return cost[tried[-1]]
+    calls = {name: (lambda n=name: n) for name in cost}
+    times, _ = time_in_rounds(calls, bench, rounds=4)
+    assert times == cost and 1.1 <= PRUNE < 2.0
+    assert tried.count("fast") == tried.count("close") == 4 and tried.count("slow") == 2
+    tried.clear()
+    times, _ = time_in_rounds({"fast": calls["fast"], "slow": calls["slow"]}, bench, rounds=4)
+    assert times == {"fast": 1.0, "slow": 2.0} and tried == ["fast", "slow", "slow", "fast"]
+    tried.clear()
+    time_in_rounds(calls, bench, rounds=4, prune=None)  # max-autotune: every candidate, every round
+    assert all(tried.count(name) == 4 for name in cost)
 
 
 class _Write:
@@ -119,7 +142,7 @@ def test_an_alternative_that_disagrees_with_the_default_is_never_picked(monkeypa
     alternatives = {"fast_wrong": [_Write(0, 2.0)], "template": [_Write(0, 1.0)],
                     "library": [_Write(1, 9.0), _Write(0, 1.0005)]}
     speed = {"template": 3.0, "fast_wrong": 1.0, "library": 2.0}
-    monkeypatch.setattr(choices, "_timed", lambda runs, graphed: {n: speed[n] for n in runs})
+    monkeypatch.setattr(choices, "_timed", lambda runs, graphed, prune: {n: speed[n] for n in runs})
     step = ChoiceStep(None, "group", alternatives, "template", True, None)
     with pytest.warns(RuntimeWarning, match="'fast_wrong' of group disagrees with 'template'"):
         chosen = step._time_alternatives([None, None], (), torch.device("cpu"), (), "wall")

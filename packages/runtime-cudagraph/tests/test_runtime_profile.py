@@ -11,7 +11,7 @@ from pipec_ir import Buffer, CompileOptions, CompileProfile, LaunchConfig, LoadC
 from runtime_helpers import T, add_kernel
 
 from pipec_runtime_cudagraph.launch import ProgramRunner
-from pipec_runtime_cudagraph.rounds import ROUNDS
+from pipec_runtime_cudagraph.rounds import PRUNE_AFTER
 
 CONFIGS = (LaunchConfig(constants=(("BLOCK", 64),)), LaunchConfig(constants=(("BLOCK", 128),)))
 
@@ -49,7 +49,7 @@ def test_loads_tuning_and_the_first_run_are_recorded(tmp_path, monkeypatch):
     # two kernels, one body: loaded twice, timed once (the second layer reuses the first's pick)
     assert (counts["kernels"], counts["unique_kernels"]) == (2, 1)
     assert (counts["kernels_timed"], counts["configs_tried"]) == (1, len(CONFIGS))
-    assert len(timed) == len(CONFIGS) * ROUNDS
+    assert len(timed) == len(CONFIGS) * PRUNE_AFTER  # then the clear loser is dropped (rounds.py)
     # the interpreter compiles nothing; a GPU host runs CPU tensors' kernels on the GPU (interpreter.py)
     assert (counts["triton_compiles"] > 0) == torch.cuda.is_available()
     assert seconds["autotune"] > 0 and seconds["first_run"] > 0

@@ -13,6 +13,7 @@ from pipec_ir import Buffer, CompileOptions, CompileProfile, LaunchConfig, LoadC
 from runtime_helpers import T, add_kernel
 
 from pipec_runtime_cudagraph import autotune, tuning_table
+from pipec_runtime_cudagraph.rounds import PRUNE_AFTER, ROUNDS
 from pipec_runtime_cudagraph.launch import ProgramRunner
 from pipec_runtime_cudagraph.tuning_table import TuningTable, body_features, coarse, feature_key, launch_features, pow2
 
@@ -109,6 +110,9 @@ def test_exhaustive_modes_time_what_the_table_knows(fake_gpu, tmp_path, options)
     fake_gpu.clear()
     runner = run(add_program(), LoadContext(tuning_cache=False), **options)
     assert fake_gpu and runner.tuned == {("pipec_add_0", ()): 1}  # timed: BLOCK=128 wins, not the table's 64
+    # max-autotune times the clear loser (1.0 against 0.5 ms) in every round; default drops it after two
+    rounds = ROUNDS if options.get("max_autotune") else PRUNE_AFTER
+    assert len(fake_gpu) == 2 * rounds
 
 
 def test_a_pick_that_is_not_a_candidate_is_timed(fake_gpu, tmp_path):

@@ -88,7 +88,7 @@ def time_configs(launch, vals, symvals, bucket: tuple, shared_key: tuple, disk_k
     runner.profile.count("kernels_timed")
     runner.profile.count("configs_tried", len(calls))
     # each config's time is its mean over rounds of alternating order (rounds.py: clock drift)
-    timed, errors = time_in_rounds(calls, lambda call: do_bench(call, warmup=1, rep=5))
+    timed, errors = time_in_rounds(calls, lambda call: do_bench(call, warmup=1, rep=5), prune=runner.prune_timing)
     times = [timed.get(j, math.inf) for j in range(len(timed_configs))]
     for j, e in errors.items():
         tuning_log.info("%s: config %s failed: %s: %s", launch.kernel.name,

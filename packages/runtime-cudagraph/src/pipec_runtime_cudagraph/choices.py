@@ -30,7 +30,7 @@ from pipec_ir import CompileProfile, Ref, get_attr
 
 from .autotune import device_name, triton_version, tuning_log
 from .kernels import body_digest
-from .rounds import time_in_rounds
+from .rounds import PRUNE, time_in_rounds
 from .steps import ProgramLoadError
 from .tuning_cache import tuning_key
 from .tuning_table import choice_features, gpu_family, table_for
@@ -146,7 +146,7 @@ class ChoiceStep:
             raise first_error
         self.profile.count("choice_groups_timed")
         self.profile.count("alternatives_timed", len(runs))
-        times.update(_timed(runs, graphed=timer == "graph"))
+        times.update(_timed(runs, graphed=timer == "graph", prune=getattr(self.runner, "prune_timing", None)))
         self.timings[bucket] = times
         chosen = min(times, key=times.__getitem__)
         tuning_log.info("choice %s%s (%s time): %s; %s", self.name, f" bucket {bucket}" if bucket else "",
@@ -233,7 +233,7 @@ def disagreement(got: list, want: list, operands=()) -> str | None:
 GPU_BOUND_MS = 0.02
 
 
-def _timed(runs: dict, graphed: bool) -> dict[str, float]:
+def _timed(runs: dict, graphed: bool, prune: float | None = PRUNE) -> dict[str, float]:
     """Milliseconds per call of each run, GPU time where it decides:
 
     * `graphed` (the CUDA Graph runtime, whose replays cost no host time): GPU time alone, each
@@ -260,12 +260,12 @@ def _timed(runs: dict, graphed: bool) -> dict[str, float]:
             torch.cuda.synchronize()  # let the failed capture's work finish before the next
             raise
 
-    gpu, errors = time_in_rounds(runs, graph_time, stop_on_error=True)
+    gpu, errors = time_in_rounds(runs, graph_time, stop_on_error=True, prune=prune)
     if errors:  # one is uncapturable (a host sync): time them all on the wall clock
         gpu = None
     if gpu is not None and (graphed or min(gpu.values()) >= GPU_BOUND_MS):
         return gpu
-    return time_in_rounds(runs, lambda run: do_bench(run, warmup=1, rep=5))[0]
+    return time_in_rounds(runs, lambda run: do_bench(run, warmup=1, rep=5), prune=prune)[0]
 
 
 def choice_digest(runner, alternatives: dict[str, list]) -> str:

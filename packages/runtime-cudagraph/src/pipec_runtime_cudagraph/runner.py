@@ -23,6 +23,7 @@ from .memory import round_up
 from .owned_inputs import input_releases
 from .plan import ProgramPlan
 from .profiling import graph_range, profiler_state, range_name, ranged_plan
+from .rounds import PRUNE
 from .specialize import build_specialized
 from .steps import ExternStep, HostExtern, LaunchStep, ProgramLoadError, plan_objects, runs_on_host
 from .tuning_cache import TuningCache
@@ -97,6 +98,9 @@ class ProgramRunner(ProgramPlan):
         # the shipped tuning table (tuning_table.py) answers before anything is timed, except where
         # every candidate must be timed (the max-autotune modes) or the option turns it off
         self.use_tuning_table = bool(options.get("tuning_table", True)) and not options.get("max_autotune", False)
+        # candidates clearly slower than the best after two rounds stop being timed (rounds.py),
+        # except where every candidate must be timed in full
+        self.prune_timing = None if options.get("max_autotune", False) else PRUNE
         # worker processes compiling Triton kernels (compile_pool.py): the context's count, else one
         # per core; 0 compiles in this process's thread pool
         self.compile_workers = pool_size(context.compile_workers)
