@@ -2,6 +2,7 @@
 the shipped table from (GPU only):
 
     PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases swin,convnext --deadline 300
+    PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases none --train resnet,t5,vit,bert
     python scripts/learn_tuning_table.py /tmp/learn --family sm90 --merge \
         --out packages/runtime-cudagraph/src/pipec_runtime_cudagraph/tuning_tables/sm90.json
 
@@ -11,7 +12,10 @@ Name --out: without it the script writes the *installed* table, which a non-edit
 Each case of tests/real_models/hf_models.py is built at its real size and compiled by pipec in
 default mode, in this one process (one import of torch and transformers for all), and called
 once: the first call times what the shipped table has no confident answer for, and the tuning
-cache under $PIPEC_KERNEL_DIR keeps every timing with its features. Nothing is timed for a
+cache under $PIPEC_KERNEL_DIR keeps every timing with its features. `--train` does the same for
+training steps (benchmarks/train_step.py's cases: the forward and backward graphs under AMP),
+whose backward kernels (batch-norm and layer-norm gradients, reductions over the batch) no
+inference case has. Nothing is timed for a
 result here; `benchmarks/real_models.py` is the benchmark. Cases start only while `--deadline`
 seconds have not passed; a case that fails is reported and the next one runs.
 """
@@ -45,9 +49,23 @@ def tune_case(hf, case: str) -> float:
     return time.perf_counter() - start
 
 
+def tune_training(case: str) -> float:
+    """Compile `case`'s training step (train_step.py) with pipec and run it once; its wall seconds."""
+    import pipec
+    from train_step import build, make_step
+
+    net, inputs, autocast = build(case, tiny=False, device="cuda")
+    step, _ = make_step(pipec.compile(net), net, inputs, autocast, "cuda")
+    start = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", help="comma-separated real cases (default: every one)")
+    ap.add_argument("--cases", help="comma-separated real cases (default: every one; `none`: no inference case)")
+    ap.add_argument("--train", default="", help="comma-separated training cases of train_step.py (default: none)")
     ap.add_argument("--deadline", type=float, default=3600.0, help="start no case after this many seconds")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -55,14 +73,16 @@ def main(argv=None) -> int:
     if not os.environ.get("PIPEC_KERNEL_DIR") and not os.environ.get("PIPEC_CACHE_DIR"):
         print("note: no PIPEC_KERNEL_DIR: timings go to ~/.cache/pipec/kernels/tuning", flush=True)
     hf = registry()
-    cases = args.cases.split(",") if args.cases else list(hf.real_cases())
+    cases = [] if args.cases == "none" else args.cases.split(",") if args.cases else list(hf.real_cases())
+    jobs = [(case, "first call", lambda c=case: tune_case(hf, c)) for case in cases]
+    jobs += [(f"{case} (training)", "first step", lambda c=case: tune_training(c)) for case in args.train.split(",") if case]
     start, failed = time.perf_counter(), 0
-    for case in cases:
+    for case, what, tune in jobs:
         if time.perf_counter() - start > args.deadline:
             print(f"{case}: not started (past the {args.deadline:.0f} s deadline)", flush=True)
             continue
         try:
-            print(f"{case}: first call {tune_case(hf, case):.1f} s", flush=True)
+            print(f"{case}: {what} {tune():.1f} s", flush=True)
         except Exception as e:  # noqa: BLE001 - one case's failure must not stop the others' tuning
             failed += 1
             print(f"{case}: failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
