@@ -1,6 +1,7 @@
 """A copy of a portable attention call's output (`.contiguous()` after a transpose) runs as the
 library call `aten.contiguous` (portable_attention.py): a no-op where the kernel SDPA picks at run
-time lays its output out so that the view is contiguous already, one copy where it does not."""
+time lays its output out so that the view is contiguous already, one copy where it does not. A
+boolean mask read by several calls is made additive once, with the values each call would make."""
 
 import pytest
 import torch
@@ -49,3 +50,32 @@ def test_copy_of_other_values_stays_a_kernel():
 
     graph, _ = export_graph(Other(), (torch.randn(2, 3, 4),))
     assert not any(n.attr("target") == "aten.contiguous.default" for n in graph.nodes if n.op == "extern")
+
+
+class SharedMask(torch.nn.Module):
+    """Two attention layers reading one boolean padding mask, as transformers' encoders do."""
+
+    def forward(self, q, k, v, mask):
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(a, k, v, mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_boolean_mask_is_made_additive_once_for_every_call(dtype):
+    from pipec_capture.portable_attention import PORTABLE_ATTENTION, additive_attention_masks
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, generator=g).to(dtype) for _ in range(3))
+    mask = torch.rand(2, 1, 5, 5, generator=g) > 0.4
+    mask[..., 0] = True
+    mask[1, 0, 2] = False  # a query that sees no key: the portable op's own handling of it decides
+    gm = torch.export.export(SharedMask(), (q, k, v, mask)).graph_module
+    want = gm(q, k, v, mask)
+    assert additive_attention_masks(gm) == 2
+    aten = torch.ops.aten
+    assert sum(n.target is aten.where.Scalar for n in gm.graph.nodes) == 1
+    calls = [n for n in gm.graph.nodes if n.target is PORTABLE_ATTENTION]
+    masks = {(n.args[3] if len(n.args) > 3 else n.kwargs["attn_mask"]) for n in calls}
+    assert len(masks) == 1 and next(iter(masks)).meta["val"].dtype == dtype
+    torch.testing.assert_close(gm(q, k, v, mask), want, equal_nan=True, rtol=0, atol=0)
+    assert additive_attention_masks(gm) == 0  # an additive mask is left as it is

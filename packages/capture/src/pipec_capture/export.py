@@ -10,7 +10,7 @@ from pipec_ir import CompileOptions, Graph
 
 from .aot import export_decompositions
 from .attention import drop_constant_masks
-from .portable_attention import mark_attention_output_copies
+from .portable_attention import additive_attention_masks, mark_attention_output_copies
 from .errors import CaptureError
 from .lowerer import lower_graph
 
@@ -61,6 +61,7 @@ def export_graph(model, example_inputs, options: CompileOptions | None = None) -
     name = _model_name(model, options)
     drop_constant_masks(ep.graph_module)  # masks from no input: dropped, or is_causal
     mark_attention_output_copies(ep.graph_module)  # copied only where the kernel's layout needs it
+    additive_attention_masks(ep.graph_module)  # one bias for every layer, not one per call
     from torch.export.graph_signature import InputKind, OutputKind
 
     specs: dict[str, tuple[str, str]] = {}
