@@ -41,3 +41,16 @@ def test_a_reason_keeps_names_that_contain_each_other():
     template = _Template.of(GroupCheck("add_12 reads add_1 twice", frozenset({"add_1"})), ordered)
     bound = template.bind(["mul_3", "mul_30"])
     assert bound == GroupCheck("mul_30 reads mul_3 twice", frozenset({"mul_3"}))
+
+
+def test_names_are_split_out_of_a_reason_as_whole_words_whatever_their_characters():
+    """Word-character names go by the fixed pattern, others by a pattern of their own: both split
+    as `\\b(longest name first|...)\\b` does."""
+    from pipec_fusion.check_memo import _split_names
+
+    text = "add_1 reads add_12, x.y and x.yz (add_1)"
+    assert _split_names(text, {"add_1": 0, "add_12": 1}) == ["", "add_1", " reads ", "add_12", ", x.y and x.yz (",
+                                                               "add_1", ")"]
+    assert _split_names(text, {"x.y": 0, "add_1": 1}) == ["", "add_1", " reads add_12, ", "x.y", " and x.yz (",
+                                                          "add_1", ")"]
+    assert _split_names("no names here", {"a_1": 0}) == ["no names here"]

@@ -50,3 +50,29 @@ def test_merges_keep_reachability_exact(seed):
             for y in dag:
                 assert reach.reaches(x, y) == (y in want[x]), (x, y)
                 assert bool((reach.ancestors[y] >> x) & 1) == (y in want[x]), (x, y)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_between_is_cycle_through(seed):
+    """`between` (the rejections' cycle check, from the bitsets) names the group `cycle_through`
+    finds by searching the DAG, after merges too."""
+    from pipec_fusion.legality import cycle_through
+
+    rng = random.Random(seed)
+    n = 30
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(n))
+    for b in range(n):
+        for a in rng.sample(range(b), min(b, rng.randint(0, 3))):
+            dag.add_edge(a, b)
+    reach = Reachability(dag)
+    for _ in range(12):
+        a, b = sorted(rng.sample(sorted(dag), 2))
+        if dag.has_edge(a, b) and not any(s != b and nx.has_path(dag, s, b) for s in dag.successors(a)):
+            keep = rng.choice((a, b))
+            _contract(dag, a, b, keep)
+            reach.merge(a, b, keep)
+        for x in dag:
+            for y in dag:
+                if x < y:
+                    assert reach.between(x, y) == cycle_through(dag, x, y), (x, y)

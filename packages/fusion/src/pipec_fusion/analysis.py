@@ -220,3 +220,39 @@ class GraphAnalysis:
             live.add(name)
             stack.extend(v for v in self.nodes[name].inputs if v in self.nodes)
         return live
+
+
+def changed_nodes(old: GraphAnalysis, new: GraphAnalysis) -> frozenset[str] | None:
+    """The computing nodes of `new` whose facts may differ from `old`'s, or None when the two
+    graphs differ beyond such nodes (their inputs, symbols or the order of common nodes).
+
+    A node's facts are what legality and profitability read of a group member: its node, the
+    views and root each input reads through, its readers, whether it is stored whatever its
+    group, and its place among the others. The recompute pass's rewrite (recompute_stored.py)
+    copies a few nodes under new names and rewires their readers, keeping every other node
+    object: a node is unchanged when it, its inputs' view chains and roots are the same objects
+    and its readers and forced store are the same."""
+    if old.graph.inputs != new.graph.inputs or old.graph.symbols != new.graph.symbols:
+        return None
+    common = [old.position[n] for n in new.position if n in old.position]
+    if any(a >= b for a, b in zip(common, common[1:])):
+        return None
+    return frozenset(name for name in new.compute if not _same_facts(old, new, name))
+
+
+def _same_facts(old: GraphAnalysis, new: GraphAnalysis, name: str) -> bool:
+    node = new.nodes[name]
+    if old.nodes.get(name) is not node or name not in old.live:
+        return False
+    if (name in old.forced_store) != (name in new.forced_store):
+        return False
+    if set(old.readers.get(name, ())) != set(new.readers.get(name, ())):
+        return False
+    for value in node.inputs:
+        chain = new.view_chain(value)
+        if chain != old.view_chain(value) or any(old.nodes[v] is not new.nodes[v] for v in chain):
+            return False
+        root = new.root[value]
+        if old.root.get(value) != root or (root in new.nodes and old.nodes.get(root) is not new.nodes[root]):
+            return False
+    return True

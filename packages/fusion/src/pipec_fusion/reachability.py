@@ -54,6 +54,15 @@ class Reachability:
         """A path one way or the other."""
         return self.reaches(x, y) or self.reaches(y, x)
 
+    def between(self, a: int, b: int) -> int | None:
+        """The smallest id of a group on a path between a and b, either way, or None: what
+        `legality.cycle_through` answers from the DAG, whose two graph searches per rejected pair
+        were most of fusion's time under policy `none` (BERT base's forward: 1,451 pairs, 1.2 s
+        of 1.4)."""
+        on_path = (self.descendants[a] & self.ancestors[b]) | (self.descendants[b] & self.ancestors[a])
+        on_path &= self.live & ~((1 << a) | (1 << b))  # a merged-away id's bit may linger: `live`
+        return (on_path & -on_path).bit_length() - 1 if on_path else None
+
     def merge(self, a: int, b: int, keep: int) -> None:
         """Groups a and b became one group `keep` (one of them); the other id is gone."""
         gone = b if keep == a else a

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pipec_ir import ITEMSIZE, Graph, KernelPlan, kind_of
+from pipec_ir import ITEMSIZE, Graph, kind_of
 
 from .analysis import GraphAnalysis
 from .heuristics import Heuristics
@@ -146,10 +146,8 @@ class _ConeCopier:
         return name
 
 
-def landed(plan: KernelPlan, cand: Candidate, copy: str) -> bool:
-    """Did the value's copy end up in the kernel of the nodes that read it?"""
-    kernel_of = {}
-    for k in plan.kernels:
-        for n in k.nodes:
-            kernel_of.setdefault(n, k.name)
-    return all(kernel_of.get(copy) == kernel_of.get(r) for r in cand.readers)
+def landed(owner: dict[str, int], cand: Candidate, copy: str) -> bool:
+    """Did the value's copy end up in the kernel of the nodes that read it? `owner`: the group
+    (one kernel) of each computing node after merging; the copy and its readers compute, so each
+    is in its group's kernel and no other (views may be in several)."""
+    return all(owner.get(copy) == owner.get(r) for r in cand.readers)
