@@ -393,3 +393,27 @@ def test_workers_that_cannot_start_turn_the_pool_off_with_one_warning(monkeypatc
         assert compile_pool.get_pool(2) is None  # off for the process: no second try, no second warning
     assert len(caught) == 1
     assert compile_pool.start_in_workers([object(), object()], 2) is None
+
+
+def test_triton_key_is_computed_in_the_background_once_when_a_gpu_compile_starts(monkeypatch):
+    """warm_compile_workers (called when a compile starts) computes Triton's cache key in a thread
+    while the front end traces, once per process; without CUDA it starts nothing."""
+    import torch
+    import triton.runtime.cache as triton_cache
+
+    from pipec_runtime_cudagraph import compile_pool, stages
+
+    calls = []
+    monkeypatch.setattr(compile_pool, "warm", lambda size: None)  # no worker processes here
+    monkeypatch.setattr(triton_cache, "triton_key", lambda: calls.append(1) or "key")
+    monkeypatch.setattr(stages, "_key_thread", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    stages.warm_compile_workers()
+    assert stages._key_thread is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    stages.warm_compile_workers()
+    thread = stages._key_thread
+    assert thread is not None and thread.daemon
+    thread.join(5)
+    stages.warm_compile_workers()  # once per process
+    assert stages._key_thread is thread and calls == [1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable
 
 from pipec_ir import CompileOptions, LoadContext, Program, verify
@@ -18,13 +20,45 @@ LOAD_OPTIONS = frozenset({"recompile_limit", "bucket", "choice", "autotune_confi
 def warm_compile_workers(context: LoadContext | None = None) -> None:
     """Start the Triton compile workers (compile_pool.py) in the background where the first call
     will compile on a GPU: the front end calls this when a compile starts, so that the workers
-    import Triton while Dynamo, AOTAutograd and the other stages run, instead of after them."""
+    import Triton while Dynamo, AOTAutograd and the other stages run, instead of after them.
+    Triton's own cache key is computed in a thread meanwhile (`warm_triton_key`)."""
     import torch
 
     if torch.cuda.is_available():
         from .compile_pool import pool_size, warm
 
         warm(pool_size(context.compile_workers if context is not None else None))
+        warm_triton_key()
+
+
+_key_thread: threading.Thread | None = None
+
+
+def warm_triton_key() -> threading.Thread | None:
+    """Compute `triton.runtime.cache.triton_key()` in a background thread, once per process.
+
+    Every Triton compile and cache lookup needs that key, a hash of Triton's sources and of
+    libtriton (500 MB with triton 3.9), which Triton computes once per process on first use: 0.76 s of a cold
+    BERT training step's runtime load on the H200 (session 20), and as much of every warm
+    compile. Started when a compile starts, it runs while Dynamo and AOTAutograd trace, mostly
+    in file reads and hashing that release the GIL. Triton is imported here, on the caller's
+    thread, so that the thread only hashes (and imports no package another thread may be
+    importing). Best effort: where it fails, Triton computes the key itself when it needs it."""
+    global _key_thread
+    if _key_thread is not None:
+        return None
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        return None
+
+    def compute() -> None:
+        with contextlib.suppress(Exception):
+            triton_key()
+
+    _key_thread = threading.Thread(target=compute, name="pipec-triton-key", daemon=True)
+    _key_thread.start()
+    return _key_thread
 
 
 class LaunchRuntime:
