@@ -23,15 +23,20 @@ def _fresh(dag: nx.DiGraph) -> dict[int, set[int]]:
     return {g: set(nx.descendants(dag, g)) for g in dag}
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_merges_keep_reachability_exact(seed):
-    rng = random.Random(seed)
-    n = 40
+def _random_dag(rng: random.Random, n: int) -> nx.DiGraph:
+    """n groups, each fed by up to three earlier ones."""
     dag = nx.DiGraph()
     dag.add_nodes_from(range(n))
     for b in range(n):
         for a in rng.sample(range(b), min(b, rng.randint(0, 3))):
             dag.add_edge(a, b)
+    return dag
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_merges_keep_reachability_exact(seed):
+    rng = random.Random(seed)
+    dag = _random_dag(rng, 40)
     reach = Reachability(dag)
     merges = 0
     while merges < 25:
@@ -59,12 +64,7 @@ def test_between_is_cycle_through(seed):
     from pipec_fusion.legality import cycle_through
 
     rng = random.Random(seed)
-    n = 30
-    dag = nx.DiGraph()
-    dag.add_nodes_from(range(n))
-    for b in range(n):
-        for a in rng.sample(range(b), min(b, rng.randint(0, 3))):
-            dag.add_edge(a, b)
+    dag = _random_dag(rng, 30)
     reach = Reachability(dag)
     for _ in range(12):
         a, b = sorted(rng.sample(sorted(dag), 2))
