@@ -51,7 +51,7 @@ def test_inference_torch_compile_backend(name):
 # Exported whole through torch.export and run from the artifact alone: an encoder with a padding
 # mask, decoders with their KV cache on (their causal masks folded into `is_causal`), a vision
 # transformer (its all-true mask dropped), a conv net. (The artifact keeps SDPA as the portable
-# op, so an encoder's mask becomes additive inside the call instead of in a kernel of its own.)
+# op; an encoder's boolean mask is made additive once, in a kernel of its own, for every call.)
 THROUGH_EXPORT = ("bert", "gpt2", "llama", "vit", "convnext")
 
 
