@@ -29,24 +29,12 @@ def verify_graph(graph: ir.Graph) -> ir.Graph:
         defined.add(i.name)
         types[i.name] = i.type
     for n in graph.nodes:
-        where = f"graph {graph.name}, node {n.name}"
-        if n.name in defined:
-            raise VerifyError(f"{where}: name defined twice")
-        opdef = OPS.get(n.op)
-        if opdef is None:
-            raise VerifyError(f"{where}: unknown op {n.op!r}")
-        if opdef.arity is not None and len(n.inputs) != opdef.arity:
-            raise VerifyError(f"{where}: {n.op} takes {opdef.arity} inputs, got {len(n.inputs)}")
-        for key in opdef.attrs:
-            if not any(k == key for k, _ in n.attrs):
-                raise VerifyError(f"{where}: {n.op} needs attribute {key!r}")
-        for i in n.inputs:
-            if i not in defined:
-                raise VerifyError(f"{where}: reads {i!r}, which is not defined before it")
-        if not is_multi_result(n):
-            _check_type(n.type, where)
+        _check_node(graph, n, defined)
+        if n.type.dtype not in ir.DTYPES and not is_multi_result(n):  # the test first: it rarely fails
+            _check_type(n.type, _where(graph, n))
+        opdef = OPS[n.op]
         if opdef.rule is not None:
-            _check_rule(n, opdef.rule, [types[i] for i in n.inputs], ctx, f"{where} ({n.op})")
+            _check_rule(n, opdef.rule, [types[i] for i in n.inputs], ctx, graph)
         defined.add(n.name)
         types[n.name] = n.type
         ctx.nodes[n.name] = n
@@ -56,28 +44,56 @@ def verify_graph(graph: ir.Graph) -> ir.Graph:
     return graph
 
 
-def _check_rule(n: ir.Node, rule, ins: list[ir.TensorType], ctx: Context, where: str) -> None:
+def _where(graph: ir.Graph, n: ir.Node) -> str:
+    # built only for an error: formatting it for each of a graph's thousands of nodes was a
+    # good part of `verify` (and of `loads`, which verifies)
+    return f"graph {graph.name}, node {n.name}"
+
+
+def _check_node(graph: ir.Graph, n: ir.Node, defined: set[str]) -> None:
+    """Structure: a new name, a known op, its arity and required attributes, inputs defined before."""
+    if n.name in defined:
+        raise VerifyError(f"{_where(graph, n)}: name defined twice")
+    opdef = OPS.get(n.op)
+    if opdef is None:
+        raise VerifyError(f"{_where(graph, n)}: unknown op {n.op!r}")
+    if opdef.arity is not None and len(n.inputs) != opdef.arity:
+        raise VerifyError(f"{_where(graph, n)}: {n.op} takes {opdef.arity} inputs, got {len(n.inputs)}")
+    if opdef.attrs:
+        present = {k for k, _ in n.attrs}
+        for key in opdef.attrs:
+            if key not in present:
+                raise VerifyError(f"{_where(graph, n)}: {n.op} needs attribute {key!r}")
+    if not defined.issuperset(n.inputs):
+        for i in n.inputs:
+            if i not in defined:
+                raise VerifyError(f"{_where(graph, n)}: reads {i!r}, which is not defined before it")
+
+
+def _check_rule(n: ir.Node, rule, ins: list[ir.TensorType], ctx: Context, graph: ir.Graph) -> None:
     """The node's declared type against its op's type rule: one line naming node, op and mismatch."""
     if n.op != "getitem":
         for name, t in zip(n.inputs, ins):
             if t.dtype == "tuple":  # a multi-result extern
-                raise TypeMismatchError(f"{where}: reads {name}, a multi-result extern (only getitem may)")
+                raise TypeMismatchError(f"{_where(graph, n)} ({n.op}): reads {name}, a multi-result extern "
+                                        "(only getitem may)")
     if n.op != "wait_tensor":
         for name in n.inputs:
             src = ctx.nodes.get(name)
             if src is not None and src.op in COLLECTIVE_STARTS:  # its data arrives only at the wait
-                raise TypeMismatchError(f"{where}: reads {name}, a collective's pending result (only wait_tensor may)")
+                raise TypeMismatchError(f"{_where(graph, n)} ({n.op}): reads {name}, a collective's pending "
+                                        "result (only wait_tensor may)")
     try:
         got = rule(n, ins, ctx)
     except (TypeMismatchError, AttributeTypeError) as exc:
-        raise type(exc)(f"{where}: {exc}") from None
+        raise type(exc)(f"{_where(graph, n)} ({n.op}): {exc}") from None
     declared = n.type
     if (got.dtype is not None and declared.dtype != got.dtype) or (
             got.shape is not None and not ctx.same_shape(got.shape, declared.shape)):
         given = ", ".join(f"{name}: {fmt_type(t)}" for name, t in zip(n.inputs, ins))
         shape = "[...]" if got.shape is None else fmt_shape(got.shape)  # ? / ...: any size / shape
-        raise TypeMismatchError(f"{where}: declared {fmt_type(declared)}, but {n.op}({given}) gives "
-                                f"{got.dtype or '?'}{shape}")
+        raise TypeMismatchError(f"{_where(graph, n)} ({n.op}): declared {fmt_type(declared)}, but "
+                                f"{n.op}({given}) gives {got.dtype or '?'}{shape}")
 
 
 def is_multi_result(node: ir.Node) -> bool:
