@@ -406,14 +406,17 @@ def test_triton_key_is_computed_in_the_background_once_when_a_gpu_compile_starts
     calls = []
     monkeypatch.setattr(compile_pool, "warm", lambda size: None)  # no worker processes here
     monkeypatch.setattr(triton_cache, "triton_key", lambda: calls.append(1) or "key")
-    monkeypatch.setattr(stages, "_key_thread", None)
+    stages.warm_triton_key.cache_clear()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     stages.warm_compile_workers()
-    assert stages._key_thread is None
+    assert stages.warm_triton_key.cache_info().currsize == 0
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    stages.warm_compile_workers()
-    thread = stages._key_thread
-    assert thread is not None and thread.daemon
-    thread.join(5)
-    stages.warm_compile_workers()  # once per process
-    assert stages._key_thread is thread and calls == [1]
+    try:
+        stages.warm_compile_workers()
+        thread = stages.warm_triton_key()
+        assert thread is not None and thread.daemon
+        thread.join(5)
+        stages.warm_compile_workers()  # once per process
+        assert stages.warm_triton_key() is thread and calls == [1]
+    finally:
+        stages.warm_triton_key.cache_clear()  # the real key is computed where a real compile needs it

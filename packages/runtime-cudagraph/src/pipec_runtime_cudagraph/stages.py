@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 
@@ -31,11 +32,10 @@ def warm_compile_workers(context: LoadContext | None = None) -> None:
         warm_triton_key()
 
 
-_key_thread: threading.Thread | None = None
-
-
+@functools.cache
 def warm_triton_key() -> threading.Thread | None:
-    """Compute `triton.runtime.cache.triton_key()` in a background thread, once per process.
+    """Compute `triton.runtime.cache.triton_key()` in a background thread, once per process (the
+    cache: a process resource like the compile workers; the thread, or None without Triton).
 
     Every Triton compile and cache lookup needs that key, a hash of Triton's sources and of
     libtriton (500 MB with triton 3.9), which Triton computes once per process on first use: 0.76 s of a cold
@@ -44,9 +44,6 @@ def warm_triton_key() -> threading.Thread | None:
     in file reads and hashing that release the GIL. Triton is imported here, on the caller's
     thread, so that the thread only hashes (and imports no package another thread may be
     importing). Best effort: where it fails, Triton computes the key itself when it needs it."""
-    global _key_thread
-    if _key_thread is not None:
-        return None
     try:
         from triton.runtime.cache import triton_key
     except ImportError:
@@ -56,9 +53,9 @@ def warm_triton_key() -> threading.Thread | None:
         with contextlib.suppress(Exception):
             triton_key()
 
-    _key_thread = threading.Thread(target=compute, name="pipec-triton-key", daemon=True)
-    _key_thread.start()
-    return _key_thread
+    thread = threading.Thread(target=compute, name="pipec-triton-key", daemon=True)
+    thread.start()
+    return thread
 
 
 class LaunchRuntime:
