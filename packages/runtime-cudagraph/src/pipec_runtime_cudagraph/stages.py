@@ -38,12 +38,13 @@ def warm_triton_key() -> threading.Thread | None:
     cache: a process resource like the compile workers; the thread, or None without Triton).
 
     Every Triton compile and cache lookup needs that key, a hash of Triton's sources and of
-    libtriton (500 MB with triton 3.9), which Triton computes once per process on first use: 0.76 s of a cold
-    BERT training step's runtime load on the H200 (session 20), and as much of every warm
-    compile. Started when a compile starts, it runs while Dynamo and AOTAutograd trace, mostly
-    in file reads and hashing that release the GIL. Triton is imported here, on the caller's
-    thread, so that the thread only hashes (and imports no package another thread may be
-    importing). Best effort: where it fails, Triton computes the key itself when it needs it."""
+    libtriton (500 MB with triton 3.9), which Triton computes once per process on first use:
+    0.76 s of a cold BERT training step's runtime load on the H200 (session 20), and as much of
+    every warm compile. Started when a compile starts, it runs while Dynamo and AOTAutograd
+    trace, mostly in file reads and hashing that release the GIL. Triton is imported here, on
+    the caller's thread, so that the thread mostly hashes (the key's walk over Triton's packages
+    imports only the few not imported yet). Best effort: where it fails, Triton computes the
+    key itself when it needs it."""
     try:
         from triton.runtime.cache import triton_key
     except ImportError:
