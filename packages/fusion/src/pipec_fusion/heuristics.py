@@ -153,7 +153,7 @@ def few_times_broadcast(first: GroupInfo, second: GroupInfo) -> bool:
     key/value heads repeated for the query heads). A read at other indices over a domain no
     larger (a transpose) is not one: it is left as it was."""
     return (first.kind == "pointwise" and second.kind == "pointwise"
-            and _work(first) <= BROADCAST_RECOMPUTE_MAX_WORK
+            and first.work <= BROADCAST_RECOMPUTE_MAX_WORK
             and first.numel < second.numel <= first.numel * BROADCAST_RECOMPUTE_MAX_FACTOR)
 
 
@@ -181,9 +181,6 @@ def _column_reduction(g: GroupInfo) -> bool:
     return g.kind == "reduction" and 0 in g.reduce_dims and len(g.reduce_dims) < len(g.domain)
 
 
-def _work(group: GroupInfo) -> int:
-    return group.work
-
 
 class DefaultHeuristics(Heuristics):
     """Vertical producer -> consumer fusion; no recomputation except of literals, of cheap
@@ -200,7 +197,7 @@ class DefaultHeuristics(Heuristics):
         """More than `max_ops` computing ops: literals and iotas are constants and index
         expressions in the kernel, not work (a cat's gathers are mostly those: a partial rotary
         embedding's two cats, computed in one kernel, hold 70 nodes and 36 ops)."""
-        return _work(first) + _work(second) > self.max_ops
+        return first.work + second.work > self.max_ops
 
     def _epilogue_problem(self, first, second) -> str | None:
         mm, other = epilogue_pair(first, second)
