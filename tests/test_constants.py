@@ -67,6 +67,8 @@ def test_cache_hit_binds_this_graphs_constants(tmp_path, monkeypatch):
         torch._dynamo.reset()
         again = pipec.compile(second)
         torch.testing.assert_close(again(x), second(x))
+    # keyed by the constants' values, which AOTAutograd's fake mode must not hide from the key
+    assert again.pipec_session.cache_hits.get("capture") == 1
     # the constants are not in the IR, so the later stages of the second model were served from
     # the first one's entries, and it still ran with its own constants (checked above)
     report = pipec.explain(WithConstants(scale=tuple(range(20, 28))).eval(), x)

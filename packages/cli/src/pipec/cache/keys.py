@@ -320,8 +320,13 @@ def describe_constant(gm, target: str):
         return None
     if isinstance(obj, torch._subclasses.FakeTensor) or obj.numel() > _CONSTANT_DATA_LIMIT:
         return meta
-    data = obj.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-    return meta + (hashlib.sha256(data.numpy().tobytes()).hexdigest(),)
+    # AOTAutograd calls the backend inside its fake mode, which refuses real tensors: without
+    # leaving it every graph holding a constant (transformers' KV cache starts each layer with
+    # torch.tensor([])) went uncached
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        data = obj.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+        return meta + (hashlib.sha256(data.numpy().tobytes()).hexdigest(),)
 
 
 def find_shape_env(gm, example_inputs):
