@@ -54,6 +54,33 @@ def test_warm_compile_serves_capture_fusion_and_codegen_from_the_cache(path):
     assert warm.kernels == cold.kernels and warm.fusion_count == cold.fusion_count
 
 
+class NewGeluMLP(torch.nn.Module):
+    """transformers' "gelu_new" written out (capture folds it into one `gelu`, rewriting the FX
+    graph it is given) and a tensor constant built in forward (as a KV cache starts each layer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = self.up(x)
+        h = 0.5 * h * (1.0 + torch.tanh(0.7978845608028654 * (h + 0.044715 * torch.pow(h, 3.0))))
+        return self.down(h) * torch.tensor([2.0])
+
+
+def test_a_graph_capture_rewrites_or_holding_constants_is_served_whole_from_the_cache():
+    """Capture's own rewrites of its input graph (tanh-GELU folding) do not stop its output from
+    being stored, and a constant's bytes are keyed even inside AOTAutograd's fake mode."""
+    torch.manual_seed(0)
+    model, x = NewGeluMLP().eval(), torch.randn(4, 16)
+    cold_out, cold = _compile_and_run(model, (x,))
+    warm_out, warm = _compile_and_run(model, (x,))
+    assert cold.cache_misses == CACHED and warm.cache_hits == CACHED
+    assert torch.equal(cold_out[0], warm_out[0])
+    with torch.no_grad():
+        torch.testing.assert_close(warm_out[0], model(x), atol=2e-5, rtol=2e-5)
+
+
 def test_explain_reports_cache_hits_of_the_gpt2_block():
     model, inputs = load_example(GPT2)
     with torch.no_grad():

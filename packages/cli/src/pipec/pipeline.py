@@ -20,7 +20,7 @@ import pipec_ir
 from pipec_ir import CompileOptions, CompileProfile, LoadContext
 
 from .bench_measure import usable_cpus
-from .cache import open_cache, source_digest, stage_key, text_digest
+from .cache import open_cache, shape_env_state, source_digest, stage_key, text_digest
 from .constants import bind_constants, graph_constants
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning
 from .gc_pause import gc_paused
@@ -423,8 +423,9 @@ def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: st
     """run_stage through the compile cache: (document, JSON, "hit" | "miss" | None if not cached).
 
     The key is `stage_key` of the stage, its implementation and version, the options (less
-    the runtime's `load_options`) and `digest` (the input's). A capture that changed its input while it ran (e.g. added
-    symbolic-shape guards) is not stored: replaying it would lose that change.
+    the runtime's `load_options`) and `digest` (the input's). A capture that changed its input's
+    symbolic-shape environment while it ran (added guards) is not stored: replaying it would lose
+    that change.
     """
     key = stage_key(stage.name, entry, options, digest, load_options) if cache and stage.kind and digest else None
     if key is None:
@@ -432,8 +433,9 @@ def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: st
     found = cache.load(key, stage.kind)
     if found is not None:
         return (*found, "hit")
+    shapes = shape_env_state(doc, example_inputs) if stage.name == "capture" else ()
     out, text = run_stage(stage, entry.impl, doc, options, example_inputs)
-    if stage.name != "capture" or source_digest(doc, example_inputs) == digest:
+    if stage.name != "capture" or shape_env_state(doc, example_inputs) == shapes:
         cache.store(key, text)
     return out, text, "miss"
 

@@ -12,7 +12,7 @@ pipec_ir: `get(key) -> bytes | None`, `put(key, data)`; optional `delete`,
 
 from .entry import BadEntry, pack_entry, unpack_entry
 from .errors import CacheError, PipecCacheWarning
-from .keys import graph_module_digest, source_digest, stage_key, text_digest
+from .keys import graph_module_digest, shape_env_state, source_digest, stage_key, text_digest
 from .local import CACHE_DIR_ENV, LocalCache, default_cache_dir
 from .redis_cache import DEFAULT_URL as DEFAULT_REDIS_URL
 from .redis_cache import REDIS_PREFIX_ENV, REDIS_URL_ENV, RedisCache
@@ -21,4 +21,4 @@ from .store import DEFAULT_BACKEND, DISABLED, CompileCache, check_cache, open_ca
 __all__ = ["BadEntry", "CACHE_DIR_ENV", "CacheError", "CompileCache", "DEFAULT_BACKEND", "DEFAULT_REDIS_URL",
            "DISABLED", "LocalCache", "PipecCacheWarning", "REDIS_PREFIX_ENV", "REDIS_URL_ENV", "RedisCache",
            "check_cache", "default_cache_dir", "graph_module_digest", "open_cache", "pack_entry",
-           "resolve_cache_name", "source_digest", "stage_key", "text_digest", "unpack_entry"]
+           "resolve_cache_name", "shape_env_state", "source_digest", "stage_key", "text_digest", "unpack_entry"]

@@ -329,6 +329,17 @@ def describe_constant(gm, target: str):
         return meta + (hashlib.sha256(data.numpy().tobytes()).hexdigest(),)
 
 
+def shape_env_state(source, example_inputs) -> tuple:
+    """What a capture may add to its input's symbolic-shape environment (guards, replacements):
+    compared before and after the stage, so that an entry that would lose them is not stored.
+    Capture's own FX rewrites of the graph (folding tanh-GELU, moving gathers) are functions of
+    the graph it was given, so they do not count."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(source, torch.fx.GraphModule):
+        return ()
+    return describe_shape_env(find_shape_env(source, example_inputs))
+
+
 def find_shape_env(gm, example_inputs):
     torch = sys.modules["torch"]
     values = list(example_inputs) + [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
