@@ -316,6 +316,13 @@ def test_watch_example_plugin_wraps_launch_in_configure(fake_stages, use_entry_p
     assert type(entry.impl).__name__ == "WatchedRuntime"
     assert entry.wrapped_by == ("watch",) and entry.distribution == "unknown"  # still the fake stages' entry
     assert type(entry.impl.inner).__module__ == "fake_stages"
+    warmed = []  # the runtime's optional `warm` (compile workers, Triton's key) reaches the wrapped one
+    entry.impl.inner.warm = warmed.append
+    from pipec.backend import warm_runtime
+    from pipec.pipeline import Session
+
+    warm_runtime(pipec_ir.CompileOptions(runtime="launch"), Session())
+    assert warmed == [None]
 
     a, b = torch.randn(3, 4), torch.randn(3, 4)
     f = pipec.compile(lambda a, b: torch.relu(a) * b + a, runtime="launch")

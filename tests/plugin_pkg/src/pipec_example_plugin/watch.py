@@ -25,6 +25,13 @@ class WatchedRuntime:
         self.loaded.append((program.name, len(program.steps)))
         return run
 
+    def warm(self, context=None):
+        # a wrapper passes on the optional methods too: without this, pipec's own runtime never
+        # started its compile workers and Triton's key early wherever this plugin was installed
+        warm = getattr(self.inner, "warm", None)
+        if warm is not None:
+            warm(context)
+
     def __repr__(self):
         return f"WatchedRuntime({self.inner!r})"
 
