@@ -7,6 +7,7 @@ Each source is written once to ``<cache>/<sha256>.py`` (a per-user directory cre
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import os
@@ -85,8 +86,9 @@ def load_kernel(kernel: TritonKernel, *, interpret: bool | None = None,
         interpret = interpreter_active()
     interpret = bool(interpret) or interpreter_active()
     digest = body_digest(kernel)
-    directory = kernel_cache_dir(cache_dir)
-    key = (digest, interpret, str(directory))
+    # keyed by the directory asked for, not the one resolved: resolving stats and may create it,
+    # which only a kernel not loaded yet needs (a BERT step's 694 kernels are 70 bodies)
+    key = (digest, interpret, str(cache_dir))
     with _lock:
         cached = _modules.get(key)
         if cached is not None:
@@ -94,7 +96,7 @@ def load_kernel(kernel: TritonKernel, *, interpret: bool | None = None,
             # so Triton compiles it once; it keeps the name it was first loaded under
             module, name = cached
             return getattr(module, name)
-        path = write_source(kernel.source, directory)
+        path = write_source(kernel.source, kernel_cache_dir(cache_dir))
         name = f"pipec_kernel_{digest[:32]}{'_interp' if interpret else ''}_{len(_modules)}"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
@@ -124,6 +126,10 @@ _DOCSTRING_LINE = re.compile(r'^[ \t]*"""[^\n]*"""[ \t]*\n', re.MULTILINE)
 def body_digest(kernel: TritonKernel) -> str:
     """sha256 of the kernel's source without its name and one-line docstrings (which name
     graph nodes), plus its launch configs: the same kernel of every layer of a model shares it."""
-    body = _DOCSTRING_LINE.sub("", kernel.source.replace(f"def {kernel.name}(", "def \0("))
-    configs = repr(tuple(kernel.configs))
-    return hashlib.sha256(f"{body}\0{configs}".encode()).hexdigest()
+    return _body_digest(kernel.name, kernel.source, tuple(kernel.configs))
+
+
+@functools.lru_cache(maxsize=8192)  # asked ~6 times per launch step while a program loads
+def _body_digest(name: str, source: str, configs: tuple) -> str:
+    body = _DOCSTRING_LINE.sub("", source.replace(f"def {name}(", "def \0("))
+    return hashlib.sha256(f"{body}\0{configs!r}".encode()).hexdigest()
