@@ -81,6 +81,26 @@ def test_a_graph_capture_rewrites_or_holding_constants_is_served_whole_from_the_
         torch.testing.assert_close(warm_out[0], model(x), atol=2e-5, rtol=2e-5)
 
 
+def test_a_warm_compile_parses_the_plan_only_when_its_stats_are_read(monkeypatch):
+    """Every stage hits: the KernelPlan between them stays text until something reads what it
+    tells (GraphStats), and then tells what the cold compile's did."""
+    from pipec.cache.store import CompileCache
+
+    model, inputs = load_example(GPT2)
+    _, cold = _compile_and_run(model, inputs)
+    parsed = []
+    real_parse = CompileCache.parse
+    monkeypatch.setattr(CompileCache, "parse", lambda self, key, kind, text: parsed.append(kind)
+                        or real_parse(self, key, kind, text))
+    warm_out, warm = _compile_and_run(model, inputs)
+    assert warm.cache_hits == {s: len(cold.graphs) for s in CACHED}
+    assert "kernel_plan" not in parsed and "program" in parsed
+    (g,), (c,) = warm.graphs, cold.graphs
+    assert (g.fusion_count, g.op_count, g.extern_ops, g.not_fused, g.kernel_rows, g.units) == \
+           (c.fusion_count, c.op_count, c.extern_ops, c.not_fused, c.kernel_rows, c.units)
+    assert parsed.count("kernel_plan") == 1 and g.plan is not None
+
+
 def test_explain_reports_cache_hits_of_the_gpt2_block():
     model, inputs = load_example(GPT2)
     with torch.no_grad():

@@ -187,3 +187,9 @@ def test_a_runtime_without_context_is_called_as_before(fake_stages):
     gm, inputs = traced()
     fn = compile_graph(gm, inputs, pipec_ir.CompileOptions().with_extra(kernel_dir="/nonexistent"))
     torch.testing.assert_close(fn(inputs)[0], tiny(*inputs))
+
+
+def test_the_session_counts_stages_in_the_pipelines_order():
+    from pipec.session import STAGE_ORDER
+
+    assert STAGE_ORDER == STAGE_NAMES

@@ -123,6 +123,12 @@ def configure_logs(env=None) -> set[str]:
 
 # ---------------------------------------------------------------- what the front end logs itself
 
+def stage_logged(stage: str) -> bool:
+    """Whether `log_stage` would read the document of `stage`."""
+    name = {"fusion": "fusion", "codegen": "output_code"}.get(stage)
+    return name is not None and logger(name).isEnabledFor(logging.INFO)
+
+
 def log_stage(stage: str, graph: str, document, units: list[dict] | None = None) -> None:
     """After a stage ran on `graph`: the fusion stage's decisions (read off the KernelPlan, where
     fusion records every one of them; `units`: pipeline.plan_units of it) and codegen's output

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
@@ -24,8 +24,9 @@ from .cache import open_cache, shape_env_state, source_digest, stage_key, text_d
 from .constants import bind_constants, graph_constants
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning
 from .gc_pause import gc_paused
-from .logs import log_stage
+from .logs import log_stage, stage_logged
 from .plugins import get_plugin_manager, get_registry
+from .session import COMPUTE_KINDS, GraphStats, Session, add_stats, is_compute, kernel_rows, plan_units  # noqa: F401 (re-exported)
 
 
 # ---------------------------------------------------------------- the stages
@@ -133,195 +134,6 @@ STAGE_NAMES = tuple(s.name for s in PIPELINE)
 PROFILE_PARTS = {"capture": "capture", "fusion": "fusion", "codegen": "codegen", "runtime": "runtime_load"}
 
 
-# ---------------------------------------------------------------- statistics
-
-
-COMPUTE_KINDS = ("pointwise", "reduction", "scan", "matmul", "indexing", "extern", "collective")
-
-
-def is_compute(node: pipec_ir.Node) -> bool:
-    """An op that does work (views are index arithmetic, `full` is a literal, getitem picks a result)."""
-    return node.op != "getitem" and pipec_ir.OPS.get(node.op) is not None and \
-        pipec_ir.kind_of(node.op) in COMPUTE_KINDS
-
-
-def _row_held(kernel: pipec_ir.TritonKernel) -> bool | None:
-    """A reduction kernel's row: held whole by every config (True), looped in blocks (False);
-    None for a kernel without rows. Read from the configs (RBLOCK against rnumel), which the IR
-    carries for any code generator; a loop forced over a short row is one block, so "held"."""
-    sizes = dict(kernel.sizes)
-    if "rnumel" not in sizes:
-        return None
-    rnumel = sizes["rnumel"]
-    blocks = [dict(c.constants).get("RBLOCK") for c in kernel.configs]
-    return bool(getattr(rnumel, "is_Integer", False)) and all(b is not None and b >= int(rnumel) for b in blocks)
-
-
-def plan_units(plan: pipec_ir.KernelPlan) -> list[dict]:
-    """The fusion stage's kernels: name, kind, iteration shape and the compute ops each holds."""
-    nodes = plan.graph.node_map()
-    return [{"name": k.name, "kind": k.kind, "shape": [str(d) for d in k.domain],
-             "ops": [nodes[n].op for n in k.nodes if n in nodes and is_compute(nodes[n])]} for k in plan.kernels]
-
-
-def kernel_rows(units: list[dict] | None, program: pipec_ir.Program) -> list[dict]:
-    """`units` (plan_units; one per Triton kernel when the plan is not known) with how each runs,
-    for `pipec explain`: a choice group's alternatives, a Triton kernel (a reduction's row held
-    in registers or looped), or a library call. Views without a kernel are left out."""
-    triton = {k.name: k for k in program.kernels}
-    alternatives: dict[str, list[str]] = {}
-    for step in program.steps:
-        group = pipec_ir.get_attr(step.attrs, "choice")
-        name = pipec_ir.get_attr(step.attrs, "alternative")
-        if group is not None and name is not None and name not in alternatives.setdefault(group, []):
-            alternatives[group].append(name)
-    if units is None:
-        units = [{"name": k.name, "kind": "", "shape": [], "ops": []} for k in program.kernels]
-    rows = []
-    for unit in units:
-        name = unit["name"]
-        if name in alternatives:
-            runs = "the fastest of " + ", ".join(alternatives[name])
-        elif name in triton:
-            held = _row_held(triton[name])
-            runs = "Triton" + {True: ", row held in registers", False: ", row looped", None: ""}[held]
-        elif unit["kind"] == "view":
-            continue  # index arithmetic on its consumers' loads: not a kernel
-        else:
-            runs = "a library call"
-        rows.append({**unit, "runs_as": runs})
-    return rows
-
-
-@dataclass
-class GraphStats:
-    name: str
-    kind: str = "inference"  # AOTAutograd's graph kind: "inference", "forward" or "backward"
-    op_count: int = 0
-    kernel_count: int = 0  # generated Triton kernels
-    fusion_count: int = 0  # kernels holding more than one compute op
-    extern_ops: list[tuple[str, str]] = field(default_factory=list)  # (ATen overload, reason)
-    not_fused: list[tuple[str, str, str]] = field(default_factory=list)  # (first, second, reason)
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-    kernels: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, Triton source)
-    kernel_rows: list[dict] = field(default_factory=list)  # kernel_rows(): each kernel and how it runs
-    cache: dict[str, str] = field(default_factory=dict)  # stage -> "hit" | "miss" (stages looked up)
-    units: list[dict] | None = field(default=None, repr=False)  # plan_units(), once the plan is made
-    # the documents themselves, for `pipec report` (its fusion picture, launch configs)
-    plan: pipec_ir.KernelPlan | None = field(default=None, repr=False, compare=False)
-    program: pipec_ir.Program | None = field(default=None, repr=False, compare=False)
-
-    def add_graph(self, graph: pipec_ir.Graph) -> None:
-        self.op_count = sum(1 for n in graph.nodes if is_compute(n))
-        self.extern_ops = [(str(n.attr("target")), str(n.attr("reason", ""))) for n in graph.nodes
-                           if n.op == "extern"]
-
-    def add_plan(self, plan: pipec_ir.KernelPlan) -> None:
-        self.units = plan_units(plan)
-        self.plan = plan
-        self.fusion_count = sum(1 for unit in self.units if len(unit["ops"]) > 1)
-        self.not_fused = [(r.first, r.second, r.reason) for r in plan.rejected]
-
-    def add_program(self, program: pipec_ir.Program) -> None:
-        # not counted: kernels only a non-default alternative of a choice group launches (docs/IR.md)
-        other = {s.target for s in program.steps if pipec_ir.get_attr(s.attrs, "choice") is not None
-                 and not pipec_ir.get_attr(s.attrs, "default")}
-        self.kernel_count = len([k for k in program.kernels if k.name not in other])
-        self.kernels = [(k.name, k.source) for k in program.kernels]
-        self.kernel_rows = kernel_rows(self.units, program)
-        self.program = program
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name, "kind": self.kind, "op_count": self.op_count, "kernel_count": self.kernel_count,
-            "fusion_count": self.fusion_count,
-            "extern_ops": [{"target": t, "reason": r} for t, r in self.extern_ops],
-            "not_fused": [{"first": a, "second": b, "reason": r} for a, b, r in self.not_fused],
-            "stage_seconds": dict(self.stage_seconds), "cache": dict(self.cache),
-            "kernels": list(self.kernel_rows),
-        }
-
-
-@dataclass
-class Session:
-    """What one pipec.compile (or one CLI run) saw: every graph compiled, stage by stage.
-
-    `on_stage(stage, impl_name, graph_name, event)` is called with event
-    "start" and "end" (the CLI draws its progress from it), and "hit" just
-    before the "end" of a stage served from the compile cache.
-    """
-    graphs: list[GraphStats] = field(default_factory=list)
-    dynamo_graphs: int = 0  # calls of the torch.compile backend (one per Dynamo graph)
-    eager_graphs: int = 0  # Dynamo graphs run eagerly because the recompile budget was used up
-    break_reasons: list[str] = field(default_factory=list)  # why Dynamo broke the graphs (backend.break_reason)
-    on_stage: Callable[[str, str, str, str], None] | None = None
-    cache: str | None = None  # the compile cache backend used (None: no cache)
-    # where the first call's time went, once a window measured it (pipec.explain, pipec bench)
-    profile: CompileProfile = field(default_factory=CompileProfile)
-    # the compiled model's LoadContext, shared by every graph its runtime loads (made by the first
-    # compile_graph when pipec.compile did not make one)
-    context: LoadContext | None = None
-    _dump_names: set[str] = field(default_factory=set)
-
-    def unique_name(self, name: str) -> str:
-        base, i = name, 1
-        while name in self._dump_names:
-            name = f"{base}_{i}"
-            i += 1
-        self._dump_names.add(name)
-        return name
-
-    # totals, for reports
-    @property
-    def op_count(self) -> int:
-        return sum(g.op_count for g in self.graphs)
-
-    @property
-    def kernel_count(self) -> int:
-        return sum(g.kernel_count for g in self.graphs)
-
-    @property
-    def fusion_count(self) -> int:
-        return sum(g.fusion_count for g in self.graphs)
-
-    @property
-    def extern_ops(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for g in self.graphs:
-            for target, reason in g.extern_ops:
-                out.setdefault(target, reason)
-        return dict(sorted(out.items()))
-
-    @property
-    def not_fused(self) -> list[tuple[str, str, str]]:
-        return [item for g in self.graphs for item in g.not_fused]
-
-    @property
-    def stage_seconds(self) -> dict[str, float]:
-        out = {s: 0.0 for s in STAGE_NAMES}
-        for g in self.graphs:
-            for s, t in g.stage_seconds.items():
-                out[s] = out.get(s, 0.0) + t
-        return out
-
-    @property
-    def kernels(self) -> list[tuple[str, str]]:
-        return [k for g in self.graphs for k in g.kernels]
-
-    def _cache_count(self, outcome: str) -> dict[str, int]:
-        looked_up = [s for s in STAGE_NAMES if any(s in g.cache for g in self.graphs)]
-        return {s: sum(1 for g in self.graphs if g.cache.get(s) == outcome) for s in looked_up}
-
-    @property
-    def cache_hits(self) -> dict[str, int]:
-        """Stage -> graphs whose output came from the compile cache (stages looked up)."""
-        return self._cache_count("hit")
-
-    @property
-    def cache_misses(self) -> dict[str, int]:
-        return self._cache_count("miss")
-
-
 # ---------------------------------------------------------------- boundaries
 
 
@@ -396,16 +208,6 @@ def _default_name(source) -> str:
     return "graph"
 
 
-def _add_stats(stats: GraphStats, doc) -> None:
-    if isinstance(doc, pipec_ir.Graph):
-        stats.add_graph(doc)
-    elif isinstance(doc, pipec_ir.KernelPlan):
-        stats.add_graph(doc.graph)
-        stats.add_plan(doc)
-    elif isinstance(doc, pipec_ir.Program):
-        stats.add_program(doc)
-
-
 # ---------------------------------------------------------------- one stage, through the compile cache
 
 
@@ -417,10 +219,38 @@ def run_stage(stage: Stage, impl, doc, options: CompileOptions, example_inputs, 
     return serialize_boundary(out, stage.kind)
 
 
+@dataclass(frozen=True)
+class Unparsed:
+    """A stage's document served from the compile cache and not parsed: the next stage's entry was
+    found too, so only what reads this one (GraphStats, on first use) parses it."""
+    cache: Any
+    key: str
+    kind: str
+    text: str
+
+    def parse(self):
+        return self.cache.parse(self.key, self.kind, self.text)
+
+    def document(self, graph: str):
+        """The parsed document, for a stage that runs on it."""
+        doc = self.parse()
+        if doc is None:  # checked by its sha256 when read, yet not a valid document
+            raise PipecError(f"compile cache entry {self.key[:16]} ({self.kind}) of graph {graph} was deleted as "
+                             "invalid after the next stage had been looked up; compile again", stage="cache",
+                             graph=graph)
+        return doc
+
+
 def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: str | None,
                      options: CompileOptions, example_inputs, context: LoadContext | None = None,
-                     load_options: frozenset[str] = frozenset()):
-    """run_stage through the compile cache: (document, JSON, "hit" | "miss" | None if not cached).
+                     load_options: frozenset[str] = frozenset(), *, found: str | None = None,
+                     next_key: Callable[[str], str | None] | None = None, graph: str = "graph"):
+    """run_stage through the compile cache: (document, JSON, "hit" | "miss" | None if not cached,
+    the next stage's entry text when it was looked up ahead).
+
+    `found`: this stage's entry text, when the previous stage looked it up. `next_key(text)`: the
+    key of the next stage on this stage's output; where that entry exists too, a hit is returned
+    `Unparsed` (parsing a large KernelPlan costs a warm compile of a 24-layer decoder ~0.3 s).
 
     The key is `stage_key` of the stage, its implementation and version, the options (less
     the runtime's `load_options`) and `digest` (the input's). A capture that changed its input's
@@ -429,15 +259,25 @@ def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: st
     """
     key = stage_key(stage.name, entry, options, digest, load_options) if cache and stage.kind and digest else None
     if key is None:
-        return (*run_stage(stage, entry.impl, doc, options, example_inputs, context), None)
-    found = cache.load(key, stage.kind)
-    if found is not None:
-        return (*found, "hit")
+        if isinstance(doc, Unparsed):
+            doc = doc.document(graph)
+        return (*run_stage(stage, entry.impl, doc, options, example_inputs, context), None, None)
+    text = found if found is not None else cache.load_text(key)
+    if text is not None:
+        ahead = next_key(text) if next_key is not None else None
+        ahead_text = cache.load_text(ahead) if ahead is not None else None
+        if ahead_text is not None:
+            return Unparsed(cache, key, stage.kind, text), text, "hit", ahead_text
+        parsed = cache.parse(key, stage.kind, text)
+        if parsed is not None:
+            return parsed, text, "hit", None
+    if isinstance(doc, Unparsed):
+        doc = doc.document(graph)
     shapes = shape_env_state(doc, example_inputs) if stage.name == "capture" else ()
     out, text = run_stage(stage, entry.impl, doc, options, example_inputs)
     if stage.name != "capture" or shape_env_state(doc, example_inputs) == shapes:
         cache.store(key, text)
-    return out, text, "miss"
+    return out, text, "miss", None
 
 
 def _open_cache(options: CompileOptions, registry: pipec_ir.Registry):
@@ -452,6 +292,28 @@ FIRST_STAGE_FOR = {pipec_ir.Graph: "fusion", pipec_ir.KernelPlan: "codegen", pip
 
 
 # ---------------------------------------------------------------- the pipeline
+
+
+def _may_defer(stage: Stage, options: CompileOptions, stop_after: str | None) -> bool:
+    """Whether a cache hit of `stage` may stay unparsed: nothing but GraphStats reads its
+    document (capture's is read for constants and fallback warnings; dumps, logs, observers
+    and a caller stopping there read theirs)."""
+    return (stage.name != "capture" and stop_after != stage.name and not options.dump_dir
+            and not stage_logged(stage.name)
+            and not get_plugin_manager().hook.pipec_stage_finished.get_hookimpls())
+
+
+def _lookahead(rest: tuple[Stage, ...], registry: pipec_ir.Registry, options: CompileOptions,
+               load_options: frozenset[str]) -> Callable[[str], str | None] | None:
+    """The next stage's cache key as a function of this stage's output text (None: the next stage
+    is not cached, or unknown, which its own turn reports)."""
+    if not rest or rest[0].kind is None:
+        return None
+    try:
+        entry = registry.entry(rest[0].name, rest[0].impl_name(options))
+    except pipec_ir.UnknownStageError:
+        return None
+    return lambda text: stage_key(rest[0].name, entry, options, text_digest(text), load_options)
 
 
 def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None = None, *,
@@ -496,8 +358,9 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
         stages = PIPELINE[STAGE_NAMES.index(first):]
         doc = pipec_ir.verify(source)
         stats.name = session.unique_name(name or _default_name(source))
-        _add_stats(stats, doc)
-    for stage in stages:
+        add_stats(stats, doc)
+    ahead = None  # this stage's entry text, read by the previous stage's lookahead
+    for i, stage in enumerate(stages):
         impl_name = stage.impl_name(options)
         label = stats.name
         try:
@@ -514,8 +377,11 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
                     digest = source_digest(doc, example_inputs)  # the first stage's input
                 # the runtime names its calls in profiler traces after the graph (profiling.py)
                 stage_options = options.with_extra(graph_name=stats.name) if stage.kind is None else options
-                doc, text, cached = run_stage_cached(cache, stage, entry, doc, digest, stage_options, example_inputs,
-                                                     context, load_options)
+                next_key = _lookahead(stages[i + 1:], registry, options, load_options) \
+                    if cache is not None and _may_defer(stage, options, stop_after) else None
+                doc, text, cached, ahead = run_stage_cached(cache, stage, entry, doc, digest, stage_options,
+                                                            example_inputs, context, load_options, found=ahead,
+                                                            next_key=next_key, graph=label)
                 digest = text_digest(text) if text is not None else None
         except PipecError:
             raise
@@ -533,8 +399,12 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
             warn_fallbacks(doc, stats.name)
             constants = graph_constants(entry.impl, source, doc)
             captured = doc
-        _add_stats(stats, doc)
-        log_stage(stage.name, stats.name, doc, stats.units)
+        if isinstance(doc, Unparsed):
+            stats.defer(doc.parse)
+        else:
+            add_stats(stats, doc)
+        if stage_logged(stage.name):  # (then no document is left Unparsed, and the plan's units are read)
+            log_stage(stage.name, stats.name, doc, stats.units)
         if stage.kind is not None and options.dump_dir:
             dump_document(options.dump_dir, stats.name, stage.name, doc)
         _notify_observers(stage.name, stats.name, doc, seconds)

@@ -40,6 +40,15 @@ class CompileCache:
 
     def load(self, key: str, kind: str):
         """(document, canonical JSON text) stored under `key`, or None."""
+        text = self.load_text(key)
+        if text is None:
+            return None
+        doc = self.parse(key, kind, text)
+        return None if doc is None else (doc, text)
+
+    def load_text(self, key: str) -> str | None:
+        """The JSON text stored under `key`, its entry's sha256 checked but not parsed, or None.
+        (The pipeline parses a document only where something reads it: `parse`.)"""
         try:
             data = self.backend.get(key)
         except pipec_ir.CacheError as exc:
@@ -50,15 +59,24 @@ class CompileCache:
         if data is None:
             return None
         try:
-            text = unpack_entry(key, data).decode("utf-8")
-            doc = pipec_ir.loads(text, kind=kind)  # verified too
-        except (BadEntry, UnicodeDecodeError, pipec_ir.IRError) as exc:
-            why = str(exc) if isinstance(exc, BadEntry) else f"bad {kind} document: {_one_line(exc)}"
-            self._delete(key)
-            self._warn(f"pipec: cache entry {key[:16]} in {self.name} ({self.location}) failed its check "
-                       f"({why}); deleted it and recompiling")
+            return unpack_entry(key, data).decode("utf-8")
+        except (BadEntry, UnicodeDecodeError) as exc:
+            self._reject(key, str(exc) if isinstance(exc, BadEntry) else _one_line(exc))
             return None
-        return doc, text
+
+    def parse(self, key: str, kind: str, text: str):
+        """The `kind` document of `load_text(key)`'s text, parsed and verified, or None (the entry is
+        deleted and named in a warning, as a damaged one)."""
+        try:
+            return pipec_ir.loads(text, kind=kind)  # verified too
+        except pipec_ir.IRError as exc:
+            self._reject(key, f"bad {kind} document: {_one_line(exc)}")
+            return None
+
+    def _reject(self, key: str, why: str) -> None:
+        self._delete(key)
+        self._warn(f"pipec: cache entry {key[:16]} in {self.name} ({self.location}) failed its check "
+                   f"({why}); deleted it and recompiling")
 
     def store(self, key: str, text: str) -> None:
         try:
