@@ -7,6 +7,7 @@ peak memory, gradients against eager's, the heaviest kernels.
     python benchmarks/train_step.py --case bert --backends pipec --host-profile      # where pipec's host time goes
     python benchmarks/train_step.py --case vit --out $OUT/vit_train.json            # also t5, resnet
     python benchmarks/train_step.py --case vocab_loss --device cpu --tiny --backends eager,pipec   # smoke test
+    python benchmarks/train_step.py --case bert --backends pipec,inductor --isolate --out r.json  # a process each, cold and warm
 
 Cases:
 * `bert`: transformers' BertForMaskedLM at bert-base-uncased's config (random weights), 8 x 512
@@ -243,7 +244,14 @@ def main(argv=None) -> int:
     ap.add_argument("--copies", action="store_true",
                     help="record where each backend's ATen copies are called from (CUDA; one step)")
     ap.add_argument("--out", help="results JSON")
+    ap.add_argument("--isolate", action="store_true",
+                    help="each backend in its own process with fresh pipec, Triton and Inductor caches (a "
+                         "first step then pays the libraries' first use, cuBLAS and cuDNN plans, as a user's does; "
+                         "in one process only the first backend does), then once more with the same caches: "
+                         "the warm compile of a new process (rows BACKEND-warm); no gradient comparison")
     args = ap.parse_args(argv)
+    if args.isolate:
+        return isolated(args, argv if argv is not None else sys.argv[1:])
     backends = args.backends.split(",")
     cuda = args.device == "cuda"
     rows, steps, reference = {}, {}, None
@@ -312,6 +320,48 @@ def main(argv=None) -> int:
                 "gpu": torch.cuda.get_device_name() if cuda else None, "python": sys.version.split()[0]}
         Path(args.out).write_text(json.dumps({"meta": meta, "backends": rows}, indent=1))
     return 0
+
+
+def isolated(args, argv: list[str]) -> int:
+    """--isolate: this script once per backend and cache state, in a fresh process each."""
+    import subprocess
+    import tempfile
+
+    def without(flags: list[str], drop: dict[str, int]) -> list[str]:
+        out, skip = [], 0
+        for a in flags:
+            if skip:
+                skip -= 1
+            elif a.split("=")[0] in drop:
+                skip = drop[a.split("=")[0]] if "=" not in a else 0
+            else:
+                out.append(a)
+        return out
+
+    base = without(list(argv), {"--isolate": 0, "--out": 1, "--backends": 1})
+    rows, meta = {}, None
+    with tempfile.TemporaryDirectory(prefix="train_step_isolate_") as tmp:
+        for backend in args.backends.split(","):
+            caches = {env: str(Path(tmp) / backend / env) for env in
+                      ("PIPEC_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+            for run in ("", "-warm") if backend != "eager" else ("",):
+                out = Path(tmp) / f"{backend}{run}.json"
+                cmd = [sys.executable, __file__, *base, "--backends", backend, "--out", str(out)]
+                print(f"== {backend}{run}: a new process" + (" with the caches just filled" if run else
+                                                              ", empty caches"), flush=True)
+                done = subprocess.run(cmd, env={**os.environ, **caches})
+                if done.returncode != 0 or not out.exists():
+                    rows[f"{backend}{run}"] = {"error": f"exit {done.returncode}"}
+                    continue
+                result = json.loads(out.read_text())
+                meta = result["meta"]
+                rows[f"{backend}{run}"] = result["backends"][backend]
+    first = {k: r.get("first_step_s") for k, r in rows.items()}
+    print("first steps, s (each in its own process): " + ", ".join(f"{k} {v}" for k, v in first.items()))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"meta": {**(meta or {}), "isolated": True}, "backends": rows},
+                                             indent=1))
+    return 0 if all("error" not in r for r in rows.values()) else 1
 
 
 if __name__ == "__main__":
