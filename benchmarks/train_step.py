@@ -230,7 +230,8 @@ def host_profile(step, steps: int, top: int = 30) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # no abbreviations: --isolate's children get this command line less --isolate, spelled out
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--case", default="bert", choices=("bert", "gpt2", "vocab_loss") + suite_training_cases())
     ap.add_argument("--backends", default="eager,inductor,pipec")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -342,8 +343,9 @@ def isolated(args, argv: list[str]) -> int:
     rows, meta = {}, None
     with tempfile.TemporaryDirectory(prefix="train_step_isolate_") as tmp:
         for backend in args.backends.split(","):
+            # pipec's compile cache, kernel sources and tuning results, Inductor's and Triton's caches
             caches = {env: str(Path(tmp) / backend / env) for env in
-                      ("PIPEC_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+                      ("PIPEC_CACHE_DIR", "PIPEC_KERNEL_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
             for run in ("", "-warm") if backend != "eager" else ("",):
                 out = Path(tmp) / f"{backend}{run}.json"
                 cmd = [sys.executable, __file__, *base, "--backends", backend, "--out", str(out)]

@@ -47,7 +47,8 @@ def main(argv=None) -> int:
                 continue
             mark = "" if r["beyond_s"] <= 1.0 else " (over)"
             hits = ", ".join(f"{k} {v}" for k, v in (r["cache_hits"] or {}).items())
-            print(f"| {r['case']} | {r['cold_s']:.1f} | {r['warm_s']:.2f} | {r['tracing_s']:.2f} | "
+            cold = f"{r['cold_s']:.1f}" if r["cold_s"] is not None else "-"
+            print(f"| {r['case']} | {cold} | {r['warm_s']:.2f} | {r['tracing_s']:.2f} | "
                   f"{r['beyond_s']:.2f}{mark} | " + " | ".join(f"{r['parts'][p]:.2f}" for p in PARTS) + f" | {hits} |")
     return 0
 

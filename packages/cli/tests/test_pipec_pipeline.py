@@ -193,3 +193,32 @@ def test_the_session_counts_stages_in_the_pipelines_order():
     from pipec.session import STAGE_ORDER
 
     assert STAGE_ORDER == STAGE_NAMES
+
+
+def test_a_deferred_plan_that_cannot_be_read_leaves_empty_counts_with_one_warning():
+    import warnings
+
+    from pipec.session import GraphStats
+
+    stats = GraphStats("g")
+
+    def broken():
+        raise ValueError("truncated")
+
+    stats.defer(broken)
+    with pytest.warns(UserWarning, match="graph g: its cached plan could not be read"):
+        assert stats.fusion_count == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert (stats.units, stats.not_fused, stats.kernel_rows) == (None, [], [])
+
+
+def test_a_deferred_plan_is_parsed_once_at_the_first_read():
+    from pipec.session import GraphStats
+
+    calls = []
+    stats = GraphStats("g")
+    stats.defer(lambda: calls.append(1))  # a parse that found nothing (the cache warned)
+    assert calls == [] and stats.name == "g" and stats.cache == {}  # not derived from the plan
+    assert stats.op_count == 0 and stats.extern_ops == [] and calls == [1]
+    assert stats.fusion_count == 0 and calls == [1]

@@ -404,7 +404,7 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
         else:
             add_stats(stats, doc)
         if stage_logged(stage.name):  # (then no document is left Unparsed, and the plan's units are read)
-            log_stage(stage.name, stats.name, doc, stats.units)
+            log_stage(stage.name, stats.name, doc, stats.units if stage.name == "fusion" else None)
         if stage.kind is not None and options.dump_dir:
             dump_document(options.dump_dir, stats.name, stage.name, doc)
         _notify_observers(stage.name, stats.name, doc, seconds)

@@ -4,6 +4,7 @@ compile-time profile. `pipec explain`, `report` and `bench` read them."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,12 +104,20 @@ class GraphStats:
         self._pending = parse
 
     def _settle(self) -> None:
+        """Parse the deferred document into the counts. Counts never fail a compile: a document
+        that does not parse (the cache deleted and named it) leaves the counts it would have
+        given empty, and each program kernel is still listed (kernel_rows without the plan)."""
         parse, self._pending = self._pending, None
-        doc = parse()
+        try:
+            doc = parse()
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            doc = None
+            warnings.warn(f"pipec: graph {self.name}: its cached plan could not be read for statistics "
+                          f"({type(exc).__name__}: {exc})", stacklevel=3)
         if doc is not None:
             add_stats(self, doc)
-            if self.program is not None:
-                self.kernel_rows = kernel_rows(self.units, self.program)
+        if self.program is not None:
+            self.kernel_rows = kernel_rows(self.units, self.program)
 
     def add_graph(self, graph: pipec_ir.Graph) -> None:
         self.op_count = sum(1 for n in graph.nodes if is_compute(n))
