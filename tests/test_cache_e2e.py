@@ -101,6 +101,32 @@ def test_a_warm_compile_parses_the_plan_only_when_its_stats_are_read(monkeypatch
     assert parsed.count("kernel_plan") == 1 and g.plan is not None
 
 
+@pytest.mark.parametrize("bad", [("kernel_plan",), ("program",), ("kernel_plan", "program")], ids="+".join)
+def test_a_bad_plan_or_program_entry_is_recompiled_on_a_warm_compile(bad):
+    """Entries whose sha256 holds but whose document does not parse: the program is fetched
+    whole before the plan is left unparsed, so either one is recompiled with one warning."""
+    from pipec.cache import LocalCache, unpack_entry
+    from pipec.cache.store import CompileCache
+
+    model, inputs = load_example(GPT2)
+    cold_out, _ = _compile_and_run(model, inputs)
+    cache = CompileCache("local", LocalCache(Path(os.environ["PIPEC_CACHE_DIR"])))
+    for path in entries():
+        text = unpack_entry(path.stem, path.read_bytes()).decode()
+        kind = json.loads(text)["kind"]
+        if kind in bad:
+            cache.store(path.stem, json.dumps({"format": "pipec-ir", "kind": kind}))  # right digest, no document
+    with pytest.warns(pipec.PipecCacheWarning) as caught:
+        warm_out, warm = _compile_and_run(model, inputs)
+    assert sorted(k for k in bad for w in caught if f"bad {k} document" in str(w.message)) == sorted(bad)
+    for kind in bad:
+        assert warm.cache_misses[{"kernel_plan": "fusion", "program": "codegen"}[kind]] == 1
+    assert warm.cache_hits["capture"] == 1
+    assert not [w for w in caught if issubclass(w.category, pipec.PipecFallbackWarning)]  # compiled, not eager
+    assert torch.equal(cold_out[0], warm_out[0])
+    assert warm.graphs[0].fusion_count > 0 and warm.graphs[0].kernel_rows
+
+
 def test_explain_reports_cache_hits_of_the_gpt2_block():
     model, inputs = load_example(GPT2)
     with torch.no_grad():

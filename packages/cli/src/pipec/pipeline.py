@@ -231,48 +231,42 @@ class Unparsed:
     def parse(self):
         return self.cache.parse(self.key, self.kind, self.text)
 
-    def document(self, graph: str):
-        """The parsed document, for a stage that runs on it."""
-        doc = self.parse()
-        if doc is None:  # checked by its sha256 when read, yet not a valid document
-            raise PipecError(f"compile cache entry {self.key[:16]} ({self.kind}) of graph {graph} was deleted as "
-                             "invalid after the next stage had been looked up; compile again", stage="cache",
-                             graph=graph)
-        return doc
-
 
 def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: str | None,
                      options: CompileOptions, example_inputs, context: LoadContext | None = None,
-                     load_options: frozenset[str] = frozenset(), *, found: str | None = None,
-                     next_key: Callable[[str], str | None] | None = None, graph: str = "graph"):
+                     load_options: frozenset[str] = frozenset(), *, found: tuple[str, Any] | None = None,
+                     fetch_next: Callable[[str], tuple[str, Any] | None] | None = None, graph: str = "graph"):
     """run_stage through the compile cache: (document, JSON, "hit" | "miss" | None if not cached,
-    the next stage's entry text when it was looked up ahead).
+    the next stage's entry (text, document) when it was fetched ahead).
 
-    `found`: this stage's entry text, when the previous stage looked it up. `next_key(text)`: the
-    key of the next stage on this stage's output; where that entry exists too, a hit is returned
-    `Unparsed` (parsing a large KernelPlan costs a warm compile of a 24-layer decoder ~0.3 s).
+    `found`: this stage's entry, fetched by the previous stage. `fetch_next(text)`: the next
+    stage's entry for this stage's output, read and parsed, or None. Where it exists, a hit is
+    returned `Unparsed`: the next stage needs only its digest (parsing a 24-layer decoder's
+    KernelPlan costs a warm compile ~0.3 s), and a plan that fails its parse later costs
+    statistics, never the compile.
 
     The key is `stage_key` of the stage, its implementation and version, the options (less
     the runtime's `load_options`) and `digest` (the input's). A capture that changed its input's
     symbolic-shape environment while it ran (added guards) is not stored: replaying it would lose
     that change.
     """
+    if found is not None:
+        text, parsed = found
+        return parsed, text, "hit", fetch_next(text) if fetch_next is not None else None
+    if isinstance(doc, Unparsed):  # not reached: a stage after a deferred one was fetched whole
+        raise PipecError(f"{stage.name} got an unparsed {doc.kind} document of graph {graph}", stage=stage.name,
+                         graph=graph)
     key = stage_key(stage.name, entry, options, digest, load_options) if cache and stage.kind and digest else None
     if key is None:
-        if isinstance(doc, Unparsed):
-            doc = doc.document(graph)
         return (*run_stage(stage, entry.impl, doc, options, example_inputs, context), None, None)
-    text = found if found is not None else cache.load_text(key)
+    text = cache.load_text(key)
     if text is not None:
-        ahead = next_key(text) if next_key is not None else None
-        ahead_text = cache.load_text(ahead) if ahead is not None else None
-        if ahead_text is not None:
-            return Unparsed(cache, key, stage.kind, text), text, "hit", ahead_text
+        ahead = fetch_next(text) if fetch_next is not None else None
+        if ahead is not None:
+            return Unparsed(cache, key, stage.kind, text), text, "hit", ahead
         parsed = cache.parse(key, stage.kind, text)
         if parsed is not None:
             return parsed, text, "hit", None
-    if isinstance(doc, Unparsed):
-        doc = doc.document(graph)
     shapes = shape_env_state(doc, example_inputs) if stage.name == "capture" else ()
     out, text = run_stage(stage, entry.impl, doc, options, example_inputs)
     if stage.name != "capture" or shape_env_state(doc, example_inputs) == shapes:
@@ -304,16 +298,23 @@ def _may_defer(stage: Stage, options: CompileOptions, stop_after: str | None) ->
 
 
 def _lookahead(rest: tuple[Stage, ...], registry: pipec_ir.Registry, options: CompileOptions,
-               load_options: frozenset[str]) -> Callable[[str], str | None] | None:
-    """The next stage's cache key as a function of this stage's output text (None: the next stage
-    is not cached, or unknown, which its own turn reports)."""
+               load_options: frozenset[str], cache) -> Callable[[str], tuple[str, Any] | None] | None:
+    """The next stage's cache entry (text, parsed document) for this stage's output text, or None
+    where it is missing or bad (None: the next stage is not cached, or unknown, which its own
+    turn reports)."""
     if not rest or rest[0].kind is None:
         return None
     try:
         entry = registry.entry(rest[0].name, rest[0].impl_name(options))
     except pipec_ir.UnknownStageError:
         return None
-    return lambda text: stage_key(rest[0].name, entry, options, text_digest(text), load_options)
+
+    def fetch(text: str) -> tuple[str, Any] | None:
+        key = stage_key(rest[0].name, entry, options, text_digest(text), load_options)
+        found = cache.load_text(key)
+        parsed = cache.parse(key, rest[0].kind, found) if found is not None else None
+        return (found, parsed) if parsed is not None else None
+    return fetch
 
 
 def compile_graph(source: Any, example_inputs=(), options: CompileOptions | None = None, *,
@@ -359,7 +360,7 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
         doc = pipec_ir.verify(source)
         stats.name = session.unique_name(name or _default_name(source))
         add_stats(stats, doc)
-    ahead = None  # this stage's entry text, read by the previous stage's lookahead
+    ahead = None  # this stage's entry (text, document), fetched by the previous stage's lookahead
     for i, stage in enumerate(stages):
         impl_name = stage.impl_name(options)
         label = stats.name
@@ -377,11 +378,11 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
                     digest = source_digest(doc, example_inputs)  # the first stage's input
                 # the runtime names its calls in profiler traces after the graph (profiling.py)
                 stage_options = options.with_extra(graph_name=stats.name) if stage.kind is None else options
-                next_key = _lookahead(stages[i + 1:], registry, options, load_options) \
+                fetch_next = _lookahead(stages[i + 1:], registry, options, load_options, cache) \
                     if cache is not None and _may_defer(stage, options, stop_after) else None
                 doc, text, cached, ahead = run_stage_cached(cache, stage, entry, doc, digest, stage_options,
                                                             example_inputs, context, load_options, found=ahead,
-                                                            next_key=next_key, graph=label)
+                                                            fetch_next=fetch_next, graph=label)
                 digest = text_digest(text) if text is not None else None
         except PipecError:
             raise
