@@ -19,7 +19,7 @@ summary="$out/summary.txt"
 export PIPEC_DISABLE_PLUGINS=broken PYTHONUNBUFFERED=1
 note() { echo "$*" | tee -a "$summary"; }
 
-python3 -c "import pipec" 2>/dev/null || scripts/gpu_install.sh >"$out/install.log" 2>&1 || { note "install failed: $out/install.log"; exit 1; }
+python3 -c "import pipec" 2>/dev/null || scripts/gpu_install.sh --test-plugin >"$out/install.log" 2>&1 || { note "install failed: $out/install.log"; exit 1; }
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \
   | tee -a "$summary"
 
