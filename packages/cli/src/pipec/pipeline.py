@@ -298,10 +298,11 @@ def _may_defer(stage: Stage, options: CompileOptions, stop_after: str | None) ->
 
 
 def _lookahead(rest: tuple[Stage, ...], registry: pipec_ir.Registry, options: CompileOptions,
-               load_options: frozenset[str], cache) -> Callable[[str], tuple[str, Any] | None] | None:
+               load_options: frozenset[str], cache,
+               profile: CompileProfile) -> Callable[[str], tuple[str, Any] | None] | None:
     """The next stage's cache entry (text, parsed document) for this stage's output text, or None
     where it is missing or bad (None: the next stage is not cached, or unknown, which its own
-    turn reports)."""
+    turn reports). Its reading counts in the next stage's part of the compile-time profile."""
     if not rest or rest[0].kind is None:
         return None
     try:
@@ -310,9 +311,10 @@ def _lookahead(rest: tuple[Stage, ...], registry: pipec_ir.Registry, options: Co
         return None
 
     def fetch(text: str) -> tuple[str, Any] | None:
-        key = stage_key(rest[0].name, entry, options, text_digest(text), load_options)
-        found = cache.load_text(key)
-        parsed = cache.parse(key, rest[0].kind, found) if found is not None else None
+        with profile.part(PROFILE_PARTS.get(rest[0].name, rest[0].name)):
+            key = stage_key(rest[0].name, entry, options, text_digest(text), load_options)
+            found = cache.load_text(key)
+            parsed = cache.parse(key, rest[0].kind, found) if found is not None else None
         return (found, parsed) if parsed is not None else None
     return fetch
 
@@ -378,7 +380,7 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
                     digest = source_digest(doc, example_inputs)  # the first stage's input
                 # the runtime names its calls in profiler traces after the graph (profiling.py)
                 stage_options = options.with_extra(graph_name=stats.name) if stage.kind is None else options
-                fetch_next = _lookahead(stages[i + 1:], registry, options, load_options, cache) \
+                fetch_next = _lookahead(stages[i + 1:], registry, options, load_options, cache, profile) \
                     if cache is not None and _may_defer(stage, options, stop_after) else None
                 doc, text, cached, ahead = run_stage_cached(cache, stage, entry, doc, digest, stage_options,
                                                             example_inputs, context, load_options, found=ahead,
