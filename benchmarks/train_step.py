@@ -328,6 +328,8 @@ def isolated(args, argv: list[str]) -> int:
     import subprocess
     import tempfile
 
+    from pipec.bench import CACHE_ENV  # pipec's compile cache, kernels and tuning, Inductor's, Triton's
+
     def without(flags: list[str], drop: dict[str, int]) -> list[str]:
         out, skip = [], 0
         for a in flags:
@@ -343,9 +345,7 @@ def isolated(args, argv: list[str]) -> int:
     rows, meta = {}, None
     with tempfile.TemporaryDirectory(prefix="train_step_isolate_") as tmp:
         for backend in args.backends.split(","):
-            # pipec's compile cache, kernel sources and tuning results, Inductor's and Triton's caches
-            caches = {env: str(Path(tmp) / backend / env) for env in
-                      ("PIPEC_CACHE_DIR", "PIPEC_KERNEL_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+            caches = {env: str(Path(tmp) / backend / env) for env in CACHE_ENV}
             for run in ("", "-warm") if backend != "eager" else ("",):
                 out = Path(tmp) / f"{backend}{run}.json"
                 cmd = [sys.executable, __file__, *base, "--backends", backend, "--out", str(out)]

@@ -132,10 +132,11 @@ def stage_logged(stage: str) -> bool:
 def log_stage(stage: str, graph: str, document, units: list[dict] | None = None) -> None:
     """After a stage ran on `graph`: the fusion stage's decisions (read off the KernelPlan, where
     fusion records every one of them; `units`: pipeline.plan_units of it) and codegen's output
-    code, when their artifact is on."""
-    if stage == "fusion" and logger("fusion").isEnabledFor(logging.INFO):
+    code. Called where `stage_logged(stage)` (the pipeline asks first: the plan's units are read
+    only for a fusion log)."""
+    if stage == "fusion":
         logger("fusion").info("%s", describe_plan(graph, document, units or []))
-    elif stage == "codegen" and logger("output_code").isEnabledFor(logging.INFO):
+    elif stage == "codegen":
         from pipec_ir.text import format_program
 
         logger("output_code").info("Output code of graph %s:\n%s", graph, format_program(document))

@@ -235,7 +235,7 @@ class Unparsed:
 def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: str | None,
                      options: CompileOptions, example_inputs, context: LoadContext | None = None,
                      load_options: frozenset[str] = frozenset(), *, found: tuple[str, Any] | None = None,
-                     fetch_next: Callable[[str], tuple[str, Any] | None] | None = None, graph: str = "graph"):
+                     fetch_next: Callable[[str], tuple[str, Any] | None] | None = None):
     """run_stage through the compile cache: (document, JSON, "hit" | "miss" | None if not cached,
     the next stage's entry (text, document) when it was fetched ahead).
 
@@ -253,9 +253,6 @@ def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: st
     if found is not None:
         text, parsed = found
         return parsed, text, "hit", fetch_next(text) if fetch_next is not None else None
-    if isinstance(doc, Unparsed):  # not reached: a stage after a deferred one was fetched whole
-        raise PipecError(f"{stage.name} got an unparsed {doc.kind} document of graph {graph}", stage=stage.name,
-                         graph=graph)
     key = stage_key(stage.name, entry, options, digest, load_options) if cache and stage.kind and digest else None
     if key is None:
         return (*run_stage(stage, entry.impl, doc, options, example_inputs, context), None, None)
@@ -384,7 +381,7 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
                     if cache is not None and _may_defer(stage, options, stop_after) else None
                 doc, text, cached, ahead = run_stage_cached(cache, stage, entry, doc, digest, stage_options,
                                                             example_inputs, context, load_options, found=ahead,
-                                                            fetch_next=fetch_next, graph=label)
+                                                            fetch_next=fetch_next)
                 digest = text_digest(text) if text is not None else None
         except PipecError:
             raise

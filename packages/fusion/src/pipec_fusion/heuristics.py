@@ -181,7 +181,6 @@ def _column_reduction(g: GroupInfo) -> bool:
     return g.kind == "reduction" and 0 in g.reduce_dims and len(g.reduce_dims) < len(g.domain)
 
 
-
 class DefaultHeuristics(Heuristics):
     """Vertical producer -> consumer fusion; no recomputation except of literals, of cheap
     casts/arithmetic on small broadcast inputs (`cheap_broadcast`) and of modest chains read
