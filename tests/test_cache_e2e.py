@@ -15,6 +15,13 @@ import pipec
 
 from conftest import EXAMPLES, ROOT, load_example
 
+
+@pytest.fixture(autouse=True)
+def _pipec_cache_alone(monkeypatch):
+    """These tests are about pipec's own cache: AOTAutograd's, which would serve a warm compile
+    whole (test_aot_cache.py), is left out (also in the processes they start)."""
+    monkeypatch.setenv("PIPEC_AOT_CACHE", "0")
+
 CACHED = {"capture": 1, "fusion": 1, "codegen": 1}
 NONE = {"capture": 0, "fusion": 0, "codegen": 0}
 GPT2 = next(p for p in EXAMPLES if p.stem == "gpt2_block")

@@ -65,10 +65,15 @@ def test_cache_hit_binds_this_graphs_constants(tmp_path, monkeypatch):
         compiled = pipec.compile(second)
         torch.testing.assert_close(compiled(x), second(x))
         torch._dynamo.reset()
-        again = pipec.compile(second)
+        again = pipec.compile(second, aot_cache=False)
         torch.testing.assert_close(again(x), second(x))
+        torch._dynamo.reset()
+        whole = pipec.compile(second)  # AOTAutograd's cache, whose key holds the values too
+        torch.testing.assert_close(whole(x), second(x))
     # keyed by the constants' values, which AOTAutograd's fake mode must not hide from the key
     assert again.pipec_session.cache_hits.get("capture") == 1
+    assert compiled.pipec_session.cache_hits.get("aot_autograd", 0) == 0  # not the first model's entry
+    assert whole.pipec_session.cache_hits == {"aot_autograd": 1}
     # the constants are not in the IR, so the later stages of the second model were served from
     # the first one's entries, and it still ran with its own constants (checked above)
     report = pipec.explain(WithConstants(scale=tuple(range(20, 28))).eval(), x)

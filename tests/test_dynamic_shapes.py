@@ -297,7 +297,7 @@ def test_slices_with_unbacked_lengths_match_eager(unbacked_slices):
 @pytest.mark.filterwarnings("ignore:pipec. size_oblivious=True")
 def test_a_returned_unbacked_slice_length_is_recomputed(unbacked_slices):
     """A graph that returns such a length (u0) as a size: the backend reruns the slice on meta
-    tensors of the call's sizes to read it off (backend._unbacked_sources)."""
+    tensors of the call's sizes to read it off (graph_call._unbacked_sources)."""
     def f(x):
         tail = x[:, -3:]
         return tail * 2, tail.shape[1] + x.shape[0]

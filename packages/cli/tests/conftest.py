@@ -25,6 +25,8 @@ def fresh_plugins(monkeypatch):
 def private_compile_cache(monkeypatch, tmp_path):
     """Every test gets an empty compile cache of its own (never ~/.cache/pipec), the default backend."""
     monkeypatch.setenv("PIPEC_CACHE_DIR", str(tmp_path / "pipec-cache"))
+    # and of torch's (AOTAutograd's cache holds pipec's graphs too: pipec/aot_cache.py)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torch-cache"))
     monkeypatch.delenv("PIPEC_CACHE", raising=False)
 
 

@@ -141,7 +141,7 @@ def test_compare_outputs():
 def test_object_inputs_returned_unchanged_are_passed_through():
     """Under tensor parallel a graph returns its DeviceMesh input (saved for the backward); the
     Program returns None there and the backend puts back the object of this call."""
-    from pipec.backend import with_object_outputs
+    from pipec.graph_call import with_object_outputs
 
     g = torch.fx.Graph()
     x, mesh = g.placeholder("x"), g.placeholder("mesh")
@@ -159,7 +159,7 @@ def test_size_outputs_and_conditions_on_sizes_are_computed_per_call():
     sizes, since a Program returns None for a non-tensor output."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from pipec.backend import with_size_outputs
+    from pipec.graph_call import with_size_outputs
 
     gm = make_fx(lambda x: (x * 2, x.shape[0] - 1, x.shape[0] >= 3), tracing_mode="symbolic")(torch.randn(4, 2))
     example = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]

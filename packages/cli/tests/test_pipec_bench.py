@@ -174,8 +174,8 @@ def test_bench_json(capsys, model_file, tmp_path):
     assert pipec["tb_per_s"] == pytest.approx(data["bytes"] / (pipec["ms"] * 1e-3) / 1e12)
     assert pipec["tflop_per_s"] is None and pipec["speedup_vs_inductor"] is None
     assert pipec["compile_cold_s"] > 0 and pipec["compile_warm_s"] > 0
-    assert {s: pipec["cache_hits"].get(s) for s in ("capture", "fusion", "codegen")} == \
-        {"capture": 1, "fusion": 1, "codegen": 1}  # the warm compile came from the compile cache
+    # the warm compile came from AOTAutograd's cache, which holds pipec's graph (pipec/aot_cache.py)
+    assert pipec["cache_hits"] == {"aot_autograd": 1}
     assert pipec["max_error"] < 1e-6
     assert pipec["tuning"] == [] and eager["tuning"] is None  # the CPU interpreter tunes nothing
     for profile in (pipec["compile_profile"], pipec["compile_profile_warm"]):  # where each first call went

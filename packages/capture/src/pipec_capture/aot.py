@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .aot_cache import cache_scope, cache_supported, cached_compiler, is_output_code
 from .attention import choose_attention_kernels
 from .complex_pairs import complex_as_pairs
 from .decompositions import DECOMPOSITIONS, matmul_folded
@@ -230,7 +231,7 @@ def backward_compiled_with_forward(enabled: bool = True):
 def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],
                         *, decompositions: dict | None = None, fused_attention: bool = True,
                         partition: str = "min_cut", pad_classes: bool = True,
-                        backward_with_forward: bool = True):
+                        backward_with_forward: bool = True, cache_tag: str | None = None):
     """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
 
     With `pad_classes` (option `pad_classes`, default on), a classifier trained with cross
@@ -246,12 +247,20 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
     returning a list/tuple of outputs. Where that callable has `call_owned(list)`, the list
     AOTAutograd hands over goes there, to be cleared and its tensors dropped after their
     last reader (the runtime's owned_inputs.py).
+
+    With `cache_tag` (the front end's name for its code and options), AOTAutograd looks each
+    graph up in its own cache first, and stores it where compile_aten_graph returned an
+    `OutputCode` that can be pickled (aot_cache.py); where this torch cannot, nothing changes.
     """
     from torch._dynamo.backends.common import aot_autograd
+
+    cached = cache_tag is not None and cache_supported()
 
     def compiler(kind: str):
         def compile_fn(gm: torch.fx.GraphModule, example_inputs):
             fn = compile_aten_graph(gm, list(example_inputs), kind)
+            if cached and is_output_code(fn):
+                return fn  # the front end's OutputCode: AOTAutograd calls it boxed, and may store it
             owned = getattr(fn, "call_owned", None)
 
             def boxed(args: list[Any]):
@@ -265,7 +274,7 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
             boxed._boxed_call = True  # AOT passes one list (boxed calling convention)
             return boxed
         compile_fn.__name__ = f"pipec_{kind}_compiler"
-        return compile_fn
+        return cached_compiler(compile_fn) if cached else compile_fn
 
     aot_backend = aot_autograd(
         fw_compiler=compiler("forward"),
@@ -279,7 +288,8 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
             pad_class_dims(gm)
         if fused_attention:
             gm = choose_attention_kernels(gm)
-        with backward_compiled_with_forward(backward_with_forward):
+        with backward_compiled_with_forward(backward_with_forward), \
+                cache_scope(cache_tag) if cached else contextlib.nullcontext():
             return aot_backend(gm, example_inputs)
 
     return backend

@@ -40,8 +40,10 @@ class DynamoCapture:
         partition = options.get("aot_partition", "min_cut") if options is not None else "min_cut"
         pad_classes = bool(options.get("pad_classes", True)) if options is not None else True
         early = bool(options.get("early_compile", True)) if options is not None else True
+        tag = options.get("aot_cache_tag") if options is not None else None  # set by the front end
         return make_dynamo_backend(compile_aten_graph, decompositions=table, fused_attention=not decompose,
-                                   partition=partition, pad_classes=pad_classes, backward_with_forward=early)
+                                   partition=partition, pad_classes=pad_classes, backward_with_forward=early,
+                                   cache_tag=tag)
 
 
 class ExportCapture:

@@ -406,6 +406,9 @@ def explain(model, *example_inputs, **compile_kwargs) -> ExplainReport:
     import torch
 
     compile_kwargs.setdefault("eager_fallback", False)  # a graph that fails is reported, not run eagerly
+    # every stage runs or hits pipec's own cache: AOTAutograd's would serve a graph whole, without
+    # its fusion decisions and plan (aot_cache.py)
+    compile_kwargs.setdefault("aot_cache", False)
     opts = make_options(**compile_kwargs)
     torch._dynamo.reset()  # graphs, breaks and compile times of this model alone
     _, max_error, mismatch, session = run_and_compare(model, example_inputs, opts)

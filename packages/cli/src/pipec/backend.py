@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import warnings
 
+import pipec_ir
 from pipec_ir import CompileOptions, RecompileLimitError
 
+from .aot_cache import TAG_OPTION, cache_tag, loading, looked_up_under, stats_snapshot, unpickle_layers
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error
 from .gc_pause import gc_paused
+from .graph_call import tensors_only, with_object_outputs, with_size_outputs
 from .graph_devices import compute_device, on_graph_devices
 from .logs import configure_logs, logger
 from .options import make_options
-from .pipeline import Session, compile_graph
+from .pipeline import LOAD_CONTEXT_OPTIONS, Session, compile_graph, restore_stats, runtime_load_options
 from .plugins import get_registry
 
 
@@ -35,6 +38,11 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
     budget = session.context.budget if session.context is not None else None
     profile = session.profile
     charged: set[tuple] = set()
+    registry = get_registry()
+    # AOTAutograd's cache holds pipec's graphs under this tag (aot_cache.py); None: not used
+    tag = cache_tag(options.without(*LOAD_CONTEXT_OPTIONS), registry,
+                    runtime_load_options(registry, options.runtime))
+    session.keep_programs = session.keep_programs or tag is not None
 
     def backend(gm, example_inputs, **_ignored):
         warm_runtime(options, session)
@@ -65,14 +73,17 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
                 return gm.forward
         index = session.dynamo_graphs
         session.dynamo_graphs += 1
-        capture = get_registry().get("capture", options.capture)
+        capture = registry.get("capture", options.capture)
         dynamo_backend = getattr(capture, "dynamo_backend", None)
         if dynamo_backend is None:
             raise PipecError(f"capture ({options.capture}) cannot run under torch.compile: it has no "
                              f"dynamo_backend; use capture 'dynamo'", stage="capture", impl=options.capture)
 
+        def graph_name(kind):
+            return f"{prefix}_{index}" if kind in ("inference", "forward", None) else f"{prefix}_{index}_{kind}"
+
         def compile_aten_graph(aten_gm, aten_inputs, kind="inference"):
-            name = f"{prefix}_{index}" if kind in ("inference", "forward", None) else f"{prefix}_{index}_{kind}"
+            name = graph_name(kind)
             first_new = len(session.graphs)
             fn = compile_graph(aten_gm, aten_inputs, options, session=session, name=name)
             for stats in session.graphs[first_new:]:
@@ -80,7 +91,28 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
             device = compute_device(aten_gm)
             fn = on_graph_devices(tensors_only(fn, aten_inputs, device), aten_gm, aten_inputs, device)
             fn = with_size_outputs(fn, aten_gm, aten_inputs, name)
-            return with_object_outputs(fn, aten_gm, aten_inputs)
+            fn = with_object_outputs(fn, aten_gm, aten_inputs)
+            if tag is None or not looked_up_under(tag):
+                return fn
+            from .aot_entry import CompiledGraph  # imports Inductor's OutputCode: only under torch.compile
+
+            stats = session.graphs[-1]
+            stats.cache["aot_autograd"] = "miss"  # else AOTAutograd would not have called the compiler
+            return CompiledGraph(fn, kind or "inference", stats.program_text, stats_snapshot(stats))
+
+        def load_cached(graph):
+            """A graph AOTAutograd found in its cache (an aot_entry.CompiledGraph): its Program loaded
+            by the runtime stage, with its call layers put back around it."""
+            first_new = len(session.graphs)
+            try:
+                program = pipec_ir.loads(graph.program_text, kind="program")
+                runtime = compile_graph(program, (), options, session=session, name=graph_name(graph.kind))
+                stats = session.graphs[-1]
+                restore_stats(stats, graph.kind, graph.stats)
+                return unpickle_layers(graph.layers, runtime)
+            except BaseException:
+                del session.graphs[first_new:]  # AOTAutograd compiles the graph instead
+                raise
 
         # the graph as Dynamo traced it: a capture may rewrite `gm` in place before it fails
         # (attention kernels, padded classes), and the eager fallback must run what the user wrote.
@@ -88,8 +120,10 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
         # later, once that code is real: Dynamo's graph is lazy (its forward generates the code at
         # the first call, from the graph as it is then); AOTAutograd's trace would generate it anyway
         as_traced = realized(gm).forward
+        aten_options = options.with_extra(**{TAG_OPTION: tag}) if tag is not None else options
         try:
-            return aten_backend(dynamo_backend, compile_aten_graph, options)(gm, example_inputs)
+            with loading(load_cached):
+                return aten_backend(dynamo_backend, compile_aten_graph, aten_options)(gm, example_inputs)
         except RecompileLimitError:
             raise
         except Exception as exc:
@@ -160,208 +194,6 @@ def aten_backend(dynamo_backend, compile_aten_graph, options: CompileOptions):
     except (TypeError, ValueError):
         takes_options = False
     return dynamo_backend(compile_aten_graph, options) if takes_options else dynamo_backend(compile_aten_graph)
-
-
-def tensors_only(fn, example_inputs, device=None):
-    """A graph with dynamic shapes also takes its size symbols as (int) arguments; the
-    Program's inputs are the tensors (the runtime binds sizes from their shapes), then, for each
-    int argument whose size no tensor argument has as a dimension, a 1-D int8 tensor of that
-    length, never read (docs/IR.md, "Graph": a backward graph takes the reduced dim of
-    `x.sum(1)` as an int). Without tensor arguments those are made on `device` (the graph's,
-    graph_devices.py), which the runtime then runs on."""
-    import torch
-
-    keep = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
-    if len(keep) == len(example_inputs):
-        return fn
-    sizes = _size_only_positions(example_inputs)
-
-    def tensors_of(args):
-        tensors = [args[i] for i in keep]
-        if sizes:
-            where = tensors[0].device if tensors else device
-            tensors += [torch.empty(int(args[j]), dtype=torch.int8, device=where) for j in sizes]
-        return tensors
-
-    def call(args):
-        return fn(tensors_of(args))
-
-    call.pipec_runtime = fn
-    owned = getattr(fn, "call_owned", None)
-    if owned is not None:  # a backward with sizes among its inputs still frees what it has read
-        def call_owned(args):
-            tensors = tensors_of(args)
-            args.clear()
-            return owned(tensors)
-
-        call.call_owned = call_owned
-    return call
-
-
-def _size_only_positions(example_inputs) -> list[int]:
-    """Positions of the SymInt arguments that carry a size no tensor argument has as a dimension
-    (each symbol once): the capture stage's `size_only_placeholders` rule."""
-    import torch
-
-    dims = {d.node.expr for x in example_inputs if isinstance(x, torch.Tensor)
-            for d in x.shape if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol}
-    out = []
-    for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol and x.node.expr not in dims:
-            dims.add(x.node.expr)
-            out.append(i)
-    return out
-
-
-def with_size_outputs(fn, gm, example_inputs, name: str = "graph"):
-    """With dynamic shapes, AOTAutograd's forward graph also returns sizes (SymInts it saves
-    for the backward graph) and, on torch 2.11, the checks of unbacked ones (SymBools such as
-    `u0 >= 0`, which the backward asserts). A Program returns None for a non-tensor output, so
-    each such output is computed here from the sizes of this call's inputs."""
-    import torch
-
-    out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else (out_node.args[0],)
-    vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in outs]
-    sizes = {i: v for i, v in enumerate(vals) if isinstance(v, (int, bool, torch.SymInt, torch.SymBool))}
-    if not sizes:
-        return fn
-    sources = _symbol_sources(example_inputs)
-    recomputed = _unbacked_sources(gm, sources)
-    size_fns = {}
-    for i, v in sizes.items():
-        expr = v.node.expr if isinstance(v, (torch.SymInt, torch.SymBool)) else v
-        missing = [str(s) for s in getattr(expr, "free_symbols", ()) if s not in sources and s not in recomputed]
-        if missing:
-            raise PipecError(f"graph {name} returns the size {expr}, but no input has size {', '.join(missing)}",
-                             stage="runtime", graph=name)
-        size_fns[i] = _size_function(expr, sources, recomputed, truth=isinstance(v, (bool, torch.SymBool)))
-
-    def call(args):
-        out = list(fn(args))
-        for i, size_of in size_fns.items():
-            out[i] = size_of(args)
-        return out
-
-    call.pipec_runtime = getattr(fn, "pipec_runtime", fn)
-    return call
-
-
-def with_object_outputs(fn, gm, example_inputs):
-    """Under tensor parallel, AOTAutograd's graphs take DTensor's DeviceMesh (an opaque object)
-    as inputs and return them unchanged (the forward saves the mesh for the backward graph).
-    The Program has no such input and returns None there (capture's `opaque_input`): each such
-    output is the object this call passed."""
-    import torch
-
-    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
-    out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else (out_node.args[0],)
-    plain = (torch.Tensor, int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool, type(None))
-    passed = {k: placeholders[o] for k, o in enumerate(outs)
-              if o in placeholders and not isinstance(example_inputs[placeholders[o]], plain)}
-    if not passed:
-        return fn
-
-    def call(args):
-        out = list(fn(args))
-        for k, i in passed.items():
-            out[k] = args[i]
-        return out
-
-    call.pipec_runtime = getattr(fn, "pipec_runtime", fn)
-    return call
-
-
-def _symbol_sources(example_inputs) -> dict:
-    """Size symbol -> (input index, dim) where an input tensor has it as a size, or (input index, None)
-    where an int input is that symbol."""
-    import torch
-
-    sources: dict = {}
-    for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol:
-            sources.setdefault(x.node.expr, (i, None))
-        elif isinstance(x, torch.Tensor):
-            for d, size in enumerate(x.shape):
-                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                    sources.setdefault(size.node.expr, (i, d))
-    return sources
-
-
-def _size_function(expr, sources: dict, recomputed: dict | None = None, truth: bool = False):
-    """`f(args) -> int`: the size `expr` for a call with `args`, its symbols read off the inputs
-    (`sources`) or recomputed from them (`recomputed`: symbol -> f(args)); with `truth`, `expr`
-    is a condition on sizes and gives a bool."""
-    convert = bool if truth else int
-    if not getattr(expr, "free_symbols", None):
-        value = convert(expr)
-        return lambda args: value
-    used = {s: sources[s] for s in expr.free_symbols if s in sources}
-    derived = {s: recomputed[s] for s in expr.free_symbols if s not in sources}
-
-    def size_of(args):
-        values = {s: (args[i] if d is None else args[i].shape[d]) for s, (i, d) in used.items()}
-        values.update({s: f(args) for s, f in derived.items()})
-        return convert(expr.xreplace({s: int(v) for s, v in values.items()}))
-
-    return size_of
-
-
-def _unbacked_sources(gm, sources: dict) -> dict:
-    """Unbacked symbol -> `f(args) -> int`, for each one a node of `gm` binds from its result's
-    sizes while its own inputs' sizes are known (torch 2.11's fake slice leaves the length of
-    `x[:, -3:]` on a dynamic dim unbacked, and AOTAutograd returns it for the backward): the
-    node runs again on meta tensors of this call's input sizes and the size is read off."""
-    import torch
-
-    found = {}
-    for node in gm.graph.nodes:
-        for sym, path in (node.meta.get("unbacked_bindings") or {}).items():
-            fn = _rerun_on_meta(node, path, sources)
-            if fn is not None:
-                found[sym] = fn
-                out = node.meta.get("val")
-                for key in path:  # the symbol the result's type names, after the shape env's replacements
-                    out = key.get(out)
-                if isinstance(out, torch.SymInt) and out.node.expr.is_Symbol:
-                    found.setdefault(out.node.expr, fn)
-    return found
-
-
-def _rerun_on_meta(node, path, sources: dict):
-    """`f(args) -> int` running `node` on meta tensors sized for the call and following `path`
-    (its unbacked binding's key path) into the result; None where an input size is not known."""
-    import torch
-
-    def size_fn(v):
-        expr = v.node.expr if isinstance(v, torch.SymInt) else v
-        if any(s not in sources for s in getattr(expr, "free_symbols", ())):
-            raise KeyError(expr)
-        return _size_function(expr, sources)
-
-    def plan(a):  # the argument as a function of the call's args
-        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-        if isinstance(val, torch.Tensor):
-            dims, dtype = [size_fn(d) for d in val.shape], val.dtype
-            return lambda args: torch.empty([d(args) for d in dims], dtype=dtype, device="meta")
-        if isinstance(val, torch.SymInt):
-            return size_fn(val)
-        return lambda args: val
-
-    try:
-        args = [plan(a) for a in node.args]
-        kwargs = {k: plan(v) for k, v in node.kwargs.items()}
-    except KeyError:
-        return None
-
-    def value(args_now):
-        out = node.target(*(a(args_now) for a in args), **{k: v(args_now) for k, v in kwargs.items()})
-        for key in path:
-            out = key.get(out)
-        return int(out)
-
-    return value
 
 
 def _compile_id() -> tuple[int, int] | None:

@@ -38,7 +38,8 @@ from pipec_ir.text import format_node
 from pipec_ir.types import FLOAT_DTYPES
 
 from .api import compare_outputs
-from .backend import aten_backend, tensors_only
+from .backend import aten_backend
+from .graph_call import tensors_only
 from .constants import bind_constants, graph_constants
 from .pipeline import Session, compile_graph, is_compute
 from .plugins import get_registry

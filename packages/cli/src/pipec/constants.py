@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pipec_ir
 
 from .errors import PipecError
+from .graph_call import Layer
 
 
 def graph_constants(capture_impl, source, graph: pipec_ir.Graph) -> dict:
@@ -33,28 +34,33 @@ def bind_constants(fn: Callable, graph: pipec_ir.Graph, constants: dict) -> Call
         return fn
     positions = [k for k, i in enumerate(graph.inputs) if i.name in constants]
     values = [constants[graph.inputs[k].name] for k in positions]
-    expected = len(graph.inputs) - len(positions)
-    moved: dict = {}
+    return BoundConstants(fn, graph.name, positions, values, len(graph.inputs) - len(positions))
 
-    def on_device(k: int, value, device):
+
+class BoundConstants(Layer):
+    def __init__(self, inner: Callable, graph_name: str, positions: list[int], values: list, expected: int) -> None:
+        self.inner, self.graph_name, self.positions, self.values = inner, graph_name, positions, values
+        self.expected = expected
+        self._moved: dict = {}  # (constant, device) -> the constant on that device
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_moved": {}}
+
+    def _on_device(self, n: int, value, device):
         if device is None or value.device == device:
             return value
-        key = (k, str(device))
-        if key not in moved:
-            moved[key] = value.to(device)
-        return moved[key]
+        key = (n, str(device))
+        if key not in self._moved:
+            self._moved[key] = value.to(device)
+        return self._moved[key]
 
-    def call(args):
+    def __call__(self, args):
         args = list(args)
-        if len(args) != expected:
-            raise PipecError(f"graph {graph.name}: expected {expected} inputs "
-                             f"(and {len(positions)} tensor constants of its own), got {len(args)}",
-                             stage="runtime", graph=graph.name)
+        if len(args) != self.expected:
+            raise PipecError(f"graph {self.graph_name}: expected {self.expected} inputs "
+                             f"(and {len(self.positions)} tensor constants of its own), got {len(args)}",
+                             stage="runtime", graph=self.graph_name)
         device = next((a.device for a in args if hasattr(a, "device")), None)
-        for n, (k, value) in enumerate(zip(positions, values)):
-            args.insert(k, on_device(n, value, device))
-        return fn(args)
-
-    call.pipec_runtime = getattr(fn, "pipec_runtime", fn)
-    call.pipec_constants = dict(constants)
-    return call
+        for n, (k, value) in enumerate(zip(self.positions, self.values)):
+            args.insert(k, self._on_device(n, value, device))
+        return self.inner(args)

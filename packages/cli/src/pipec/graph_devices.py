@@ -5,7 +5,7 @@ A Program has no devices: the runtime runs every step on the device its tensor i
 default device when it has no tensor input. A graph's tensors can be elsewhere:
 
 * a graph whose inputs are only sizes (a graph break cut the tensors away: `torch.arange(n,
-  device="cuda")`) gets one placeholder tensor per size (`backend.tensors_only`); made on the CPU,
+  device="cuda")`) gets one placeholder tensor per size (`graph_call.tensors_only`); made on the CPU,
   they sent the whole graph to Triton's CPU interpreter, and its CUDA outputs came back on the
   CPU (an extern `gather` in the next graph then failed: "index is on cpu");
 * a graph reading only CPU tensors (a 0-dim CPU scalar) that makes CUDA tensors;
@@ -21,6 +21,8 @@ the graph gives them. Graphs on one device (nearly all) are returned unwrapped.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
+from .graph_call import Layer
 
 
 def _tensor_vals(val):
@@ -83,7 +85,7 @@ def on_graph_devices(fn: Callable, gm, example_inputs: Sequence, device) -> Call
         return fn
     tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
     sizes_only = not tensors and any(isinstance(x, torch.SymInt) for x in example_inputs)
-    if sizes_only:  # its placeholder tensors are made on `device` (backend.tensors_only)
+    if sizes_only:  # its placeholder tensors are made on `device` (graph_call.tensors_only)
         runs_on = device
     elif tensors:
         runs_on = runtime_device([example_inputs[i].device for i in tensors])
@@ -94,20 +96,25 @@ def on_graph_devices(fn: Callable, gm, example_inputs: Sequence, device) -> Call
     move_out = {k: d for k, d in enumerate(output_devices(gm)) if d is not None and d != lands}
     if not move_in and not move_out:
         return fn
+    return OnGraphDevices(fn, move_in, device, move_out)
 
-    def call(args):
-        if move_in:
+
+class OnGraphDevices(Layer):
+    def __init__(self, inner: Callable, move_in: list[int], device, move_out: dict) -> None:
+        self.inner, self.move_in, self.device, self.move_out = inner, move_in, device, move_out
+
+    def __call__(self, args):
+        import torch
+
+        if self.move_in:
             args = list(args)
-            for i in move_in:
-                args[i] = args[i].to(device)
-        out = list(fn(args))
-        for k, d in move_out.items():
+            for i in self.move_in:
+                args[i] = args[i].to(self.device)
+        out = list(self.inner(args))
+        for k, d in self.move_out.items():
             if isinstance(out[k], torch.Tensor) and out[k].device != d:
                 out[k] = out[k].to(d)
         return out
 
-    call.pipec_runtime = getattr(fn, "pipec_runtime", fn)
-    return call
 
-
-__all__ = ["compute_device", "on_graph_devices", "output_devices", "runtime_device"]
+__all__ = ["OnGraphDevices", "compute_device", "on_graph_devices", "output_devices", "runtime_device"]

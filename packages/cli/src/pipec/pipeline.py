@@ -22,11 +22,12 @@ from pipec_ir import CompileOptions, CompileProfile, LoadContext
 from .bench_measure import usable_cpus
 from .cache import open_cache, shape_env_state, source_digest, stage_key, text_digest
 from .constants import bind_constants, graph_constants
-from .errors import PipecConfigError, PipecError, PipecFallbackWarning
+from .errors import PipecConfigError, PipecError
 from .gc_pause import gc_paused
 from .logs import log_stage, stage_logged
 from .plugins import get_plugin_manager, get_registry
-from .session import COMPUTE_KINDS, GraphStats, Session, add_stats, is_compute, kernel_rows, plan_units  # noqa: F401 (re-exported)
+from .session import (COMPUTE_KINDS, GraphStats, Session, add_stats, is_compute, kernel_rows, plan_units,  # noqa: F401 (re-exported)
+                      restore_stats, warn_extern_calls)
 
 
 # ---------------------------------------------------------------- the stages
@@ -163,14 +164,7 @@ def dump_document(dump_dir: str, name: str, stage: str, doc) -> None:
 
 def warn_fallbacks(graph: pipec_ir.Graph, name: str) -> None:
     """One warning per ATen op that runs through torch for lack of a lowering (not library calls)."""
-    seen = set()
-    for n in graph.nodes:
-        target, reason = n.attr("target"), n.attr("reason", "")
-        if n.op != "extern" or reason == "library" or target in seen:
-            continue
-        seen.add(target)
-        warnings.warn(f"pipec: {target} runs through torch as an extern call in graph {name} ({reason})",
-                      PipecFallbackWarning, stacklevel=2)
+    warn_extern_calls([(n.attr("target"), n.attr("reason", "")) for n in graph.nodes if n.op == "extern"], name)
 
 
 def _notify_observers(stage: str, name: str, document: object, seconds: float) -> None:
@@ -399,6 +393,8 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
             warn_fallbacks(doc, stats.name)
             constants = graph_constants(entry.impl, source, doc)
             captured = doc
+        if stage.kind == "program" and session.keep_programs:
+            stats.program_text = text
         if isinstance(doc, Unparsed):
             stats.defer(doc.parse)
         else:

@@ -12,7 +12,10 @@ from typing import Any
 import pipec_ir
 from pipec_ir import CompileProfile, LoadContext
 
+from .errors import PipecFallbackWarning
+
 STAGE_ORDER = ("capture", "fusion", "codegen", "runtime")  # pipeline.PIPELINE's names (a test checks)
+CACHED_STEPS = ("aot_autograd", *STAGE_ORDER)  # what a graph can be served from a cache for (GraphStats.cache)
 
 COMPUTE_KINDS = ("pointwise", "reduction", "scan", "matmul", "indexing", "extern", "collective")
 
@@ -83,11 +86,13 @@ class GraphStats:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     kernels: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, Triton source)
     kernel_rows: list[dict] = field(default_factory=list)  # kernel_rows(): each kernel and how it runs
-    cache: dict[str, str] = field(default_factory=dict)  # stage -> "hit" | "miss" (stages looked up)
+    cache: dict[str, str] = field(default_factory=dict)  # CACHED_STEPS -> "hit" | "miss" (where looked up)
     units: list[dict] | None = field(default=None, repr=False)  # plan_units(), once the plan is made
     # the documents themselves, for `pipec report` (its fusion picture, launch configs)
     plan: pipec_ir.KernelPlan | None = field(default=None, repr=False, compare=False)
     program: pipec_ir.Program | None = field(default=None, repr=False, compare=False)
+    # the Program's JSON, kept where the Session asks (`keep_programs`: for AOTAutograd's cache)
+    program_text: str | None = field(default=None, repr=False, compare=False)
     # a document served from the compile cache, parsed at the first read of what it tells
     # (`defer`): a warm compile whose every stage hits parses only the Program
     _pending: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
@@ -170,6 +175,7 @@ class Session:
     # the compiled model's LoadContext, shared by every graph its runtime loads (made by the first
     # compile_graph when pipec.compile did not make one)
     context: LoadContext | None = None
+    keep_programs: bool = False  # each GraphStats keeps its Program's JSON (aot_cache.py stores it)
     _dump_names: set[str] = field(default_factory=set)
 
     def unique_name(self, name: str) -> str:
@@ -218,17 +224,44 @@ class Session:
         return [k for g in self.graphs for k in g.kernels]
 
     def _cache_count(self, outcome: str) -> dict[str, int]:
-        looked_up = [s for s in STAGE_ORDER if any(s in g.cache for g in self.graphs)]
+        looked_up = [s for s in CACHED_STEPS if any(s in g.cache for g in self.graphs)]
         return {s: sum(1 for g in self.graphs if g.cache.get(s) == outcome) for s in looked_up}
 
     @property
     def cache_hits(self) -> dict[str, int]:
-        """Stage -> graphs whose output came from the compile cache (stages looked up)."""
+        """Stage -> graphs whose output came from the compile cache (stages looked up); "aot_autograd":
+        graphs AOTAutograd's cache served whole (aot_cache.py)."""
         return self._cache_count("hit")
 
     @property
     def cache_misses(self) -> dict[str, int]:
         return self._cache_count("miss")
+
+
+def restore_stats(stats: GraphStats, kind: str, snapshot: dict) -> None:
+    """The counts of a graph loaded from AOTAutograd's cache (aot_cache.stats_snapshot), put back
+    on the GraphStats its Program's load made, with the warnings its capture gave."""
+    stats.kind = kind
+    stats.op_count, stats.fusion_count = snapshot["op_count"], snapshot["fusion_count"]
+    stats.extern_ops = [tuple(e) for e in snapshot["extern_ops"]]
+    stats.not_fused = [tuple(r) for r in snapshot["not_fused"]]
+    stats.units = snapshot["units"]
+    if stats.program is not None:
+        stats.kernel_rows = kernel_rows(stats.units, stats.program)
+    stats.cache["aot_autograd"] = "hit"
+    warn_extern_calls(stats.extern_ops, stats.name)
+
+
+def warn_extern_calls(extern_ops: list[tuple[str, str]], name: str) -> None:
+    """One warning per ATen op that runs through torch for lack of a lowering (not library
+    calls): `extern_ops` is (target, reason) of each extern node of graph `name`."""
+    seen = set()
+    for target, reason in extern_ops:
+        if reason == "library" or target in seen:
+            continue
+        seen.add(target)
+        warnings.warn(f"pipec: {target} runs through torch as an extern call in graph {name} ({reason})",
+                      PipecFallbackWarning, stacklevel=3)
 
 
 def add_stats(stats: GraphStats, doc) -> None:

@@ -29,8 +29,9 @@ KEY_FORMAT = 2  # bump when what goes into a key changes meaning
 # ---------------------------------------------------------------- stage keys
 
 
-# options only the front end reads (what to do when a graph fails): no stage output depends on them
-FRONT_END_OPTIONS = ("eager_fallback",)
+# options only the front end reads (what to do when a graph fails, whether AOTAutograd's cache
+# holds its graphs): no stage output depends on them
+FRONT_END_OPTIONS = ("eager_fallback", "aot_cache")
 
 
 def stage_key(stage: str, entry: pipec_ir.Entry, options: CompileOptions, input_digest: str,

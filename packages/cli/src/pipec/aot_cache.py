@@ -1,0 +1,141 @@
+"""pipec's compiled graphs stored in AOTAutograd's own cache, and loaded back from it.
+
+On a warm start in a new process, pipec's stages all hit the compile cache, yet AOTAutograd
+still traces every graph again (functionalization, the joint graph, the partition): 5.7 s of
+BERT base training's 10.5 s warm compile on the H200 (docs/performance.md, "Session 22").
+Inductor skips that trace through AOTAutograd's cache; so does pipec now. The capture stage
+asks AOTAutograd to look each graph up first (pipec_capture/aot_cache.py) under `cache_tag`;
+the front end returns each compiled graph as a `CompiledGraph` (aot_entry.py, imported only
+under torch.compile: it needs Inductor's OutputCode), which AOTAutograd pickles:
+
+* the Program's JSON (what codegen made of the graph);
+* the layers between AOTAutograd's call and the runtime's callable (graph_call.py), pickled
+  with that callable left out (`pickle_layers`);
+* the counts the graph's GraphStats had (ops, fusions, externs, kernels), so a graph served
+  from this cache is reported as it was compiled, and its fallback warnings are given again.
+
+On a hit, AOTAutograd hands the entry to `post_compile`, which calls the loader of the backend
+running now (`loading`): the Program goes through the runtime stage alone (`compile_graph` of a
+Program), and the layers are put back around it. AOTAutograd restores the graph's guards itself.
+
+Off (`aot_cache=False`, or pipec's compile cache off) for compiles that read more than this
+holds: `pipec explain`, `dump_dir`, stage logs, `pipec_stage_finished` observers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import io
+import json
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import pipec_ir
+from pipec_ir import CompileOptions
+
+from .cache.keys import FRONT_END_OPTIONS, KEY_FORMAT, distribution_fingerprint, implementation_fingerprint
+from .cache.store import resolve_cache_name
+from .logs import stage_logged
+from .plugins import get_plugin_manager
+
+OPTION = "aot_cache"  # on by default where pipec's compile cache is
+TAG_OPTION = "aot_cache_tag"  # what the front end hands the capture stage
+STAGES = ("capture", "fusion", "codegen", "runtime")
+
+# the loader of the pipec backend compiling now: a CompiledGraph loaded from AOTAutograd's
+# cache is rebuilt by the backend (its session, options and graph names) that looked it up
+_LOADER: contextvars.ContextVar[Callable[[Any], Callable] | None] = \
+    contextvars.ContextVar("pipec_aot_loader", default=None)
+
+
+def cache_tag(options: CompileOptions, registry: pipec_ir.Registry,
+              load_options: frozenset[str] = frozenset()) -> str | None:
+    """The tag AOTAutograd's keys get for graphs compiled with `options`: a digest of pipec's
+    code (every stage's implementation and the front end) and the options that change what the
+    stages make. None where pipec's graphs must not come from AOTAutograd's cache (module
+    docstring)."""
+    if not options.get(OPTION, True) or resolve_cache_name(options.cache, registry) is None:
+        return None
+    if options.dump_dir or any(stage_logged(s) for s in STAGES) \
+            or get_plugin_manager().hook.pipec_stage_finished.get_hookimpls():
+        return None
+    parts: dict[str, Any] = {"format": KEY_FORMAT, "front_end": distribution_fingerprint("pipec"),
+                             "options": options.key(exclude=(*load_options, *FRONT_END_OPTIONS))}
+    for stage in STAGES:
+        impl = getattr(options, stage)
+        try:
+            entry = registry.entry(stage, impl if stage != "runtime" else options.runtime)
+        except pipec_ir.UnknownStageError:
+            return None  # reported where the stage runs
+        parts[stage] = [entry.name, entry.distribution, entry.version,
+                        implementation_fingerprint(entry, torch=stage == "capture")]
+    return "pipec-" + hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def looked_up_under(tag: str) -> bool:
+    """Whether the graph being compiled now was looked up in AOTAutograd's cache under `tag` (the
+    capture stage entered its cache_scope; a capture without one never does)."""
+    import torch
+
+    return getattr(torch.compiler.config, "cache_key_tag", None) == tag and \
+        bool(getattr(torch._functorch.config, "bundled_autograd_cache", False))
+
+
+@contextlib.contextmanager
+def loading(loader: Callable[[Any], Callable]):
+    """While the block runs, graphs AOTAutograd finds in its cache are loaded by `loader`."""
+    token = _LOADER.set(loader)
+    try:
+        yield
+    finally:
+        _LOADER.reset(token)
+
+
+def current_loader() -> Callable[[Any], Callable] | None:
+    """The loader of the pipec backend compiling now (`loading`), if any."""
+    return _LOADER.get()
+
+
+class _RuntimeLeftOut(pickle.Pickler):
+    def __init__(self, file, runtime) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.runtime = runtime
+
+    def persistent_id(self, obj):
+        return "runtime" if obj is self.runtime else None
+
+
+class _RuntimePutBack(pickle.Unpickler):
+    def __init__(self, file, runtime) -> None:
+        super().__init__(file)
+        self.runtime = runtime
+
+    def persistent_load(self, pid):
+        if pid != "runtime":
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return self.runtime
+
+
+def pickle_layers(fn: Callable) -> bytes:
+    """`fn` (layers around the runtime's callable, or that callable itself) pickled without the
+    runtime's callable, which `unpickle_layers` puts back."""
+    buffer = io.BytesIO()
+    _RuntimeLeftOut(buffer, getattr(fn, "pipec_runtime", fn)).dump(fn)
+    return buffer.getvalue()
+
+
+def unpickle_layers(data: bytes, runtime: Callable) -> Callable:
+    return _RuntimePutBack(io.BytesIO(data), runtime).load()
+
+
+def stats_snapshot(stats) -> dict:
+    """What a graph's GraphStats counted that only its capture and fusion stages can tell."""
+    return {"op_count": stats.op_count, "fusion_count": stats.fusion_count, "extern_ops": list(stats.extern_ops),
+            "not_fused": list(stats.not_fused), "units": stats.units}
+
+
+__all__ = ["OPTION", "TAG_OPTION", "cache_tag", "current_loader", "loading", "looked_up_under", "pickle_layers",
+           "stats_snapshot", "unpickle_layers"]

@@ -1,0 +1,176 @@
+"""pipec's graphs in AOTAutograd's own cache (pipec/aot_cache.py, pipec_capture/aot_cache.py).
+
+A compile after `torch._dynamo.reset()` (or in a new process) finds the graph in AOTAutograd's
+cache: neither AOTAutograd's trace nor any pipec stage but the runtime runs, and the result
+still matches eager. Each test has empty pipec and torch caches (conftest.py)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import pipec
+from pipec.aot_cache import cache_tag, pickle_layers, unpickle_layers
+from pipec.aot_entry import CompiledGraph
+from pipec.graph_call import SizeOutputs, TensorsOnly, size_function
+from pipec.plugins import get_registry
+from pipec_capture.aot_cache import cache_supported
+
+pytestmark = pytest.mark.skipif(not cache_supported(), reason="this torch has no AOTAutograd cache for backends")
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
+
+
+def train_step(model, x, **options):
+    """(loss, gradients) of one step of `model` compiled with `options`, and the compile's Session."""
+    model.zero_grad()
+    run = pipec.compile(model, **options)
+    loss = run(x).square().mean()
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, run.pipec_session
+
+
+def aot_counts() -> dict:
+    return {k: counters["aot_autograd"][k] for k in ("autograd_cache_hit", "autograd_cache_miss",
+                                                      "autograd_cache_saved")}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a GPU"))])
+def test_a_training_step_compiled_again_comes_from_aotautograds_cache(device):
+    torch.manual_seed(0)
+    model, x = Block().to(device), torch.randn(64 if device == "cuda" else 4, 8, device=device)
+    counters.clear()
+    cold_loss, cold_grads, cold = train_step(model, x)
+    assert aot_counts() == {"autograd_cache_hit": 0, "autograd_cache_miss": 1, "autograd_cache_saved": 1}
+    torch._dynamo.reset()
+    warm_loss, warm_grads, warm = train_step(model, x)
+    assert aot_counts()["autograd_cache_hit"] == 1
+    assert [g.cache for g in warm.graphs] == [{"aot_autograd": "hit"}] * 2  # no pipec stage looked up
+    assert [g.cache.get("aot_autograd") for g in cold.graphs] == ["miss", "miss"]
+    for c, w in zip(cold.graphs, warm.graphs):  # reported as compiled
+        assert (w.name, w.kind, w.op_count, w.kernel_count, w.fusion_count, w.extern_ops, w.not_fused) == \
+            (c.name, c.kind, c.op_count, c.kernel_count, c.fusion_count, c.extern_ops, c.not_fused)
+        assert [r["runs_as"] for r in w.kernel_rows] == [r["runs_as"] for r in c.kernel_rows]
+    model.zero_grad()
+    eager_loss = model(x).square().mean()
+    eager_loss.backward()
+    torch.testing.assert_close(warm_loss, eager_loss.detach())
+    torch.testing.assert_close(cold_loss, eager_loss.detach())
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(warm_grads[name], p.grad)
+        torch.testing.assert_close(cold_grads[name], p.grad)
+
+
+def test_other_options_or_aot_cache_off_do_not_hit():
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(4, 8)
+    train_step(model, x)
+    for options in ({"fusion": "none"}, {"aot_cache": False}):
+        torch._dynamo.reset()
+        counters.clear()
+        _, _, session = train_step(model, x, **options)
+        assert aot_counts()["autograd_cache_hit"] == 0, options
+        assert all("aot_autograd" not in g.cache or g.cache["aot_autograd"] == "miss" for g in session.graphs)
+    torch._dynamo.reset()
+    report = pipec.explain(model, x)  # explain reads every stage: pipec's own cache serves it
+    assert report.cache_hits.get("aot_autograd", 0) == 0 and report.cache_hits["codegen"] >= 1
+
+
+def test_the_tag_names_the_options_and_not_the_load_options():
+    registry = get_registry()
+    base = cache_tag(pipec.make_options(), registry)
+    assert base is not None and base == cache_tag(pipec.make_options(), registry)
+    assert cache_tag(pipec.make_options(fusion="none"), registry) != base
+    assert cache_tag(pipec.make_options(eager_fallback=False), registry) == base  # front end only
+    assert cache_tag(pipec.make_options(cache="none"), registry) is None
+    assert cache_tag(pipec.make_options(aot_cache=False), registry) is None
+
+
+def test_dynamic_sizes_and_constants_are_loaded_with_their_layers():
+    """Size arguments and size outputs (TensorsOnly, SizeOutputs) and a graph's own tensor
+    constants (BoundConstants) are pickled with the entry and put back around the runtime."""
+    def f(x):
+        scale = torch.tensor([1.0, 2.0, 3.0, 4.0])  # a constant of the graph
+        return (torch.relu(x) * scale).sum(1).softmax(0)
+
+    def step(t):
+        x = torch.randn(t, 4, requires_grad=True)
+        out = pipec.compile(f, dynamic=True)(x)
+        out.square().sum().backward()
+        ref = x.detach().clone().requires_grad_()
+        f(ref).square().sum().backward()
+        torch.testing.assert_close(out, f(ref))
+        torch.testing.assert_close(x.grad, ref.grad)
+
+    torch.manual_seed(0)
+    step(5)
+    torch._dynamo.reset()
+    counters.clear()
+    step(7)
+    assert aot_counts()["autograd_cache_hit"] == 1
+
+
+def test_a_fallback_warning_is_given_again_on_a_hit():
+    def f(x):
+        y = (x * 2).expand(4, 8)
+        return y.as_strided((3, 3), (1, 2)) + 1
+
+    x = torch.randn(8)
+    with pytest.warns(UserWarning, match="as_strided.* runs through torch as an extern call"):
+        pipec.compile(f)(x)
+    torch._dynamo.reset()
+    counters.clear()
+    with pytest.warns(UserWarning, match="as_strided.* runs through torch as an extern call"):
+        torch.testing.assert_close(pipec.compile(f)(x), f(x))
+    assert aot_counts()["autograd_cache_hit"] == 1
+
+
+def test_layers_pickle_without_the_runtime_and_an_unpicklable_one_is_not_stored():
+    from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+
+    def runtime(args):
+        return [args[0] * 2, None]
+
+    layered = SizeOutputs(TensorsOnly(runtime, [0], [], None), {1: size_function(3, {})})
+    back = unpickle_layers(pickle_layers(layered), lambda args: [args[0] + 1, None])
+    assert back.pipec_runtime is not runtime
+    assert back([torch.ones(2), 5])[0].tolist() == [2.0, 2.0] and back([torch.ones(2), 5])[1] == 3
+    graph = CompiledGraph(SizeOutputs(runtime, {1: lambda args: 3}), "forward", "{}", {})
+    with pytest.raises(BypassAOTAutogradCache, match="cannot be pickled"):
+        graph.prepare_for_serialization()
+    assert CompiledGraph(runtime, "forward", "{}", {})([torch.ones(1)])[0].item() == 2.0
+
+
+def test_a_new_process_loads_the_step_without_tracing_it_again(tmp_path):
+    script = tmp_path / "step.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, torch
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from torch._dynamo.utils import counters
+        from test_aot_cache import Block, train_step
+        torch.manual_seed(0)
+        model, x = Block(), torch.randn(4, 8)
+        loss, grads, session = train_step(model, x)
+        model.zero_grad()
+        model(x).square().mean().backward()
+        torch.testing.assert_close(grads["up.weight"], model.up.weight.grad)
+        print(counters["aot_autograd"]["autograd_cache_hit"], [g.cache for g in session.graphs])
+    """))
+    env = dict(os.environ) if torch.cuda.is_available() else dict(os.environ, TRITON_INTERPRET="1")
+    runs = [subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-2000:]
+    assert runs[0].stdout.split()[0] == "0" and runs[1].stdout.startswith("1 [{'aot_autograd': 'hit'}")
