@@ -15,6 +15,7 @@ import pipec_ir
 from pipec_ir import CompileOptions, RecompileLimitError
 
 from .aot_cache import TAG_OPTION, cache_tag, loading, looked_up_under, stats_snapshot, unpickle_layers
+from .cache import PipecCacheWarning
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error
 from .gc_pause import gc_paused
 from .graph_call import tensors_only, with_object_outputs, with_size_outputs
@@ -110,8 +111,11 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
                 stats = session.graphs[-1]
                 restore_stats(stats, graph.kind, graph.stats)
                 return unpickle_layers(graph.layers, runtime)
-            except BaseException:
+            except Exception as exc:
                 del session.graphs[first_new:]  # AOTAutograd compiles the graph instead
+                warnings.warn(f"pipec: graph {graph_name(graph.kind)} from AOTAutograd's cache could not be "
+                              f"loaded ({type(exc).__name__}: {exc}); compiling it again", PipecCacheWarning,
+                              stacklevel=2)
                 raise
 
         # the graph as Dynamo traced it: a capture may rewrite `gm` in place before it fails
