@@ -21,6 +21,7 @@ from pipec.plugins import get_registry
 from pipec_capture.aot_cache import cache_supported
 
 pytestmark = pytest.mark.skipif(not cache_supported(), reason="this torch has no AOTAutograd cache for backends")
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"))]
 
 
 class Block(torch.nn.Module):
@@ -47,8 +48,7 @@ def aot_counts() -> dict:
                                                       "autograd_cache_saved")}
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a GPU"))])
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_training_step_compiled_again_comes_from_aotautograds_cache(device):
     torch.manual_seed(0)
     model, x = Block().to(device), torch.randn(64 if device == "cuda" else 4, 8, device=device)
@@ -99,15 +99,17 @@ def test_the_tag_names_the_options_and_not_the_load_options():
     assert cache_tag(pipec.make_options(aot_cache=False), registry) is None
 
 
-def test_dynamic_sizes_and_constants_are_loaded_with_their_layers():
+@pytest.mark.parametrize("device", DEVICES)
+def test_dynamic_sizes_and_constants_are_loaded_with_their_layers(device):
     """Size arguments and size outputs (TensorsOnly, SizeOutputs) and a graph's own tensor
-    constants (BoundConstants) are pickled with the entry and put back around the runtime."""
+    constants (BoundConstants) are pickled with the entry and put back around the runtime (a
+    CUDA constant's bytes read outside AOTAutograd's fake mode)."""
     def f(x):
-        scale = torch.tensor([1.0, 2.0, 3.0, 4.0])  # a constant of the graph
+        scale = torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)  # a constant of the graph
         return (torch.relu(x) * scale).sum(1).softmax(0)
 
     def step(t):
-        x = torch.randn(t, 4, requires_grad=True)
+        x = torch.randn(t, 4, device=device, requires_grad=True)
         out = pipec.compile(f, dynamic=True)(x)
         out.square().sum().backward()
         ref = x.detach().clone().requires_grad_()

@@ -121,14 +121,22 @@ class _RuntimePutBack(pickle.Unpickler):
 
 def pickle_layers(fn: Callable) -> bytes:
     """`fn` (layers around the runtime's callable, or that callable itself) pickled without the
-    runtime's callable, which `unpickle_layers` puts back."""
+    runtime's callable, which `unpickle_layers` puts back. AOTAutograd stores its entry while its
+    fake mode is active: a CUDA constant's bytes would be copied to the host as a fake tensor
+    (no data), so the tensors are pickled outside it."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
     buffer = io.BytesIO()
-    _RuntimeLeftOut(buffer, getattr(fn, "pipec_runtime", fn)).dump(fn)
+    with unset_fake_temporarily():
+        _RuntimeLeftOut(buffer, getattr(fn, "pipec_runtime", fn)).dump(fn)
     return buffer.getvalue()
 
 
 def unpickle_layers(data: bytes, runtime: Callable) -> Callable:
-    return _RuntimePutBack(io.BytesIO(data), runtime).load()
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return _RuntimePutBack(io.BytesIO(data), runtime).load()
 
 
 def stats_snapshot(stats) -> dict:
