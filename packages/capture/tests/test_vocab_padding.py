@@ -48,6 +48,11 @@ def test_the_rewrite_pads_weight_and_bias_and_hands_others_the_real_columns():
     assert [a[1] for a in pads] == [(0, 0, 0, 7), (0, 7)]
     assert any(t == "view" and a[-1] == 1032 for t, a in calls)
     assert any(t == "contiguous" for t, _ in calls)  # the returned logits: eager's layout
+    # each node has the example value Dynamo would have recorded (AOTAutograd's cache needs them)
+    values = {n.name: n.meta.get("example_value") for n in gm.graph.nodes if n.op in ("call_function", "call_method")}
+    assert all(isinstance(v, torch.Tensor) for v in values.values()), values
+    assert [v.shape for n, v in values.items() if n.startswith("pad")] == [(1032, 16), (1032,)]
+    assert any(v.shape == (10, 1032) for v in values.values()) and any(v.shape == (2, 5, 1025) for v in values.values())
 
 
 @pytest.mark.parametrize("loss", [{"label_smoothing": 0.1}, {"weight": "w"}])

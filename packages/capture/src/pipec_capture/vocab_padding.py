@@ -99,6 +99,7 @@ def _pad_one(graph: torch.fx.Graph, loss: torch.fx.Node) -> bool:
         if step.target in ("view", "reshape"):
             step.args = (step.args[0], *_shape_args(step)[:-1], classes + pad)
     (chain[-1] if chain else loss).replace_input_with(linear, padded)
+    new = [padded_weight, padded_bias, padded] + ([] if bias is _arg(linear, 2, "bias") else [bias])
     if others:
         with graph.inserting_after(padded):
             real = graph.call_function(operator.getitem, (padded, (Ellipsis, slice(None, classes))))
@@ -106,8 +107,29 @@ def _pad_one(graph: torch.fx.Graph, loss: torch.fx.Node) -> bool:
             dense = graph.call_method("contiguous", (real,))
         for user in others:
             user.replace_input_with(linear, dense)
+        new += [real, dense]
     graph.erase_node(linear)
+    _trace_examples(graph, new + chain, getattr(w, "fake_mode", None))
     return True
+
+
+def _trace_examples(graph: torch.fx.Graph, changed: list[torch.fx.Node], fake_mode) -> None:
+    """The `example_value` of each new or resized node, run in graph order on its inputs'
+    (fake) values, as Dynamo records them: AOTAutograd's cache takes a method called on a node
+    without one for a call it cannot vouch for, and stores nothing (pipec/aot_cache.py)."""
+    if fake_mode is None:
+        return
+    changed = set(changed)
+    for node in graph.nodes:
+        if node not in changed:
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _example)
+        with fake_mode:
+            if node.op == "call_method":
+                value = getattr(args[0], node.target)(*args[1:], **kwargs)
+            else:
+                value = node.target(*args, **kwargs)
+        node.meta["example_value"] = value
 
 
 def _shape_args(step: torch.fx.Node) -> tuple:
