@@ -89,6 +89,22 @@ def test_other_options_or_aot_cache_off_do_not_hit():
     assert report.cache_hits.get("aot_autograd", 0) == 0 and report.cache_hits["codegen"] >= 1
 
 
+def test_pipec_logs_tells_what_the_cache_did_with_each_graph(monkeypatch, capsys):
+    monkeypatch.setenv("PIPEC_LOGS", "aot_cache")
+    model, x = Block(), torch.randn(4, 8)
+    try:
+        train_step(model, x)
+        torch._dynamo.reset()
+        train_step(model, x)
+    finally:
+        monkeypatch.delenv("PIPEC_LOGS")
+        pipec.logs.configure_logs()  # the loggers as the other tests expect them
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[pipec.aot_cache]")]
+    assert any("graph block_0: AOTAutograd cache miss" in ln for ln in lines), lines
+    assert any("graph block_0: Writing AOTAutograd cache entry" in ln for ln in lines), lines
+    assert any("graph block_0: AOTAutograd cache hit" in ln for ln in lines), lines
+
+
 def test_the_tag_names_the_options_and_not_the_load_options():
     registry = get_registry()
     base = cache_tag(pipec.make_options(), registry)

@@ -29,6 +29,7 @@ import contextvars
 import hashlib
 import io
 import json
+import logging
 import pickle
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +39,7 @@ from pipec_ir import CompileOptions
 
 from .cache.keys import FRONT_END_OPTIONS, KEY_FORMAT, distribution_fingerprint, implementation_fingerprint
 from .cache.store import resolve_cache_name
-from .logs import stage_logged
+from .logs import logger, stage_logged
 from .plugins import get_plugin_manager
 
 OPTION = "aot_cache"  # on by default where pipec's compile cache is
@@ -99,6 +100,44 @@ def current_loader() -> Callable[[Any], Callable] | None:
     return _LOADER.get()
 
 
+TORCH_CACHE_LOGGER = "torch._functorch._aot_autograd.autograd_cache"  # torch 2.11 and 2.13
+
+
+class _Relay(logging.Handler):
+    """torch's cache records, first line only, as pipec's `aot_cache` log lines for one graph."""
+
+    def __init__(self, out: logging.Logger, graph: str) -> None:
+        super().__init__(logging.INFO)
+        self.out, self.graph = out, graph
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage().strip().splitlines()
+        if text and not text[0].startswith("Autograd graph cache hash details"):
+            self.out.info("graph %s: %s", self.graph, text[0])
+
+
+@contextlib.contextmanager
+def cache_events_logged(graph: str):
+    """With PIPEC_LOGS=aot_cache: what AOTAutograd's cache does with Dynamo graph `graph` while the
+    block runs (hit, miss, entry written, passed over and why), read from torch's own records and
+    logged by `pipec.aot_cache`. A graph the cache passes over says why only there."""
+    out = logger("aot_cache")
+    if not out.isEnabledFor(logging.INFO):
+        yield
+        return
+    source = logging.getLogger(TORCH_CACHE_LOGGER)
+    relay, level, propagate = _Relay(out, graph), source.level, source.propagate
+    source.addHandler(relay)
+    source.setLevel(logging.INFO)
+    source.propagate = False  # said once, by pipec's line
+    try:
+        yield
+    finally:
+        source.removeHandler(relay)
+        source.setLevel(level)
+        source.propagate = propagate
+
+
 class _RuntimeLeftOut(pickle.Pickler):
     def __init__(self, file, runtime) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -145,5 +184,5 @@ def stats_snapshot(stats) -> dict:
             "not_fused": list(stats.not_fused), "units": stats.units}
 
 
-__all__ = ["OPTION", "TAG_OPTION", "cache_tag", "current_loader", "loading", "looked_up_under", "pickle_layers",
-           "stats_snapshot", "unpickle_layers"]
+__all__ = ["OPTION", "TAG_OPTION", "cache_events_logged", "cache_tag", "current_loader", "loading", "looked_up_under",
+           "pickle_layers", "stats_snapshot", "unpickle_layers"]

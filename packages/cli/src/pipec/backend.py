@@ -14,7 +14,8 @@ import warnings
 import pipec_ir
 from pipec_ir import CompileOptions, RecompileLimitError
 
-from .aot_cache import TAG_OPTION, cache_tag, loading, looked_up_under, stats_snapshot, unpickle_layers
+from .aot_cache import (TAG_OPTION, cache_events_logged, cache_tag, loading, looked_up_under, stats_snapshot,
+                        unpickle_layers)
 from .cache import PipecCacheWarning
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error
 from .gc_pause import gc_paused
@@ -126,7 +127,7 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
         as_traced = realized(gm).forward
         aten_options = options.with_extra(**{TAG_OPTION: tag}) if tag is not None else options
         try:
-            with loading(load_cached):
+            with loading(load_cached), cache_events_logged(f"{prefix}_{index}"):
                 return aten_backend(dynamo_backend, compile_aten_graph, aten_options)(gm, example_inputs)
         except RecompileLimitError:
             raise

@@ -1,6 +1,6 @@
 """`PIPEC_LOGS`: what each stage decided, printed as it happens (Inductor's `TORCH_LOGS` artifacts).
 
-    PIPEC_LOGS=output_code,fusion,tuning,graph_breaks,recompiles   (or "all")
+    PIPEC_LOGS=output_code,fusion,tuning,graph_breaks,recompiles,aot_cache   (or "all")
 
 Each name is a logger (`pipec.<name>`) the code that decides writes to at INFO; this module,
 run by the front end (`configure_logs`, from `make_backend`: every pipec.compile, explain,
@@ -31,6 +31,8 @@ ARTIFACTS = {
               "time), and each GEMM choice group's timings",
     "graph_breaks": "each graph break, with Dynamo's reason and the user's source line",
     "recompiles": "each recompile of a frame, and what the recompile budget was charged for",
+    "aot_cache": "what AOTAutograd's cache did with each graph: a hit, a miss, the entry stored, or the "
+                 "graph passed over and torch's reason",
 }
 
 # the TORCH_LOGS name that turns each on (torch's artifact registry)
