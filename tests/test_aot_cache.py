@@ -89,6 +89,54 @@ def test_other_options_or_aot_cache_off_do_not_hit():
     assert report.cache_hits.get("aot_autograd", 0) == 0 and report.cache_hits["codegen"] >= 1
 
 
+def test_a_graph_that_fails_to_load_is_compiled_again_and_its_entry_replaced(monkeypatch):
+    """The backward's load fails after the forward's succeeded: one warning, the step compiled
+    as on a miss (the forward's loaded statistics and names given back), the entry rewritten."""
+    import pipec.backend
+
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(4, 8)
+    cold = train_step(model, x)
+    real, loads = pipec.backend.unpickle_layers, []
+
+    def second_fails(data, runtime):
+        loads.append(1)
+        if len(loads) == 2:
+            raise RuntimeError("a damaged entry")
+        return real(data, runtime)
+
+    monkeypatch.setattr(pipec.backend, "unpickle_layers", second_fails)
+    torch._dynamo.reset()
+    counters.clear()
+    with pytest.warns(UserWarning, match="graph block_0_backward from AOTAutograd's cache could not be loaded"):
+        again = train_step(model, x)
+    assert [(g.name, g.cache["aot_autograd"]) for g in again[2].graphs] == [("block_0", "miss"),
+                                                                          ("block_0_backward", "miss")]
+    assert aot_counts() == {"autograd_cache_hit": 0, "autograd_cache_miss": 1, "autograd_cache_saved": 1}
+    torch.testing.assert_close(again[1], cold[1])
+    monkeypatch.setattr(pipec.backend, "unpickle_layers", real)
+    torch._dynamo.reset()
+    counters.clear()
+    assert [g.cache for g in train_step(model, x)[2].graphs] == [{"aot_autograd": "hit"}] * 2
+
+
+def test_no_entry_without_early_compile_and_a_users_tag_is_kept():
+    """A backward compiled at its first call falls outside the cache's settings: with
+    early_compile=False nothing is looked up. A tag of the user's own stays in the key."""
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(4, 8)
+    for _ in range(2):
+        torch._dynamo.reset()
+        counters.clear()
+        session = train_step(model, x, early_compile=False)[2]
+        assert aot_counts()["autograd_cache_hit"] == 0 and all("aot_autograd" not in g.cache for g in session.graphs)
+    with torch.compiler.config.patch(cache_key_tag="mine"):
+        for outcome in ("miss", "hit"):
+            torch._dynamo.reset()
+            session = train_step(model, x)[2]
+            assert [g.cache.get("aot_autograd") for g in session.graphs] == [outcome] * 2
+
+
 def test_pipec_logs_tells_what_the_cache_did_with_each_graph(monkeypatch, capsys):
     monkeypatch.setenv("PIPEC_LOGS", "aot_cache")
     model, x = Block(), torch.randn(4, 8)

@@ -250,11 +250,14 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
 
     With `cache_tag` (the front end's name for its code and options), AOTAutograd looks each
     graph up in its own cache first, and stores it where compile_aten_graph returned an
-    `OutputCode` that can be pickled (aot_cache.py); where this torch cannot, nothing changes.
+    `OutputCode` that can be pickled (aot_cache.py); where this torch cannot, or the backward
+    is compiled lazily (`backward_with_forward` off), nothing changes.
     """
     from torch._dynamo.backends.common import aot_autograd
 
-    cached = cache_tag is not None and cache_supported()
+    # a backward compiled lazily (at its first call) is compiled after the cache's settings are
+    # gone, and torch stores no entry for the step: with early_compile off, nothing is cached
+    cached = cache_tag is not None and backward_with_forward and cache_supported()
 
     def compiler(kind: str):
         def compile_fn(gm: torch.fx.GraphModule, example_inputs):

@@ -44,8 +44,9 @@ def cache_supported() -> bool:
         from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler  # noqa: F401
     except ImportError:
         return False
-    return _output_code_class() is not None and hasattr(torch._functorch.config, "bundled_autograd_cache") \
-        and hasattr(torch.compiler.config, "cache_key_tag")
+    config = torch._functorch.config
+    return _output_code_class() is not None and hasattr(config, "bundled_autograd_cache") \
+        and hasattr(torch.compiler.config, "cache_key_tag") and hasattr(config, "force_non_lazy_backward_lowering")
 
 
 def is_output_code(obj) -> bool:
@@ -66,15 +67,17 @@ def cached_compiler(compile_fn: Callable) -> Callable:
     return SerializableAOTDispatchCompiler(_output_code_class(), compile_output_code)
 
 
+@contextlib.contextmanager
 def cache_scope(tag: str):
-    """The settings under which AOTAutograd looks the graph up and stores it (module docstring)."""
+    """The settings under which AOTAutograd looks the graph up and stores it (module docstring);
+    a tag the user set (TORCH_COMPILE_CACHE_KEY_TAG) is kept, with the front end's after it."""
     marked = dict(torch._inductor.config.unsafe_marked_cacheable_functions)
     marked[ATTENTION_FUNCTION] = tag
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch._functorch.config.patch(bundled_autograd_cache=True))
-    stack.enter_context(torch.compiler.config.patch(cache_key_tag=tag))
-    stack.enter_context(torch._inductor.config.patch(unsafe_marked_cacheable_functions=marked))
-    return stack
+    user = torch.compiler.config.cache_key_tag
+    with torch._functorch.config.patch(bundled_autograd_cache=True), \
+            torch.compiler.config.patch(cache_key_tag=f"{user}|{tag}" if user else tag), \
+            torch._inductor.config.patch(unsafe_marked_cacheable_functions=marked):
+        yield
 
 
 @functools.cache

@@ -119,17 +119,24 @@ def _trace_examples(graph: torch.fx.Graph, changed: list[torch.fx.Node], fake_mo
     without one for a call it cannot vouch for, and stores nothing (pipec/aot_cache.py)."""
     if fake_mode is None:
         return
-    changed = set(changed)
-    for node in graph.nodes:
-        if node not in changed:
-            continue
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _example)
-        with fake_mode:
-            if node.op == "call_method":
-                value = getattr(args[0], node.target)(*args[1:], **kwargs)
+    before = {node: node.meta.get("example_value") for node in changed}
+    try:
+        for node in graph.nodes:
+            if node not in before:
+                continue
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _example)
+            with fake_mode:
+                if node.op == "call_method":
+                    value = getattr(args[0], node.target)(*args[1:], **kwargs)
+                else:
+                    value = node.target(*args, **kwargs)
+            node.meta["example_value"] = value
+    except Exception:  # noqa: BLE001 - the graph is still right; only AOTAutograd's cache passes it over
+        for node, value in before.items():
+            if value is None:
+                node.meta.pop("example_value", None)
             else:
-                value = node.target(*args, **kwargs)
-        node.meta["example_value"] = value
+                node.meta["example_value"] = value
 
 
 def _shape_args(step: torch.fx.Node) -> tuple:

@@ -41,10 +41,10 @@ from .cache.keys import FRONT_END_OPTIONS, KEY_FORMAT, distribution_fingerprint,
 from .cache.store import resolve_cache_name
 from .logs import logger, stage_logged
 from .plugins import get_plugin_manager
+from .session import STAGE_ORDER
 
 OPTION = "aot_cache"  # on by default where pipec's compile cache is
 TAG_OPTION = "aot_cache_tag"  # what the front end hands the capture stage
-STAGES = ("capture", "fusion", "codegen", "runtime")
 
 # the loader of the pipec backend compiling now: a CompiledGraph loaded from AOTAutograd's
 # cache is rebuilt by the backend (its session, options and graph names) that looked it up
@@ -60,15 +60,14 @@ def cache_tag(options: CompileOptions, registry: pipec_ir.Registry,
     docstring)."""
     if not options.get(OPTION, True) or resolve_cache_name(options.cache, registry) is None:
         return None
-    if options.dump_dir or any(stage_logged(s) for s in STAGES) \
+    if options.dump_dir or any(stage_logged(s) for s in STAGE_ORDER) \
             or get_plugin_manager().hook.pipec_stage_finished.get_hookimpls():
         return None
     parts: dict[str, Any] = {"format": KEY_FORMAT, "front_end": distribution_fingerprint("pipec"),
                              "options": options.key(exclude=(*load_options, *FRONT_END_OPTIONS))}
-    for stage in STAGES:
-        impl = getattr(options, stage)
+    for stage in STAGE_ORDER:
         try:
-            entry = registry.entry(stage, impl if stage != "runtime" else options.runtime)
+            entry = registry.entry(stage, getattr(options, stage))
         except pipec_ir.UnknownStageError:
             return None  # reported where the stage runs
         parts[stage] = [entry.name, entry.distribution, entry.version,
@@ -76,13 +75,20 @@ def cache_tag(options: CompileOptions, registry: pipec_ir.Registry,
     return "pipec-" + hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def looked_up_under(tag: str) -> bool:
-    """Whether the graph being compiled now was looked up in AOTAutograd's cache under `tag` (the
+def in_cache_scope(tag: str) -> bool:
+    """Whether the graph being compiled now went through AOTAutograd's cache under `tag` (the
     capture stage entered its cache_scope; a capture without one never does)."""
     import torch
 
-    return getattr(torch.compiler.config, "cache_key_tag", None) == tag and \
+    return tag in str(getattr(torch.compiler.config, "cache_key_tag", "")) and \
         bool(getattr(torch._functorch.config, "bundled_autograd_cache", False))
+
+
+def lookup_bypasses() -> int:
+    """How many lookups AOTAutograd's cache has passed over in this process (torch's counter)."""
+    from torch._dynamo.utils import counters
+
+    return counters["aot_autograd"]["autograd_cache_bypass"]
 
 
 @contextlib.contextmanager
@@ -184,5 +190,5 @@ def stats_snapshot(stats) -> dict:
             "not_fused": list(stats.not_fused), "units": stats.units}
 
 
-__all__ = ["OPTION", "TAG_OPTION", "cache_events_logged", "cache_tag", "current_loader", "loading", "looked_up_under",
-           "pickle_layers", "stats_snapshot", "unpickle_layers"]
+__all__ = ["OPTION", "TAG_OPTION", "cache_events_logged", "cache_tag", "current_loader", "loading", "in_cache_scope",
+           "lookup_bypasses", "pickle_layers", "stats_snapshot", "unpickle_layers"]

@@ -14,8 +14,8 @@ import warnings
 import pipec_ir
 from pipec_ir import CompileOptions, RecompileLimitError
 
-from .aot_cache import (TAG_OPTION, cache_events_logged, cache_tag, loading, looked_up_under, stats_snapshot,
-                        unpickle_layers)
+from .aot_cache import (TAG_OPTION, cache_events_logged, cache_tag, in_cache_scope, loading, lookup_bypasses,
+                        stats_snapshot, unpickle_layers)
 from .cache import PipecCacheWarning
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error
 from .gc_pause import gc_paused
@@ -85,6 +85,8 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
             return f"{prefix}_{index}" if kind in ("inference", "forward", None) else f"{prefix}_{index}_{kind}"
 
         def compile_aten_graph(aten_gm, aten_inputs, kind="inference"):
+            if tag is not None:  # graphs loaded from AOTAutograd's cache before torch gave up on its entry
+                session.forget([g for g in session.graphs[first_graph:] if g.cache.get("aot_autograd") == "hit"])
             name = graph_name(kind)
             first_new = len(session.graphs)
             fn = compile_graph(aten_gm, aten_inputs, options, session=session, name=name)
@@ -94,13 +96,16 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
             fn = on_graph_devices(tensors_only(fn, aten_inputs, device), aten_gm, aten_inputs, device)
             fn = with_size_outputs(fn, aten_gm, aten_inputs, name)
             fn = with_object_outputs(fn, aten_gm, aten_inputs)
-            if tag is None or not looked_up_under(tag):
+            if tag is None or not in_cache_scope(tag):
                 return fn
             from .aot_entry import CompiledGraph  # imports Inductor's OutputCode: only under torch.compile
 
             stats = session.graphs[-1]
-            stats.cache["aot_autograd"] = "miss"  # else AOTAutograd would not have called the compiler
-            return CompiledGraph(fn, kind or "inference", stats.program_text, stats_snapshot(stats))
+            # looked up and not found, or passed over (a node torch cannot vouch for, caches off)
+            stats.cache["aot_autograd"] = "bypass" if lookup_bypasses() > bypasses else "miss"
+            graph = CompiledGraph(fn, kind or "inference", stats.program_text, stats_snapshot(stats))
+            stats.program_text = None  # the entry holds it now
+            return graph
 
         def load_cached(graph):
             """A graph AOTAutograd found in its cache (an aot_entry.CompiledGraph): its Program loaded
@@ -113,7 +118,7 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
                 restore_stats(stats, graph.kind, graph.stats)
                 return unpickle_layers(graph.layers, runtime)
             except Exception as exc:
-                del session.graphs[first_new:]  # AOTAutograd compiles the graph instead
+                session.forget(session.graphs[first_new:])  # AOTAutograd compiles the graph instead
                 warnings.warn(f"pipec: graph {graph_name(graph.kind)} from AOTAutograd's cache could not be "
                               f"loaded ({type(exc).__name__}: {exc}); compiling it again", PipecCacheWarning,
                               stacklevel=2)
@@ -126,6 +131,7 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
         # the first call, from the graph as it is then); AOTAutograd's trace would generate it anyway
         as_traced = realized(gm).forward
         aten_options = options.with_extra(**{TAG_OPTION: tag}) if tag is not None else options
+        first_graph, bypasses = len(session.graphs), lookup_bypasses() if tag is not None else 0
         try:
             with loading(load_cached), cache_events_logged(f"{prefix}_{index}"):
                 return aten_backend(dynamo_backend, compile_aten_graph, aten_options)(gm, example_inputs)

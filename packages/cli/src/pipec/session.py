@@ -186,6 +186,13 @@ class Session:
         self._dump_names.add(name)
         return name
 
+    def forget(self, graphs: list[GraphStats]) -> None:
+        """Take `graphs` out of the session, their names free again (a graph loaded from
+        AOTAutograd's cache that torch then compiled after all)."""
+        gone = {id(g) for g in graphs}
+        self.graphs = [g for g in self.graphs if id(g) not in gone]
+        self._dump_names.difference_update(g.name for g in graphs)
+
     # totals, for reports
     @property
     def op_count(self) -> int:
