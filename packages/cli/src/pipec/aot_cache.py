@@ -18,8 +18,10 @@ On a hit, AOTAutograd hands the entry to `post_compile`, which calls the loader 
 running now (`loading`): the Program goes through the runtime stage alone (`compile_graph` of a
 Program), and the layers are put back around it. AOTAutograd restores the graph's guards itself.
 
-Off (`aot_cache=False`, or pipec's compile cache off) for compiles that read more than this
-holds: `pipec explain`, `dump_dir`, stage logs, `pipec_stage_finished` observers.
+Off with `aot_cache=False` (`PIPEC_AOT_CACHE=0`) or pipec's compile cache off; for compiles
+that read more than an entry holds (`pipec explain`, `dump_dir`, stage logs,
+`pipec_stage_finished` observers); and, in the capture stage, without `early_compile` (a
+backward compiled at its first call is stored by nobody).
 """
 
 from __future__ import annotations
