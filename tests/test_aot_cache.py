@@ -137,6 +137,29 @@ def test_no_entry_without_early_compile_and_a_users_tag_is_kept():
             assert [g.cache.get("aot_autograd") for g in session.graphs] == [outcome] * 2
 
 
+def test_cache_clear_deletes_pipecs_entries_in_aotautograds_cache(capsys):
+    """They would outlive `pipec cache clear` and still serve pipec's graphs; torch's other
+    entries stay."""
+    from pipec.aot_cache import aot_entries, torch_cache_dir
+    from pipec.cli import main
+
+    model, x = Block(), torch.randn(4, 8)
+    train_step(model, x)
+    (entry,) = aot_entries()
+    other = torch_cache_dir() / "aotautograd" / "someone_elses" / "entry"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"an entry of another backend")
+    with pytest.raises(SystemExit) as done:
+        main(["cache", "clear"])
+    assert done.value.code in (0, None)
+    assert "and 1 of pipec's from AOTAutograd's cache" in capsys.readouterr().out
+    assert aot_entries() == [] and not entry.parent.exists() and other.exists()
+    torch._dynamo.reset()
+    counters.clear()
+    train_step(model, x)
+    assert aot_counts()["autograd_cache_hit"] == 0
+
+
 def test_pipec_logs_tells_what_the_cache_did_with_each_graph(monkeypatch, capsys):
     monkeypatch.setenv("PIPEC_LOGS", "aot_cache")
     model, x = Block(), torch.randn(4, 8)

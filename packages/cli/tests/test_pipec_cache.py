@@ -630,8 +630,10 @@ def test_cli_compile_shows_hits_and_no_cache(cached_fake_stages, model_file, cap
 def test_cli_cache_info_and_clear(cached_fake_stages, model_file, capsys):
     code, out, err = run(["cache", "info", "--json"], capsys)
     assert code == 0, err
+    aot = {"location": str(Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]) / "aotautograd"), "entries": 0, "bytes": 0}
     assert json.loads(out) | {"version": None} == {"backend": "local", "location": str(cache_dir()), "entries": 0,
-                                                    "bytes": 0, "distribution": "pipec", "version": None}
+                                                    "bytes": 0, "distribution": "pipec", "version": None,
+                                                    "aot_autograd": aot}
     assert run(["compile", model_file], capsys)[0] == 0
     code, out, err = run(["cache", "info", "--json"], capsys)
     info = json.loads(out)
@@ -640,7 +642,7 @@ def test_cli_cache_info_and_clear(cached_fake_stages, model_file, capsys):
     assert code == 0 and "location" in out and re.search(r"entries\s+│ 3 ", out), out
     code, out, err = run(["cache", "clear"], capsys)
     assert code == 0, err
-    assert "cleared 3 entries from the local cache" in out
+    assert "cleared 3 entries from the local cache" in out and "and 0 of pipec's from AOTAutograd's cache" in out
     assert entry_files() == []
     code, out, err = run(["cache", "clear", "--json"], capsys)
     assert json.loads(out)["removed"] == 0

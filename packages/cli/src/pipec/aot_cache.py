@@ -34,6 +34,7 @@ import json
 import logging
 import pickle
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pipec_ir
@@ -186,11 +187,52 @@ def unpickle_layers(data: bytes, runtime: Callable) -> Callable:
         return _RuntimePutBack(io.BytesIO(data), runtime).load()
 
 
+# pipec's entries among AOTAutograd's: their pickles name the class that holds each graph
+ENTRY_MARK = b"pipec.aot_entry"
+
+
+def torch_cache_dir() -> Path:
+    """Torch's cache directory (TORCHINDUCTOR_CACHE_DIR, else torch's default), not created."""
+    import os
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir())
+
+
+def aot_entries(root: Path | None = None) -> list[Path]:
+    """The entries of AOTAutograd's local cache (`<root>/aotautograd/<key>/<file>`) that hold
+    pipec's graphs: `pipec cache info` counts them and `pipec cache clear` deletes them (they
+    outlive pipec's own cache otherwise, and would still serve its graphs)."""
+    found = []
+    for path in sorted(((root or torch_cache_dir()) / "aotautograd").glob("*/*")):
+        try:
+            if path.is_file() and ENTRY_MARK in path.read_bytes():
+                found.append(path)
+        except OSError:  # written or deleted meanwhile
+            continue
+    return found
+
+
+def clear_aot_entries(root: Path | None = None) -> int:
+    """Delete pipec's entries from AOTAutograd's local cache (and the key folders left empty);
+    how many went."""
+    removed = 0
+    for path in aot_entries(root):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed += 1
+        with contextlib.suppress(OSError):  # another entry is still there
+            path.parent.rmdir()
+    return removed
+
+
 def stats_snapshot(stats) -> dict:
     """What a graph's GraphStats counted that only its capture and fusion stages can tell."""
     return {"op_count": stats.op_count, "fusion_count": stats.fusion_count, "extern_ops": list(stats.extern_ops),
             "not_fused": list(stats.not_fused), "units": stats.units}
 
 
-__all__ = ["OPTION", "TAG_OPTION", "cache_events_logged", "cache_tag", "current_loader", "loading", "in_cache_scope",
-           "lookup_bypasses", "pickle_layers", "stats_snapshot", "unpickle_layers"]
+__all__ = ["ENTRY_MARK", "OPTION", "TAG_OPTION", "aot_entries", "cache_events_logged", "cache_tag", "clear_aot_entries",
+           "current_loader", "in_cache_scope", "loading", "lookup_bypasses", "pickle_layers", "stats_snapshot",
+           "torch_cache_dir", "unpickle_layers"]

@@ -1,4 +1,5 @@
-"""`pipec cache info` and `pipec cache clear`: the compile cache backend's own `info` and `clear`."""
+"""`pipec cache info` and `pipec cache clear`: the compile cache backend's own `info` and `clear`, and
+pipec's entries in AOTAutograd's local cache (aot_cache.py)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def cache_info_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> 
     entry = _cache_backend(cache)
     info = dict(_cache_call(entry, "info"))
     info.update(backend=entry.name, distribution=entry.distribution, version=entry.version)
+    aot = _aot_info()
+    info["aot_autograd"] = aot
     if json_out:
         print(json.dumps(info, indent=2))
         return
@@ -69,16 +72,36 @@ def cache_info_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> 
     table.add_row("location", str(info.get("location", "?")))
     table.add_row("entries", str(info.get("entries", "?")))
     table.add_row("size", _fmt_bytes(int(info.get("bytes", 0))))
+    table.add_row("AOTAutograd's cache", f"{aot['entries']} entries of pipec's, {_fmt_bytes(aot['bytes'])} "
+                                         f"({aot['location']})")
     stdout.print(table, markup=False)
+
+
+def _aot_info() -> dict:
+    """pipec's entries in AOTAutograd's local cache (README, "Compile cache")."""
+    from ..aot_cache import aot_entries, torch_cache_dir
+
+    found = aot_entries()
+    return {"location": str(torch_cache_dir() / "aotautograd"), "entries": len(found),
+            "bytes": sum(p.stat().st_size for p in found)}
 
 
 @cache_app.command("clear")
 def cache_clear_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> None:
-    """Delete every entry of the compile cache (nothing else in its directory or Redis database)."""
+    """Delete every entry of the compile cache (nothing else in its directory or Redis database), and
+    pipec's entries in AOTAutograd's local cache."""
+    from ..aot_cache import clear_aot_entries, torch_cache_dir
+
     entry = _cache_backend(cache)
     removed = _cache_call(entry, "clear")
     location = getattr(entry.impl, "location", entry.name)
+    try:  # the graphs AOTAutograd's cache holds for pipec would still be served
+        aot_removed = clear_aot_entries()
+    except OSError as exc:
+        fail(f"AOTAutograd's cache ({torch_cache_dir()}): {exc.strerror or exc}")
     if json_out:
-        print(json.dumps({"backend": entry.name, "location": str(location), "removed": removed}, indent=2))
+        print(json.dumps({"backend": entry.name, "location": str(location), "removed": removed,
+                          "aot_autograd_removed": aot_removed}, indent=2))
     else:
-        stdout.print(f"cleared {removed} entries from the {entry.name} cache ({location})", markup=False)
+        stdout.print(f"cleared {removed} entries from the {entry.name} cache ({location}) and {aot_removed} of "
+                     f"pipec's from AOTAutograd's cache ({torch_cache_dir() / 'aotautograd'})", markup=False)
