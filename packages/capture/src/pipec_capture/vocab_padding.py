@@ -89,17 +89,19 @@ def _pad_one(graph: torch.fx.Graph, loss: torch.fx.Node) -> bool:
     if not isinstance(scores, torch.Tensor) or scores.dim() not in (1, 2) or scores.shape[-1] != classes:
         return False
     others = [u for u in linear.users if u not in chain]
+    new = []  # the nodes added, for their example values
     with graph.inserting_before(linear):
-        padded_weight = graph.call_function(F.pad, (weight, (0, 0, 0, pad)))
         if bias is None:
             bias = graph.call_method("new_zeros", (weight, (classes,)))
+            new.append(bias)
+        padded_weight = graph.call_function(F.pad, (weight, (0, 0, 0, pad)))
         padded_bias = graph.call_function(F.pad, (bias, (0, pad)), {"value": float("-inf")})
         padded = graph.call_function(F.linear, (_arg(linear, 0, "input"), padded_weight, padded_bias))
+    new += [padded_weight, padded_bias, padded]
     for step in chain:  # the class dim grows by `pad` along the chain
         if step.target in ("view", "reshape"):
             step.args = (step.args[0], *_shape_args(step)[:-1], classes + pad)
     (chain[-1] if chain else loss).replace_input_with(linear, padded)
-    new = [padded_weight, padded_bias, padded] + ([] if bias is _arg(linear, 2, "bias") else [bias])
     if others:
         with graph.inserting_after(padded):
             real = graph.call_function(operator.getitem, (padded, (Ellipsis, slice(None, classes))))

@@ -86,7 +86,8 @@ class GraphStats:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     kernels: list[tuple[str, str]] = field(default_factory=list)  # (kernel name, Triton source)
     kernel_rows: list[dict] = field(default_factory=list)  # kernel_rows(): each kernel and how it runs
-    cache: dict[str, str] = field(default_factory=dict)  # CACHED_STEPS -> "hit" | "miss" (where looked up)
+    # CACHED_STEPS -> "hit" | "miss" where looked up; "aot_autograd" may also be "bypass" (torch passed it over)
+    cache: dict[str, str] = field(default_factory=dict)
     units: list[dict] | None = field(default=None, repr=False)  # plan_units(), once the plan is made
     # the documents themselves, for `pipec report` (its fusion picture, launch configs)
     plan: pipec_ir.KernelPlan | None = field(default=None, repr=False, compare=False)
