@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import os
 import traceback
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -387,9 +388,17 @@ SCENARIOS = {"ddp": ddp, "fsdp2_per_block": fsdp2_per_block, "collectives": coll
              "fsdp2_whole_model": fsdp2_whole_model}
 
 
-def run(rank: int, world: int, port: int, names: list[str], queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+# how long a rank waits in a collective for the other: a scenario failing on one rank leaves the
+# other waiting, and gloo's default of 30 minutes would spend CI's whole budget on that wait
+COLLECTIVE_TIMEOUT = timedelta(seconds=120)
+
+
+def run(rank: int, world: int, port: int, names: list[str], queue, torch_cache: str) -> None:
+    # each rank its own AOTAutograd cache: the ranks compile the same graphs at the same time, and
+    # a rank served the other's entry gets no KernelPlan, which the scenarios inspect
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      TORCHINDUCTOR_CACHE_DIR=os.path.join(torch_cache, f"rank{rank}"))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
     try:
         for name in names:
             torch._dynamo.reset()

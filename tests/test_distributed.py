@@ -32,8 +32,9 @@ def results(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp_env:
         mp_env.setenv("PIPEC_CACHE_DIR", str(tmp_path_factory.mktemp("pipec-cache")))
         mp_env.delenv("PIPEC_CACHE", raising=False)
-        mp.start_processes(distributed_workers.run, args=(WORLD, free_port(), names, queue), nprocs=WORLD,
-                           start_method="spawn")
+        torch_cache = str(tmp_path_factory.mktemp("torch-cache"))
+        mp.start_processes(distributed_workers.run, args=(WORLD, free_port(), names, queue, torch_cache),
+                           nprocs=WORLD, start_method="spawn")
     out: dict = {}
     for _ in range(WORLD * len(names)):
         rank, name, result = queue.get(timeout=60)
