@@ -259,6 +259,25 @@ def test_a_fallback_warning_is_given_again_on_a_hit():
     assert aot_counts()["autograd_cache_hit"] == 1
 
 
+def test_the_key_reads_the_custom_passes_registered_for_real_and_restores_torch():
+    from torch._inductor import codecache
+
+    from pipec_capture.aot_cache import key_without_inductor_backends
+
+    register, passes = codecache.init_backend_registration, codecache.custom_backend_passes
+    mine = object()
+    passes["pipec-test-device"], passes["pipec-test-empty"] = mine, None
+    try:
+        with key_without_inductor_backends():
+            assert codecache.init_backend_registration is not register
+            codecache.init_backend_registration()  # registers nothing, imports nothing
+            values = list(codecache.custom_backend_passes.values())
+            assert mine in values and None not in values
+        assert (codecache.init_backend_registration, codecache.custom_backend_passes) == (register, passes)
+    finally:
+        del passes["pipec-test-device"], passes["pipec-test-empty"]
+
+
 def test_layers_pickle_without_the_runtime_and_an_unpicklable_one_is_not_stored():
     from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
 
@@ -289,9 +308,21 @@ def test_a_new_process_loads_the_step_without_tracing_it_again(tmp_path):
         model(x).square().mean().backward()
         torch.testing.assert_close(grads["up.weight"], model.up.weight.grad)
         print(counters["aot_autograd"]["autograd_cache_hit"], [g.cache for g in session.graphs])
+        # a hit's key was made without importing Inductor's code generators (pipec_capture/aot_cache.py;
+        # a cold compile imports them anyway: the min-cut partition's CSE imports Inductor's lowering)
+        print("inductor codegen imported:", "torch._inductor.select_algorithm" in sys.modules)
+        # and it is the same key once Inductor has registered them, as it does when it compiles
+        from torch._inductor.codegen.common import init_backend_registration
+        init_backend_registration()
+        torch._dynamo.reset()
+        train_step(model, x)
+        print("after registration:", counters["aot_autograd"]["autograd_cache_hit"])
     """))
     env = dict(os.environ) if torch.cuda.is_available() else dict(os.environ, TRITON_INTERPRET="1")
     runs = [subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
             for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-2000:]
-    assert runs[0].stdout.split()[0] == "0" and runs[1].stdout.startswith("1 [{'aot_autograd': 'hit'}")
+    cold, warm = (r.stdout.splitlines() for r in runs)
+    assert cold[0].split()[0] == "0" and warm[0].startswith("1 [{'aot_autograd': 'hit'}")
+    assert cold[2:] == ["after registration: 1"]
+    assert warm[1:] == ["inductor codegen imported: False", "after registration: 2"]

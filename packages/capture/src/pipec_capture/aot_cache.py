@@ -13,7 +13,10 @@ it when its cache holds the step, but only for compilers it knows how to store:
   metadata and torch's configuration, but not the decompositions, the partition function or
   the compiler; the front end's tag names them (pipec's code and options);
 * pipec's attention function (attention.py) marked cacheable: a Dynamo graph calling a function
-  torch does not know is never stored.
+  torch does not know is never stored;
+* the key made without registering Inductor's code generators (`key_without_inductor_backends`):
+  torch registers them to read the custom passes of each device into the key, which imported
+  all of Inductor's codegen, 1.3 s of a warm start on this CPU, for a compiler that uses none of it.
 
 Private torch API, present in torch 2.11 and 2.13; on a torch without it nothing is cached.
 """
@@ -76,8 +79,50 @@ def cache_scope(tag: str):
     user = torch.compiler.config.cache_key_tag
     with torch._functorch.config.patch(bundled_autograd_cache=True), \
             torch.compiler.config.patch(cache_key_tag=f"{user}|{tag}" if user else tag), \
-            torch._inductor.config.patch(unsafe_marked_cacheable_functions=marked):
+            torch._inductor.config.patch(unsafe_marked_cacheable_functions=marked), \
+            key_without_inductor_backends():
         yield
+
+
+class _RegisteredPasses:
+    """What the cache key reads of torch's per-device custom passes (`values()`), less the empty
+    entries that registering Inductor's own code generators adds: a key is then the same whether
+    or not Inductor ran in the process before."""
+
+    def __init__(self, passes: dict) -> None:
+        self._passes = passes
+
+    def values(self) -> list:
+        return [p for p in self._passes.values() if p is not None]
+
+
+def _no_registration() -> None:
+    """Stands in for Inductor's backend registration while a key is made (see below)."""
+
+
+@contextlib.contextmanager
+def key_without_inductor_backends():
+    """AOTAutograd's cache key (Inductor's `FxGraphHashDetails`) registers every Inductor code
+    generator first, only to read each device's custom passes (`custom_backend_passes`): that
+    imports Inductor's codegen, its C++, Triton, Halide and Pallas backends and templates, which
+    took 1.29 of a BERT training step's warm start on this 2-core CPU (docs/performance.md,
+    "Session 24"). pipec compiles with none of them. Here the key is made without that
+    registration, from the passes registered for real (by a user, or an out-of-tree device);
+    registration adds none. Where torch's layout differs (another version), nothing changes."""
+    try:
+        from torch._inductor import codecache
+    except ImportError:
+        codecache = None
+    passes = getattr(codecache, "custom_backend_passes", None)
+    if not isinstance(passes, dict) or not callable(getattr(codecache, "init_backend_registration", None)):
+        yield
+        return
+    register = codecache.init_backend_registration
+    codecache.init_backend_registration, codecache.custom_backend_passes = _no_registration, _RegisteredPasses(passes)
+    try:
+        yield
+    finally:
+        codecache.init_backend_registration, codecache.custom_backend_passes = register, passes
 
 
 @functools.cache
@@ -109,4 +154,4 @@ def uncached_graph_class() -> type:
 
 
 __all__ = ["ATTENTION_FUNCTION", "cache_scope", "cache_supported", "cached_compiler", "is_output_code",
-           "uncached_graph_class"]
+           "key_without_inductor_backends", "uncached_graph_class"]
