@@ -13,6 +13,7 @@ from .attention import choose_attention_kernels
 from .complex_pairs import complex_as_pairs
 from .decompositions import DECOMPOSITIONS, matmul_folded
 from .errors import CaptureError
+from .mask_writes import masked_writes_as_where
 from .saved_views import save_view_bases
 from .table import LIBRARY_OPS, LOWERINGS, base_name
 from .vocab_padding import pad_class_dims
@@ -287,6 +288,7 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
         partition_fn=partition_function(partition),
     )
     def backend(gm: torch.fx.GraphModule, example_inputs):
+        masked_writes_as_where(gm)  # `x[mask] = v` as a where, no nonzero in its backward (mask_writes.py)
         if pad_classes:  # a cross-entropy head over an unaligned class count (vocab_padding.py)
             pad_class_dims(gm)
         if fused_attention:

@@ -1,6 +1,7 @@
 """Small edits of fx graphs that capture's rewrite passes share (sink_gathers.py,
-follow_layouts.py, fold_gelu.py, attention_layouts.py, complex_pairs.py, conv_bias.py): a new
-call with its fake value, a node replaced, and the dead code dropped after a pass."""
+follow_layouts.py, fold_gelu.py, attention_layouts.py, complex_pairs.py, conv_bias.py,
+vocab_padding.py, mask_writes.py): a new call with its fake value, a node replaced, the dead
+code dropped after a pass, and Dynamo's example values for the nodes a pass adds to its graph."""
 
 from __future__ import annotations
 
@@ -76,3 +77,39 @@ def call_node(graph: torch.fx.Graph, target, args, kwargs):
     else:
         new.meta["val"] = target(*vals, **kwvals)
     return new
+
+
+def _example(node):
+    return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+
+
+def trace_examples(graph: torch.fx.Graph, changed: list[torch.fx.Node], fake_mode) -> None:
+    """The `example_value` of each new or changed node of a Dynamo graph, run in graph order on
+    its inputs' (fake) values, as Dynamo records them: AOTAutograd's cache takes a method called
+    on a node without one for a call it cannot vouch for, and stores nothing (pipec/aot_cache.py).
+    An in-place method's value is its first argument's (it returns it), not run on the shared
+    fake value. Where a value cannot be made, the nodes keep what they had: the graph is still
+    right, and only AOTAutograd's cache passes it over."""
+    if fake_mode is None:
+        return
+    before = {node: node.meta.get("example_value") for node in changed}
+    try:
+        for node in graph.nodes:
+            if node not in before:
+                continue
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _example)
+            if node.op == "call_method" and node.target.endswith("_") and not node.target.endswith("__"):
+                node.meta["example_value"] = args[0]
+                continue
+            with fake_mode:
+                if node.op == "call_method":
+                    value = getattr(args[0], node.target)(*args[1:], **kwargs)
+                else:
+                    value = node.target(*args, **kwargs)
+            node.meta["example_value"] = value
+    except Exception:  # noqa: BLE001 - see the docstring
+        for node, value in before.items():
+            if value is None:
+                node.meta.pop("example_value", None)
+            else:
+                node.meta["example_value"] = value

@@ -33,6 +33,8 @@ import operator
 import torch
 import torch.nn.functional as F
 
+from .fx_edit import trace_examples
+
 PAD_TO = 8  # classes: rows of 16 bytes in bf16 (cuBLAS's alignment)
 MIN_CLASSES = 1024  # a smaller head is not worth a padded copy of its weight
 _CHAIN_METHODS = frozenset({"float", "contiguous", "to", "view", "reshape"})
@@ -111,34 +113,8 @@ def _pad_one(graph: torch.fx.Graph, loss: torch.fx.Node) -> bool:
             user.replace_input_with(linear, dense)
         new += [real, dense]
     graph.erase_node(linear)
-    _trace_examples(graph, new + chain, getattr(w, "fake_mode", None))
+    trace_examples(graph, new + chain, getattr(w, "fake_mode", None))
     return True
-
-
-def _trace_examples(graph: torch.fx.Graph, changed: list[torch.fx.Node], fake_mode) -> None:
-    """The `example_value` of each new or resized node, run in graph order on its inputs'
-    (fake) values, as Dynamo records them: AOTAutograd's cache takes a method called on a node
-    without one for a call it cannot vouch for, and stores nothing (pipec/aot_cache.py)."""
-    if fake_mode is None:
-        return
-    before = {node: node.meta.get("example_value") for node in changed}
-    try:
-        for node in graph.nodes:
-            if node not in before:
-                continue
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _example)
-            with fake_mode:
-                if node.op == "call_method":
-                    value = getattr(args[0], node.target)(*args[1:], **kwargs)
-                else:
-                    value = node.target(*args, **kwargs)
-            node.meta["example_value"] = value
-    except Exception:  # noqa: BLE001 - the graph is still right; only AOTAutograd's cache passes it over
-        for node, value in before.items():
-            if value is None:
-                node.meta.pop("example_value", None)
-            else:
-                node.meta["example_value"] = value
 
 
 def _shape_args(step: torch.fx.Node) -> tuple:
