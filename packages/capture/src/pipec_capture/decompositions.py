@@ -103,7 +103,24 @@ def matmul_folded(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     return torch_matmul(self, other)
 
 
+def weight_norm_backward(grad_w: torch.Tensor, saved_v: torch.Tensor, saved_g: torch.Tensor,
+                         saved_norms: torch.Tensor, dim: int):
+    """The gradients (of v, of g) of `_weight_norm_interface`, w = v * g / ||v||, the norm taken
+    over every dim but `dim`: ATen's formula (WeightNorm.cpp), in fp32 (at least) for reduced-precision
+    weights as its kernels accumulate, cast back to the weights' dtypes. torch has no decomposition
+    of it, so every weight-normed layer's backward was an extern call: the positional convolution
+    of wav2vec2, HuBERT, WavLM and their kin."""
+    dim = dim % saved_v.dim()
+    others = [d for d in range(saved_v.dim()) if d != dim]
+    grad, v, g, norms = (t.to(torch.promote_types(t.dtype, torch.float32))
+                         for t in (grad_w, saved_v, saved_g, saved_norms))
+    grad_g = (grad * v).sum(others, keepdim=True) / norms
+    grad_v = (g / norms) * (grad - v * (grad_g / norms))
+    return grad_v.to(saved_v.dtype), grad_g.to(saved_g.dtype)
+
+
 DECOMPOSITIONS = {
+    aten._weight_norm_interface_backward.default: weight_norm_backward,
     aten.masked_scatter.default: masked_scatter,
     aten.sort.default: sort,
     aten.sort.stable: sort_stable,
