@@ -38,6 +38,7 @@ import traceback
 from pathlib import Path
 import warnings
 
+import numpy as np
 import torch
 
 from hf_sweep_archs import ARCHS, EXTRA, REINIT, make_inputs
@@ -124,10 +125,12 @@ def build(name):
     return model, inputs, model_cls
 
 
-def make_step(model, inputs, train: bool):
+def make_step(model, inputs, train: bool, spec_augment: bool = False):
     """`step(fn) -> {name: tensor}`: the outputs of `fn(**inputs)`, and with `train` the gradient
     of every parameter after a backward of a fixed weighted sum of the float outputs (the same
-    weights for every backend: drawn from one seed, in the outputs' order)."""
+    weights for every backend: drawn from one seed, in the outputs' order). With `spec_augment`
+    a speech model keeps its SpecAugment masks, drawn from numpy's generator seeded before each
+    step (main has Dynamo draw traced numpy randomness from numpy too), so every backend masks alike."""
     if not train:
         def infer(fn):
             with torch.no_grad():
@@ -138,13 +141,15 @@ def make_step(model, inputs, train: bool):
             module.p = 0.0
         if isinstance(getattr(module, "drop_prob", None), float):
             module.drop_prob = 0.0
-    for name in ("mask_time_prob", "mask_feature_prob", "layerdrop"):  # speech models' SpecAugment, layer drop
+    masks = () if spec_augment else ("mask_time_prob", "mask_feature_prob")  # speech models' SpecAugment
+    for name in (*masks, "layerdrop"):
         if isinstance(getattr(model.config, name, None), float):
             setattr(model.config, name, 0.0)
     model.train()
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
     def train_step(fn):
+        np.random.seed(0)  # SpecAugment's masks (`_compute_mask_indices` draws them with numpy)
         for _, p in params:
             p.grad = None
         out = tensors_of(fn(**inputs))
@@ -171,6 +176,9 @@ def parse_args(argv):
     ap.add_argument("--train", action="store_true",
                     help="a training step instead: the model in train mode (dropout off), a fixed weighted sum "
                          "of its float outputs as the loss, every parameter's gradient compared too")
+    ap.add_argument("--spec-augment", action="store_true",
+                    help="with --train: speech models keep their SpecAugment masks (off otherwise), the same "
+                         "masks for every backend (numpy's generator, seeded before each step)")
     ap.add_argument("--device", default="cpu",
                     help="cpu (default: Triton's interpreter) or cuda (compiled kernels, fp32 as on the CPU)")
     args = ap.parse_args(argv)
@@ -196,6 +204,10 @@ def main():
         torch.backends.cudnn.allow_tf32 = False
     mode = "strict" if strict else ("torch.compile" if backend == "pipec" else f"torch.compile backend={backend}")
     mode += " train" if args.train else ""
+    if args.spec_augment:
+        mode += " spec-augment"
+        # Dynamo otherwise traces np.random as torch's generator: masks unlike eager's
+        torch._dynamo.config.use_numpy_random_stream = True
     rec = {"arch": name, "mode": mode, "device": device.type, "status": None, "max_abs_err": None,
            "exc_type": None, "exc_msg": None, "traceback": None, "deepest_pipec_frame": None,
            "warnings": [], "stderr": [], "seconds": None, "graph_breaks": None, "unique_graphs": None}
@@ -212,7 +224,7 @@ def main():
             inputs = {k: v.to(device) for k, v in inputs.items()}
             reference_model = copy.deepcopy(model)  # for the float64 verdict (the step below changes it)
             rec["model_class"] = model_cls
-            step = make_step(model, inputs, args.train)
+            step = make_step(model, inputs, args.train, args.spec_augment)
             expected = step(model)
     except Exception as exc:  # noqa: BLE001
         rec["status"] = "build-failed"
