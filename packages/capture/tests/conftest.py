@@ -23,6 +23,19 @@ def load_example(name: str):
     return mod
 
 
+def dynamo_graph(fn, *args):
+    """The first graph Dynamo hands a backend for `fn(*args)`, as a capture rewrite receives it
+    (before AOTAutograd)."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    torch._dynamo.reset()
+    torch.compile(fn, backend=keep)(*args)
+    return graphs[0]
+
+
 def dynamo_capture(model, inputs, *, grad=False, decompose_attention=False, check=True, tol=None):
     """torch.compile(model) with a backend that lowers every ATen graph and checks it
     with the reference interpreter against the ATen graph itself. Returns (output, records)."""

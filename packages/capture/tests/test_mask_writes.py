@@ -8,19 +8,9 @@ import pytest
 import torch
 
 import pipec
+from conftest import dynamo_graph
 from pipec.errors import PipecFallbackWarning
 from pipec_capture.mask_writes import masked_writes_as_where
-
-
-def _dynamo_graph(fn, *args):
-    graphs = []
-
-    def keep(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-    torch._dynamo.reset()
-    torch.compile(fn, backend=keep)(*args)
-    return graphs[0]
 
 
 class SpecAugment(torch.nn.Module):
@@ -46,7 +36,7 @@ def _inputs(seed=0):
 
 def test_the_write_becomes_a_where_written_back_with_example_values():
     torch.manual_seed(0)
-    gm = _dynamo_graph(SpecAugment(), *_inputs())
+    gm = dynamo_graph(SpecAugment(), *_inputs())
     assert masked_writes_as_where(gm) == 1
     calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
     assert not any(n.target is operator.setitem for n in calls)
@@ -92,7 +82,7 @@ def test_a_value_per_selected_element_is_left_alone_and_still_right():
         return out
 
     x, y, mask = torch.randn(4, 5), torch.randn(4, 5), torch.rand(4, 5) < 0.5
-    gm = _dynamo_graph(f, x, y, mask)
+    gm = dynamo_graph(f, x, y, mask)
     assert masked_writes_as_where(gm) == 0
     torch._dynamo.reset()
     with pytest.warns(PipecFallbackWarning, match="index_put"):  # an extern call, as before

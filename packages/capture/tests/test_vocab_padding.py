@@ -6,18 +6,8 @@ import torch
 import torch.nn.functional as F
 
 import pipec
+from conftest import dynamo_graph
 from pipec_capture.vocab_padding import MIN_CLASSES, pad_class_dims
-
-
-def _dynamo_graph(fn, *args):
-    graphs = []
-
-    def keep(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-    torch._dynamo.reset()
-    torch.compile(fn, backend=keep)(*args)
-    return graphs[0]
 
 
 class Head(torch.nn.Module):
@@ -41,7 +31,7 @@ def _inputs(classes, seed=0):
 
 def test_the_rewrite_pads_weight_and_bias_and_hands_others_the_real_columns():
     head = Head(1025)
-    gm = _dynamo_graph(head, *_inputs(1025))
+    gm = dynamo_graph(head, *_inputs(1025))
     assert pad_class_dims(gm) == 1
     calls = [(n.target, n.args) for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
     pads = [a for t, a in calls if t is F.pad]
@@ -59,7 +49,7 @@ def test_the_rewrite_pads_weight_and_bias_and_hands_others_the_real_columns():
 def test_losses_that_read_every_class_are_left_alone(loss):
     if "weight" in loss:
         loss = {"weight": torch.ones(1025)}
-    gm = _dynamo_graph(Head(1025, **loss), *_inputs(1025))
+    gm = dynamo_graph(Head(1025, **loss), *_inputs(1025))
     assert pad_class_dims(gm) == 0
 
 
@@ -70,19 +60,19 @@ def test_a_head_whose_classes_are_not_the_losses_class_dim_is_left_alone():
         logits = torch.nn.functional.linear(h, torch.ones(1025, 16))
         return F.cross_entropy(logits, labels)
     h = torch.randn(2, 5, 16)
-    assert pad_class_dims(_dynamo_graph(fn, h, torch.randint(0, 5, (2, 1025)))) == 0
+    assert pad_class_dims(dynamo_graph(fn, h, torch.randint(0, 5, (2, 1025)))) == 0
 
 
 def test_a_loss_against_class_probabilities_is_left_alone():
     def fn(h, probabilities):
         return F.cross_entropy(torch.nn.functional.linear(h, torch.ones(1025, 16)), probabilities)
     probabilities = torch.softmax(torch.randn(4, 1025), -1)
-    assert pad_class_dims(_dynamo_graph(fn, torch.randn(4, 16), probabilities)) == 0
+    assert pad_class_dims(dynamo_graph(fn, torch.randn(4, 16), probabilities)) == 0
 
 
 def test_aligned_or_small_heads_are_left_alone():
-    assert pad_class_dims(_dynamo_graph(Head(1024), *_inputs(1024))) == 0
-    assert pad_class_dims(_dynamo_graph(Head(MIN_CLASSES - 1), *_inputs(MIN_CLASSES - 1))) == 0
+    assert pad_class_dims(dynamo_graph(Head(1024), *_inputs(1024))) == 0
+    assert pad_class_dims(dynamo_graph(Head(MIN_CLASSES - 1), *_inputs(MIN_CLASSES - 1))) == 0
 
 
 @pytest.mark.parametrize(("bias", "upcast", "reduction"), [(True, False, "mean"), (False, True, "sum"),
