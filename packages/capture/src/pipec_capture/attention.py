@@ -24,7 +24,7 @@ import warnings
 
 import torch
 
-from .fx_edit import drop_dead_code
+from .fx_edit import drop_dead_code, example_value
 
 # Layouts aten's memory-efficient attention takes: 4-D q/k/v [batch, heads, seq, dim] with
 # contiguous last dims, one head dim for q, k and v, a multiple of 8 up to 128 (its fast range)
@@ -206,7 +206,7 @@ def choose_attention_kernels(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if node.op == "call_function" and node.target in _SDPA_TARGETS:
             drop_constant_mask(gm, node)
             node.target = masked_attention
-            query = node.args[0].meta.get("example_value") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+            query = example_value(node.args[0]) if node.args else None
             if _mask_arg(node) is not None and isinstance(query, torch.Tensor) and cudnn_attention_checked(query.device, query.dtype):
                 node.kwargs = {**node.kwargs, "cudnn_checked": True}
             changed = True

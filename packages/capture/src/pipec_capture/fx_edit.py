@@ -79,7 +79,8 @@ def call_node(graph: torch.fx.Graph, target, args, kwargs):
     return new
 
 
-def _example(node):
+def example_value(node):
+    """The value Dynamo recorded for `node` of its graph (`example_value`); None for a non-node."""
     return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
 
 
@@ -97,7 +98,7 @@ def trace_examples(graph: torch.fx.Graph, changed: list[torch.fx.Node], fake_mod
         for node in graph.nodes:
             if node not in before:
                 continue
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _example)
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), example_value)
             if node.op == "call_method" and node.target.endswith("_") and not node.target.endswith("__"):
                 node.meta["example_value"] = args[0]
                 continue

@@ -27,7 +27,7 @@ import operator
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .fx_edit import trace_examples
+from .fx_edit import example_value, trace_examples
 
 
 def masked_writes_as_where(gm: torch.fx.GraphModule) -> int:
@@ -36,21 +36,18 @@ def masked_writes_as_where(gm: torch.fx.GraphModule) -> int:
     rewritten = sum(_rewrite(gm.graph, node, new) for node in list(gm.graph.nodes)
                     if node.op == "call_function" and node.target is operator.setitem)
     if rewritten:
-        trace_examples(gm.graph, new, getattr(_example(new[-1].args[0]), "fake_mode", None))
+        trace_examples(gm.graph, new, getattr(example_value(new[-1].args[0]), "fake_mode", None))
         gm.graph.lint()
         gm.recompile()
     return rewritten
 
-
-def _example(node):
-    return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
 
 
 def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, new: list[torch.fx.Node]) -> bool:
     if len(node.args) != 3 or node.kwargs or node.users:
         return False
     x, mask, value = node.args
-    xv, mv = _example(x), _example(mask)
+    xv, mv = example_value(x), example_value(mask)
     if not isinstance(xv, torch.Tensor) or not isinstance(mv, torch.Tensor) or mv.dtype is not torch.bool:
         return False
     covered = mv.dim()
@@ -58,7 +55,7 @@ def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, new: list[torch.fx.Node
         return False
     if not all(statically_known_true(a == b) for a, b in zip(mv.shape, xv.shape[:covered])):
         return False
-    vv = _example(value) if isinstance(value, torch.fx.Node) else value
+    vv = example_value(value) if isinstance(value, torch.fx.Node) else value
     if isinstance(vv, torch.Tensor):
         if vv.dim() > xv.dim() - covered or (vv.device != xv.device and vv.dim() > 0):
             return False

@@ -33,7 +33,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from .fx_edit import trace_examples
+from .fx_edit import example_value, trace_examples
 
 PAD_TO = 8  # classes: rows of 16 bytes in bf16 (cuBLAS's alignment)
 MIN_CLASSES = 1024  # a smaller head is not worth a padded copy of its weight
@@ -58,14 +58,11 @@ def _arg(node, index: int, name: str, default=None):
     return node.kwargs.get(name, default)
 
 
-def _example(node):
-    return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
-
 
 def _pad_one(graph: torch.fx.Graph, loss: torch.fx.Node) -> bool:
     if _arg(loss, 2, "weight") is not None or _arg(loss, 7, "label_smoothing", 0.0) not in (0, 0.0):
         return False
-    target = _example(_arg(loss, 1, "target"))  # class indices; probabilities would read every class
+    target = example_value(_arg(loss, 1, "target"))  # class indices; probabilities would read every class
     if not isinstance(target, torch.Tensor) or target.dtype.is_floating_point:
         return False
     chain, logits = [], _arg(loss, 0, "input")
@@ -78,7 +75,7 @@ def _pad_one(graph: torch.fx.Graph, loss: torch.fx.Node) -> bool:
     if not (isinstance(linear, torch.fx.Node) and linear.op == "call_function" and linear.target is F.linear):
         return False
     weight, bias = _arg(linear, 1, "weight"), _arg(linear, 2, "bias")
-    w = _example(weight)
+    w = example_value(weight)
     if not isinstance(w, torch.Tensor) or w.dim() != 2 or not w.dtype.is_floating_point:
         return False
     classes = w.shape[0]
@@ -87,7 +84,7 @@ def _pad_one(graph: torch.fx.Graph, loss: torch.fx.Node) -> bool:
     pad = -classes % PAD_TO
     if not all(_keeps_class_dim(step, classes) for step in chain):
         return False
-    scores = _example(_arg(loss, 0, "input"))  # classes are cross_entropy's dim 1: only [N, C] (or [C]) has them last
+    scores = example_value(_arg(loss, 0, "input"))  # classes are cross_entropy's dim 1: only [N, C] (or [C]) has them last
     if not isinstance(scores, torch.Tensor) or scores.dim() not in (1, 2) or scores.shape[-1] != classes:
         return False
     others = [u for u in linear.users if u not in chain]
