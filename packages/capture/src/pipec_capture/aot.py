@@ -13,6 +13,7 @@ from .attention import choose_attention_kernels
 from .complex_pairs import complex_as_pairs
 from .decompositions import DECOMPOSITIONS, matmul_folded
 from .errors import CaptureError
+from .joint_cse import joint_graph_cse
 from .mask_writes import masked_writes_as_where
 from .saved_views import save_view_bases
 from .table import LIBRARY_OPS, LOWERINGS, base_name
@@ -135,7 +136,7 @@ PARTITIONS = ("min_cut", "default")
 
 def partition_function(name: str):
     """AOTAutograd's partition function for an `aot_partition` option value."""
-    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+    from torch._functorch.partitioners import default_partition
 
     if name not in PARTITIONS:
         raise ValueError(f"aot_partition must be one of {', '.join(PARTITIONS)}, got {name!r}")
@@ -146,11 +147,25 @@ def partition_function(name: str):
             forward, backward = default_partition(joint_module, joint_inputs, **kwargs)
         else:
             strip_detaches(joint_module)
-            forward, backward = min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+            forward, backward = _min_cut(joint_module, joint_inputs, **kwargs)
         save_view_bases(forward, backward)  # no transposed input to copy in the backward (saved_views.py)
         return forward, backward
 
     return partition
+
+
+def _min_cut(joint_module: torch.fx.GraphModule, joint_inputs, **kwargs):
+    """torch's min-cut partition, with pipec's CSE in place of torch's, which imports Inductor's
+    lowering (joint_cse.py)."""
+    import torch._functorch.config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    if functorch_config.cse:
+        joint_module.graph.eliminate_dead_code()
+        joint_module.graph = joint_graph_cse(joint_module.graph)
+        joint_module.recompile()
+    with functorch_config.patch(cse=False):
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
 
 
 def pairs_inside(joint_module: torch.fx.GraphModule) -> int:
