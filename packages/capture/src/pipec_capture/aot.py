@@ -13,6 +13,7 @@ from .attention import choose_attention_kernels
 from .complex_pairs import complex_as_pairs
 from .decompositions import DECOMPOSITIONS, matmul_folded
 from .errors import CaptureError
+from .graph_logs import graph_logs_when_read
 from .joint_cse import joint_graph_cse
 from .mask_writes import masked_writes_as_where
 from .saved_views import save_view_bases
@@ -308,7 +309,7 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
             pad_class_dims(gm)
         if fused_attention:
             gm = choose_attention_kernels(gm)
-        with backward_compiled_with_forward(backward_with_forward), \
+        with backward_compiled_with_forward(backward_with_forward), graph_logs_when_read(), \
                 cache_scope(cache_tag) if cached else contextlib.nullcontext():
             return aot_backend(gm, example_inputs)
 
