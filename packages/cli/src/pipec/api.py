@@ -14,6 +14,7 @@ from typing import Any
 from pipec_ir import DEFAULT_RECOMPILE_LIMIT, CompileOptions, RecompileBudget, RecompileLimitError
 
 from .backend import make_backend
+from .dynamo_failures import dynamo_failure, frames_dynamo_cannot_trace_run_eagerly, warn_dynamo_failure
 from .errors import PipecError, find_error, find_pipec_error
 from .options import make_options
 from .pipeline import Session, make_load_context
@@ -82,7 +83,11 @@ def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget)
                 found = find_error(exc, RecompileLimitError)
                 if found is not None:
                     raise found from exc
-                raise
+                if options.fullgraph or not options.get("eager_fallback", True) or not dynamo_failure(exc):
+                    raise
+                warn_dynamo_failure(exc)
+            with scope, frames_dynamo_cannot_trace_run_eagerly():
+                return fn(*args, **kwargs)
         return call
 
     import torch
