@@ -5,6 +5,7 @@ cache: neither AOTAutograd's trace nor any pipec stage but the runtime runs, and
 still matches eager. Each test has empty pipec and torch caches (conftest.py)."""
 
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -64,6 +65,9 @@ def test_a_training_step_compiled_again_comes_from_aotautograds_cache(device):
         assert (w.name, w.kind, w.op_count, w.kernel_count, w.fusion_count, w.extern_ops, w.not_fused) == \
             (c.name, c.kind, c.op_count, c.kernel_count, c.fusion_count, c.extern_ops, c.not_fused)
         assert [r["runs_as"] for r in w.kernel_rows] == [r["runs_as"] for r in c.kernel_rows]
+        # the plan, read from pipec's compile cache at the first read of `plan`
+        assert w.plan is not None and w.plan_key == c.plan_key
+        assert [k.nodes for k in w.plan.kernels] == [k.nodes for k in c.plan.kernels]
     model.zero_grad()
     eager_loss = model(x).square().mean()
     eager_loss.backward()
@@ -327,3 +331,19 @@ def test_a_new_process_loads_the_step_without_tracing_it_again(tmp_path):
     assert cold[0].split()[0] == "0" and warm[0].startswith("1 [{'aot_autograd': 'hit'}")
     assert cold[1:] == ["inductor imported: []", "after registration: 1"]
     assert warm[1:] == ["inductor imported: []", "after registration: 2"]
+
+
+def test_a_hits_plan_gone_from_the_compile_cache_is_none_with_a_warning():
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(4, 8)
+    _, _, cold = train_step(model, x)
+    torch._dynamo.reset()
+    _, _, warm = train_step(model, x)
+    assert warm.graphs[0].cache == {"aot_autograd": "hit"}
+    entries = list(pathlib.Path(os.environ["PIPEC_CACHE_DIR"]).rglob(cold.graphs[0].plan_key + "*"))
+    assert entries
+    for entry in entries:  # as evicting the entry would
+        entry.unlink()
+    with pytest.warns(UserWarning, match="no longer in the compile cache"):
+        assert warm.graphs[0].plan is None
+    assert warm.graphs[1].plan is not None

@@ -230,7 +230,7 @@ def clear_aot_entries(root: Path | None = None) -> int:
 def stats_snapshot(stats) -> dict:
     """What a graph's GraphStats counted that only its capture and fusion stages can tell."""
     return {"op_count": stats.op_count, "fusion_count": stats.fusion_count, "extern_ops": list(stats.extern_ops),
-            "not_fused": list(stats.not_fused), "units": stats.units}
+            "not_fused": list(stats.not_fused), "units": stats.units, "plan_key": stats.plan_key}
 
 
 __all__ = ["ENTRY_MARK", "OPTION", "TAG_OPTION", "aot_entries", "cache_events_logged", "cache_tag", "clear_aot_entries",

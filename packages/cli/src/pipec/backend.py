@@ -23,7 +23,7 @@ from .graph_call import tensors_only, with_object_outputs, with_size_outputs
 from .graph_devices import compute_device, on_graph_devices
 from .logs import configure_logs, logger
 from .options import make_options
-from .pipeline import LOAD_CONTEXT_OPTIONS, Session, compile_graph, restore_stats, runtime_load_options
+from .pipeline import LOAD_CONTEXT_OPTIONS, Session, compile_graph, plan_loader, restore_stats, runtime_load_options
 from .plugins import get_registry
 
 
@@ -115,7 +115,7 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
                 program = pipec_ir.loads(graph.program_text, kind="program")
                 runtime = compile_graph(program, (), options, session=session, name=graph_name(graph.kind))
                 stats = session.graphs[-1]
-                restore_stats(stats, graph.kind, graph.stats)
+                restore_stats(stats, graph.kind, graph.stats, lambda key: plan_loader(options, key))
                 return unpickle_layers(graph.layers, runtime)
             except Exception as exc:
                 session.forget(session.graphs[first_new:])  # AOTAutograd compiles the graph instead

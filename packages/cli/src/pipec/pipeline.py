@@ -265,6 +265,19 @@ def run_stage_cached(cache, stage: Stage, entry: pipec_ir.Entry, doc, digest: st
     return out, text, "miss", None
 
 
+def plan_loader(options: CompileOptions, key: str) -> Callable[[], Any] | None:
+    """A loader of the KernelPlan the compile cache holds under `key` (GraphStats.plan_key), or
+    None where the cache is off."""
+    cache = _open_cache(options, get_registry())
+    if cache is None:
+        return None
+
+    def load():
+        text = cache.load_text(key)
+        return cache.parse(key, "kernel_plan", text) if text is not None else None
+    return load
+
+
 def _open_cache(options: CompileOptions, registry: pipec_ir.Registry):
     try:
         return open_cache(options.cache, registry)
@@ -371,6 +384,8 @@ def _compile_graph(source: Any, example_inputs, options: CompileOptions | None, 
                     digest = source_digest(doc, example_inputs)  # the first stage's input
                 # the runtime names its calls in profiler traces after the graph (profiling.py)
                 stage_options = options.with_extra(graph_name=stats.name) if stage.kind is None else options
+                if cache is not None and stage.name == "fusion" and digest is not None:
+                    stats.plan_key = stage_key(stage.name, entry, stage_options, digest, load_options)
                 fetch_next = _lookahead(stages[i + 1:], registry, options, load_options, cache, profile) \
                     if cache is not None and _may_defer(stage, options, stop_after) else None
                 doc, text, cached, ahead = run_stage_cached(cache, stage, entry, doc, digest, stage_options,

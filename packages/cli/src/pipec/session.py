@@ -97,6 +97,10 @@ class GraphStats:
     # a document served from the compile cache, parsed at the first read of what it tells
     # (`defer`): a warm compile whose every stage hits parses only the Program
     _pending: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+    # the compile cache's key of this graph's KernelPlan, where it was stored; a graph AOTAutograd's
+    # cache serves whole reads its plan from there at the first read of `plan` (`_plan_loader`)
+    plan_key: str | None = field(default=None, repr=False, compare=False)
+    _plan_loader: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
 
     _FROM_DOCUMENTS = frozenset({"op_count", "extern_ops", "units", "plan", "fusion_count", "not_fused",
                                  "kernel_rows"})
@@ -104,7 +108,26 @@ class GraphStats:
     def __getattribute__(self, name: str):
         if name in GraphStats._FROM_DOCUMENTS and object.__getattribute__(self, "_pending") is not None:
             object.__getattribute__(self, "_settle")()
+        if name == "plan" and object.__getattribute__(self, "_plan_loader") is not None:
+            object.__getattribute__(self, "_load_plan")()
         return object.__getattribute__(self, name)
+
+    def _load_plan(self) -> None:
+        """The plan of a graph served whole from AOTAutograd's cache, read from the compile cache;
+        None (with a warning) where that entry is gone. The counts stay the entry's own."""
+        load, self._plan_loader = self._plan_loader, None
+        try:
+            plan = load()
+        except Exception as exc:  # noqa: BLE001 - statistics never fail a program
+            plan = None
+            warnings.warn(f"pipec: graph {self.name}: its plan could not be read from the compile cache "
+                          f"({type(exc).__name__}: {exc})", stacklevel=3)
+        if isinstance(plan, pipec_ir.KernelPlan):
+            self.plan = plan
+        else:
+            warnings.warn(f"pipec: graph {self.name} was loaded from AOTAutograd's cache and its plan is no "
+                          "longer in the compile cache: `plan` is None (`pipec explain` makes it again)",
+                          stacklevel=3)
 
     def defer(self, parse: Callable[[], Any]) -> None:
         self._pending = parse
@@ -246,10 +269,15 @@ class Session:
         return self._cache_count("miss")
 
 
-def restore_stats(stats: GraphStats, kind: str, snapshot: dict) -> None:
+def restore_stats(stats: GraphStats, kind: str, snapshot: dict,
+                  plan_loader: Callable[[str], Callable[[], Any] | None] | None = None) -> None:
     """The counts of a graph loaded from AOTAutograd's cache (aot_cache.stats_snapshot), put back
-    on the GraphStats its Program's load made, with the warnings its capture gave."""
+    on the GraphStats its Program's load made, with the warnings its capture gave.
+    `plan_loader(key)`: a loader of the stored plan, read at the first read of `stats.plan`."""
     stats.kind = kind
+    stats.plan_key = snapshot.get("plan_key")
+    if stats.plan_key is not None and plan_loader is not None:
+        stats._plan_loader = plan_loader(stats.plan_key)
     stats.op_count, stats.fusion_count = snapshot["op_count"], snapshot["fusion_count"]
     stats.extern_ops = [tuple(e) for e in snapshot["extern_ops"]]
     stats.not_fused = [tuple(r) for r in snapshot["not_fused"]]
