@@ -1,10 +1,13 @@
 """Random ops (rand/randn/_like, dropout, bernoulli) compile to Triton Philox: reproducible
 under torch.manual_seed, fresh on every call, identical under every fusion policy."""
 
+import warnings
+
 import pytest
 import torch
 
 import pipec
+from pipec.errors import PipecFallbackWarning
 
 POLICIES = ("none", "default", "aggressive")
 
@@ -155,3 +158,50 @@ def test_gpu_reproducible_and_fresh(mode):
     assert abs(dropped - 0.5) < 0.03
     u = pipec.compile(lambda t: torch.rand_like(t), mode=mode)(x)
     assert 0.0 <= u.min().item() and u.max().item() < 1.0 and abs(u.mean().item() - 0.5) < 0.02
+
+
+class NoisyBlock(torch.nn.Module):
+    """Dropout, a Bernoulli mask, rand_like and an op pipec never lowers (exponential_), in
+    training: every kind of draw, in one step."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = torch.nn.functional.dropout(torch.relu(self.up(x)), 0.3, training=True)
+        h = h * torch.bernoulli(torch.full_like(h, 0.8)) + torch.rand_like(h)
+        h = h * torch.empty_like(h).exponential_()
+        return self.down(h)
+
+
+def test_fallback_random_gives_eagers_values_draw_for_draw():
+    """`fallback_random=True` leaves every random op to torch's generator (lower_random.FALLBACK_RANDOM),
+    so a training step with dropout equals eager's exactly, gradients too, with no fallback warning;
+    without it, pipec's own Philox streams differ from eager's. A cache entry of one is never
+    served to the other."""
+    torch.manual_seed(0)
+    model, x = NoisyBlock(), torch.randn(8, 16)
+
+    def step(fn):
+        model.zero_grad()
+        torch.manual_seed(1)
+        out = fn(x)
+        out.square().mean().backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+    eager = step(model)
+    philox = step(pipec.compile(model))
+    assert not torch.equal(philox[0], eager[0])
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PipecFallbackWarning)
+        warnings.filterwarnings("ignore", message=".*exponential")  # no lowering: an extern either way
+        compiled = pipec.compile(model, fallback_random=True)
+        same = step(compiled)
+    torch.testing.assert_close(same[0], eager[0], rtol=0, atol=1e-6)
+    for got, want in zip(same[1], eager[1]):
+        torch.testing.assert_close(got, want)
+    reasons = {t: r for g in compiled.pipec_session.graphs for t, r in g.extern_ops}
+    assert reasons["aten.native_dropout.default"] == "fallback_random"
+    assert not any(n.op == "rand" for g in compiled.pipec_session.graphs for n in g.plan.graph.nodes)

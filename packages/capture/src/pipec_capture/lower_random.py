@@ -22,6 +22,10 @@ from .lower_indexing import I64, binop, iota
 from .table import NoLowering, register
 
 SEED_TARGET = "aten.randint.low"
+# The extern reason of a random op left to torch by option `fallback_random` (`Lowerer`): the
+# values are then eager's, draw for draw, for comparing a model with dropout or router noise
+# against eager exactly (Inductor's `fallback_random`); not a missing lowering, so no warning.
+FALLBACK_RANDOM = "fallback_random"
 SEED_HIGH = 2**31 - 1
 STREAM_SHIFT = 32  # offsets of successive rand nodes: 0, 2**32, 2*2**32, ... (disjoint counters)
 
@@ -118,3 +122,9 @@ def lower_native_dropout(cx, node, x, p, train):
                         operand_dtype="float32")
     kept = cx.pointwise("mul", [x, keep], t.shape, t.dtype)
     return cx.pointwise("mul", [kept, 1.0 / (1.0 - p)], t.shape, t.dtype), keep
+
+
+# the random ops lowered here: with `fallback_random` they stay calls to torch's generator
+RANDOM_LOWERINGS = frozenset({"aten.rand.default", "aten.rand_like.default", "aten.randn.default",
+                              "aten.randn_like.default", "aten.bernoulli.p", "aten.bernoulli.default",
+                              "aten.native_dropout.default"})

@@ -29,7 +29,7 @@ from . import (  # noqa: F401
 from .builder import GraphBuilder, scalar_value
 from .dtypes import ir_dtype
 from .errors import CaptureError
-from .lower_random import is_philox_seed
+from .lower_random import FALLBACK_RANDOM, RANDOM_LOWERINGS, is_philox_seed
 from .table import LOWERINGS, NoLowering, extern_reason, op_name
 from .attention_layouts import follow_attention_layouts
 from .portable_attention import LIBRARY_COPY
@@ -112,12 +112,13 @@ class Lowerer(GraphBuilder):
 
     def __init__(self, gm: torch.fx.GraphModule, *, name: str = "graph",
                  input_specs: dict[str, tuple[str, str]] | None = None,
-                 fullgraph: bool = False, model_name: str | None = None) -> None:
+                 fullgraph: bool = False, model_name: str | None = None, fallback_random: bool = False) -> None:
         super().__init__(model_name=model_name or name, reserved={n.name for n in gm.graph.nodes})
         self.gm = gm
         self.name = name
         self.input_specs = input_specs or {}
         self.fullgraph = fullgraph
+        self.fallback_random = fallback_random  # random ops as calls to torch (lower_random.FALLBACK_RANDOM)
         self.inputs: list[GraphInput] = []
         self.env: dict[torch.fx.Node, Any] = {}
 
@@ -259,6 +260,9 @@ class Lowerer(GraphBuilder):
         if node.meta.get(LIBRARY_COPY):  # a copy of attention's output only where it is needed
             self.env[node] = self.extern(node, "aten.contiguous.default", "library")
             return
+        if self.fallback_random and target in RANDOM_LOWERINGS:
+            self.env[node] = self.extern(node, target, FALLBACK_RANDOM)
+            return
         lowering = LOWERINGS.get(target)
         mark = len(self.nodes)
         if lowering is not None:
@@ -358,7 +362,7 @@ class Lowerer(GraphBuilder):
     # ------------------------------------------------------------ externs
 
     def extern(self, node: torch.fx.Node, target: str, reason: str):
-        if self.fullgraph and reason != "library":
+        if self.fullgraph and reason not in ("library", FALLBACK_RANDOM):
             raise CaptureError(
                 f"{self.where(node)}: {target} has no pipec lowering (fullgraph=True); "
                 f"add a row for {target!r} to pipec_capture.LOWERINGS, or compile with fullgraph=False "
@@ -485,7 +489,7 @@ def eliminate_dead_nodes(nodes: list[Node], outputs) -> list[Node]:
 
 def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "graph",
                 input_specs: dict[str, tuple[str, str]] | None = None, fullgraph: bool = False,
-                model_name: str | None = None) -> Graph:
+                model_name: str | None = None, fallback_random: bool = False) -> Graph:
     """Lower an ATen fx GraphModule to a verified pipec Graph.
 
     input_specs: placeholder name -> (IR input name, role) for parameters/buffers.
@@ -498,7 +502,8 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "g
     split_conv_bias(gm)
     follow_layouts(gm)
     follow_attention_layouts(gm)
-    return Lowerer(gm, name=name, input_specs=input_specs, fullgraph=fullgraph, model_name=model_name).run()
+    return Lowerer(gm, name=name, input_specs=input_specs, fullgraph=fullgraph, model_name=model_name,
+                   fallback_random=fallback_random).run()
 
 
 def _returns_nothing(node: torch.fx.Node) -> bool:

@@ -23,7 +23,8 @@ class DynamoCapture:
     def capture(self, gm: torch.fx.GraphModule, example_inputs: list, options: CompileOptions) -> Graph:
         name = options.get("graph_name") or "graph"
         return lower_graph(gm, example_inputs, name=name, fullgraph=options.fullgraph,
-                           model_name=options.get("model_name"))
+                           model_name=options.get("model_name"),
+                           fallback_random=bool(options.get("fallback_random", False)))
 
     def constants(self, gm: torch.fx.GraphModule, graph: Graph) -> dict[str, torch.Tensor]:
         """{graph input name: value} for the inputs that `capture` made of `gm`'s own tensor

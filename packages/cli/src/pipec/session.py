@@ -293,7 +293,7 @@ def warn_extern_calls(extern_ops: list[tuple[str, str]], name: str) -> None:
     calls): `extern_ops` is (target, reason) of each extern node of graph `name`."""
     seen = set()
     for target, reason in extern_ops:
-        if reason == "library" or target in seen:
+        if reason in ("library", "fallback_random") or target in seen:  # asked for, not missing
             continue
         seen.add(target)
         warnings.warn(f"pipec: {target} runs through torch as an extern call in graph {name} ({reason})",
