@@ -205,3 +205,31 @@ def test_fallback_random_gives_eagers_values_draw_for_draw():
     reasons = {t: r for g in compiled.pipec_session.graphs for t, r in g.extern_ops}
     assert reasons["aten.native_dropout.default"] == "fallback_random"
     assert not any(n.op == "rand" for g in compiled.pipec_session.graphs for n in g.plan.graph.nodes)
+
+
+def gate_noise(scores):
+    """Router noise as PhiMoE's sparsemixer draws it: exponential noise that reads only its shape,
+    a uniform draw shaped like a row reduction, then exponential noise again. Fusion must not run
+    the third draw before the second (it reads nothing the second waits for)."""
+    noisy = scores - torch.empty_like(scores).exponential_().log()
+    top, index = noisy.max(dim=-1, keepdim=True)
+    coin = torch.rand_like(top).uniform_() > 0.5
+    again = scores - torch.empty_like(scores).exponential_().log()
+    return torch.where(coin, top, again.amax(dim=-1, keepdim=True)) * scores.softmax(-1).gather(-1, index)
+
+
+@pytest.mark.parametrize("fusion", POLICIES)
+def test_draws_from_torchs_generator_keep_their_order(fusion):
+    scores = torch.randn(64, 8)
+    torch.manual_seed(5)
+    expected = gate_noise(scores)
+    compiled = pipec.compile(gate_noise, fallback_random=True, fusion=fusion)
+    torch.manual_seed(5)
+    torch.testing.assert_close(compiled(scores), expected, rtol=0, atol=1e-6)
+    plan = compiled.pipec_session.graphs[0].plan
+    seeded = [n.attr("target") for n in plan.graph.nodes if n.op == "extern" and n.attr("seeded")]
+    assert seeded == ["aten.exponential.default", "aten.rand_like.default", "aten.uniform.default",
+                      "aten.exponential.default"]
+    position = {n: i for i, k in enumerate(plan.kernels) for n in k.nodes}
+    draws = [position[n.name] for n in plan.graph.nodes if n.op == "extern" and n.attr("seeded")]
+    assert draws == sorted(draws)

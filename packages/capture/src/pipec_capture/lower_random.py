@@ -42,7 +42,7 @@ def _seed(cx):
         name = cx.fresh("philox_seed")
         t = TensorType((), I64)
         attrs = dict(target=SEED_TARGET, args=(0, SEED_HIGH, ()),
-                     kwargs=(("dtype", Dtype(I64)), ("device", Device())), reason="library")
+                     kwargs=(("dtype", Dtype(I64)), ("device", Device())), reason="library", seeded=True)
         cx.nodes.append(Node(name, "extern", (), t, make_attrs(**attrs)))
         cx.types[name] = t
         seed = cx.philox_seed = Ref(name)

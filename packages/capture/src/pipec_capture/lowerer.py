@@ -381,6 +381,8 @@ class Lowerer(GraphBuilder):
         val = node.meta.get("val")
         inputs = tuple(Ref(r) for r in refs)
         attrs = dict(target=target, args=args, kwargs=tuple(kwargs), reason=reason)
+        if torch.Tag.nondeterministic_seeded in node.target.tags:
+            attrs["seeded"] = True  # draws from torch's generator: runs in graph order (docs/IR.md)
         strided = _strided_results(val)
         if strided:  # a hint for fusion (docs/IR.md, "extern"): these results are not row-major
             attrs["strided"] = strided

@@ -103,6 +103,10 @@ class GraphAnalysis:
         self.live = self._live_nodes()
         # compute nodes: live nodes that are not views
         self.compute = [n.name for n in graph.nodes if n.name in self.live and n.op not in VIEW_OPS]
+        # externs drawing from torch's generator (attr `seeded`), in graph order: they keep that
+        # order whatever is merged around them (`seeded_order`), or each would draw another's numbers
+        self.seeded = [name for name in self.compute
+                       if self.nodes[name].op == "extern" and self.nodes[name].attr("seeded")]
 
         # root -> non-view live nodes reading it (directly or through views), in graph order
         readers: dict[str, list[str]] = defaultdict(list)
@@ -135,6 +139,11 @@ class GraphAnalysis:
         self.forced_store -= self.input_names
 
     # ------------------------------------------------------------ helpers
+
+    def seeded_order(self) -> list[tuple[str, str]]:
+        """(earlier, later) for each two successive seeded externs: an ordering edge, as if the
+        later read the earlier, in the fusion DAG and the plan's schedule."""
+        return list(zip(self.seeded, self.seeded[1:]))
 
     def is_view(self, value: str) -> bool:
         """Is `value` a view folded into its readers' index math (a materialized view is not)?"""

@@ -94,6 +94,8 @@ class _State:
                 root = an.source[value]
                 if root in self.owner and self.owner[root] != self.owner[name]:
                     self._add_edge(self.owner[root], self.owner[name], (root, name))
+        for earlier, later in an.seeded_order():  # no merge may put a draw before an earlier one
+            self._add_edge(self.owner[earlier], self.owner[later], (earlier, later))
         self._checks: dict[Group, GroupCheck] = {}
         self._infos: dict[Group, GroupInfo] = {}
         self.statics: dict = {}

@@ -142,6 +142,10 @@ def build_plan(an: GraphAnalysis, groups: dict[int, Group], graph: Graph, policy
         for value in kernel.inputs:
             if value in producer and producer[value] != k:
                 kdag.add_edge(producer[value], k)
+    kernel_of = {n: k for k, kernel in enumerate(kernels) for n in kernel.nodes}
+    for earlier, later in an.seeded_order():  # draws from torch's generator run in graph order
+        if kernel_of[earlier] != kernel_of[later]:
+            kdag.add_edge(kernel_of[earlier], kernel_of[later])
     keys = schedule_keys(an, kernels, kdag)
     order = list(nx.lexicographical_topological_sort(kdag, key=keys.__getitem__))
 
