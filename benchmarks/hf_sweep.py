@@ -250,10 +250,13 @@ def main():
         with StderrCapture() as cap, warnings.catch_warnings(record=True) as wlist:
             warnings.simplefilter("always")
             try:
+                # a training step's random ops (PhiMoE's router noise) are left to torch's generator, so
+                # its draws are eager's: compared exactly, not as two different samples
+                options = {"fallback_random": True} if args.train and backend == "pipec" else {}
                 if strict:
-                    compiled = pipec.compile(model, eager_fallback=False)
+                    compiled = pipec.compile(model, eager_fallback=False, **options)
                 else:
-                    compiled = torch.compile(model, backend=backend)
+                    compiled = torch.compile(model, backend=backend, **({"options": options} if options else {}))
                 got = step(compiled)
             except Exception as exc:  # noqa: BLE001
                 err = exc

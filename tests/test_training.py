@@ -353,3 +353,47 @@ def test_transformers_lm_heads_over_an_unaligned_vocabulary_train_like_eager(arc
     # one Dynamo graph with one padded head, GPT-2's too: its loss property's `warning_once` is a
     # no-op while Dynamo traces (trace_settings.py), not a graph break between head and loss
     assert padded == [1]
+
+
+class _RouterScale(torch.autograd.Function):
+    """A router multiplier as PhiMoE's: the backward's in-place `scatter_add_` is never read back."""
+
+    @staticmethod
+    def forward(ctx, scores, index):
+        ctx.save_for_backward(scores, index)
+        return scores * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        scores, index = ctx.saved_tensors
+        expanded = scores * grad
+        expanded.scatter_add_(-1, index, grad.gather(-1, index))
+        return expanded, None
+
+
+class _AttentionThenRouter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.router = torch.nn.Linear(16, 48), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 5, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        h = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = h.transpose(1, 2).reshape(2, 5, 16) + x
+        scores = self.router(h).softmax(-1)
+        index = scores.argmax(-1, keepdim=True)
+        return _RouterScale.apply(scores, index).gather(-1, index) * h
+
+
+def test_an_autograd_function_writing_in_place_in_its_backward_trains_as_eager():
+    """Capture's Dynamo-graph rewrites (here the attention one) drop dead code; the in-place write
+    of the custom backward must survive it, or every gradient before the router is wrong
+    (transformers' PhiMoE, hf_sweep --train)."""
+    torch.manual_seed(0)
+    model, x = _AttentionThenRouter(), torch.randn(2, 5, 16)
+    model(x).square().mean().backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    pipec.compile(model)(x).square().mean().backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], msg=name)

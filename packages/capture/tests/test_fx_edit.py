@@ -43,3 +43,42 @@ def test_fx_alone_drops_the_in_place_method():
     g, nodes = _graph_with_writes()
     g.eliminate_dead_code()
     assert nodes["copy_method"] not in set(g.nodes)
+
+
+class ScaledRouter(torch.autograd.Function):
+    """PhiMoE's router multiplier in small: its backward writes in place (`scatter_add_`) and
+    never reads the result of the write."""
+
+    @staticmethod
+    def forward(ctx, scores, index):
+        ctx.save_for_backward(scores, index)
+        return scores * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        scores, index = ctx.saved_tensors
+        expanded = scores * grad
+        expanded.scatter_add_(-1, index, grad.gather(-1, index))
+        return expanded, None
+
+
+def routed(scores, index):
+    return ScaledRouter.apply(scores, index).sum(-1)
+
+
+def test_an_autograd_functions_in_place_backward_survives():
+    """FX's dead-code pass recurses into a higher-order op's bodies with its own test, which drops
+    the backward's `scatter_add_`; `drop_dead_code` applies `mutates` there too."""
+    from conftest import dynamo_graph
+
+    scores, index = torch.randn(4, 6, requires_grad=True), torch.tensor([[1], [0], [5], [2]])
+    gm = dynamo_graph(routed, scores, index)
+    bodies = [m for m in gm.children() if isinstance(m, torch.fx.GraphModule)]
+    writes = lambda: sum(1 for b in bodies for n in b.graph.find_nodes(op="call_method", target="scatter_add_"))  # noqa: E731
+    assert writes() == 1
+    drop_dead_code(gm.graph)
+    gm.recompile()
+    assert writes() == 1
+    expected = torch.autograd.grad(routed(scores, index).sum(), scores)[0]
+    got = torch.autograd.grad(gm(scores, index)[0].sum(), scores)[0]
+    torch.testing.assert_close(got, expected)

@@ -44,8 +44,23 @@ def mutates(node: torch.fx.Node) -> bool:
 def drop_dead_code(graph: torch.fx.Graph) -> bool:
     """graph.eliminate_dead_code() that keeps every node which `mutates`: FX's own test alone
     dropped a Dynamo graph's in-place copies into a fresh tensor (DeepSeek-V3's key, built by
-    `new_empty` and two slice `copy_`s, reached attention uninitialized)."""
-    return graph.eliminate_dead_code(is_impure_node=mutates)
+    `new_empty` and two slice `copy_`s, reached attention uninitialized). The subgraphs the graph
+    calls (a higher-order op's bodies: an autograd.Function's forward and backward) get the same
+    test: FX recurses into them with its own, which dropped PhiMoE's router backward's
+    `scatter_add_` (its result unused), so every gradient before the router was wrong."""
+    removed = False
+    for node in reversed(graph.nodes):
+        if not node.users and not mutates(node):
+            graph.erase_node(node)
+            removed = True
+    owner = graph.owning_module
+    if owner is not None:
+        called = {node.target for node in graph.find_nodes(op="get_attr")}
+        for name, child in owner.named_children():
+            if name in called and isinstance(child, torch.fx.GraphModule) and drop_dead_code(child.graph):
+                child.recompile()
+                removed = True
+    return removed
 
 
 def recompiled_if(gm: torch.fx.GraphModule, rewritten: int) -> int:
