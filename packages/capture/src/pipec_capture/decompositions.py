@@ -119,7 +119,38 @@ def weight_norm_backward(grad_w: torch.Tensor, saved_v: torch.Tensor, saved_g: t
     return grad_v.to(saved_v.dtype), grad_g.to(saved_g.dtype)
 
 
+def histc(self: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:  # noqa: A002
+    """torch.histc: how many elements fall in each of `bins` equal-width bins over [min, max]
+    (the data's own range where min == max; widened by 1 each way where that is one value).
+    ATen's arithmetic (SummaryOps / HistogramKernel): bin = trunc((x - min) * bins / (max - min))
+    in the input's type (fp32 at least; integers divide as integers, as CUDA's kernel does), the
+    maximum itself in the last bin, elements outside [min, max] not counted. Written as one
+    compare-and-sum over (elements, bins), which fuses into one reduction: every mixture-of-experts
+    model of transformers counts its tokens per expert with it, an extern call in each step."""
+    x = self.reshape(-1)
+    if x.numel() == 0:
+        return torch.zeros(bins, dtype=self.dtype, device=self.device)
+    integral = not self.is_floating_point()
+    math = torch.int64 if integral else torch.promote_types(self.dtype, torch.float32)
+    x = x.to(math)
+    if min == max:
+        lo, hi = x.min(), x.max()
+        same = lo == hi
+        lo, hi = torch.where(same, lo - 1, lo), torch.where(same, hi + 1, hi)
+    else:
+        cast = int if integral else float
+        lo = torch.full((), cast(min), dtype=math, device=self.device)
+        hi = torch.full((), cast(max), dtype=math, device=self.device)
+    scaled = (x - lo) * bins
+    at = torch.div(scaled, hi - lo, rounding_mode="trunc") if integral else (scaled / (hi - lo)).to(torch.int64)
+    at = torch.where(at == bins, bins - 1, at)  # the maximum itself
+    inside = (x >= lo) & (x <= hi)
+    hits = (at.unsqueeze(1) == torch.arange(bins, device=self.device)) & inside.unsqueeze(1)
+    return hits.sum(0).to(self.dtype)
+
+
 DECOMPOSITIONS = {
+    aten.histc.default: histc,
     aten._weight_norm_interface_backward.default: weight_norm_backward,
     aten.masked_scatter.default: masked_scatter,
     aten.sort.default: sort,
