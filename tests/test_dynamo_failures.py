@@ -41,15 +41,15 @@ def test_a_function_dynamo_cannot_trace_runs_eagerly_and_its_callees_compile():
     compiled = pipec.compile(model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        first, second = compiled(x), compiled(x)
-    torch.testing.assert_close(first, model(x))
-    torch.testing.assert_close(second, model(x))
+        results = [compiled(x) for _ in range(3)]
+    for out in results:
+        torch.testing.assert_close(out, model(x))
     messages = [str(w.message) for w in caught if issubclass(w.category, PipecFallbackWarning)]
-    assert len(messages) == 1  # once: Dynamo runs the function eagerly from then on, untraced
+    assert len(messages) == 1  # once: Dynamo runs that code eagerly from then on, untraced
     assert "Dynamo could not trace forward (test_dynamo_failures.py" in messages[0]
     assert "no shape function" in messages[0]
     graphs = compiled.pipec_session.graphs
-    assert len(graphs) == 1 and graphs[0].kernel_count >= 1  # Inner's sigmoid chain, compiled
+    assert len(graphs) == 1 and graphs[0].kernel_count >= 1  # Inner's sigmoid chain, from the 2nd call
     assert compiled.pipec_session.eager_graphs == 0
 
 
@@ -58,3 +58,45 @@ def test_fullgraph_and_no_fallback_keep_dynamos_error(options):
     compiled = pipec.compile(Outer(), **options)
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match="no shape function"):
         compiled(torch.randn(4, 8))
+
+
+class SeesItIsCompiled(torch.nn.Module):
+    """Like transformers' mask builders: another shape when it sees it is being compiled."""
+
+    def forward(self, x):
+        return x[:, :2] if torch.compiler.is_compiling() else x
+
+
+class MixedUp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = SeesItIsCompiled()
+
+    def forward(self, x):
+        return plus_one(x) + self.inner(x)  # eager: the shapes agree; a compiled inner: they do not
+
+
+def test_a_model_that_fails_partly_compiled_runs_wholly_eagerly():
+    model, x = MixedUp(), torch.randn(4, 8)
+    compiled = pipec.compile(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = [compiled(x) for _ in range(3)]
+    for out in results:
+        torch.testing.assert_close(out, model(x))
+    messages = [str(w.message) for w in caught if issubclass(w.category, PipecFallbackWarning)]
+    assert len(messages) == 2, messages  # the code Dynamo could not trace, then the whole model, once
+    assert "runs wholly eagerly from now on" in messages[1] and "RuntimeError" in messages[1]
+
+
+def test_wrong_inputs_still_get_eagers_own_error():
+    """Inputs the model itself cannot take fail Dynamo's trace too; after the fallbacks the caller
+    gets eager's error, and the model is not switched to eager for good."""
+    model = torch.nn.Linear(8, 4)
+    compiled = pipec.compile(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            compiled(torch.randn(4, 5))
+        torch.testing.assert_close(compiled(torch.randn(4, 8).fill_(1)), model(torch.ones(4, 8)))
+    assert compiled.pipec_session.graphs  # the right input was compiled

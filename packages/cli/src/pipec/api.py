@@ -14,7 +14,7 @@ from typing import Any
 from pipec_ir import DEFAULT_RECOMPILE_LIMIT, CompileOptions, RecompileBudget, RecompileLimitError
 
 from .backend import make_backend
-from .dynamo_failures import dynamo_failure, frames_dynamo_cannot_trace_run_eagerly, warn_dynamo_failure
+from .dynamo_failures import DynamoFallback, dynamo_failure
 from .errors import PipecError, find_error, find_pipec_error
 from .options import make_options
 from .pipeline import Session, make_load_context
@@ -72,8 +72,12 @@ def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget)
     scope = settings_scope(lambda: call_settings(options, budget))
 
     def wrap(fn):
+        fallback = DynamoFallback()  # how the calls run after Dynamo failed (dynamo_failures.py)
+
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            if fallback.mode != "compiled":
+                return fallback.call(fn, scope, args, kwargs)
             try:
                 with scope:
                     return fn(*args, **kwargs)
@@ -85,9 +89,7 @@ def _in_call_context(compiled, options: CompileOptions, budget: RecompileBudget)
                     raise found from exc
                 if options.fullgraph or not options.get("eager_fallback", True) or not dynamo_failure(exc):
                     raise
-                warn_dynamo_failure(exc)
-            with scope, frames_dynamo_cannot_trace_run_eagerly():
-                return fn(*args, **kwargs)
+                return fallback.failed(fn, exc, args, kwargs)
         return call
 
     import torch

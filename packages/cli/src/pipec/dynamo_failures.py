@@ -1,14 +1,24 @@
-"""Functions Dynamo cannot trace, outside fullgraph: they run eagerly, with one warning.
+"""Functions Dynamo cannot trace, outside fullgraph: they run eagerly, with a warning.
 
 Dynamo raises when it fails to trace a function, for reasons of its own: a fake-tensor
-computation that eager does not make (transformers' Nystromformer at a sequence length other
-than its config's), an internal error. pipec's backend is never reached, so its fallback for a
-graph it cannot compile does not apply, and torch.compile would hand the user Dynamo's traceback.
-Under `pipec.compile` (unless `fullgraph=True` or `eager_fallback=False`, as `pipec compile` and
-`explain` set) the call is made again with Dynamo's `suppress_errors` on: Dynamo then marks that
-function's code to run eagerly from now on, and the functions and modules it calls are still
-traced and compiled on their own. pipec's warning names the function and Dynamo's reason;
-Dynamo's own report of the suppressed error (a traceback at WARNING level) is held back.
+computation that eager does not make (an op without a shape function), an internal error.
+pipec's backend is never reached, so its fallback for a graph it cannot compile does not apply,
+and torch.compile would hand the user Dynamo's traceback. Under `pipec.compile` (unless
+`fullgraph=True` or `eager_fallback=False`, as `pipec compile` and `explain` set) a model's
+calls go through `DynamoFallback`:
+
+1. The failing call runs eagerly (`torch.compiler.set_stance("force_eager")`). Where eager fails
+   too, the inputs are wrong for the model itself: eager's error is the caller's, and nothing
+   changes. Otherwise that result is returned, with one warning naming the function and
+   Dynamo's reason.
+2. Later calls run with Dynamo's `suppress_errors` on: Dynamo marks the code it cannot trace to
+   run eagerly (as torch's own `suppress_errors` does, for every caller of that code), and the
+   functions and modules it calls are traced and compiled on their own. Dynamo's report of each
+   suppressed error (a traceback at WARNING level) is held back: pipec has named it.
+3. Where such a partly compiled call fails, the model's code behaved differently in its compiled
+   parts than eagerly (transformers' Nystromformer builds a [batch, 1, seq, seq] mask when it sees
+   it is being compiled, which its eagerly run attention cannot add). That call and every later
+   one run wholly eagerly, with a second warning naming the error.
 """
 
 from __future__ import annotations
@@ -31,6 +41,55 @@ def dynamo_failure(exc: BaseException) -> bool:
                             dynamo_exc.Unsupported))
 
 
+class DynamoFallback:
+    """One compiled model's state: `mode` is "compiled" (no failure yet), "partial" (the code
+    Dynamo cannot trace runs eagerly, the rest compiled) or "eager" (module docstring)."""
+
+    def __init__(self) -> None:
+        self.mode = "compiled"
+
+    def failed(self, fn, exc: BaseException, args, kwargs):
+        """The call that failed in Dynamo with `exc`: eager's result (or its error)."""
+        out = _eagerly(fn, args, kwargs, exc)
+        warnings.warn(PipecFallbackWarning(
+            f"pipec: Dynamo could not trace {_where(exc)}, so this call ran eagerly; from the next "
+            f"call that code runs eagerly and what it calls is compiled ({_reason(exc)})"), stacklevel=3)
+        self.mode = "partial"
+        return out
+
+    def call(self, fn, scope, args, kwargs):
+        if self.mode == "eager":
+            return _eagerly(fn, args, kwargs)
+        try:
+            with scope, _untraceable_code_runs_eagerly():
+                return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - eager decides: its own error, or the result
+            from pipec_ir import RecompileLimitError
+
+            if isinstance(exc, RecompileLimitError):
+                raise
+            out = _eagerly(fn, args, kwargs, exc)
+            warnings.warn(PipecFallbackWarning(
+                "pipec: with the code Dynamo could not trace run eagerly, the model failed in its compiled "
+                f"parts ({_reason(exc)}); it runs wholly eagerly from now on"), stacklevel=3)
+            self.mode = "eager"
+            return out
+
+
+def _eagerly(fn, args, kwargs, failure: BaseException | None = None):
+    """`fn(*args, **kwargs)` with Dynamo off for the whole call; where this torch cannot turn it
+    off, `failure` (the error that led here) is raised again."""
+    import torch
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if set_stance is None:
+        if failure is not None:
+            raise failure
+        return fn(*args, **kwargs)
+    with set_stance("force_eager"):
+        return fn(*args, **kwargs)
+
+
 def _where(exc: BaseException) -> str:
     """`forward (modeling_x.py:120)`: the function that runs eagerly (the outermost frame Dynamo
     was tracing), and the line where tracing failed when that is elsewhere."""
@@ -44,17 +103,11 @@ def _where(exc: BaseException) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    """The most specific line of Dynamo's message: its explanation, where it gives one."""
+    """The most specific line of the message: Dynamo's explanation, where it gives one."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     explained = [line for line in lines if line.startswith("Explanation:")]
     line = (explained or lines or [""])[0].removeprefix("Explanation: ")
     return f"{type(exc).__name__}: {line[:300]}"
-
-
-def warn_dynamo_failure(exc: BaseException) -> None:
-    warnings.warn(PipecFallbackWarning(
-        f"pipec: Dynamo could not trace {_where(exc)} and it runs eagerly; the functions it calls are "
-        f"compiled on their own ({_reason(exc)})"), stacklevel=3)
 
 
 class _SuppressedReports(logging.Filter):
@@ -65,7 +118,7 @@ class _SuppressedReports(logging.Filter):
 
 
 @contextlib.contextmanager
-def frames_dynamo_cannot_trace_run_eagerly():
+def _untraceable_code_runs_eagerly():
     import torch
 
     logger, quiet = logging.getLogger("torch._dynamo.convert_frame"), _SuppressedReports()
