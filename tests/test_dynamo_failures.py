@@ -35,16 +35,22 @@ class Outer(torch.nn.Module):
         return self.inner(plus_one(torch.relu(x)))
 
 
-def test_a_function_dynamo_cannot_trace_runs_eagerly_and_its_callees_compile():
+def three_calls(model) -> tuple[object, list[str]]:
+    """pipec.compile(model) called three times, each result checked against eager; returns the
+    compiled model and the fallback warnings' messages."""
     torch.manual_seed(0)
-    model, x = Outer(), torch.randn(4, 8)
+    x = torch.randn(4, 8)
     compiled = pipec.compile(model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         results = [compiled(x) for _ in range(3)]
     for out in results:
         torch.testing.assert_close(out, model(x))
-    messages = [str(w.message) for w in caught if issubclass(w.category, PipecFallbackWarning)]
+    return compiled, [str(w.message) for w in caught if issubclass(w.category, PipecFallbackWarning)]
+
+
+def test_a_function_dynamo_cannot_trace_runs_eagerly_and_its_callees_compile():
+    compiled, messages = three_calls(Outer())
     assert len(messages) == 1  # once: Dynamo runs that code eagerly from then on, untraced
     assert "Dynamo could not trace forward (test_dynamo_failures.py" in messages[0]
     assert "no shape function" in messages[0]
@@ -77,14 +83,7 @@ class MixedUp(torch.nn.Module):
 
 
 def test_a_model_that_fails_partly_compiled_runs_wholly_eagerly():
-    model, x = MixedUp(), torch.randn(4, 8)
-    compiled = pipec.compile(model)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        results = [compiled(x) for _ in range(3)]
-    for out in results:
-        torch.testing.assert_close(out, model(x))
-    messages = [str(w.message) for w in caught if issubclass(w.category, PipecFallbackWarning)]
+    _, messages = three_calls(MixedUp())
     assert len(messages) == 2, messages  # the code Dynamo could not trace, then the whole model, once
     assert "runs wholly eagerly from now on" in messages[1] and "RuntimeError" in messages[1]
 
