@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+import textwrap
 import sys
 
 import pytest
@@ -89,3 +90,31 @@ def test_model_file_without_model(tmp_path):
     f.write_text("import torch\nexample_inputs = (torch.randn(2),)\n")
     r = pipec("compile", f)
     assert r.returncode == 2 and "model" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_model_dynamo_cannot_trace_is_a_one_line_error_with_dynamos_reason(tmp_path):
+    """`pipec compile` reports what it cannot compile (no eager fallback): Dynamo's failure is one
+    line naming the op and the reason from Dynamo's explanation, exit 1, no traceback."""
+    f = tmp_path / "m.py"
+    f.write_text(textwrap.dedent("""
+        import torch
+
+        @torch.library.custom_op("pipec_cli_test::plus_one", mutates_args=())
+        def plus_one(x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+        @plus_one.register_fake
+        def _(x):
+            raise RuntimeError("no shape function")
+
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return torch.relu(plus_one(x))
+
+        model = M()
+        example_inputs = (torch.randn(4, 8),)
+    """))
+    r = pipec("compile", f)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert len(errors) == 1 and "plus_one" in errors[0] and "no shape function" in errors[0]

@@ -29,6 +29,7 @@ import os
 import warnings
 
 from .errors import PipecFallbackWarning, find_error, find_pipec_error
+from .exits import one_line
 
 
 def dynamo_failure(exc: BaseException) -> bool:
@@ -103,11 +104,8 @@ def _where(exc: BaseException) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    """The most specific line of the message: Dynamo's explanation, where it gives one."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    explained = [line for line in lines if line.startswith("Explanation:")]
-    line = (explained or lines or [""])[0].removeprefix("Explanation: ")
-    return f"{type(exc).__name__}: {line[:300]}"
+    """One line of the error, with Dynamo's explanation where it gives one (exits.one_line)."""
+    return one_line(exc)[:400]
 
 
 class _SuppressedReports(logging.Filter):

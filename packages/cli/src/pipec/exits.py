@@ -23,8 +23,13 @@ def one_line(exc: BaseException) -> str:
     inner = getattr(exc, "inner_exception", None)
     if isinstance(inner, BaseException):  # Dynamo's BackendCompilerFailed: "backend='x' raised:", then it
         return one_line(inner)
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    # Dynamo's errors say what failed on a later line ("RuntimeError when making fake tensor call",
+    # then "Explanation: ... got RuntimeError('...')")
+    explained = next((ln.removeprefix("Explanation:").strip() for ln in lines[1:] if ln.startswith("Explanation:")), None)
+    return f"{type(exc).__name__}: {lines[0]}" + (f" ({explained})" if explained else "")
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
