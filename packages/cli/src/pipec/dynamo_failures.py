@@ -28,6 +28,8 @@ import logging
 import os
 import warnings
 
+from pipec_ir import RecompileLimitError
+
 from .errors import PipecFallbackWarning, find_error, find_pipec_error
 from .exits import one_line
 
@@ -64,11 +66,9 @@ class DynamoFallback:
         try:
             with scope, _untraceable_code_runs_eagerly():
                 return fn(*args, **kwargs)
+        except RecompileLimitError:
+            raise
         except Exception as exc:  # noqa: BLE001 - eager decides: its own error, or the result
-            from pipec_ir import RecompileLimitError
-
-            if isinstance(exc, RecompileLimitError):
-                raise
             out = _eagerly(fn, args, kwargs, exc)
             warnings.warn(PipecFallbackWarning(
                 "pipec: with the code Dynamo could not trace run eagerly, the model failed in its compiled "

@@ -119,9 +119,9 @@ class GraphStats:
         try:
             plan = load()
         except Exception as exc:  # noqa: BLE001 - statistics never fail a program
-            plan = None
             warnings.warn(f"pipec: graph {self.name}: its plan could not be read from the compile cache "
                           f"({type(exc).__name__}: {exc})", stacklevel=3)
+            return
         if isinstance(plan, pipec_ir.KernelPlan):
             self.plan = plan
         else:
