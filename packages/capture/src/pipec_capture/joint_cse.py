@@ -23,6 +23,11 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten
 
+try:  # a functionalized mutation: its schema says it mutates, but it returns new values
+    from torch._higher_order_ops.auto_functionalize import AutoFunctionalized
+except ImportError:  # pragma: no cover - every supported torch has it
+    AutoFunctionalized = ()
+
 aten = torch.ops.aten
 
 _RANDOM = frozenset({
@@ -46,7 +51,7 @@ def _mutates(node: fx.Node) -> bool:
     if isinstance(target, torch._ops.OpOverload):
         if target.namespace != "inductor" or target.overloadpacket.__name__ not in _SCHEMA_EXCEPTIONS:
             return target._schema.is_mutable
-    elif isinstance(target, torch._higher_order_ops.auto_functionalize.AutoFunctionalized):
+    elif isinstance(target, AutoFunctionalized):
         return False
     if node.op == "call_function" and _MUTATING_NAME.search(target.__name__):
         return True
