@@ -96,22 +96,13 @@ def test_a_model_dynamo_cannot_trace_is_a_one_line_error_with_dynamos_reason(tmp
     """`pipec compile` reports what it cannot compile (no eager fallback): Dynamo's failure is one
     line naming the op and the reason from Dynamo's explanation, exit 1, no traceback."""
     f = tmp_path / "m.py"
-    f.write_text(textwrap.dedent("""
+    f.write_text(textwrap.dedent(f"""
+        import sys
         import torch
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from test_dynamo_failures import Outer  # an op with no shape function, before a module
 
-        @torch.library.custom_op("pipec_cli_test::plus_one", mutates_args=())
-        def plus_one(x: torch.Tensor) -> torch.Tensor:
-            return x + 1
-
-        @plus_one.register_fake
-        def _(x):
-            raise RuntimeError("no shape function")
-
-        class M(torch.nn.Module):
-            def forward(self, x):
-                return torch.relu(plus_one(x))
-
-        model = M()
+        model = Outer()
         example_inputs = (torch.randn(4, 8),)
     """))
     r = pipec("compile", f)
