@@ -94,3 +94,16 @@ def test_random_ops_and_values_around_a_mutation_are_kept():
     x = torch.ones(3)
     torch.testing.assert_close(torch.fx.GraphModule(torch.nn.Module(), merged)(x, torch.full((3,), 5.0)),
                                (torch.full((3,), 2.0), torch.full((3,), 10.0), torch.full((3,), 10.0)))
+
+
+def two_noises(x):
+    # two draws of the same shape from the same kind of call: eager draws twice
+    return x * torch.empty_like(x).exponential_() + x * torch.empty_like(x).exponential_()
+
+
+def test_two_alike_draws_stay_two():
+    """torch's CSE lists some random ops, not `exponential`: it would merge these two draws into
+    one. Every op tagged `nondeterministic_seeded` is kept apart here."""
+    joint = joint_graph(two_noises, torch.randn(16, requires_grad=True))
+    draws = [n for n in joint_graph_cse(joint.graph).nodes if n.target == torch.ops.aten.exponential.default]
+    assert len(draws) == 2

@@ -41,6 +41,13 @@ def mutates(node: torch.fx.Node) -> bool:
     return name.endswith("_") and not name.endswith("__")
 
 
+def draws_random(node: torch.fx.Node) -> bool:
+    """Whether `node` is an ATen op drawing from torch's generator (its `nondeterministic_seeded`
+    tag): two such calls are two draws, however alike, and their order is eager's."""
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
 def drop_dead_code(graph: torch.fx.Graph) -> bool:
     """graph.eliminate_dead_code() that keeps every node which `mutates`: FX's own test alone
     dropped a Dynamo graph's in-place copies into a fresh tensor (DeepSeek-V3's key, built by

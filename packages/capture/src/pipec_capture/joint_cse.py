@@ -23,6 +23,8 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten
 
+from .fx_edit import draws_random
+
 try:  # a functionalized mutation: its schema says it mutates, but it returns new values
     from torch._higher_order_ops.auto_functionalize import AutoFunctionalized
 except ImportError:  # pragma: no cover - every supported torch has it
@@ -74,8 +76,8 @@ def _storage(node: fx.Node):
 def _never_merged(node: fx.Node, output_storages: set) -> bool:
     if node.op in ("placeholder", "output", "get_attr"):
         return True
-    if _packet(node) in _RANDOM or _packet(node) is aten.empty:
-        return True
+    if _packet(node) in _RANDOM or draws_random(node) or _packet(node) is aten.empty:
+        return True  # torch's list of random ops, and every op tagged as one (two draws are two)
     storage = _storage(node)
     if storage is not None and storage in output_storages:
         return True  # eager returns separate tensors here, even when they were computed alike

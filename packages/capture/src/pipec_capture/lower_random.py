@@ -123,8 +123,3 @@ def lower_native_dropout(cx, node, x, p, train):
     kept = cx.pointwise("mul", [x, keep], t.shape, t.dtype)
     return cx.pointwise("mul", [kept, 1.0 / (1.0 - p)], t.shape, t.dtype), keep
 
-
-# the random ops lowered here: with `fallback_random` they stay calls to torch's generator
-RANDOM_LOWERINGS = frozenset({"aten.rand.default", "aten.rand_like.default", "aten.randn.default",
-                              "aten.randn_like.default", "aten.bernoulli.p", "aten.bernoulli.default",
-                              "aten.native_dropout.default"})

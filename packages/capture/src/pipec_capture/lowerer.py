@@ -29,7 +29,8 @@ from . import (  # noqa: F401
 from .builder import GraphBuilder, scalar_value
 from .dtypes import ir_dtype
 from .errors import CaptureError
-from .lower_random import FALLBACK_RANDOM, RANDOM_LOWERINGS, is_philox_seed
+from .fx_edit import draws_random
+from .lower_random import FALLBACK_RANDOM, is_philox_seed
 from .table import LOWERINGS, NoLowering, extern_reason, op_name
 from .attention_layouts import follow_attention_layouts
 from .portable_attention import LIBRARY_COPY
@@ -260,7 +261,7 @@ class Lowerer(GraphBuilder):
         if node.meta.get(LIBRARY_COPY):  # a copy of attention's output only where it is needed
             self.env[node] = self.extern(node, "aten.contiguous.default", "library")
             return
-        if self.fallback_random and target in RANDOM_LOWERINGS:
+        if self.fallback_random and draws_random(node):
             self.env[node] = self.extern(node, target, FALLBACK_RANDOM)
             return
         lowering = LOWERINGS.get(target)
@@ -381,8 +382,8 @@ class Lowerer(GraphBuilder):
         val = node.meta.get("val")
         inputs = tuple(Ref(r) for r in refs)
         attrs = dict(target=target, args=args, kwargs=tuple(kwargs), reason=reason)
-        if torch.Tag.nondeterministic_seeded in node.target.tags:
-            attrs["seeded"] = True  # draws from torch's generator: runs in graph order (docs/IR.md)
+        if draws_random(node):
+            attrs["seeded"] = True  # runs in graph order (docs/IR.md)
         strided = _strided_results(val)
         if strided:  # a hint for fusion (docs/IR.md, "extern"): these results are not row-major
             attrs["strided"] = strided
