@@ -13,6 +13,7 @@ from .attention import choose_attention_kernels
 from .complex_pairs import complex_as_pairs
 from .decompositions import DECOMPOSITIONS, matmul_folded
 from .errors import CaptureError
+from .foreach import foreach_decompositions
 from .graph_logs import graph_logs_when_read
 from .joint_cse import joint_graph_cse
 from .mask_writes import masked_writes_as_where
@@ -56,6 +57,7 @@ def core_decompositions(*, decompose_attention: bool = False) -> dict:
     table = {op: fn for op, fn in items if not kept(str(op))}
     table.update(lowered_by_decomposition())
     table.update(DECOMPOSITIONS)
+    table.update(foreach_decompositions())  # an optimizer step's ops, one per tensor (foreach.py)
     return table
 
 
