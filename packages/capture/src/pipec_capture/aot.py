@@ -10,6 +10,7 @@ import torch
 
 from .aot_cache import cache_scope, cache_supported, cached_compiler, is_output_code
 from .attention import choose_attention_kernels
+from .checkpoint_rng import unwrap_replayed_draws
 from .complex_pairs import complex_as_pairs
 from .decompositions import DECOMPOSITIONS, matmul_folded
 from .errors import CaptureError
@@ -146,15 +147,29 @@ def partition_function(name: str):
     def partition(joint_module: torch.fx.GraphModule, joint_inputs, **kwargs):
         pairs_inside(joint_module)  # no complex value is saved between the two graphs
         pool_inputs_as_shapes(joint_module)  # a max pool's input is not saved for its backward
-        if name == "default":
-            forward, backward = default_partition(joint_module, joint_inputs, **kwargs)
-        else:
-            strip_detaches(joint_module)
-            forward, backward = _min_cut(joint_module, joint_inputs, **kwargs)
+        with _replays_through_saved_state():
+            if name == "default":
+                forward, backward = default_partition(joint_module, joint_inputs, **kwargs)
+            else:
+                strip_detaches(joint_module)
+                forward, backward = _min_cut(joint_module, joint_inputs, **kwargs)
+        unwrap_replayed_draws(forward, backward)  # checkpointed attention with no dropout (checkpoint_rng.py)
         save_view_bases(forward, backward)  # no transposed input to copy in the backward (saved_views.py)
         return forward, backward
 
     return partition
+
+
+def _replays_through_saved_state():
+    """Checkpointed random ops replayed through a saved generator state on every device, as on
+    the CPU (`run_and_save_rng_state` / `run_with_rng_state`, which checkpoint_rng.py unwraps
+    where nothing is drawn), not through the generator objects that torch passes CUDA graphs as
+    inputs (`graphsafe_rng_functionalization`), which no pipec graph can take."""
+    import torch._functorch.config as functorch_config
+
+    if not hasattr(functorch_config, "graphsafe_rng_functionalization"):
+        return contextlib.nullcontext()
+    return functorch_config.patch(graphsafe_rng_functionalization=False)
 
 
 def _min_cut(joint_module: torch.fx.GraphModule, joint_inputs, **kwargs):

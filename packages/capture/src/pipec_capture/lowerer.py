@@ -27,6 +27,7 @@ from . import (  # noqa: F401
     lower_random, lower_reduction, lower_scan, lower_scatter, lower_views,
 )
 from .builder import GraphBuilder, scalar_value
+from .checkpoint_rng import replay_refusal
 from .dtypes import ir_dtype
 from .errors import CaptureError
 from .fx_edit import draws_random
@@ -363,6 +364,8 @@ class Lowerer(GraphBuilder):
     # ------------------------------------------------------------ externs
 
     def extern(self, node: torch.fx.Node, target: str, reason: str):
+        if replay_refusal(node):
+            raise CaptureError(f"{self.where(node)}: {replay_refusal(node)}")
         if self.fullgraph and reason not in ("library", FALLBACK_RANDOM):
             raise CaptureError(
                 f"{self.where(node)}: {target} has no pipec lowering (fullgraph=True); "
