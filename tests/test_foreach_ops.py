@@ -1,6 +1,6 @@
 """`_foreach_*` ops and compiled optimizer steps: every foreach op is lowered one tensor at a
-time (capture `foreach.py`), with no extern call, and a compiled step updates parameters and
-state as Dynamo's own trace of it does run eagerly."""
+time (capture `foreach.py`), with no extern call, and a compiled step (foreach or one tensor at a
+time) updates parameters and state as the uncompiled step and Dynamo's graph run eagerly do."""
 
 import copy
 import warnings
@@ -69,6 +69,8 @@ OPTIMIZERS = {
     "adam_amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, foreach=True),
     "sgd_nesterov": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True, foreach=True),
     "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-3, momentum=0.5, foreach=True),
+    # one tensor at a time: Dynamo makes its addcmul_ with a value the prim `fma` (lower_pointwise.py)
+    "adamw_single_tensor": lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=False),
 }
 
 

@@ -31,6 +31,15 @@ for _op in ("mul", "maximum", "minimum", "remainder", "fmod", "atan2", "bitwise_
         LOWERINGS[f"aten.{_op}.{_ov}"] = _f
 
 
+@register("prims.fma.default")
+def lower_fma(cx, node, a, b, c):
+    """a * b + c: what Dynamo makes of `addcmul_` / `addcdiv_` with a value and of `add_` with a
+    tensor alpha (its own decompositions, Inductor's prim), as in every optimizer's single-tensor
+    step. The prim's eager kernel computes a * b, then adds: two ops, as here."""
+    t = cx.result(node)
+    return cx.pointwise("add", [cx.pointwise("mul", [a, b], t.shape, t.dtype), c], t.shape, t.dtype)
+
+
 @register("aten.rsub.Tensor", "aten.rsub.Scalar")
 def lower_rsub(cx, node, a, b, *, alpha=1):
     t = cx.result(node)
