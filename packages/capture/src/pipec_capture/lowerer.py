@@ -206,6 +206,9 @@ class Lowerer(GraphBuilder):
             value = _fetch_attr(self.gm, node.target)
         except AttributeError:
             raise CaptureError(f"{self.where(node)}: graph attribute {node.target!r} does not exist") from None
+        if isinstance(value, torch.fx.GraphModule):
+            self.env[node] = None  # a higher-order op's body: the op itself is refused by name (extern)
+            return
         if not isinstance(value, torch.Tensor):
             raise CaptureError(f"{self.where(node)}: graph attribute {node.target!r} is not a tensor")
         dtype = ir_dtype(value.dtype, self.where(node))
@@ -366,6 +369,11 @@ class Lowerer(GraphBuilder):
     def extern(self, node: torch.fx.Node, target: str, reason: str):
         if replay_refusal(node):
             raise CaptureError(f"{self.where(node)}: {replay_refusal(node)}")
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            raise CaptureError(
+                f"{self.where(node)}: higher-order op {node.target.name()} (control flow such as torch.cond "
+                "or while_loop, or a call of a traced body) has no pipec lowering; pipec compiles "
+                "graphs of ATen ops")
         if self.fullgraph and reason not in ("library", FALLBACK_RANDOM):
             raise CaptureError(
                 f"{self.where(node)}: {target} has no pipec lowering (fullgraph=True); "
