@@ -127,6 +127,11 @@ def test_memory_plan_reuses_slots_that_always_fit():
     assert _best_fit([(sympy.sympify(256 * s0), 0)], sympy.sympify(256 * s1)) is None
     assert _best_fit([(sympy.sympify(256 * s0), 0), (sympy.sympify(128 * s0), 1)],
                      sympy.sympify(128 * s0)) == (128 * s0, 1)  # exact match first
+    # a symbolic slot that always fits, then a known one (a decode step's graph: a KV-cache
+    # length beside fixed sizes): the known one, in either order, not a TypeError comparing them
+    known, growing = (sympy.Integer(1024), 1), (sympy.sympify(512 * s0 + 512), 0)
+    assert _best_fit([growing, known], sympy.Integer(256)) == known
+    assert _best_fit([known, growing], sympy.Integer(256)) == known
 
 
 # ------------------------------------------------------------ padding proofs

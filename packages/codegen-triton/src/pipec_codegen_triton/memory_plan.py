@@ -333,11 +333,13 @@ def inplace_pairs(step: Step) -> tuple[tuple[str, str], ...]:
 
 def _best_fit(free, need):
     """The smallest freed slot that holds `need` bytes. With symbolic sizes a slot is taken
-    when it holds `need` for every value of the symbols (an exact match first)."""
+    when it holds `need` for every value of the symbols (an exact match first); a slot of known
+    size that holds `need` is preferred to a symbolic one that does (which is the smaller is
+    unknown; the known one cannot grow with the symbols)."""
     best = None
     for nbytes, idx in free:
         if nbytes.is_Integer and need.is_Integer:
-            if int(nbytes) >= int(need) and (best is None or int(nbytes) < int(best[0])):
+            if int(nbytes) >= int(need) and (best is None or not best[0].is_Integer or int(nbytes) < int(best[0])):
                 best = (nbytes, idx)
         elif sympy.expand(nbytes - need) == 0:
             return (nbytes, idx)
