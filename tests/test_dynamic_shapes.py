@@ -495,3 +495,21 @@ def test_padding_up_to_a_multiple_under_dynamic_shapes():
         for length in (6, 10, 12, 7):
             x = torch.randn(2, length, 3)
             torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_a_slice_guarded_equal_to_the_length_broadcasts():
+    """MPT's ALiBi bias, cut to the key length as `bias[..., max(0, 64 - k):]`: its last size is
+    `64 - Max(0, 64 - s)`, which Dynamo guards equal to the scores' `s` without rewriting it.
+    The add must broadcast on that guard (read with torch's own Max), not refuse the graph: its
+    decode steps ran eagerly under `generate`."""
+    def biased(scores, bias):
+        cut = bias[:, :, max(0, bias.size(2) - scores.size(-1)):]
+        return scores + cut
+
+    bias = torch.randn(4, 1, 64)
+    compiled = pipec.compile(biased, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        for length in (5, 9, 13):
+            scores = torch.randn(2, 4, 1, length)
+            torch.testing.assert_close(compiled(scores, bias), biased(scores, bias))

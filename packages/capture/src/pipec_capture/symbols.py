@@ -156,13 +156,14 @@ class SymbolTable:
     def provably_equal(self, a, b) -> bool:
         """Whether torch's guards make the pipec sizes `a` and `b` equal: tracing can guard two
         different spellings of one size equal (a slice's `s - t` and `s` where a guard says
-        t = 0) without rewriting either, and the fake tensors then mix them."""
+        t = 0) without rewriting either, and the fake tensors then mix them (MPT's ALiBi slice
+        `64 - Max(0, 64 - s)`, guarded equal to the key length `s`)."""
         env = self._shape_env
         if env is None:
             return False
         back = {ours: theirs for theirs, ours in self._map.items()}
         try:
-            ta, tb = (sympy.sympify(x).xreplace(back) for x in (a, b))
+            ta, tb = (_torch_min_max(sympy.sympify(x).xreplace(back)) for x in (a, b))
             if ta.has(FloorDiv, ModularIndexing) or tb.has(FloorDiv, ModularIndexing):
                 return False  # pipec's functions, not torch's: no question torch can answer
             return bool(env._maybe_evaluate_static(sympy.Eq(ta, tb)))
@@ -235,3 +236,11 @@ def python_mod(base: sympy.Expr, modulus: sympy.Expr) -> sympy.Expr:
     if lowest is not None and lowest > 0 and not base.is_nonnegative:
         base = base + -(-lowest // int(modulus)) * modulus
     return ModularIndexing(base, modulus)
+
+
+def _torch_min_max(expr: sympy.Expr) -> sympy.Expr:
+    """`expr` with sympy's Max and Min as torch's own classes of those names, which its guards
+    hold (`_convert` made them sympy's): two spellings of one size then compare equal."""
+    from torch.utils._sympy import functions
+
+    return expr.replace(sympy.Max, functions.Max).replace(sympy.Min, functions.Min)
