@@ -8,6 +8,7 @@
     python benchmarks/hf_sweep.py NAME --eager-only   # only build the model and run it eagerly
     python benchmarks/hf_sweep.py NAME --device cuda  # the same on a GPU: compiled Triton kernels, not the interpreter
     python benchmarks/hf_sweep.py NAME --train        # a training step: outputs and every parameter's gradient
+    python benchmarks/hf_sweep.py NAME --train --checkpointing   # with gradient checkpointing on, both sides
     python benchmarks/hf_sweep.py --list              # the architectures (--list-extra: the second batch)
     for a in $(python benchmarks/hf_sweep.py --list); do timeout 240 python benchmarks/hf_sweep.py $a; done
 
@@ -179,11 +180,16 @@ def parse_args(argv):
     ap.add_argument("--spec-augment", action="store_true",
                     help="with --train: speech models keep their SpecAugment masks (off otherwise), the same "
                          "masks for every backend (numpy's generator, seeded before each step)")
+    ap.add_argument("--checkpointing", action="store_true",
+                    help="with --train: gradient checkpointing on (transformers' gradient_checkpointing_enable(), "
+                         "eager and compiled alike); status no-checkpointing where the model has none")
     ap.add_argument("--device", default="cpu",
                     help="cpu (default: Triton's interpreter) or cuda (compiled kernels, fp32 as on the CPU)")
     args = ap.parse_args(argv)
     if args.arch is None and not args.list_extra:
         args.list = True
+    if args.checkpointing and not args.train:
+        ap.error("--checkpointing needs --train")
     if args.arch is not None and args.arch not in ARCHS:
         ap.error(f"unknown architecture {args.arch!r} (see --list and --list-extra)")
     return args
@@ -204,6 +210,7 @@ def main():
         torch.backends.cudnn.allow_tf32 = False
     mode = "strict" if strict else ("torch.compile" if backend == "pipec" else f"torch.compile backend={backend}")
     mode += " train" if args.train else ""
+    mode += " checkpointing" if args.checkpointing else ""
     if args.spec_augment:
         mode += " spec-augment"
         # Dynamo otherwise traces np.random as torch's generator: masks unlike eager's
@@ -224,6 +231,12 @@ def main():
             inputs = {k: v.to(device) for k, v in inputs.items()}
             reference_model = copy.deepcopy(model)  # for the float64 verdict (the step below changes it)
             rec["model_class"] = model_cls
+            if args.checkpointing:
+                if not getattr(model, "supports_gradient_checkpointing", False):
+                    rec["status"] = "no-checkpointing"
+                    emit()
+                    return
+                model.gradient_checkpointing_enable()
             step = make_step(model, inputs, args.train, args.spec_augment)
             expected = step(model)
     except Exception as exc:  # noqa: BLE001

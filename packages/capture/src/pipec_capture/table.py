@@ -71,5 +71,22 @@ def base_name(target: str) -> str:
     return parts[1] if len(parts) >= 2 else target
 
 
+# The extern reason of an op a library registered through torch.library (its own namespace:
+# transformers' `grouped_mm_fallback`, torchvision's `nms`, a user's op): opaque by its
+# author's design, as a vendor library call is, so it runs through torch without a warning
+# (and is allowed under fullgraph); `explain` lists it.
+CUSTOM_OP = "custom op"
+# torch's own namespaces: an op of these with no lowering is pipec's gap, and is warned about
+TORCH_NAMESPACES = frozenset({
+    "aten", "prims", "rngprims", "debugprims", "quantized", "_quantized", "mkldnn", "onednn",
+    "_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor",
+    "profiler", "inductor", "higher_order",
+})
+
+
 def extern_reason(target: str) -> str:
-    return "library" if base_name(target) in LIBRARY_OPS else f"no lowering for {target}"
+    if base_name(target) in LIBRARY_OPS:
+        return "library"
+    if target.split(".")[0] not in TORCH_NAMESPACES:
+        return CUSTOM_OP
+    return f"no lowering for {target}"

@@ -290,10 +290,11 @@ def restore_stats(stats: GraphStats, kind: str, snapshot: dict,
 
 def warn_extern_calls(extern_ops: list[tuple[str, str]], name: str) -> None:
     """One warning per ATen op that runs through torch for lack of a lowering (not library
-    calls): `extern_ops` is (target, reason) of each extern node of graph `name`."""
+    calls, random ops left to torch on request, or a library's own custom ops): `extern_ops` is
+    (target, reason) of each extern node of graph `name`."""
     seen = set()
     for target, reason in extern_ops:
-        if reason in ("library", "fallback_random") or target in seen:  # asked for, not missing
+        if reason in ("library", "fallback_random", "custom op") or target in seen:  # not missing
             continue
         seen.add(target)
         warnings.warn(f"pipec: {target} runs through torch as an extern call in graph {name} ({reason})",
