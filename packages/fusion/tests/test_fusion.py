@@ -222,6 +222,18 @@ def test_horizontal_fusion_only_under_aggressive():
     assert [f.kind for f in plan.fusions] == ["horizontal"]
 
 
+def test_default_fuses_independent_scalar_kernels_only():
+    """Independent 0-d groups (an optimizer's step count per parameter) are one kernel under
+    `default`; independent groups of any other domain stay apart (not even proposed)."""
+    g = GraphBuilder("scalars")
+    counts = [g.pw("add", g.input(f"step{i}", []), g.input(f"one{i}", [])) for i in range(4)]
+    plan = fuse(g.build(*counts))
+    (k,) = plan.kernels
+    assert set(k.outputs) == set(counts)
+    assert {f.kind for f in plan.fusions} == {"horizontal"}
+    assert len(fuse(two_independent()).kernels) == 2
+
+
 def test_broadcast_recompute_only_under_aggressive():
     plan = fuse(broadcast_producer())
     assert len(plan.kernels) == 2

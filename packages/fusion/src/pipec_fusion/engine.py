@@ -250,15 +250,15 @@ class HorizontalBuckets:
     """The pointwise and reduction groups by bucket, each bucket kept in graph order (a group's
     first member's position, then its id) through merges."""
 
-    def __init__(self, state: _State):
+    def __init__(self, state: _State, scalars_only: bool = False):
         self.state = state
+        self.scalars_only = scalars_only  # only groups of a 0-d domain (`Heuristics.horizontal_scalars`)
         self.lists: dict[tuple, list[tuple[int, int]]] = {}  # bucket -> sorted (position, group id)
         for gid, grp in state.groups.items():
             self.add(gid, grp)
 
-    @staticmethod
-    def key(group: Group) -> tuple | None:
-        if group.kind not in ("pointwise", "reduction"):
+    def key(self, group: Group) -> tuple | None:
+        if group.kind not in ("pointwise", "reduction") or (self.scalars_only and tuple(group.domain)):
             return None
         return (group.kind, tuple(group.domain), tuple(group.reduce_dims))
 
@@ -396,7 +396,9 @@ def merge_greedily(state: _State, heuristics: Heuristics, fuel: int | None = Non
     for a, b in list(state.dag.edges):
         consider(a, b, "vertical")
     reach = Reachability(state.dag)  # kept up to date through every merge below
-    buckets = HorizontalBuckets(state) if heuristics.horizontal else None
+    buckets = None
+    if heuristics.horizontal or getattr(heuristics, "horizontal_scalars", False):
+        buckets = HorizontalBuckets(state, scalars_only=not heuristics.horizontal)
     if buckets is not None:
         for a, b in buckets.pairs(reach):
             consider(a, b, "horizontal")

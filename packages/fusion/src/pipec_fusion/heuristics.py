@@ -95,7 +95,7 @@ class Heuristics:
     stage of that name, which a plugin registers with `registry.add_fusion(stage.name, stage)`;
     rejections and `KernelPlan.policy` use it too. `horizontal = True` asks the engine for
     horizontal candidates as well (each group with the HORIZONTAL_WINDOW nearest groups of its
-    bucket, engine.py). The engine merges the best-scoring legal pair first, then asks again
+    bucket, engine.py); `horizontal_scalars = True` only between groups of a 0-d domain. The engine merges the best-scoring legal pair first, then asks again
     about the merged group's new pairs. It may ask about a pair before checking its legality
     (a vertical pair as "vertical" and as "recompute", the kind legality will say), so `score`
     must be a pure function of its arguments; an illegal pair is never merged.
@@ -103,6 +103,7 @@ class Heuristics:
 
     name = "custom"
     horizontal = False  # propose horizontal candidates at all
+    horizontal_scalars = False  # propose them between 0-d groups only (implied by `horizontal`)
 
     def score(self, first: GroupInfo, second: GroupInfo, kind: str) -> float | None:
         """How much merging `first` and `second` into one kernel is worth, or None for "do not fuse".
@@ -188,6 +189,10 @@ class DefaultHeuristics(Heuristics):
     `max_epilogue_ops` ops from EPILOGUE_OPS."""
 
     name = "default"
+    # independent 0-d kernels are launches with nothing to compute: an optimizer step's count per
+    # parameter (`step += 1`, stored as state) is one each, so AdamW's compiled step launched two
+    # kernels per parameter; merged, the counts are one kernel
+    horizontal_scalars = True
     max_ops = 64
     max_epilogue_ops = 16
     epilogue_ops: frozenset | None = EPILOGUE_OPS  # None: any pointwise op
@@ -218,6 +223,8 @@ class DefaultHeuristics(Heuristics):
             return None
         if kind == "vertical":  # the intermediate is neither written nor read back
             return EPILOGUE_SCORE if epilogue else 1.0 + float(first.numel)
+        if kind == "horizontal" and first.domain == () and second.domain == ():
+            return 0.5  # after every vertical merge: one launch for independent scalar work
         if kind == "recompute" and all(op in CREATION_OPS for op in first.ops):
             return 1.0  # a literal or iota costs nothing to recompute
         if kind == "recompute" and cheap_broadcast(first, second):
@@ -244,7 +251,7 @@ class DefaultHeuristics(Heuristics):
             return (f"heuristics: policy {self.name!r} does not recompute {first.nodes[-1]} per element of "
                     f"{second.nodes[0]}'s domain (policy 'aggressive' does)")
         if kind == "horizontal":
-            return f"heuristics: policy {self.name!r} does not fuse independent kernels"
+            return f"heuristics: policy {self.name!r} fuses independent kernels only where both are 0-d"
         return super().why_not(first, second, kind)
 
 
