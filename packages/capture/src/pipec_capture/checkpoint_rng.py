@@ -23,8 +23,14 @@ import operator
 
 import torch
 
-_SAVE = getattr(getattr(torch._prims, "rng_prims", None), "run_and_save_rng_state", None)
-_REPLAY = getattr(getattr(torch._prims, "rng_prims", None), "run_with_rng_state", None)
+from .fx_edit import call_arguments
+
+try:  # imported here, not read as an attribute of torch._prims, which need not have loaded it
+    from torch._prims import rng_prims as _rng_prims
+except ImportError:  # pragma: no cover - every supported torch has it
+    _rng_prims = None
+_SAVE = getattr(_rng_prims, "run_and_save_rng_state", None)
+_REPLAY = getattr(_rng_prims, "run_with_rng_state", None)
 
 
 def draws_nothing(op, args, kwargs) -> bool:
@@ -33,14 +39,7 @@ def draws_nothing(op, args, kwargs) -> bool:
     schema = getattr(op, "_schema", None)
     if schema is None:
         return False
-    values = {}
-    for i, arg in enumerate(schema.arguments):
-        if i < len(args):
-            values[arg.name] = args[i]
-        elif arg.name in kwargs:
-            values[arg.name] = kwargs[arg.name]
-        elif arg.has_default_value():
-            values[arg.name] = arg.default_value
+    values = call_arguments(schema, args, kwargs)
     if "dropout_p" in values:
         return values["dropout_p"] == 0
     if "train" in values and "p" in values:

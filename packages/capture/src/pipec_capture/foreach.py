@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 import torch
 
+from .fx_edit import call_arguments
+
 aten = torch.ops.aten
 _PREFIX = "aten::_foreach_"
 
@@ -89,16 +91,11 @@ def decompose(op: torch._ops.OpOverload, per_element: Callable) -> Callable:
     arguments = op._schema.arguments
 
     def decomposed(*args, **kwargs):
-        values = []
-        for i, arg in enumerate(arguments):
-            if i < len(args):
-                values.append(args[i])
-            elif arg.name in kwargs:
-                values.append(kwargs[arg.name])
-            elif arg.has_default_value():
-                values.append(arg.default_value)
-            else:
-                raise TypeError(f"{op}: missing argument {arg.name}")
+        given = call_arguments(op._schema, args, kwargs)
+        missing = [arg.name for arg in arguments if arg.name not in given]
+        if missing:
+            raise TypeError(f"{op}: missing argument {missing[0]}")
+        values = [given[arg.name] for arg in arguments]
         count = next(len(v) for a, v in zip(arguments, values) if _is_list(a))
         results = []
         for k in range(count):

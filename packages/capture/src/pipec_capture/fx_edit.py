@@ -48,6 +48,20 @@ def draws_random(node: torch.fx.Node) -> bool:
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 
+def call_arguments(schema, args, kwargs) -> dict:
+    """{argument name: value} of one call of an ATen op with `schema`: positional, then keyword,
+    then the schema's default; an argument with none of the three is left out."""
+    values = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(args):
+            values[arg.name] = args[i]
+        elif arg.name in kwargs:
+            values[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            values[arg.name] = arg.default_value
+    return values
+
+
 def drop_dead_code(graph: torch.fx.Graph) -> bool:
     """graph.eliminate_dead_code() that keeps every node which `mutates`: FX's own test alone
     dropped a Dynamo graph's in-place copies into a fresh tensor (DeepSeek-V3's key, built by

@@ -32,7 +32,7 @@ from .dtypes import ir_dtype
 from .errors import CaptureError
 from .fx_edit import draws_random
 from .lower_random import FALLBACK_RANDOM, is_philox_seed
-from .table import CUSTOM_OP, LOWERINGS, NoLowering, extern_reason, op_name
+from .table import LOWERINGS, NoLowering, extern_reason, op_name
 from .attention_layouts import follow_attention_layouts
 from .portable_attention import LIBRARY_COPY
 from .complex_pairs import complex_as_pairs
@@ -374,7 +374,7 @@ class Lowerer(GraphBuilder):
                 f"{self.where(node)}: higher-order op {node.target.name()} (control flow such as torch.cond "
                 "or while_loop, or a call of a traced body) has no pipec lowering; pipec compiles "
                 "graphs of ATen ops")
-        if self.fullgraph and reason not in ("library", FALLBACK_RANDOM, CUSTOM_OP):
+        if self.fullgraph and reason not in pipec_ir.INTENDED_EXTERN_REASONS:
             raise CaptureError(
                 f"{self.where(node)}: {target} has no pipec lowering (fullgraph=True); "
                 f"add a row for {target!r} to pipec_capture.LOWERINGS, or compile with fullgraph=False "

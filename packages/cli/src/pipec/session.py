@@ -294,7 +294,7 @@ def warn_extern_calls(extern_ops: list[tuple[str, str]], name: str) -> None:
     (target, reason) of each extern node of graph `name`."""
     seen = set()
     for target, reason in extern_ops:
-        if reason in ("library", "fallback_random", "custom op") or target in seen:  # not missing
+        if reason in pipec_ir.INTENDED_EXTERN_REASONS or target in seen:  # asked for, not missing
             continue
         seen.add(target)
         warnings.warn(f"pipec: {target} runs through torch as an extern call in graph {name} ({reason})",

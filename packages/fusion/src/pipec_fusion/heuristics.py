@@ -95,8 +95,9 @@ class Heuristics:
     stage of that name, which a plugin registers with `registry.add_fusion(stage.name, stage)`;
     rejections and `KernelPlan.policy` use it too. `horizontal = True` asks the engine for
     horizontal candidates as well (each group with the HORIZONTAL_WINDOW nearest groups of its
-    bucket, engine.py); `horizontal_scalars = True` only between groups of a 0-d domain. The engine merges the best-scoring legal pair first, then asks again
-    about the merged group's new pairs. It may ask about a pair before checking its legality
+    bucket, engine.py); `horizontal_scalars = True` asks for them only between groups of a 0-d
+    domain. The engine merges the best-scoring legal pair first, then asks again about the
+    merged group's new pairs. It may ask about a pair before checking its legality
     (a vertical pair as "vertical" and as "recompute", the kind legality will say), so `score`
     must be a pure function of its arguments; an illegal pair is never merged.
     """

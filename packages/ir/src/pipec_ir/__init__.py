@@ -16,7 +16,7 @@ from .errors import (
 )
 from .hookspecs import hookimpl, hookspec
 from .load_context import LoadContext, load_with
-from .ops import OPS, OpDef, kind_of
+from .ops import INTENDED_EXTERN_REASONS, OPS, OpDef, kind_of
 from .options import CompileOptions
 from .profile import CompileProfile
 from .protocols import Cache, CacheAdmin, Capture, Codegen, Fusion, Runtime
@@ -37,7 +37,7 @@ __all__ = [
     "RecompileLimitWarning", "bucket_of",
     "AttributeTypeError", "CacheError", "IRError", "MalformedIRError", "TypeMismatchError", "UnsupportedVersionError",
     "VerifyError", "WrongKindError",
-    "hookimpl", "hookspec", "LoadContext", "load_with", "OPS", "OpDef", "kind_of", "CompileOptions", "CompileProfile",
+    "hookimpl", "hookspec", "LoadContext", "load_with", "INTENDED_EXTERN_REASONS", "OPS", "OpDef", "kind_of", "CompileOptions", "CompileProfile",
     "Cache", "CacheAdmin", "Capture", "Codegen", "Fusion", "Runtime", "Entry", "Registry", "UnknownStageError",
     "FORMAT", "VERSION", "digest", "dumps", "loads", "format_document",
     "DTYPES", "FLOAT_DTYPES", "ITEMSIZE", "Buffer", "Device", "Dtype", "FusionDecision", "Graph",

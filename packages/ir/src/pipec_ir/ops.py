@@ -145,6 +145,11 @@ def _table():
 
 OPS: dict[str, OpDef] = _table()
 
+# `extern` reasons (docs/IR.md) that name a call made on purpose, not a missing lowering: a vendor
+# library's op, a random op left to torch's generator on request, a library's own custom op.
+# Capture allows them under fullgraph and the pipeline does not warn about them.
+INTENDED_EXTERN_REASONS = frozenset({"library", "fallback_random", "custom op"})
+
 
 def ops_of_kind(kind: str) -> frozenset[str]:
     """The ops of one kind, read off the table (never spelled out again elsewhere)."""
