@@ -129,6 +129,24 @@ def test_indexed_add_assign_on_input():
     _run_on_copies(f, X, torch.tensor([4, 1, 2]))
 
 
+
+def test_index_copy_into_a_cache_at_dynamic_lengths():
+    """A static KV cache written with `index_copy_` at the new tokens' positions, compiled with
+    symbolic sizes (as a decode loop's lengths are): the write is lowered, not an extern."""
+    def f(cache, key, start):
+        pos = torch.arange(key.shape[2]) + start
+        cache.index_copy_(2, pos, key)
+        return cache * 2
+
+    compiled = pipec.compile(f, dynamic=True, fullgraph=True)
+    for length, start in ((3, 0), (5, 4), (2, 1)):
+        cache = torch.zeros(2, 3, 12, 4)
+        key = torch.randn(2, 3, length, 4, generator=g)
+        expected_cache = cache.clone()
+        expected = f(expected_cache, key, start)
+        torch.testing.assert_close(compiled(cache, key, start), expected)
+        torch.testing.assert_close(cache, expected_cache)
+
 # ------------------------------------------------------------------ embedding backward, training
 
 class _Bag(nn.Module):

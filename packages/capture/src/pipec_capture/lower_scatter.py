@@ -190,13 +190,15 @@ def _scatter_mean(cx, node, x, dim, index, src, include_self: bool) -> Ref:
 
 @register("aten.index_put.default")
 def lower_index_put(cx, node, x, indices, values, accumulate=False):
-    """x with `values` (broadcast to x[indices]'s shape) written, or added, where x[indices] reads."""
+    """x with `values` (broadcast to x[indices]'s shape) written, or added, where x[indices] reads.
+    Sizes may be symbolic (a KV cache's `index_copy_` at a dynamic length): positions are then
+    arithmetic on size expressions, as index.Tensor's are."""
     t = cx.result(node)
-    src_shape = static_shape(cx, t.shape)
+    src_shape = tuple(sympy.sympify(s) for s in t.shape)
     if any(i is not None and cx.dtype(i) == "bool" for i in indices):
         raise NoLowering("boolean mask index (data-dependent shape)")
     coords, shape = advanced_index_coords(cx, src_shape, indices)
-    if 0 in static_shape(cx, shape):
+    if any(sympy.sympify(s).is_zero for s in shape):  # symbolic sizes are never 0 (Dynamo specializes 0 and 1)
         return cx.emit("identity", [x], t.shape, t.dtype)
     pos = flat_position(cx, coords, src_shape, shape)
     return scatter(cx, cx.cast(x, t.dtype), pos, cx.operand(values, shape, t.dtype), "sum" if accumulate else "none")
