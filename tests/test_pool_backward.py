@@ -186,6 +186,31 @@ def test_adaptive_avg_pool_backward_spreads_each_cell_over_its_window():
     torch.testing.assert_close(got, expected)
 
 
+@pytest.mark.parametrize("case", ["avg2d-k10x9-out2x2", "avg2d-divisor", "avg3d-global", "adaptive-global",
+                                  "unbatched"])
+def test_large_windows_that_tile_the_input_are_one_reduction(case):
+    """Windows of more than MAX_TAPS taps placed back to back over the whole input (a global
+    pool over a large feature map, as EfficientNet's) lower to one reduction, not an extern."""
+    torch.manual_seed(0)
+    fn, x = {
+        "avg2d-k10x9-out2x2": (lambda x: aten.avg_pool2d(x, [10, 9], [10, 9]), torch.randn(2, 3, 20, 18)),
+        "avg2d-divisor": (lambda x: aten.avg_pool2d(x, [12, 12], [], [0, 0], False, True, 7),
+                          torch.randn(1, 2, 12, 24)),
+        "avg3d-global": (lambda x: aten.avg_pool3d(x, [4, 5, 6]), torch.randn(2, 2, 4, 5, 6)),
+        "adaptive-global": (lambda x: aten._adaptive_avg_pool2d(x, [1, 1]), torch.randn(2, 3, 13, 11)),
+        "unbatched": (lambda x: aten.avg_pool2d(x, [9, 9]), torch.randn(3, 18, 9)),
+    }[case]
+    _check(fn, (x,))
+
+
+def test_a_pool_over_a_large_map_trains_without_externs():
+    """A 6x12 window (72 taps) over 12x12 maps: the forward's reduction and the backward's
+    gather, one window per input point, both generated."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.AvgPool2d((6, 12)), torch.nn.Flatten(), torch.nn.Linear(8, 5))
+    _assert_trains_like_eager_without_pool_externs(model, torch.randn(2, 3, 12, 12), torch.tensor([1, 3]))
+
+
 class AdaptiveCNN(torch.nn.Module):
     """conv -> ReLU -> an adaptive pooling (uneven windows, 7x7 -> 3x2) -> linear."""
 

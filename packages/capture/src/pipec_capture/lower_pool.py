@@ -36,6 +36,7 @@ from pipec_ir.symbolic import contiguous_strides
 
 from .dtypes import acc_dtype, is_float
 from .lower_indexing import I64, binop, clamp, flat_position, iota, padded_read, take
+from .lower_reduction import reduce
 from .table import NoLowering, register
 
 MAX_TAPS = 64
@@ -140,12 +141,41 @@ def _avg_divisor(cx, win: Window, shape, count_include_pad: bool):
     return binop(cx, "mul", count, divisor, shape) if divisor != 1 else count
 
 
+def _tiled_average(cx, x, t, n, kernel_size, stride, padding, divisor_override) -> Ref | None:
+    """A window of more than MAX_TAPS taps that tiles the input (stride = kernel, no padding,
+    windows back to back to the edge), as a global pool over a large image is: one reduction
+    over each window's dims of x viewed as [..., o1, k1, o2, k2, ...]. None otherwise (the
+    unrolled taps, or an extern beyond MAX_TAPS)."""
+    kernel = _per_dim(kernel_size, n, "kernel_size")
+    if math.prod(kernel) <= MAX_TAPS or any(_per_dim(padding, n, "padding")):
+        return None
+    if stride and _per_dim(stride, n, "stride") != kernel:
+        return None
+    shape = tuple(sympy.sympify(s) for s in cx.shape(x))
+    if len(shape) not in (n + 1, n + 2):
+        return None
+    size = tuple(cx.static(s) for s in shape[-n:])
+    out = tuple(cx.static(s) for s in t.shape[-n:])
+    if any(o * k != s for o, k, s in zip(out, kernel, size)) or 0 in out:
+        return None
+    lead = shape[:-n]
+    acc = acc_dtype(t.dtype)
+    split = lead + tuple(sympy.Integer(v) for o, k in zip(out, kernel) for v in (o, k))
+    window_dims = [len(lead) + 2 * k + 1 for k in range(n)]
+    total = reduce(cx, "sum", cx.reshape(cx.cast(x, acc), split), window_dims, False, acc)
+    divisor = float(int(divisor_override) if divisor_override else math.prod(kernel))
+    return cx.cast(cx.pointwise("div", [total, divisor], cx.shape(total), acc), t.dtype)
+
+
 def _avg_pool(n: int):
     def lower(cx, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
               divisor_override=None):
         t = cx.result(node)
         if not is_float(t.dtype):
             raise NoLowering(f"{t.dtype} average pooling (integer division)")
+        tiled = _tiled_average(cx, x, t, n, kernel_size, stride, padding, divisor_override)
+        if tiled is not None:
+            return tiled
         win = Window(cx, x, t, n, kernel_size, stride, padding)
         if win.empty:
             return cx.full(0.0, t.shape, t.dtype)
