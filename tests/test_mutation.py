@@ -200,3 +200,82 @@ def test_a_mask_built_under_vmap_compiles():
     q, k, v = (torch.randn(2, 2, 8, 4) for _ in range(3))
     compiled = torch.compile(_mask_under_vmap, backend="pipec")
     torch.testing.assert_close(compiled(q, k, v), _mask_under_vmap(q, k, v))
+
+
+# ------------------------------------------------------------------ writes to inputs (IR 1.7)
+
+def _program_text(tmp_path) -> str:
+    (path,) = tmp_path.glob("*.codegen.txt")
+    return path.read_text()
+
+
+def test_an_update_in_place_is_stored_by_its_kernel(tmp_path):
+    """An inference graph's input mutation stays in the graph (Graph.writes): the kernel computing
+    the new value stores it into the input (its `inplace` names the input), as an optimizer's
+    update does, instead of a new tensor that AOTAutograd copies back."""
+    def f(x, y):
+        x.mul_(0.9).add_(y)
+        return y.sum()
+
+    compiled = pipec.compile(f, dump_dir=str(tmp_path))
+    x, y = torch.randn(6, 5), torch.randn(6, 5)
+    expected_x = x.clone()
+    expected = f(expected_x, y)
+    torch.testing.assert_close(compiled(x, y), expected)
+    torch.testing.assert_close(x, expected_x)
+    text = _program_text(tmp_path)
+    assert "<-" in text and "inplace=" in text, text
+
+
+@pytest.mark.parametrize("case", ["transposed input", "read after the update", "from a reduction", "cast",
+                                  "two inputs"])
+def test_writes_that_cannot_be_stored_in_place_are_copied(case):
+    """Where the kernel cannot store the value into the input (the caller's tensor is not
+    contiguous, the old values are read later, a reduction makes the value, a dtype cast), the
+    runtime copies it there after the run: inputs and outputs are eager's."""
+    if case == "transposed input":
+        def f(x):
+            x.add_(1.0)
+            return x.sum(0)
+        make = [lambda: torch.randn(5, 4).t()]
+    elif case == "read after the update":
+        def f(x, y):
+            old = x * 2
+            x.add_(y)
+            return old + x.sum()
+        make = [_randn(4, 3), _randn(4, 3)]
+    elif case == "from a reduction":
+        def f(x):
+            x.copy_(x.sum(1, keepdim=True).expand_as(x))
+            return x.amax()
+        make = [_randn(3, 6)]
+    elif case == "cast":
+        def f(x, y):
+            x.copy_(y * 3)  # float32 into float16
+            return y + 1
+        make = [lambda: torch.zeros(4, 4, dtype=torch.float16), _randn(4, 4)]
+    else:
+        def f(x, y):
+            x.add_(y)
+            y.mul_(2)
+            return x + y
+        make = [_randn(5), _randn(5)]
+    _run_both(f, *make, calls=3)
+
+
+def test_a_compiled_sgd_step_with_momentum_follows_eager():
+    """Several steps of a compiled optimizer (its parameters and momentum buffers are written in
+    place), in the default and the reduce-overhead mode."""
+    for mode in ("default", "reduce-overhead"):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 3))
+        twin = copy.deepcopy(model)
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, foreach=True) for m in (model, twin)]
+        step = pipec.compile(opts[1].step, mode=mode)
+        for k in range(3):
+            for m in (model, twin):
+                for p in m.parameters():
+                    p.grad = torch.full_like(p, 0.1 * (k + 1))
+            opts[0].step()
+            step()
+        torch.testing.assert_close(dict(twin.named_parameters()), dict(model.named_parameters()))

@@ -58,6 +58,13 @@ RELEASED = {
         "kernel_plan": "ec7b8f8ec715d59f1b7fc32bf352b0e82b3dccc5251bb7b0279352eb5b47b231",
         "program": "bd4aba14795678d0e6981056e1c893c7bb1bf512aaf38a3dd39584caca8dd955",
     },
+    # 1.7: `Graph.writes` and `Program.writes`, in-place updates of inputs kept in the graph
+    # (docs/IR.md, "Writes to inputs").
+    (1, 7): {
+        "graph": "967d8cda32bac1c28c07efddbf635e2260c0ed9c13230087ed50f1369ca29a68",
+        "kernel_plan": "91477891f4096d9897cddcc8a6d948b742fbc756fe45fa36fd33570b862fba12",
+        "program": "ed303952bb1cf7f536c4a00d13f3ebc88b638431649edf906ca36174889f6426",
+    },
 }
 
 

@@ -75,6 +75,23 @@ def test_verify_catches_dangling_names_and_arity():
         verify(Graph("g", g.inputs, (Node("a", "sum", ("x",), t),), ("a",)))
 
 
+def test_writes_to_inputs_round_trip_and_are_verified():
+    """`writes` (1.7): an input updated in place holds a computed value of its exact type."""
+    g = sample_graph()
+    written = Graph(g.name, g.inputs, g.nodes, g.outputs, writes=(("w", "a"),))
+    assert loads(dumps(written)) == written
+    assert "w <- a  # the input holds it after a run" in format_document(written)
+    bad = {
+        "not an input": (("a", "a"),),
+        "written twice": (("w", "a"), ("w", "e")),
+        "not a computed value": (("w", "x"),),
+        "of another type": (("w", "m"),),
+    }
+    for message, writes in bad.items():
+        with pytest.raises(VerifyError, match=message):
+            verify(Graph(g.name, g.inputs, g.nodes, g.outputs, writes=writes))
+
+
 def test_text_form_has_one_line_per_node_with_type():
     text = format_document(sample_graph())
     assert "a = add(x, w)  # float32[4, s0]" in text

@@ -319,6 +319,10 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
         inference_compiler=compiler("inference"),
         decompositions=decompositions if decompositions is not None else core_decompositions(),
         partition_fn=partition_function(partition),
+        # an inference graph's input mutations (an optimizer step's parameters and state, a static
+        # KV cache) stay in the graph as copy_ into the input (Graph.writes), stored by the kernel
+        # computing the value, instead of one eager copy_ per input in AOTAutograd's epilogue
+        keep_inference_input_mutations=True,
     )
     def backend(gm: torch.fx.GraphModule, example_inputs):
         masked_writes_as_where(gm)  # `x[mask] = v` as a where, no nonzero in its backward (mask_writes.py)

@@ -18,7 +18,7 @@ import torch.fx
 
 import pipec_ir
 from pipec_ir import Device, Dtype, Graph, GraphInput, Node, Ref, TensorType, make_attrs, size_attr
-from pipec_ir.ops import COLLECTIVE_OPS
+from pipec_ir.ops import COLLECTIVE_OPS, VIEW_OPS
 from pipec_ir.symbolic import expr_str
 
 # Each family module adds its rows to table.LOWERINGS on import.
@@ -123,6 +123,7 @@ class Lowerer(GraphBuilder):
         self.fallback_random = fallback_random  # random ops as calls to torch (lower_random.FALLBACK_RANDOM)
         self.inputs: list[GraphInput] = []
         self.env: dict[torch.fx.Node, Any] = {}
+        self.writes: dict[str, str] = {}  # graph input -> the value it holds after a run (copy_ into it)
 
     # ------------------------------------------------------------ the walk
 
@@ -151,9 +152,9 @@ class Lowerer(GraphBuilder):
             name = node.name if node.name not in self.used else self.fresh(node.name)
             self.used.add(name)
             self.inputs.append(GraphInput(name=name, type=TensorType((size,), "int8")))
-        self.nodes = eliminate_dead_nodes(self.nodes, outputs)
+        self.nodes = eliminate_dead_nodes(self.nodes, (*outputs, *self.writes.values()))
         graph = Graph(name=self.name, inputs=tuple(self.inputs), nodes=tuple(self.nodes),
-                      outputs=outputs, symbols=self.symbols.ranges)
+                      outputs=outputs, symbols=self.symbols.ranges, writes=tuple(self.writes.items()))
         try:
             return pipec_ir.verify(graph)
         except pipec_ir.VerifyError as e:
@@ -262,6 +263,8 @@ class Lowerer(GraphBuilder):
                       "aten.sym_storage_offset.default"):  # sizes read off a traced tensor (torch 2.11: offsets too)
             self.env[node] = self.scalar_node(node, val)
             return
+        if target == "aten.copy_.default" and self.writes_an_input(node):
+            return
         if node.meta.get(LIBRARY_COPY):  # a copy of attention's output only where it is needed
             self.env[node] = self.extern(node, "aten.contiguous.default", "library")
             return
@@ -282,10 +285,37 @@ class Lowerer(GraphBuilder):
                     self.used.discard(n.name)
                     self.types.pop(n.name, None)
                 del self.nodes[mark:]
+                self.__dict__.pop("_produced", None)  # the name map of `produced` may hold them
                 reason = f"no lowering for {target}: {why}"
         else:
             reason = extern_reason(target)
         self.env[node] = self.extern(node, target, reason)
+
+    def writes_an_input(self, node: torch.fx.Node) -> bool:
+        """`input.copy_(value)`: an input mutation AOTAutograd kept in an inference graph
+        (`keep_inference_input_mutations`: an optimizer step's parameters and state, a static KV
+        cache). The graph records the write (`Graph.writes`); the value is a computed node of the
+        input's type (a cast, broadcast or fresh copy of the source), never an input or a view,
+        so a kernel can store it into the input's memory. Readers of the copy_'s result read it."""
+        dst = node.args[0]
+        ref = self.env.get(dst) if isinstance(dst, torch.fx.Node) and dst.op == "placeholder" else None
+        if not isinstance(ref, Ref) or not isinstance(self.map_arg(node.args[1]), Ref):
+            return False
+        t = self.types[ref.name]
+        value = self.broadcast(self.cast(self.map_arg(node.args[1]), t.dtype), t.shape)
+        producer = self.produced(value.name)
+        if producer is None or producer.op in VIEW_OPS or value.name in self.writes.values():
+            value = self.emit("identity", [value], t.shape, t.dtype)
+        self.writes[ref.name] = value.name
+        self.env[node] = value
+        return True
+
+    def produced(self, name: str) -> Node | None:
+        """The node named `name` (None for an input), from a map extended as nodes are emitted."""
+        known = self.__dict__.setdefault("_produced", {})
+        for n in self.nodes[len(known):]:
+            known[n.name] = n
+        return known.get(name)
 
     # torch's runtime checks of an unbacked size: `u0 >= 0` and `u0 <= s1` (SymBool nodes) and
     # the asserts and range constraints that consume them

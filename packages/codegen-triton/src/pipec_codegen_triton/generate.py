@@ -14,7 +14,7 @@ from .configs import PERSISTENT_ROW_BYTES, PERSISTENT_SCAN_BYTES, pointwise_conf
 from .matmul_choice import library_target, matmul_with_epilogue
 from .view_steps import reshape_args
 from .kernel_memo import WrittenKernels
-from .memory_plan import plan_program_memory
+from .memory_plan import plan_program_memory, writes_in_place
 from .padding import pad_symbols
 from .scan import ScanWriter
 from .scatter import scatter_launches
@@ -179,8 +179,9 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
                     continue
                 shape_strs, dtype = result
                 types[out] = TensorType(tuple(parse_expr(s) for s in shape_strs), dtype)
-    graph_outputs = {o for o in graph.outputs if o is not None}
+    graph_outputs = set(graph.results())  # written values live to the end too
     steps, buffers, slots, peak = plan_program_memory(tuple(steps), types, graph_outputs, plan)
+    steps, buffers = writes_in_place(steps, buffers, plan)
     program = Program(
         name=graph.name,
         inputs=tuple(Buffer(i.name, i.type) for i in graph.inputs),
@@ -191,7 +192,9 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
         slots=slots,
         symbols=graph.symbols,
         peak_bytes=peak,
-        pad_symbols=pad_symbols(graph) if graph.symbols else (),
+        # an input written in place is the caller's memory: no padded copy of it
+        pad_symbols=pad_symbols(graph) if graph.symbols and not graph.writes else (),
+        writes=graph.writes,
     )
     return verify(program)
 

@@ -104,6 +104,52 @@ def plan_program_memory(steps: tuple[Step, ...], types: dict[str, TensorType], o
     return best
 
 
+def writes_in_place(steps: tuple[Step, ...], buffers: tuple[Buffer, ...], plan) -> tuple[tuple[Step, ...], tuple]:
+    """(steps, buffers) with each written input (`Graph.writes`) stored by the launch computing
+    its value, where that is safe: the value's one writer is a pointwise launch that reads the
+    input only pointwise (or not at all: `inplace_candidates`), no later step reads the input,
+    and the value is no graph output (which must not alias an input). That launch's `inplace`
+    names (value, input); the value's buffer has no slot (the runtime binds it to the input).
+    The runtime copies the other written values into their inputs after the run."""
+    graph = plan.graph
+    if not graph.writes:
+        return steps, buffers
+    candidates = inplace_candidates(plan)
+    kinds = {k.name: k.kind for k in plan.kernels}
+    outputs = set(o for o in graph.outputs if o is not None)
+    writers: dict[str, list[int]] = {}
+    last_read: dict[str, int] = {}
+    for k, step in enumerate(steps):
+        for o in step.outputs:
+            writers.setdefault(o, []).append(k)
+        for i in step.inputs:
+            last_read[i] = k
+    pairs: dict[int, list] = {}
+    for target, value in graph.writes:
+        at = writers.get(value, [])
+        if len(at) != 1 or value in outputs:
+            continue
+        step = steps[at[0]]
+        if step.kind != "launch" or kinds.get(step.target) != "pointwise":
+            continue
+        if last_read.get(target, -1) > at[0]:
+            continue
+        if last_read.get(target, -1) == at[0] and target not in candidates.get(step.target, ()):
+            continue
+        pairs.setdefault(at[0], []).append((value, target))
+    if not pairs:
+        return steps, buffers
+    bound = {value for more in pairs.values() for value, _ in more}
+    out = []
+    for k, step in enumerate(steps):
+        if k in pairs:
+            attrs = {key: v for key, v in step.attrs}
+            attrs["inplace"] = tuple(attrs.get("inplace", ()) or ()) + tuple(pairs[k])
+            step = Step(step.kind, step.target, step.inputs, step.outputs, make_attrs(**attrs))
+        out.append(step)
+    return tuple(out), tuple(Buffer(b.name, b.type, None) if b.name in bound else b for b in buffers)
+
+
 def _mark_inplace(steps, pairs: dict[int, tuple]) -> tuple[Step, ...]:
     """`steps` with each launch's `inplace` attribute the pairs the plan confirmed (codegen's
     proposals the plan did not confirm are dropped)."""

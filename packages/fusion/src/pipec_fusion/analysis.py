@@ -123,7 +123,7 @@ class GraphAnalysis:
             n = self.nodes[name]
             if group_kind_of(n) in ("matmul", "extern", "collective") and n.op != "getitem":
                 need.update(v for v in n.inputs if self.is_view(v))
-        need.update(o for o in graph.outputs if o is not None and self.is_view(o))
+        need.update(o for o in graph.results() if self.is_view(o))
         need.update(v for v in self.materialized if v in self.live)
         stack = list(need)
         while stack:
@@ -134,7 +134,7 @@ class GraphAnalysis:
         self.view_kernels = sorted(need, key=self.position.__getitem__)
 
         # roots that must be stored whatever the grouping: graph outputs and sources of view kernels
-        self.forced_store = {self.root[o] for o in graph.outputs if o is not None}
+        self.forced_store = {self.root[o] for o in graph.results()}  # outputs and written values
         self.forced_store.update(self.root[v] for v in need)
         self.forced_store -= self.input_names
 
@@ -218,7 +218,7 @@ class GraphAnalysis:
 
     def _live_nodes(self) -> set[str]:
         live: set[str] = set()
-        stack = [o for o in self.graph.outputs if o is not None and o in self.nodes]
+        stack = [o for o in self.graph.results() if o in self.nodes]
         for n in self.graph.nodes:  # library calls and collectives run whatever happens to their results
             if n.op in ("extern", "getitem") or kind_of(n.op) == "collective":
                 stack.append(n.name)

@@ -42,7 +42,7 @@ def merge_common_values(graph: Graph) -> tuple[Graph, dict[str, str]]:
     """(`graph` with repeated library-read nodes dropped, {dropped node: the node its readers now read})."""
     same = _repeats(graph)
     library_read = _read_by_library(graph)
-    outputs = {o for o in graph.outputs if o is not None}
+    outputs = set(graph.results())
     dropped = {name: first for name, first in same.items()
                if name not in outputs and name in library_read and first in library_read}
     if not dropped:

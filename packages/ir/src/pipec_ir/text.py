@@ -37,6 +37,7 @@ def format_graph(graph: ir.Graph) -> str:
     for s in graph.symbols:
         lines.append(f"    # {s.name} in [{s.lower}, {s.upper if s.upper is not None else 'inf'}]")
     lines.extend("    " + format_node(n) for n in graph.nodes)
+    lines.extend(f"    {target} <- {value}  # the input holds it after a run" for target, value in graph.writes)
     lines.append(f"    return ({', '.join(str(o) for o in graph.outputs)})")
     return "\n".join(lines)
 
@@ -70,6 +71,7 @@ def format_program(prog: ir.Program) -> str:
                           for o in s.outputs if o in types)
         extra = (", " + _attrs(s.attrs)) if s.attrs else ""
         lines.append(f"    {outs} = {s.kind} {s.target}({', '.join(s.inputs)}{extra})  # {notes}")
+    lines.extend(f"    {target} <- {value}  # the input holds it after a run" for target, value in prog.writes)
     lines.append(f"    return ({', '.join(str(o) for o in prog.outputs)})")
     for k in prog.kernels:
         lines.append("")

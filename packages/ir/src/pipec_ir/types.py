@@ -169,6 +169,13 @@ class Graph:
     nodes: tuple[Node, ...]
     outputs: tuple[str | None, ...]
     symbols: tuple[SymbolRange, ...] = ()
+    # (input, value) pairs (1.7): after a run, graph input `input` holds `value` (a node of the
+    # input's exact type), an in-place update kept in the graph (an optimizer step's parameters)
+    writes: tuple[tuple[str, str], ...] = ()
+
+    def results(self) -> tuple[str, ...]:
+        """The values a run must leave behind: the outputs (not None), then the written values."""
+        return tuple(o for o in self.outputs if o is not None) + tuple(v for _, v in self.writes)
 
     def types(self) -> dict[str, TensorType]:
         """Value name -> type (a new dict each call; built once per graph: codegen asks ~500
@@ -306,6 +313,10 @@ class Program:
     # larger value of the symbol) and each output sliced back, with the same result: no
     # output element reads a padded element (codegen proves it; docs/IR.md, "Padding").
     pad_symbols: tuple[str, ...] = ()
+    # (input, buffer) pairs (1.7), the graph's `writes`: after a run, input `input` holds the
+    # buffer's values. A launch may have written them there already (`inplace` naming the input);
+    # the runtime copies the rest (docs/IR.md, "Writes to inputs").
+    writes: tuple[tuple[str, str], ...] = ()
 
     def kernel_map(self) -> dict[str, TritonKernel]:
         return {k.name: k for k in self.kernels}

@@ -41,7 +41,27 @@ def verify_graph(graph: ir.Graph) -> ir.Graph:
     for o in graph.outputs:
         if o is not None and o not in defined:
             raise VerifyError(f"graph {graph.name}: output {o!r} is not defined")
+    _check_writes(graph.writes, {i.name: i.type for i in graph.inputs}, types, f"graph {graph.name}")
     return graph
+
+
+def _check_writes(writes, inputs: dict, types: dict, where: str) -> None:
+    """Each write names an input once, and a value (not an input) of that input's exact type."""
+    seen = set()
+    for pair in writes:
+        if len(pair) != 2:
+            raise VerifyError(f"{where}: a write is an (input, value) pair, got {pair!r}")
+        target, value = pair
+        if target not in inputs:
+            raise VerifyError(f"{where}: writes to {target!r}, which is not an input")
+        if target in seen:
+            raise VerifyError(f"{where}: input {target!r} is written twice")
+        seen.add(target)
+        if value not in types or value in inputs:
+            raise VerifyError(f"{where}: input {target!r} is written from {value!r}, which is not a computed value")
+        if types[value] != inputs[target]:
+            raise VerifyError(f"{where}: input {target!r} ({inputs[target]}) is written from {value!r} "
+                              f"of another type ({types[value]})")
 
 
 def _where(graph: ir.Graph, n: ir.Node) -> str:
@@ -122,7 +142,7 @@ def verify_plan(plan: ir.KernelPlan) -> ir.KernelPlan:
             if i not in available:
                 raise VerifyError(f"kernel {k.name} reads {i!r} before any kernel writes it")
         available.update(k.outputs)
-    for o in plan.graph.outputs:
+    for o in (*plan.graph.outputs, *(value for _, value in plan.graph.writes)):
         if o is not None and o not in available:
             raise VerifyError(f"graph output {o!r} is never written by a kernel")
     return plan
@@ -147,6 +167,8 @@ def verify_program(prog: ir.Program) -> ir.Program:
     for o in prog.outputs:
         if o is not None and o not in available:
             raise VerifyError(f"program output {o!r} is never written")
+    buffer_types = {b.name: b.type for b in prog.buffers if b.name in available}
+    _check_writes(prog.writes, {b.name: b.type for b in prog.inputs}, buffer_types, f"program {prog.name}")
     return prog
 
 

@@ -68,6 +68,7 @@ from .buckets import GraphTable, PadPolicy, budget_from, copy_input, prefix_slic
 from .profiling import graph_range, profiler_state
 from .pysource import Source, compile_source
 from .runner import ProgramRunner
+from .writes import written_inputs
 
 NO_CUDA_MESSAGE = "cudagraph runtime: no CUDA device, running as 'launch'"
 
@@ -289,6 +290,11 @@ class CudaGraphProgram:
         comm = [st.target for st in program.steps if st.kind == "extern" and st.target.startswith(COLLECTIVE_PREFIX)]
         if comm and not sync:
             self._not_capturable = f"{comm[0]} communicates through torch.distributed"
+        if program.writes and not self._not_capturable:
+            # warm-up runs would apply the update more than once (an optimizer step's parameters),
+            # and a replay writes an input copied into the graph's buffer, not the caller's tensor
+            self._not_capturable = (f"it writes {len(program.writes)} of its inputs in place "
+                                    f"({', '.join(t for t, _ in program.writes[:3])}{', ...' if len(program.writes) > 3 else ''})")
 
     def __call__(self, inputs, in_range: bool = False) -> list:
         if profiler_state._is_profiler_enabled and not in_range:  # name the call (profiling.py)
@@ -319,21 +325,22 @@ class CudaGraphProgram:
         runner = self.runner
         if self.fallback is not None:  # inside this call's range, if a profiler records
             return runner(inputs, profiler_state._is_profiler_enabled)
+        originals = written_inputs(runner.write_index, inputs) if runner.write_index else ()
         prepared, symvals, device = runner.prepare(inputs)
         if device.type != self.device_type:
-            return runner.run(prepared, symvals, device)
+            return runner.run(prepared, symvals, device, originals=originals)
         values = self.padding.graph_values(symvals)
         key = (device.index, values)
         slot = self.graphs.get(key)
         if slot is None:
             slot = self.graphs.record(key, lambda: _Slot(len(prepared)))  # a new size: charged
             if slot is None:  # over budget
-                return runner.run(prepared, symvals, device)
+                return runner.run(prepared, symvals, device, originals=originals)
         call = _Call(runner, slot, inputs, prepared, symvals, values, device)
         slot.last[:] = call.ptrs
         graph = self._pick(slot, call)
         if graph is None:  # every variant's outputs held and no record left, or capture failed
-            return runner.run(prepared, symvals, device)
+            return runner.run(prepared, symvals, device, originals=originals)
         out = self._replay(graph, prepared, symvals, values)
         if symvals not in self.replays and _device_index(device) == _current_device():
             self.replays[symvals] = self._build_replay(slot, symvals, values, device)

@@ -31,6 +31,7 @@ def input_releases(positions, runner) -> dict:
     ordered iterable of (key, step objects at that key). Inputs the program returns are kept;
     an object of unknown kind keeps every input up to it."""
     inputs = set(range(len(runner.program.inputs))) - {i for i in runner.out_index if i is not None}
+    inputs -= {k for k, _ in getattr(runner, "write_index", ())}  # written after the run (writes.py)
     last: dict[int, object] = {}
     for key, objs in positions:
         for obj in objs:

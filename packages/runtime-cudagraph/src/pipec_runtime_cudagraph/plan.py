@@ -44,6 +44,9 @@ class ProgramPlan:
         self._plan_allocations()
         self._plan_release()
         self.out_index = tuple(None if o is None else self.index[o] for o in program.outputs)
+        # (input position, value index) per written input (Program.writes): `apply_writes`
+        position = {b.name: k for k, b in enumerate(program.inputs)}
+        self.write_index = tuple((position[target], self.index[value]) for target, value in program.writes)
         types = {b.name: b.type for b in (*program.inputs, *program.buffers)}
         self.output_shapes = tuple(None if o is None or o not in types else self.shape_fn(types[o].shape)
                                    for o in program.outputs)
@@ -159,16 +162,23 @@ class ProgramPlan:
         if step.kind != "launch":
             return []
         names = []
+        written = {target for target, _ in self.program.writes}
         for out, donor in tuple(get_attr(step.attrs, "inplace", ()) or ()):
+            if out not in self.buffers:
+                continue
+            if donor in written:  # a written input's value, stored into the input itself
+                names.append((out, donor))
+                continue
             d = self.buffers.get(donor)
-            if out in self.buffers and d is not None and d.slot is None and donor not in self._input_names:
+            if d is not None and d.slot is None and donor not in self._input_names:
                 names.append((out, donor))
         return names
 
     def _plan_release(self) -> None:
         """After step k, drop the values whose last use is step k (not outputs, not inputs)."""
         program = self.program
-        keep = {o for o in program.outputs if o is not None} | {b.name for b in program.inputs}
+        keep = ({o for o in program.outputs if o is not None} | {b.name for b in program.inputs}
+                | {value for _, value in program.writes})  # written into its input after the run
         last: dict[str, int] = {}
         for k, s in enumerate(program.steps):
             for n in (*s.inputs, *s.outputs):

@@ -27,6 +27,7 @@ from .rounds import PRUNE
 from .specialize import build_specialized
 from .steps import ExternStep, HostExtern, LaunchStep, ProgramLoadError, plan_objects, runs_on_host
 from .tuning_cache import TuningCache
+from .writes import apply_writes, written_inputs
 
 # Specialized runs kept per program (one per distinct size tuple); past it, new sizes take
 # the general path (it is correct, only slower).
@@ -266,12 +267,15 @@ class ProgramRunner(ProgramPlan):
         return plan
 
     def run(self, inputs: list, symvals: tuple, device: torch.device, observe: dict | None = None,
-            owned: bool = False) -> list:
+            owned: bool = False, originals=None) -> list:
         """Run the steps on prepared inputs; the program's outputs. `observe` (a dict) receives
         {value: (shape, stride, dtype)} of every tensor value the run made (views.py reads it).
-        `owned`: the caller handed `inputs` over; it is cleared once read (owned_inputs.py)."""
+        `owned`: the caller handed `inputs` over; it is cleared once read (owned_inputs.py).
+        `originals`: the caller's written inputs (writes.py; default: `inputs`' own)."""
+        if originals is None:
+            originals = written_inputs(self.write_index, inputs) if self.write_index else ()
         if device.type == "cpu" and not interpreter_active() and torch.cuda.is_available():
-            return self.run_cpu_on_cuda(inputs, symvals)
+            return self.run_cpu_on_cuda(inputs, symvals, originals)
         steps = self.steps_for(device)
         if device.type == "cpu" and profiler_state._is_profiler_enabled:  # interpreter kernels: a range each
             steps = ranged_plan(self, steps)
@@ -292,6 +296,8 @@ class ProgramRunner(ProgramPlan):
                 self._run_steps(*args)
         else:
             self._run_steps(*args)
+        if self.write_index:
+            apply_writes(self.write_index, originals, vals)
         if observe is not None:
             observe_values(observe, range(self.nvals), vals)
         return [None if i is None else vals[i] for i in self.out_index]
@@ -335,7 +341,7 @@ class ProgramRunner(ProgramPlan):
             for i, dtype, shape, size in views:
                 vals[i] = storage[:size(*symvals)[0]].view(dtype).view(shape(*symvals))
 
-    def run_cpu_on_cuda(self, inputs: list, symvals: tuple) -> list:
+    def run_cpu_on_cuda(self, inputs: list, symvals: tuple, originals=()) -> list:
         """CPU tensors on a machine with CUDA: the kernels run on the GPU, everything else as
         it would for CPU tensors, and the caller gets CPU tensors.
 
@@ -359,6 +365,7 @@ class ProgramRunner(ProgramPlan):
         vals = [None] * self.nvals
         vals[:len(moved)] = moved
         self._run_steps(steps, self._allocation_schedule(steps), vals, symvals, cuda)
+        apply_writes(self.write_index, originals, vals)  # into the caller's CPU tensors
         return outputs_to_caller([None if i is None else vals[i] for i in self.out_index], moved, inputs)
 
     def _input_drops(self, steps: list) -> list:
@@ -408,12 +415,13 @@ class ProgramRunner(ProgramPlan):
         may_specialize = self.specialize and len(self.specialized) < MAX_SPECIALIZED
         strides = input_strides(inputs) if may_specialize else None  # before `prepare` copies any
         given = inputs
+        originals = written_inputs(self.write_index, given) if self.write_index else ()
         inputs, symvals, device = self.prepare(inputs)  # a list of its own
         if owned:
             given.clear()  # the caller's references go now, the run's after their last readers
         specialize = may_specialize and symvals not in self.specialized
         observed = {} if specialize else None  # the layouts the specialized run builds on
-        out = self.run(inputs, symvals, device, observed, owned=owned)
+        out = self.run(inputs, symvals, device, observed, owned=owned, originals=originals)
         if specialize:
             self._specialize(symvals, device, observed, strides)
         return out

@@ -37,6 +37,7 @@ from .exprs import compile_ints
 from .extern_ops import direct_call, python_binding
 from .pysource import Source, compile_source
 from .steps import TORCH_DTYPES, ExternStep, LaunchStep, touched_values, written_over
+from .writes import holds
 from .memory import is_view_target
 from .owned_inputs import input_releases
 from .views import REINTERPRET, Reinterpret, collapse_view_chains
@@ -106,6 +107,11 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
                 src.emit(" = ".join(var[i] for i in dropped[(k, j)]) + " = None")
         if after.get((k, None)):
             src.emit(" = ".join(var[i] for i in after[(k, None)]) + " = None")
+    if runner.write_index:  # each written input's value into the caller's tensor (writes.py)
+        src.namespace["HOLDS"] = holds
+        for k, value in runner.write_index:
+            original = caller_name(names, k)
+            src.emit(f"if not HOLDS({original}, {var[value]}): {original}.detach().copy_({var[value]})")
     outs = ", ".join("None" if i is None else var[i] for i in runner.out_index)
     src.emit(f"return [{outs}]")
     return compile_source(header + src.lines, src.namespace, f"<pipec {runner.name} {symvals}>")
@@ -186,6 +192,11 @@ def _chosen_alternative(step, symvals, device) -> str | None:
     return step.chosen.get(bucket)
 
 
+def caller_name(names: list[str], k: int) -> str:
+    """The local holding the caller's tensor for input `k`, which the run writes (writes.py)."""
+    return f"{names[k]}_caller"
+
+
 def guard_lines(src: Source, runner, symvals: tuple, device_index: int, names: list[str],
                 signature: str, strides: list | None = None, dense: frozenset | None = None) -> list[str]:
     """`def <signature>:` and the checks `prepare` makes, specialized to `symvals`: each
@@ -201,6 +212,8 @@ def guard_lines(src: Source, runner, symvals: tuple, device_index: int, names: l
     lines = [f"def {signature}:", f"    if len(inputs) != {len(names)}: return None"]
     if names:
         lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = inputs")
+    for k, _ in getattr(runner, "write_index", ()):  # the caller's tensor, even where copied below
+        lines.append(f"    {caller_name(names, k)} = {names[k]}")
     checks, copies = [], []
     for k, (name, dtype, shape_fn) in enumerate(zip(names, runner.input_dtypes, runner.input_shapes)):
         d = src.const("D", dtype)
