@@ -279,3 +279,22 @@ def test_a_compiled_sgd_step_with_momentum_follows_eager():
             opts[0].step()
             step()
         torch.testing.assert_close(dict(twin.named_parameters()), dict(model.named_parameters()))
+
+
+def test_a_cache_written_with_index_copy_is_scattered_in_place(tmp_path):
+    """A static KV cache's update (`index_copy_` at the new positions): the scatter launch writes
+    into the cache itself, with no init launch copying the whole cache first."""
+    def f(cache, key, pos):
+        cache.index_copy_(2, pos, key)
+        return cache.sum(2)
+
+    compiled = pipec.compile(f, dump_dir=str(tmp_path))
+    for start in (0, 3):
+        cache = torch.randn(2, 3, 8, 4)
+        key, pos = torch.randn(2, 3, 2, 4), torch.arange(start, start + 2)
+        expected_cache = cache.clone()
+        expected = f(expected_cache, key, pos)
+        torch.testing.assert_close(compiled(cache, key, pos), expected)
+        torch.testing.assert_close(cache, expected_cache)
+    text = _program_text(tmp_path)
+    assert "_init(" not in text and "inplace=" in text, text

@@ -181,7 +181,8 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
                 types[out] = TensorType(tuple(parse_expr(s) for s in shape_strs), dtype)
     graph_outputs = set(graph.results())  # written values live to the end too
     steps, buffers, slots, peak = plan_program_memory(tuple(steps), types, graph_outputs, plan)
-    steps, buffers = writes_in_place(steps, buffers, plan)
+    steps, buffers, unlaunched = writes_in_place(steps, buffers, plan)
+    kernels = [k for k in kernels if k.name not in unlaunched]
     program = Program(
         name=graph.name,
         inputs=tuple(Buffer(i.name, i.type) for i in graph.inputs),

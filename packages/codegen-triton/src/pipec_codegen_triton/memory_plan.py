@@ -104,16 +104,18 @@ def plan_program_memory(steps: tuple[Step, ...], types: dict[str, TensorType], o
     return best
 
 
-def writes_in_place(steps: tuple[Step, ...], buffers: tuple[Buffer, ...], plan) -> tuple[tuple[Step, ...], tuple]:
+def writes_in_place(steps: tuple[Step, ...], buffers: tuple[Buffer, ...], plan) -> tuple[tuple[Step, ...], tuple, set]:
     """(steps, buffers) with each written input (`Graph.writes`) stored by the launch computing
     its value, where that is safe: the value's one writer is a pointwise launch that reads the
     input only pointwise (or not at all: `inplace_candidates`), no later step reads the input,
-    and the value is no graph output (which must not alias an input). That launch's `inplace`
+    and the value is no graph output (which must not alias an input); or the value scatters
+    into the input as it is (`_scatter_into`: the init launch goes). That launch's `inplace`
     names (value, input); the value's buffer has no slot (the runtime binds it to the input).
-    The runtime copies the other written values into their inputs after the run."""
+    The runtime copies the other written values into their inputs after the run. Third: the
+    kernels no step launches any more (those init launches)."""
     graph = plan.graph
     if not graph.writes:
-        return steps, buffers
+        return steps, buffers, set()
     candidates = inplace_candidates(plan)
     kinds = {k.name: k.kind for k in plan.kernels}
     outputs = set(o for o in graph.outputs if o is not None)
@@ -125,9 +127,19 @@ def writes_in_place(steps: tuple[Step, ...], buffers: tuple[Buffer, ...], plan) 
         for i in step.inputs:
             last_read[i] = k
     pairs: dict[int, list] = {}
+    skipped: set[int] = set()
+    nodes = graph.node_map()
     for target, value in graph.writes:
         at = writers.get(value, [])
-        if len(at) != 1 or value in outputs:
+        if value in outputs:
+            continue
+        if _scatter_into(nodes.get(value), target, at, steps, last_read):
+            # a scatter whose base is the input (a KV cache's index_copy_): its init launch would
+            # copy the input onto itself; the scatter launch writes into the input directly
+            skipped.add(at[0])
+            pairs.setdefault(at[1], []).append((value, target))
+            continue
+        if len(at) != 1:
             continue
         step = steps[at[0]]
         if step.kind != "launch" or kinds.get(step.target) != "pointwise":
@@ -138,16 +150,29 @@ def writes_in_place(steps: tuple[Step, ...], buffers: tuple[Buffer, ...], plan) 
             continue
         pairs.setdefault(at[0], []).append((value, target))
     if not pairs:
-        return steps, buffers
+        return steps, buffers, set()
     bound = {value for more in pairs.values() for value, _ in more}
     out = []
     for k, step in enumerate(steps):
+        if k in skipped:
+            continue
         if k in pairs:
             attrs = {key: v for key, v in step.attrs}
             attrs["inplace"] = tuple(attrs.get("inplace", ()) or ()) + tuple(pairs[k])
             step = Step(step.kind, step.target, step.inputs, step.outputs, make_attrs(**attrs))
         out.append(step)
-    return tuple(out), tuple(Buffer(b.name, b.type, None) if b.name in bound else b for b in buffers)
+    dropped = {steps[k].target for k in skipped}
+    return tuple(out), tuple(Buffer(b.name, b.type, None) if b.name in bound else b for b in buffers), dropped
+
+
+def _scatter_into(node, target: str, at: list[int], steps, last_read: dict) -> bool:
+    """Whether `node` scatters into input `target` as it is, through its two launches (the init
+    copying `target` alone, then the scatter) and nothing reads `target` after the init."""
+    if node is None or node.op != "scatter" or node.inputs[0] != target or len(at) != 2:
+        return False
+    init, body = steps[at[0]], steps[at[1]]
+    return (init.kind == body.kind == "launch" and init.target == f"{body.target}_init"
+            and init.inputs == (target,) and target not in body.inputs and last_read.get(target, -1) <= at[0])
 
 
 def _mark_inplace(steps, pairs: dict[int, tuple]) -> tuple[Step, ...]:
