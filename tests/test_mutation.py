@@ -137,6 +137,21 @@ def test_batch_norm_running_stats_match_eager(momentum):
         torch.testing.assert_close(compiled(x), eager(x))
 
 
+def test_batch_norm_statistics_recalibrated_under_no_grad():
+    """Train-mode BatchNorm under no_grad (recalibrating the statistics after training): an
+    inference graph whose running mean, variance and batch count are written in place."""
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    model = copy.deepcopy(eager)
+    compiled = pipec.compile(model)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 3, 7, 7, generator=g)
+            torch.testing.assert_close(compiled(x), eager(x))
+    torch.testing.assert_close(dict(model.named_buffers()), dict(eager.named_buffers()))
+
+
 def test_buffer_updated_in_forward_while_training():
     torch.manual_seed(0)
     eager = RunningMean()
