@@ -278,16 +278,19 @@ def test_writes_that_cannot_be_stored_in_place_are_copied(case):
     _run_both(f, *make, calls=3)
 
 
-def test_a_compiled_sgd_step_with_momentum_follows_eager():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA (CUDA Graph replays)"))])
+def test_a_compiled_sgd_step_with_momentum_follows_eager(device):
     """Several steps of a compiled optimizer (its parameters and momentum buffers are written in
-    place), in the default and the reduce-overhead mode."""
+    place), in the default and the reduce-overhead mode (on CUDA: replays, whose warm-ups must
+    not apply the update)."""
     for mode in ("default", "reduce-overhead"):
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 3))
+        model = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 3)).to(device)
         twin = copy.deepcopy(model)
         opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, foreach=True) for m in (model, twin)]
         step = pipec.compile(opts[1].step, mode=mode)
-        for k in range(3):
+        for k in range(4):
             for m in (model, twin):
                 for p in m.parameters():
                     p.grad = torch.full_like(p, 0.1 * (k + 1))

@@ -271,7 +271,7 @@ register("aten.max_pool3d_with_indices.default")(_max_pool(3))
 # ------------------------------------------------------------ adaptive average pooling
 
 
-def _adaptive_windows(cx, shape, dim: int, size: int, out: int):
+def adaptive_windows(cx, shape, dim: int, size: int, out: int):
     """Output point i along `dim` pools input [floor(i*size/out), ceil((i+1)*size/out)).
 
     Returns (start, length) as int64 Refs of `shape` and the longest window (static)."""
@@ -313,7 +313,7 @@ def _adaptive_avg_pool(n: int):
             kernel = tuple(s // o for s, o in zip(size, out))
             return _avg_pool(n)(cx, node, x, kernel, kernel)
         shape, rank, acc = t.shape, len(src_shape), acc_dtype(t.dtype)
-        windows = [_adaptive_windows(cx, shape, rank - n + k, size[k], out[k]) for k in range(n)]
+        windows = [adaptive_windows(cx, shape, rank - n + k, size[k], out[k]) for k in range(n)]
         taps = math.prod(w[2] for w in windows)
         if taps > MAX_TAPS:
             raise NoLowering(f"adaptive pooling window of {taps} taps (more than {MAX_TAPS})")
@@ -357,7 +357,7 @@ def _adaptive_max_pool(n: int):
             kernel = tuple(s // o for s, o in zip(size, out))
             return _max_pool(n)(cx, node, x, kernel, kernel)
         rank = len(src_shape)
-        windows = [_adaptive_windows(cx, shape, rank - n + k, size[k], out[k]) for k in range(n)]
+        windows = [adaptive_windows(cx, shape, rank - n + k, size[k], out[k]) for k in range(n)]
         taps = math.prod(w[2] for w in windows)
         if taps > MAX_TAPS:
             raise NoLowering(f"adaptive pooling window of {taps} taps (more than {MAX_TAPS})")
@@ -423,10 +423,10 @@ def _gather_windows(cx, win: Window, grad: Ref, shape, reach, *, check_reach: bo
     if candidates > MAX_TAPS:
         raise NoLowering(f"pooling backward over {candidates} candidate windows (more than {MAX_TAPS})")
     per_dim = [list(_covering_windows(cx, win, shape, k, reach[k], check_reach)) for k in range(win.n)]
-    return _gather_candidates(cx, grad, shape, win.lead, win.out, per_dim, picked)
+    return gather_candidates(cx, grad, shape, win.lead, win.out, per_dim, picked)
 
 
-def _gather_candidates(cx, grad: Ref, shape, lead_shape, out, per_dim, picked=None) -> Ref:
+def gather_candidates(cx, grad: Ref, shape, lead_shape, out, per_dim, picked=None) -> Ref:
     """sum over every combination of one candidate per spatial dim of grad[candidate], masked.
 
     per_dim[k] lists (output coordinate along dim k, mask or None) as Refs of `shape`; a
@@ -510,112 +510,3 @@ register("aten.avg_pool2d_backward.default")(_avg_pool_backward(2))
 register("aten.avg_pool3d_backward.default")(_avg_pool_backward(3))
 register("aten.max_pool2d_with_indices_backward.default")(_max_pool_backward(2))
 register("aten.max_pool3d_with_indices_backward.default")(_max_pool_backward(3))
-
-
-# ------------------------------------------------------------ adaptive average pooling backward
-
-
-def _adaptive_spans(size: int, out: int) -> list[int]:
-    """The length of each adaptive window (static): ceil((i+1)*size/out) - floor(i*size/out)."""
-    return [-(-(i + 1) * size // out) - i * size // out for i in range(out)]
-
-
-def _adaptive_divisor(cx, shape, sizes, outs):
-    """Each output point's window size over the last len(sizes) dims of `shape`: a number
-    where it is the same everywhere, else an int64 Ref (one factor per uneven dim)."""
-    n, divisor, factor = len(sizes), 1, None
-    for k, (size, out) in enumerate(zip(sizes, outs)):
-        spans = set(_adaptive_spans(size, out))
-        if len(spans) == 1:
-            divisor *= spans.pop()
-            continue
-        _, length, _ = _adaptive_windows(cx, shape, len(shape) - n + k, size, out)
-        factor = length if factor is None else binop(cx, "mul", factor, length, shape)
-    if factor is None:
-        return divisor
-    return binop(cx, "mul", factor, divisor, shape) if divisor != 1 else factor
-
-
-def _adaptive_covering_cells(cx, shape, dim: int, size: int, out: int):
-    """The output cells along `dim` whose adaptive windows cover each input point of `shape`.
-
-    Cell i covers input [floor(i*size/out), ceil((i+1)*size/out)), so input p is covered by
-    exactly the cells [floor(p*out/size), ceil((p+1)*out/size)): the same formula with size
-    and out swapped (floor(i*size/out) <= p iff i*size < (p+1)*out, and
-    ceil((i+1)*size/out) > p iff (i+1)*size > p*out). That range is never empty and holds at
-    most max_p of its length cells (<= ceil(out/size) + 1, exactly 1 when out divides size).
-    Yields (cell, mask or None) per candidate; candidate 0 always covers, a later one is
-    clamped into the output and masked only if some point has fewer covering cells.
-    """
-    first, count, most = _adaptive_windows(cx, shape, dim, out, size)
-    fewest = min(_adaptive_spans(out, size))
-    for j in range(most):
-        if j < fewest:  # every point has at least j + 1 covering cells: in range, no mask
-            yield (binop(cx, "add", first, j, shape) if j else first), None
-            continue
-        cell = binop(cx, "minimum", binop(cx, "add", first, j, shape), out - 1, shape)
-        yield cell, cx.pointwise("lt", [j, count], shape, "bool", operand_dtype=I64)
-
-
-def _adaptive_backward_sizes(cx, node, grad_output, x, n: int, what: str):
-    """(result type, input shape, its last n sizes, the output's last n sizes), all static, for
-    a backward over adaptive windows; a non-float result or too many candidate cells per input
-    point: extern."""
-    t = cx.result(node)
-    if not is_float(t.dtype):
-        raise NoLowering(f"{t.dtype} adaptive {what} pooling backward")
-    src_shape = tuple(cx.static(s) for s in cx.shape(x))
-    out_shape = tuple(cx.static(s) for s in cx.shape(grad_output))
-    if len(src_shape) not in (n + 1, n + 2) or len(out_shape) != len(src_shape):
-        raise NoLowering(f"{len(src_shape)}-D input for {n}-D adaptive pooling")
-    size, out = src_shape[-n:], out_shape[-n:]
-    if 0 not in src_shape and 0 not in out:
-        candidates = math.prod(max(_adaptive_spans(o, s)) for s, o in zip(size, out))
-        if candidates > MAX_TAPS:
-            raise NoLowering(f"adaptive pooling backward over {candidates} candidate cells (more than {MAX_TAPS})")
-    return t, src_shape, size, out
-
-
-def _adaptive_avg_pool_backward(n: int):
-    def lower(cx, node, grad_output, x):
-        t, src_shape, size, out = _adaptive_backward_sizes(cx, node, grad_output, x, n, "average")
-        if 0 in src_shape or 0 in out:
-            return cx.full(0.0, t.shape, t.dtype)
-        acc, shape, rank = acc_dtype(t.dtype), t.shape, len(src_shape)
-        # each cell's share of its gradient (grad / window size), computed once per output point
-        divisor = _adaptive_divisor(cx, cx.shape(grad_output), size, out)
-        divisor = cx.cast(divisor, acc) if isinstance(divisor, Ref) else float(divisor)
-        share = cx.pointwise("div", [cx.cast(grad_output, acc), divisor], cx.shape(grad_output), acc)
-        per_dim = [list(_adaptive_covering_cells(cx, shape, rank - n + k, size[k], out[k])) for k in range(n)]
-        total = _gather_candidates(cx, share, shape, src_shape[:-n], out, per_dim)
-        return cx.cast(total, t.dtype)
-    lower.__name__ = f"lower_adaptive_avg_pool{n}d_backward"
-    return lower
-
-
-register("aten._adaptive_avg_pool2d_backward.default")(_adaptive_avg_pool_backward(2))
-register("aten._adaptive_avg_pool3d_backward.default")(_adaptive_avg_pool_backward(3))
-
-
-def _adaptive_max_pool_backward(n: int):
-    def lower(cx, node, grad_output, x, indices):
-        t, src_shape, size, out = _adaptive_backward_sizes(cx, node, grad_output, x, n, "max")
-        if 0 in src_shape or 0 in out:
-            return cx.full(0.0, t.shape, t.dtype)
-        acc, shape, rank = acc_dtype(t.dtype), t.shape, len(src_shape)
-        here = flat_position(cx, [iota(cx, shape, rank - n + k) for k in range(n)], size, shape)
-        index = cx.cast(indices, I64)
-
-        def picked(pos):  # the cell chose this very input point as its maximum
-            return cx.pointwise("eq", [take(cx, index, pos, shape), here], shape, "bool", operand_dtype=I64)
-
-        # a cell picks a point of its own window, so the cells covering a point are the only candidates
-        per_dim = [list(_adaptive_covering_cells(cx, shape, rank - n + k, size[k], out[k])) for k in range(n)]
-        total = _gather_candidates(cx, cx.cast(grad_output, acc), shape, src_shape[:-n], out, per_dim, picked)
-        return cx.cast(total, t.dtype)
-    lower.__name__ = f"lower_adaptive_max_pool{n}d_backward"
-    return lower
-
-
-register("aten.adaptive_max_pool2d_backward.default")(_adaptive_max_pool_backward(2))
-register("aten.adaptive_max_pool3d_backward.default")(_adaptive_max_pool_backward(3))

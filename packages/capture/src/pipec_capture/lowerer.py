@@ -24,7 +24,7 @@ from pipec_ir.symbolic import expr_str
 # Each family module adds its rows to table.LOWERINGS on import.
 from . import (  # noqa: F401
     lower_collectives, lower_functional, lower_indexing, lower_math, lower_matmul, lower_pointwise, lower_pool,
-    lower_random, lower_reduction, lower_scan, lower_scatter, lower_views,
+    lower_pool_adaptive_backward, lower_random, lower_reduction, lower_scan, lower_scatter, lower_views,
 )
 from .builder import GraphBuilder, scalar_value
 from .checkpoint_rng import replay_refusal

@@ -49,13 +49,17 @@ its own pool (which lives as long as the graph); cleared after, no other capture
 Warm-up runs and captures leave the RNG state as they found it, so a record, whenever it
 happens, draws nothing a replay would not.
 
+Written inputs (Program.writes: an optimizer step's parameters and state, a static KV cache).
+Warm-up runs write clones of them, so only the replay applies an update (a capture runs
+nothing). A graph writes an input where it reads it: a pinned one is the caller's memory; one
+read from the graph's own buffer is copied back into the caller's tensor after the replay.
+
 Without CUDA, for CPU inputs, or when capture fails (a host sync, out of memory, an op that
 cannot be captured), it runs as ``launch``, with one warning naming the reason.
 """
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 import weakref
 from collections.abc import Callable
@@ -65,6 +69,7 @@ import torch
 from pipec_ir import CompileOptions, LoadContext, Program
 
 from .buckets import GraphTable, PadPolicy, budget_from, copy_input, prefix_slices
+from .capture_support import capture_stream, clear_cublas_workspaces, preserved_rng, recover_from_failed_capture
 from .profiling import graph_range, profiler_state
 from .pysource import Source, compile_source
 from .runner import ProgramRunner
@@ -91,8 +96,6 @@ _use_count = torch._C._storage_Use_Count
 
 # storage address -> the variant whose output lives there (inputs found there are pinned)
 _OWNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-# device index -> the stream pipec warms up and captures on
-_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
 def _current_device() -> int:
@@ -107,33 +110,6 @@ def _device_index(device: torch.device) -> int:
 def is_static_input(t: torch.Tensor) -> bool:
     """Always pinned: parameters, and tensors Dynamo marked static."""
     return isinstance(t, torch.nn.Parameter) or getattr(t, "_dynamo_static_input_type", None) is not None
-
-
-def capture_stream(device: torch.device) -> torch.cuda.Stream:
-    """pipec's own warm-up and capture stream on `device` (see the module docstring)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = _CAPTURE_STREAMS.get(index)
-    if stream is None:
-        stream = _CAPTURE_STREAMS[index] = torch.cuda.Stream(device=index)
-    return stream
-
-
-def clear_cublas_workspaces() -> None:
-    """Drop PyTorch's cached cuBLAS/cuBLASLt workspaces (each is allocated again at its next use)."""
-    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-    if clear is not None:
-        clear()
-
-
-@contextlib.contextmanager
-def preserved_rng(device: torch.device):
-    """The CPU and `device`'s CUDA generator states, restored on exit."""
-    cpu, cuda = torch.random.get_rng_state(), torch.cuda.get_rng_state(device)
-    try:
-        yield
-    finally:
-        torch.random.set_rng_state(cpu)
-        torch.cuda.set_rng_state(cuda, device)
 
 
 class _InputView:
@@ -290,11 +266,9 @@ class CudaGraphProgram:
         comm = [st.target for st in program.steps if st.kind == "extern" and st.target.startswith(COLLECTIVE_PREFIX)]
         if comm and not sync:
             self._not_capturable = f"{comm[0]} communicates through torch.distributed"
-        if program.writes and not self._not_capturable:
-            # warm-up runs would apply the update more than once (an optimizer step's parameters),
-            # and a replay writes an input copied into the graph's buffer, not the caller's tensor
-            self._not_capturable = (f"it writes {len(program.writes)} of its inputs in place "
-                                    f"({', '.join(t for t, _ in program.writes[:3])}{', ...' if len(program.writes) > 3 else ''})")
+        # inputs the program writes (Program.writes): warm-ups write clones of them, and a replay
+        # that read one from its own buffer copies the buffer back into the caller's tensor
+        self.written = frozenset(k for k, _ in self.runner.write_index)
 
     def __call__(self, inputs, in_range: bool = False) -> list:
         if profiler_state._is_profiler_enabled and not in_range:  # name the call (profiling.py)
@@ -341,7 +315,7 @@ class CudaGraphProgram:
         graph = self._pick(slot, call)
         if graph is None:  # every variant's outputs held and no record left, or capture failed
             return runner.run(prepared, symvals, device, originals=originals)
-        out = self._replay(graph, prepared, symvals, values)
+        out = self._replay(graph, prepared, symvals, values, inputs)
         if symvals not in self.replays and _device_index(device) == _current_device():
             self.replays[symvals] = self._build_replay(slot, symvals, values, device)
         return out
@@ -439,7 +413,7 @@ class CudaGraphProgram:
         try:
             graph, outputs = self._record_graph(graph_inputs, call.values, call.device, warmups)
         except Exception as e:  # noqa: BLE001 - any capture failure falls back to plain launches
-            _recover_from_failed_capture(call.device)
+            recover_from_failed_capture(call.device)
             self._give_up(f"{type(e).__name__}: {e}".splitlines()[0])
             return None
         caller = {call.prepared[i].untyped_storage().data_ptr(): (i, call.prepared[i]) for i in pinned}
@@ -452,9 +426,12 @@ class CudaGraphProgram:
         with torch.cuda.device(device), preserved_rng(device):
             stream = capture_stream(device)
             stream.wait_stream(torch.cuda.current_stream())
+            # a warm-up writes clones of the written inputs: only the replay applies an update
+            warm_inputs = [t.clone() if i in self.written else t for i, t in enumerate(graph_inputs)]
             with torch.cuda.stream(stream):
                 for _ in range(warmups):
-                    runner.run(graph_inputs, values, device)
+                    runner.run(warm_inputs, values, device)
+            del warm_inputs
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             clear_cublas_workspaces()  # the capture allocates its own, in its own pool
@@ -467,10 +444,12 @@ class CudaGraphProgram:
         return graph, outputs
 
     # ------------------------------------------------------------------ replaying
-    def _replay(self, g: _Graph, prepared: list, symvals: tuple, values: tuple) -> list:
+    def _replay(self, g: _Graph, prepared: list, symvals: tuple, values: tuple, callers: list) -> list:
         for i, buf in g.buffers.items():
             copy_input(buf, prepared[i])
         g.graph.replay()
+        for i in self.written & g.buffers.keys():  # the graph wrote its own copy of the input
+            callers[i].detach().copy_(g.buffers[i])
         graph_outputs = [t if isinstance(t, torch.Tensor) else None for t in g.outputs]
         real = self.padding.real_outputs(graph_outputs, symvals, values)
         return g.hand_out([v if r is None else r for r, v in zip(real, g.outputs)], prepared)
@@ -542,6 +521,9 @@ class CudaGraphProgram:
             else:  # recorded at a larger bucket: into the prefix
                 lines.append(f"        {b}[{src.const('SL', prefix_slices(call_shapes[i]))}].copy_(x{i})")
         lines.append(f"        {src.const('REPLAY', g.graph.replay)}()")
+        for i in sorted(self.written & g.buffers.keys()):  # the graph wrote its own copy of the input
+            b = src.const("IN", g.buffers[i])
+            lines.append(f"        if p{i} != {g.buffers[i].data_ptr()}: x{i}.detach().copy_({b})")
         made: dict[tuple, str] = {}
         outs = []
         for t, shape_fn in zip(g.outputs, runner.output_shapes):
@@ -563,21 +545,6 @@ class CudaGraphProgram:
                 lines.append(f"        {made[key]} = {expr}{'.clone()' if g.private or id(t) in g.copied else ''}")
             outs.append(made[key])
         lines.append(f"        return [{', '.join(outs)}]")
-
-
-def _recover_from_failed_capture(device) -> None:
-    """A capture that raised leaves the CUDA RNG generators in capture mode (every later
-    `torch.randn` on CUDA fails: "Offset increment outside graph capture"); one empty
-    capture runs their epilogue again."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "The CUDA Graph is empty"
-        try:
-            with torch.cuda.device(device):
-                torch.cuda.synchronize()
-                with torch.cuda.graph(torch.cuda.CUDAGraph()):
-                    pass
-        except Exception:  # noqa: BLE001 - best effort
-            pass
 
 
 def load_cudagraph(program: Program, options: CompileOptions | None = None,
