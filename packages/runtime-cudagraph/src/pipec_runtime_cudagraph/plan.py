@@ -108,6 +108,7 @@ class ProgramPlan:
         # transposed weights, attention's q, k and v), which take any strides: they pass as the
         # caller's tensors, as in eager, instead of being copied every call.
         touched = {n for s in self.program.steps if s.kind == "launch" for n in (*s.inputs, *s.outputs)}
+        touched.update(target for target, _ in self.program.writes)  # a launch may store into it
         self.dense_inputs = frozenset(i for i, b in enumerate(self.program.inputs) if b.name in touched)
 
     def result_binds(self, step) -> tuple:

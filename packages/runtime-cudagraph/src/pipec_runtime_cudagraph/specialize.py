@@ -76,18 +76,25 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
     # is not copied to row-major (a backward's saved transposed weight, when cuBLAS won)
     launched = {i for objs, _ in flat for obj in objs if isinstance(obj, LaunchStep) for i in obj.ptrs}
     dense = frozenset(k for k in runner.dense_inputs if runner.index[runner.program.inputs[k].name] in launched)
+    dense |= {k for k, _ in runner.write_index}  # a launch may store into it: row-major, as `prepare` makes it
     header = guard_lines(src, runner, symvals, device_index, names, "run(inputs, stream, owned=False)", strides, dense)
     header.append("    if owned: inputs.clear()")  # handed over: the run's locals are the only references left
     after = release_points(flat, runner)
     dropped = input_releases((((k, j), [obj]) for k, (objs, _) in enumerate(flat) for j, obj in enumerate(objs)),
                              runner)
     allocs = allocation_lines(runner, flat, symvals, src, var, after, observed)
+    written = {k for k, _ in runner.write_index}  # inputs the run writes (writes.py)
+    stored: set[int] = set()  # values a launch stores into their input's tensor
     for k, (objs, _) in enumerate(flat):
         for j, obj in enumerate(objs):
             for line in allocs.get((k, j), ()):
                 src.emit(line)
             if isinstance(obj, LaunchStep):
                 for out, donor, shape, dtype in obj.binds:  # written over a library result (steps.py)
+                    if donor in written:  # a written input, guarded contiguous, of the value's type
+                        src.emit(f"{var[out]} = {var[donor]}")
+                        stored.add(out)
+                        continue
                     src.namespace["WRITTEN_OVER"] = written_over
                     src.emit(f"{var[out]} = WRITTEN_OVER({var[donor]}, {src.const('S', tuple(shape(*symvals)))}, "
                              f"{src.const('D', dtype)})")
@@ -107,11 +114,13 @@ def build_specialized(runner, plan, symvals: tuple, device: torch.device, observ
                 src.emit(" = ".join(var[i] for i in dropped[(k, j)]) + " = None")
         if after.get((k, None)):
             src.emit(" = ".join(var[i] for i in after[(k, None)]) + " = None")
-    if runner.write_index:  # each written input's value into the caller's tensor (writes.py)
+    copied = copied_inputs(strides, runner, dense)
+    for k, value in runner.write_index:  # each written input's value into the caller's tensor (writes.py)
+        if value in stored and k not in copied:
+            continue  # the launch stored it into the caller's tensor itself
         src.namespace["HOLDS"] = holds
-        for k, value in runner.write_index:
-            original = caller_name(names, k)
-            src.emit(f"if not HOLDS({original}, {var[value]}): {original}.detach().copy_({var[value]})")
+        original = caller_name(names, k)
+        src.emit(f"if not HOLDS({original}, {var[value]}): {original}.detach().copy_({var[value]})")
     outs = ", ".join("None" if i is None else var[i] for i in runner.out_index)
     src.emit(f"return [{outs}]")
     return compile_source(header + src.lines, src.namespace, f"<pipec {runner.name} {symvals}>")
@@ -190,6 +199,12 @@ def _chosen_alternative(step, symvals, device) -> str | None:
         return step.default
     bucket = step.runner.bucket_key(symvals) if step.runner.symbols else ()
     return step.chosen.get(bucket)
+
+
+def copied_inputs(strides: list | None, runner, dense: frozenset | None) -> set[int]:
+    """The inputs `guard_lines` copies to row-major: not contiguous when specialized, read by a kernel."""
+    dense = runner.dense_inputs if dense is None else dense
+    return {k for k, stride in enumerate(strides or ()) if stride is not None and k in dense}
 
 
 def caller_name(names: list[str], k: int) -> str:
