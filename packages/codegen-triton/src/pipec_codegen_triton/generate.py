@@ -11,6 +11,7 @@ from pipec_ir.symbolic import parse_expr
 from pipec_ir.types import Buffer, TensorType, get_attr
 
 from .configs import PERSISTENT_ROW_BYTES, PERSISTENT_SCAN_BYTES, pointwise_configs, reduction_configs, upper_bound
+from .combo_kernels import combine_launches
 from .matmul_choice import library_target, matmul_with_epilogue
 from .view_steps import reshape_args
 from .kernel_memo import WrittenKernels
@@ -124,7 +125,10 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     limit = _count_option(options, "persistent_reduction_limit")  # rows up to this many elements; default: by bytes
     row_bytes = _count_option(options, "persistent_reduction_bytes")  # default: the kernel kind's
     bounds_check = _flag_option(options, "bounds_check")  # assert every load's and store's range
-    kernels, steps = [], []
+    combos = options.get("combo_kernels", True)  # small independent launches as one (combo_kernels.py)
+    if not isinstance(combos, bool):
+        raise CodegenError(f"combo_kernels must be True or False, got {combos!r}")
+    kernels, steps, pointwise = [], [], set()
     written = WrittenKernels(nodes, types)  # a model's layers share their kernels' sources
     for kernel in plan.kernels:
         if kernel.kind in ("pointwise", "reduction", "scan"):
@@ -142,6 +146,7 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
             if kernel.kind == "pointwise":
                 configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))
                 grid = ((sizes["xnumel"], "XBLOCK"),)
+                pointwise.add(kernel.name)
             else:
                 configs = reduction_configs(sizes["xnumel"], sizes["rnumel"], src.persistent,
                                             upper_bound(sizes["xnumel"], graph.symbols), outer=src.outer_reduction)
@@ -183,6 +188,8 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     steps, buffers, slots, peak = plan_program_memory(tuple(steps), types, graph_outputs, plan)
     steps, buffers, unlaunched = writes_in_place(steps, buffers, plan)
     kernels = [k for k in kernels if k.name not in unlaunched]
+    if combos:
+        steps, kernels = combine_launches(steps, kernels, buffers, pointwise)
     program = Program(
         name=graph.name,
         inputs=tuple(Buffer(i.name, i.type) for i in graph.inputs),
