@@ -187,10 +187,12 @@ def test_adaptive_avg_pool_backward_spreads_each_cell_over_its_window():
 
 
 @pytest.mark.parametrize("case", ["avg2d-k10x9-out2x2", "avg2d-divisor", "avg3d-global", "adaptive-global",
-                                  "unbatched"])
+                                  "unbatched", "ceil-window-past-the-map", "ceil-exclude-pad", "ceil-one-dim",
+                                  "ceil-divisor"])
 def test_large_windows_that_tile_the_input_are_one_reduction(case):
     """Windows of more than MAX_TAPS taps placed back to back over the whole input (a global
-    pool over a large feature map, as EfficientNet's) lower to one reduction, not an extern."""
+    pool over a large feature map), or one window longer than the map under ceil_mode (as
+    EfficientNet's pooler: a 1280-wide window over 7 x 7), lower to one reduction, not an extern."""
     torch.manual_seed(0)
     fn, x = {
         "avg2d-k10x9-out2x2": (lambda x: aten.avg_pool2d(x, [10, 9], [10, 9]), torch.randn(2, 3, 20, 18)),
@@ -199,8 +201,24 @@ def test_large_windows_that_tile_the_input_are_one_reduction(case):
         "avg3d-global": (lambda x: aten.avg_pool3d(x, [4, 5, 6]), torch.randn(2, 2, 4, 5, 6)),
         "adaptive-global": (lambda x: aten._adaptive_avg_pool2d(x, [1, 1]), torch.randn(2, 3, 13, 11)),
         "unbatched": (lambda x: aten.avg_pool2d(x, [9, 9]), torch.randn(3, 18, 9)),
+        "ceil-window-past-the-map": (lambda x: aten.avg_pool2d(x, [1280, 1280], [], [0, 0], True),
+                                     torch.randn(2, 3, 7, 7)),
+        "ceil-exclude-pad": (lambda x: aten.avg_pool2d(x, [40, 40], [], [0, 0], True, False),
+                             torch.randn(2, 3, 5, 9)),
+        "ceil-one-dim": (lambda x: aten.avg_pool2d(x, [100, 4], [100, 4], [0, 0], True),
+                         torch.randn(2, 3, 7, 12)),
+        "ceil-divisor": (lambda x: aten.avg_pool2d(x, [30, 30], [], [0, 0], True, True, 3),
+                         torch.randn(1, 2, 6, 4)),
     }[case]
     _check(fn, (x,))
+
+
+def test_efficientnets_pooler_trains_without_externs():
+    """nn.AvgPool2d(1280, ceil_mode=True) over a 7x7 map (transformers' EfficientNet pooler):
+    forward and backward generated, gradients as eager's."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.AvgPool2d(1280, ceil_mode=True), torch.nn.Flatten(), torch.nn.Linear(4, 5))
+    _assert_trains_like_eager_without_pool_externs(model, torch.randn(2, 3, 7, 7), torch.tensor([1, 3]))
 
 
 def test_a_pool_over_a_large_map_trains_without_externs():

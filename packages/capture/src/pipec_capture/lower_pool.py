@@ -142,28 +142,36 @@ def _avg_divisor(cx, win: Window, shape, count_include_pad: bool):
 
 
 def _tiled_average(cx, x, t, n, kernel_size, stride, padding, divisor_override) -> Ref | None:
-    """A window of more than MAX_TAPS taps that tiles the input (stride = kernel, no padding,
-    windows back to back to the edge), as a global pool over a large image is: one reduction
-    over each window's dims of x viewed as [..., o1, k1, o2, k2, ...]. None otherwise (the
-    unrolled taps, or an extern beyond MAX_TAPS)."""
+    """A window of more than MAX_TAPS taps that tiles the input, as a global pool over a large
+    image is: one reduction over each window's dims of x viewed as [..., o1, k1, o2, k2, ...].
+    Along each spatial dim the windows either sit back to back to the edge (stride = kernel,
+    no padding), or there is one window at least as long as the input, clipped to it (ceil_mode:
+    EfficientNet's pooler is a 1280-wide window over a 7 x 7 map), which reduces the whole dim
+    and counts its length as torch does. None otherwise (the unrolled taps, or an extern
+    beyond MAX_TAPS)."""
     kernel = _per_dim(kernel_size, n, "kernel_size")
     if math.prod(kernel) <= MAX_TAPS or any(_per_dim(padding, n, "padding")):
         return None
-    if stride and _per_dim(stride, n, "stride") != kernel:
-        return None
+    strides = _per_dim(stride, n, "stride") if stride else kernel
     shape = tuple(sympy.sympify(s) for s in cx.shape(x))
     if len(shape) not in (n + 1, n + 2):
         return None
     size = tuple(cx.static(s) for s in shape[-n:])
     out = tuple(cx.static(s) for s in t.shape[-n:])
-    if any(o * k != s for o, k, s in zip(out, kernel, size)) or 0 in out:
-        return None
+    window = []  # each dim's window as it lies on the input
+    for o, k, st, s in zip(out, kernel, strides, size):
+        if o == 1 and k >= s > 0:
+            window.append(s)
+        elif o * k == s and st == k and o > 0:
+            window.append(k)
+        else:
+            return None
     lead = shape[:-n]
     acc = acc_dtype(t.dtype)
-    split = lead + tuple(sympy.Integer(v) for o, k in zip(out, kernel) for v in (o, k))
+    split = lead + tuple(sympy.Integer(v) for o, k in zip(out, window) for v in (o, k))
     window_dims = [len(lead) + 2 * k + 1 for k in range(n)]
     total = reduce(cx, "sum", cx.reshape(cx.cast(x, acc), split), window_dims, False, acc)
-    divisor = float(int(divisor_override) if divisor_override else math.prod(kernel))
+    divisor = float(int(divisor_override) if divisor_override else math.prod(window))
     return cx.cast(cx.pointwise("div", [total, divisor], cx.shape(total), acc), t.dtype)
 
 
