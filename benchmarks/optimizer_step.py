@@ -7,7 +7,8 @@ The parameters are BERT base's (201 tensors, 110M values; `transformers.BertForM
 default config, fp32) with fixed random gradients. Per backend: the first call's wall time (the
 compile), the step's time (`triton.testing.do_bench`, ms), and a check that three steps leave the
 parameters where eager's three steps do (assert_close at fp32 tolerance). `-ro` compiles with
-mode="reduce-overhead" (CUDA Graph replays). pipec runs with its fallback warnings as errors: a
+mode="reduce-overhead" (CUDA Graph replays); `pipec-nocombo` is pipec with `combo_kernels=False`
+(a launch per parameter's update). pipec runs with its fallback warnings as errors: a
 step that ran anything eagerly is reported as such, not timed.
 """
 
@@ -30,7 +31,8 @@ def make_step(backend: str, optimizer):
     if backend.startswith("inductor"):
         return torch.compile(optimizer.step, mode="reduce-overhead" if backend.endswith("-ro") else None)
     import pipec
-    return pipec.compile(optimizer.step, mode="reduce-overhead" if backend.endswith("-ro") else "default")
+    extra = {"combo_kernels": False} if backend == "pipec-nocombo" else {}
+    return pipec.compile(optimizer.step, mode="reduce-overhead" if backend.endswith("-ro") else "default", **extra)
 
 
 def run(backend: str, base: torch.nn.Module, grads: list, name: str, foreach: bool, reference: list | None) -> dict:
@@ -57,7 +59,11 @@ def run(backend: str, base: torch.nn.Module, grads: list, name: str, foreach: bo
     if reference is not None:
         torch.testing.assert_close(params, reference, rtol=1e-5, atol=1e-6)
     ms = do_bench(step, warmup=25, rep=200)
-    return {"first_call_s": round(first, 2), "step_ms": round(ms, 4), "params": params}
+    row = {"first_call_s": round(first, 2), "step_ms": round(ms, 4), "params": params}
+    session = getattr(step, "pipec_session", None)
+    if session is not None:  # kernels launched per step, as the compile counted them
+        row["kernels"] = session.kernel_count
+    return row
 
 
 def main() -> None:
