@@ -133,6 +133,23 @@ def test_bisect_finds_a_wrong_op_whatever_the_fusion(corrupt_plugin):
     assert "that op's code is wrong" in report.summary
 
 
+def test_bisect_judges_every_kernel_of_a_combo_launch(corrupt_plugin):
+    """Two independent small kernels are one combo launch (codegen combo_kernels.py); the wrong
+    one is its second member, and bisect still finds it."""
+    from pipec.api import make_options
+    from pipec.bisect import bisect_model
+
+    def model(x, y):
+        return torch.sin(y) * 2.0, torch.exp(x) + 1.0
+
+    report = bisect_model(model, (torch.randn(4, 8), torch.randn(3, 5)),
+                          make_options(codegen="corrupt-exp", cache="none"), name="combo")
+    assert report.diverged, report.summary
+    assert report.kernel["ops"] == ["exp", "add"], report.kernel  # the member that is wrong, not the first
+    assert report.kernel["steps"] == ["launch pipec_combo_0"], report.kernel
+    assert "kernel pipec_fused_exp_add_1 (exp, add)" in report.summary, report.summary
+
+
 def test_bisect_exits_0_when_nothing_diverges(tmp_path, capsys):
     model = _model(tmp_path, SMALL)
     code = _main("bisect", model, "--device", "cpu", "--json", "--no-cache", "--repro-dir", tmp_path / "repros")

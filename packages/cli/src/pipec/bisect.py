@@ -324,10 +324,13 @@ def first_failure(case: GraphCase, refs: References, plan: KernelPlan | None, pr
 
 
 def _judged(unit: Unit, plan: KernelPlan | None) -> tuple[str, ...]:
-    """The values a unit must write: its KernelPlan kernel's outputs (a choice group's
-    alternatives also make values of their own, which only they read), else all it writes."""
-    kernel = next((k for k in plan.kernels if k.name == unit.kernel), None) if plan is not None else None
-    return tuple(n for n in unit.writes if n in kernel.outputs) if kernel is not None else unit.writes
+    """The values a unit must write: those that are KernelPlan kernels' outputs (a choice group's
+    alternatives also make values of their own, which only they read; a combo launch writes the
+    outputs of several kernels), else all it writes."""
+    if plan is None or not any(k.name == unit.kernel for k in plan.kernels):
+        return unit.writes
+    planned = {o for k in plan.kernels for o in k.outputs}
+    return tuple(n for n in unit.writes if n in planned)
 
 
 def program_outputs_check(case: GraphCase, refs: References, program: Program,
@@ -390,12 +393,16 @@ def kernel_info(failure: Failure | None, plan: KernelPlan, program: Program, uni
     """The unit's KernelPlan kernel: IR nodes, ops, merges, Triton sources, and the error."""
     unit = unit or failure.unit
     nodes = plan.graph.node_map()
-    kernel = next((k for k in plan.kernels if k.name == unit.kernel), None)
+    name = unit.kernel
+    wrong = [c.name for c in failure.checks if c.problem] if failure is not None else []
+    if wrong:  # a combo launch runs several kernels: the one that wrote the first wrong value
+        name = next((k.name for k in plan.kernels if wrong[0] in k.outputs), name)
+    kernel = next((k for k in plan.kernels if k.name == name), None)
     members = kernel.nodes if kernel else tuple(n for n in unit.writes if n in nodes)
     triton = program.kernel_map()
     launched = list(dict.fromkeys(s.target for s in unit.steps if s.kind == "launch"))
     info = {
-        "name": unit.kernel or unit.steps[0].target,
+        "name": (kernel.name if kernel else unit.kernel) or unit.steps[0].target,
         "kind": kernel.kind if kernel else unit.steps[0].kind,
         "ops": [nodes[n].op for n in members if n in nodes and is_compute(nodes[n])],
         "ir": [format_node(nodes[n]) for n in members if n in nodes],
