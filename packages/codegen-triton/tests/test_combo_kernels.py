@@ -116,3 +116,15 @@ def test_combo_kernels_must_be_a_flag():
     graph, kernels = independent_updates([(8,), (8,)])
     with pytest.raises(Exception, match="combo_kernels must be True or False"):
         compile_plan(graph, kernels, CompileOptions().with_extra(combo_kernels="yes"))
+
+
+def test_a_bounds_checked_combo_is_a_debug_kernel():
+    """Members' bounds assertions are compiled only in a kernel built with Triton's debug flag."""
+    graph, kernels = independent_updates([(40,), (9,)])
+    program = compile_plan(graph, kernels, CompileOptions().with_extra(bounds_check=True))
+    (combo,) = [k for k in program.kernels if k.name == "pipec_combo_0"]
+    assert "@triton.jit(debug=True)\ndef pipec_combo_0(" in combo.source, combo.source
+    assert "device_assert" in combo.source
+    xs = [torch.randn(40), torch.randn(9)]
+    for got, x in zip(run_program(program, xs), xs):
+        torch.testing.assert_close(got, torch.sigmoid(x) * x)

@@ -51,10 +51,11 @@ class _Run:
 
 
 def combine_launches(steps: tuple[Step, ...], kernels: list[TritonKernel], buffers: tuple[Buffer, ...],
-                     pointwise: set[str]) -> tuple[tuple[Step, ...], list[TritonKernel]]:
+                     pointwise: set[str], *, debug: bool = False) -> tuple[tuple[Step, ...], list[TritonKernel]]:
     """(steps, kernels) with each run of two or more combinable launches (module docstring) made
     one launch of a new combo kernel; the members' own kernels go where nothing else launches
-    them."""
+    them. `debug`: the combo is compiled with Triton's debug flag, as its bounds-checked members
+    are (their assertions are compiled only in a debug kernel)."""
     by_name = {k.name: k for k in kernels}
     storage = _Storage(steps, buffers)
     out: list[Step] = []
@@ -65,7 +66,7 @@ def combine_launches(steps: tuple[Step, ...], kernels: list[TritonKernel], buffe
         if len(run.steps) == 1:
             out.append(run.steps[0])
         elif run.steps:
-            step, kernel = _combo(f"pipec_combo_{len(combos)}", run.steps, by_name)
+            step, kernel = _combo(f"pipec_combo_{len(combos)}", run.steps, by_name, debug)
             out.append(step)
             combos.append(kernel)
 
@@ -139,7 +140,7 @@ def _inplace(step: Step) -> dict[str, str]:
     return dict(dict(step.attrs).get("inplace", ()) or ())
 
 
-def _combo(name: str, steps: list[Step], by_name: dict[str, TritonKernel]) -> tuple[Step, TritonKernel]:
+def _combo(name: str, steps: list[Step], by_name: dict[str, TritonKernel], debug: bool) -> tuple[Step, TritonKernel]:
     """One launch step and its kernel for the run `steps` (each a launch of a pointwise kernel)."""
     inputs: list[str] = []
     outputs: list[str] = []
@@ -176,7 +177,7 @@ def _combo(name: str, steps: list[Step], by_name: dict[str, TritonKernel]) -> tu
     functions = [body.replace("def _part(", f"def {function}(", 1) for body, function in parts.items()]
     members = ", ".join(s.target for s in steps)
     source = "\n".join(preamble) + "\n\n\n" + "\n\n\n".join(functions) + "\n\n\n" + (
-        f"@triton.jit\ndef {name}({', '.join(pointers)}, XBLOCK: tl.constexpr):\n"
+        f"@triton.jit{'(debug=True)' if debug else ''}\ndef {name}({', '.join(pointers)}, XBLOCK: tl.constexpr):\n"
         f'    """{len(steps)} launches in one: {members}"""\n'
         f"    {_PID} = tl.program_id(0)\n" + "\n".join(branches) + "\n")
     kernel = TritonKernel(name=name, source=source, args=tuple(pointers), sizes=(),

@@ -189,7 +189,7 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     steps, buffers, unlaunched = writes_in_place(steps, buffers, plan)
     kernels = [k for k in kernels if k.name not in unlaunched]
     if combos:
-        steps, kernels = combine_launches(steps, kernels, buffers, pointwise)
+        steps, kernels = combine_launches(steps, kernels, buffers, pointwise, debug=bounds_check)
     program = Program(
         name=graph.name,
         inputs=tuple(Buffer(i.name, i.type) for i in graph.inputs),
