@@ -57,3 +57,16 @@ def test_combo_kernels_off_launches_a_kernel_per_parameter(tmp_path):
     launches = _launches(tmp_path)
     assert not any(name.startswith("pipec_combo_") for name in launches)
     assert len(launches) >= len(list(model.parameters())), launches
+
+
+def test_explain_says_which_combo_runs_each_update():
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=True)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()  # the momentum buffers exist: the compiled step is the steady one
+    report = pipec.explain(opt.step)
+    (graph,) = report.graphs
+    runs = {row["name"]: row["runs_as"] for row in graph["kernels"]}
+    assert runs and all(r.startswith("Triton, in pipec_combo_") for r in runs.values()), runs
+    assert report.kernel_count == 1 and report.kernels[0][0] == "pipec_combo_0"

@@ -42,7 +42,8 @@ def plan_units(plan: pipec_ir.KernelPlan) -> list[dict]:
     """The fusion stage's kernels: name, kind, iteration shape and the compute ops each holds."""
     nodes = plan.graph.node_map()
     return [{"name": k.name, "kind": k.kind, "shape": [str(d) for d in k.domain],
-             "ops": [nodes[n].op for n in k.nodes if n in nodes and is_compute(nodes[n])]} for k in plan.kernels]
+             "ops": [nodes[n].op for n in k.nodes if n in nodes and is_compute(nodes[n])],
+             "outputs": list(k.outputs)} for k in plan.kernels]
 
 
 def kernel_rows(units: list[dict] | None, program: pipec_ir.Program) -> list[dict]:
@@ -51,7 +52,10 @@ def kernel_rows(units: list[dict] | None, program: pipec_ir.Program) -> list[dic
     in registers or looped), or a library call. Views without a kernel are left out."""
     triton = {k.name: k for k in program.kernels}
     alternatives: dict[str, list[str]] = {}
+    launched_by: dict[str, str] = {}  # value -> the Triton kernel whose launch writes it
     for step in program.steps:
+        if step.kind == "launch":
+            launched_by.update((o, step.target) for o in step.outputs)
         group = pipec_ir.get_attr(step.attrs, "choice")
         name = pipec_ir.get_attr(step.attrs, "alternative")
         if group is not None and name is not None and name not in alternatives.setdefault(group, []):
@@ -68,6 +72,9 @@ def kernel_rows(units: list[dict] | None, program: pipec_ir.Program) -> list[dic
             runs = "Triton" + {True: ", row held in registers", False: ", row looped", None: ""}[held]
         elif unit["kind"] == "view":
             continue  # index arithmetic on its consumers' loads: not a kernel
+        elif unit.get("outputs") and unit["outputs"][0] in launched_by:
+            # launched with others as one kernel (codegen's combo kernels)
+            runs = f"Triton, in {launched_by[unit['outputs'][0]]}"
         else:
             runs = "a library call"
         rows.append({**unit, "runs_as": runs})
