@@ -1,7 +1,8 @@
 """Complex tensors inside a graph, computed on (real, imaginary) pairs (capture
 complex_pairs.py): rotary embeddings written with complex numbers (Meta's Llama, torchtitan,
-transformers' Llama 4) compile instead of running eagerly, and match eager. What has no pairs
-form (an FFT; a complex graph input or output) still runs eagerly, with a warning naming it."""
+transformers' Llama 4) compile instead of running eagerly, and match eager; an FFT (FNet) is a library call on the
+pairs. What has no pairs form (a complex graph input or output) still runs eagerly, with a
+warning naming it."""
 
 import warnings
 
@@ -74,15 +75,43 @@ def test_a_complex_value_crossing_a_graph_boundary_runs_eagerly_with_a_warning()
     torch.testing.assert_close(got, returns_complex(XQ))
 
 
-def test_an_fft_runs_eagerly_with_a_warning_naming_it():
-    def fnet_mixing(x):  # FNet's token mixing
-        return torch.fft.fftn(x * 2, dim=(1, 2)).real + 1
+def fnet_mixing(x):
+    """FNet's token mixing: a 2-D FFT over the sequence and hidden dims, its real part."""
+    return torch.fft.fftn(x * 2, dim=(1, 2)).real + 1
 
-    x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(1))
+
+def spectral_filter(x, w):
+    """A real FFT, a complex weight per frequency, and back (FFT convolution)."""
+    return torch.fft.irfft(torch.fft.rfft(x, dim=-1) * torch.view_as_complex(w), n=x.shape[-1], dim=-1)
+
+
+X = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(1))
+W = torch.randn(5, 2, generator=torch.Generator().manual_seed(2))
+
+
+@pytest.mark.parametrize("fn, args", [(fnet_mixing, (X,)), (spectral_filter, (X, W))], ids=["fnet", "rfft-irfft"])
+def test_ffts_compile_as_library_calls_on_pairs(fn, args):
+    """An FFT is a library call on the pairs (`pipec.fft_*_pairs`, IR 1.8): the graph around it
+    compiles, under fullgraph too, with no fallback warning."""
     torch._dynamo.reset()
-    with pytest.warns(pipec.PipecFallbackWarning, match=r"runs eagerly: .*complex tensors: aten._fft_c2c"):
-        got = pipec.compile(fnet_mixing, cache="none")(x)
-    torch.testing.assert_close(got, fnet_mixing(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        got = pipec.compile(fn, fullgraph=True, cache="none")(*args)
+    torch.testing.assert_close(got, fn(*args))
+    externs = pipec.explain(fn, *args).extern_ops
+    assert externs and all(op.startswith("pipec.fft_") and op.endswith("_pairs.default") for op in externs), externs
+
+
+def test_fnet_mixing_trains_like_eager():
+    def loss(x, w):
+        return (fnet_mixing(x) * spectral_filter(x, w)).sum()
+
+    want = [t.clone().requires_grad_() for t in (X, W)]
+    loss(*want).backward()
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="complex tensors: aten._fft_c2c.* has no form on real pairs"):
-        pipec.compile(fnet_mixing, fullgraph=True, cache="none")(x)
+    got = [t.clone().requires_grad_() for t in (X, W)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        pipec.compile(loss, cache="none")(*got).backward()
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.grad, b.grad)

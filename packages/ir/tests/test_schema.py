@@ -65,6 +65,13 @@ RELEASED = {
         "kernel_plan": "91477891f4096d9897cddcc8a6d948b742fbc756fe45fa36fd33570b862fba12",
         "program": "ed303952bb1cf7f536c4a00d13f3ebc88b638431649edf906ca36174889f6426",
     },
+    # 1.8: the `pipec.fft_r2c_pairs` / `fft_c2c_pairs` / `fft_c2r_pairs` extern targets, FFTs on
+    # complex values held as real pairs (docs/IR.md, "FFTs on real pairs"); no structural change.
+    (1, 8): {
+        "graph": "5252d15d1b136e17f7219ff2da225d818fafe66aded552b561f943e805f42e0c",
+        "kernel_plan": "d55474d008f1f30dadb3f3aa40261fc5b0c55a97b30f46193a002801033784d2",
+        "program": "7e2e80d4b2a0409db4d1a245e2e7b2275e12c0943b01246e6d3fb0d2a601dc1c",
+    },
 }
 
 

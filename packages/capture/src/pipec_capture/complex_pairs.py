@@ -10,12 +10,15 @@ which pipec lowers and fuses as any other:
     polar(r, t)          -> stack([r * cos(t), r * sin(t)], -1)
     view_as_complex(x)   -> x             view_as_real(z) -> z
     z * w                -> stack([zr * wr - zi * wi, zr * wi + zi * wr], -1)
-    z * real             -> z * real (a tensor gets a trailing dim of 1)
+    z * real             -> z * real (a tensor gets a trailing dim of 1; a scalar as is, / too)
     views of z           -> the same view of the pairs (dims counted without the pair dim)
+    _fft_r2c / _fft_c2c / _fft_c2r (FNet's token mixing)
+                         -> pipec.fft_{r2c,c2c,c2r}_pairs: the same FFT, a library call on
+                            pairs (IR 1.8, pipec_ir/fft_targets.py)
 
 The pass is all or nothing: a graph whose inputs or outputs are complex, or with a complex op
-not in `_RULES` (an FFT: FNet), raises CaptureError naming the op, as capture failed on any
-complex value before (outside fullgraph the graph runs eagerly, with that warning).
+not in `_RULES`, raises CaptureError naming the op, as capture failed on any complex value
+before (outside fullgraph the graph runs eagerly, with that warning).
 """
 
 from __future__ import annotations
@@ -96,6 +99,12 @@ def _mul(p: _Pairs, node):
     return p.call(aten.mul.Tensor, p.of(z), s)
 
 
+def _scale(p: _Pairs, node):
+    """z * a real scalar (an FFT's backward scales its gradient): both parts scaled."""
+    z, scalar = node.args
+    return p.call(node.target, p.of(z), scalar)
+
+
 def _add_or_sub(p: _Pairs, node):
     a, b = node.args
     return p.call(node.target, p.of(a), p.of(b), **node.kwargs)
@@ -142,8 +151,44 @@ def _dim_op(p: _Pairs, node):
     return p.call(node.target, p.of(z), _dim(z, d), *rest)
 
 
+def _slice_scatter(p: _Pairs, node):
+    """slice_scatter(z, src, dim, ...): the pairs of src into the pairs of z (an rfft's backward)."""
+    z, src, d, *rest = node.args
+    return p.call(node.target, p.of(z), p.of(src), _dim(z, d), *rest)
+
+
+def _sum(p: _Pairs, node):
+    """sum over complex dims: the pairs summed over the same dims (a broadcast weight's gradient)."""
+    z, dims, *rest = node.args
+    return p.call(node.target, p.of(z), [_dim(z, d) for d in dims], *rest)
+
+
+def _new_zeros(p: _Pairs, node):
+    """A complex zeros tensor (an rfft's backward pads into one): zero pairs."""
+    base, size = node.args
+    kwargs = {**node.kwargs, "dtype": _REAL_OF[node.meta["val"].dtype]}
+    return p.call(aten.new_zeros.default, p.of(base), [*size, 2], **kwargs)
+
+
+def _copy(p: _Pairs, node):
+    """The functional copy(dst, src) of two complex values: of their pairs."""
+    dst, src = node.args
+    return p.call(aten.copy.default, p.of(dst), p.of(src))
+
+
 def _clone(p: _Pairs, node):
     return p.call(aten.clone.default, p.of(node.args[0]))
+
+
+def _fft(name: str):
+    """An ATen FFT as its `pipec.fft_*_pairs` target: the complex side as pairs, the rest as is."""
+    def rule(p: _Pairs, node):
+        from pipec_ir import fft_targets
+
+        fft_targets.register()
+        x, *rest = node.args
+        return p.call(getattr(torch.ops.pipec, name).default, p.of(x), *rest)
+    return rule
 
 
 def _real_part(i: int):
@@ -156,6 +201,8 @@ _RULES = {
     aten.polar.default: _polar,
     aten._to_copy.default: _to_complex,
     aten.mul.Tensor: _mul,
+    aten.mul.Scalar: _scale,
+    aten.div.Scalar: _scale,
     aten.add.Tensor: _add_or_sub,
     aten.sub.Tensor: _add_or_sub,
     aten.conj_physical.default: _conj,
@@ -174,9 +221,16 @@ _RULES = {
     aten.slice.Tensor: _dim_op,
     aten.select.int: _dim_op,
     aten.squeeze.dim: _dim_op,
+    aten.slice_scatter.default: _slice_scatter,
+    aten.sum.dim_IntList: _sum,
+    aten.new_zeros.default: _new_zeros,
+    aten.copy.default: _copy,
     aten.clone.default: _clone,
     aten.real.default: _real_part(0),
     aten.imag.default: _real_part(1),
+    aten._fft_r2c.default: _fft("fft_r2c_pairs"),
+    aten._fft_c2c.default: _fft("fft_c2c_pairs"),
+    aten._fft_c2r.default: _fft("fft_c2r_pairs"),
 }
 
 
@@ -188,6 +242,17 @@ def _supported(node) -> bool:
     if node.target is aten._to_copy.default:
         keys = set(node.kwargs) - {"dtype"}
         return not keys and _is_complex(node)  # to complex; complex -> real drops a part: not here
+    if rule is _copy:
+        return len(node.args) == 2 and all(_is_complex(a) for a in node.args) and not node.kwargs
+    if rule is _new_zeros:
+        return _is_complex(node) and len(node.args) == 2 and set(node.kwargs) <= {"dtype", "layout", "device",
+                                                                                  "pin_memory"}
+    if rule is _sum:
+        return len(node.args) >= 2 and node.args[1] is not None and not node.kwargs
+    if rule is _slice_scatter:
+        return all(_is_complex(a) for a in node.args[:2]) and not node.kwargs
+    if rule is _scale:
+        return _is_complex(node.args[0]) and not isinstance(node.args[1], complex) and not node.kwargs
     if rule is _mul:  # a complex Python scalar has no pairs form here
         return not any(isinstance(a, complex) for a in node.args)
     if rule is _add_or_sub:
@@ -230,7 +295,7 @@ def complex_as_pairs(gm: torch.fx.GraphModule) -> int:
         why = _why_not(n)
         if why is not None:
             raise CaptureError(f"complex tensors: {why} (pipec computes on complex values as real pairs "
-                               "through polar, view_as_complex / view_as_real, +, -, *, conj and views "
+                               "through polar, view_as_complex / view_as_real, +, -, *, conj, FFTs and views "
                                "only); run this part of the model outside pipec")
     pairs: dict = {}
     builder = _Pairs(gm.graph, pairs)

@@ -56,6 +56,8 @@ LIBRARY_OPS = frozenset({
     # torch's own check of data (one_hot's "index in range"): torch's kernel raises as eager does,
     # on the device, without a synchronization
     "_assert_async",
+    # FFTs (cuFFT on CUDA), on complex values held as real pairs (complex_pairs.py, IR 1.8)
+    "fft_r2c_pairs", "fft_c2c_pairs", "fft_c2r_pairs",
 })
 
 def op_name(target) -> str:

@@ -15,6 +15,7 @@ a third of a training step (docs/performance.md, "Padding half-precision GEMMs")
 from __future__ import annotations
 
 import torch
+from pipec_ir import fft_targets
 
 _LIBRARY = torch.library.Library("pipec", "DEF")
 _LIBRARY.define("addmm_gelu_tanh(Tensor bias, Tensor a, Tensor b) -> Tensor")
@@ -59,6 +60,7 @@ _LIBRARY.impl("mm_padded", _mm_padded_cuda, "CUDA")
 _LIBRARY.impl("mm_padded", lambda a, b: torch.mm(a, b), "CompositeExplicitAutograd")
 _LIBRARY.impl("addmm_gelu_tanh", _addmm_gelu_tanh_cuda, "CUDA")
 _LIBRARY.impl("addmm_gelu_tanh", _addmm_gelu_tanh_any, "CompositeExplicitAutograd")
+fft_targets.register()  # pipec.fft_*_pairs: FFTs on complex values held as real pairs (IR 1.8)
 
 # What a specialized run (specialize.py) calls instead of a pipec.* target on one device type:
 # (ATen overload, extra keyword arguments). Through the dispatcher and the Python impl above the
