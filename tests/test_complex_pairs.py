@@ -47,6 +47,19 @@ def test_complex_ops_compile_on_pairs_and_match_eager(fn, args):
     assert pipec.explain(fn, *args).extern_ops == {}  # every op is pipec's own kernel
 
 
+def _assert_trains_like_eager(loss, *inputs):
+    """Gradients of `loss` through pipec (no fallback to eager allowed) equal eager's."""
+    want = [t.clone().requires_grad_() for t in inputs]
+    loss(*want).backward()
+    torch._dynamo.reset()
+    got = [t.clone().requires_grad_() for t in inputs]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        pipec.compile(loss, cache="none")(*got).backward()
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
 def test_rope_trains_like_eager():
     """The joint graph goes to pairs before it is split, so no complex value is saved for the
     backward (a complex output of the forward graph, which the IR cannot hold)."""
@@ -54,15 +67,7 @@ def test_rope_trains_like_eager():
         q, k = rope(xq, xk)
         return (q * q.roll(1, 1)).sum() + (k.sin()).sum()
 
-    want = [t.clone().requires_grad_() for t in (XQ, XK)]
-    loss(*want).backward()
-    torch._dynamo.reset()
-    got = [t.clone().requires_grad_() for t in (XQ, XK)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pipec.PipecFallbackWarning)
-        pipec.compile(loss, cache="none")(*got).backward()
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a.grad, b.grad)
+    _assert_trains_like_eager(loss, XQ, XK)
 
 
 def test_a_complex_value_crossing_a_graph_boundary_runs_eagerly_with_a_warning():
@@ -106,12 +111,4 @@ def test_fnet_mixing_trains_like_eager():
     def loss(x, w):
         return (fnet_mixing(x) * spectral_filter(x, w)).sum()
 
-    want = [t.clone().requires_grad_() for t in (X, W)]
-    loss(*want).backward()
-    torch._dynamo.reset()
-    got = [t.clone().requires_grad_() for t in (X, W)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pipec.PipecFallbackWarning)
-        pipec.compile(loss, cache="none")(*got).backward()
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a.grad, b.grad)
+    _assert_trains_like_eager(loss, X, W)
