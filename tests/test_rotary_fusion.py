@@ -35,7 +35,8 @@ def test_rotary_embedding_is_one_kernel_per_tensor(tmp_path):
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, 4, 8, 16, generator=g), torch.randn(2, 2, 8, 16, generator=g)
     cos, sin = torch.randn(1, 1, 8, 16, generator=g), torch.randn(1, 1, 8, 16, generator=g)
-    compiled = pipec.compile(rotary, dump_dir=str(tmp_path), cache="none")
+    # the fusion under test: each tensor one kernel (combo kernels would launch the two together)
+    compiled = pipec.compile(rotary, dump_dir=str(tmp_path), cache="none", combo_kernels=False)
     for got, want in zip(compiled(q, k, cos, sin), rotary(q, k, cos, sin)):
         torch.testing.assert_close(got, want)
     assert len(_launches(tmp_path)) == 2, _launches(tmp_path)

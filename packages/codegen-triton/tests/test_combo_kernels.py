@@ -128,3 +128,27 @@ def test_a_bounds_checked_combo_is_a_debug_kernel():
     xs = [torch.randn(40), torch.randn(9)]
     for got, x in zip(run_program(program, xs), xs):
         torch.testing.assert_close(got, torch.sigmoid(x) * x)
+
+
+def test_a_launch_writing_over_an_input_another_reads_is_not_joined():
+    """k_b's value takes, in place, the slot of r, which dies there; k_a reads r too. Launched
+    together, k_b could overwrite r before k_a has read it."""
+    b = Builder()
+    x = b.input("x", (64,))
+    b.node("r", "relu", [x], (64,))
+    b.node("a", "exp", ["r"], (64,))
+    b.node("nb", "neg", ["r"], (64,))
+    b.node("t", "sum", ["nb"], (), dims=(0,), keepdim=False)
+    program = compile_plan(b.graph(["a", "t"]), [
+        kernel("k_r", "pointwise", ["r"], [x], ["r"], (64,)),
+        kernel("k_a", "pointwise", ["a"], ["r"], ["a"], (64,)),
+        kernel("k_b", "pointwise", ["nb"], ["r"], ["nb"], (64,)),
+        kernel("k_t", "reduction", ["t"], ["nb"], ["t"], (64,), (0,)),
+    ])
+    inplace = {s.target: dict(dict(s.attrs).get("inplace", ())) for s in program.steps if s.kind == "launch"}
+    assert inplace["k_b"] == {"nb": "r"}, inplace  # the reuse the test is about
+    assert launches(program) == ["k_r", "k_a", "k_b", "k_t"]
+    xv = torch.randn(64)
+    a, t = run_program(program, [xv])
+    torch.testing.assert_close(a, torch.exp(torch.relu(xv)))
+    torch.testing.assert_close(t, (-torch.relu(xv)).sum())

@@ -14,7 +14,7 @@ which pipec lowers and fuses as any other:
     views of z           -> the same view of the pairs (dims counted without the pair dim)
     _fft_r2c / _fft_c2c / _fft_c2r (FNet's token mixing)
                          -> pipec.fft_{r2c,c2c,c2r}_pairs: the same FFT, a library call on
-                            pairs (IR 1.8, pipec_ir/fft_targets.py)
+                            pairs (IR 1.8, fft_ops.py)
 
 The pass is all or nothing: a graph whose inputs or outputs are complex, or with a complex op
 not in `_RULES`, raises CaptureError naming the op, as capture failed on any complex value
@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from .errors import CaptureError
+from .fft_ops import declare
 from .fx_edit import call_node, drop_dead_code
 
 aten = torch.ops.aten
@@ -183,9 +184,7 @@ def _clone(p: _Pairs, node):
 def _fft(name: str):
     """An ATen FFT as its `pipec.fft_*_pairs` target: the complex side as pairs, the rest as is."""
     def rule(p: _Pairs, node):
-        from pipec_ir import fft_targets
-
-        fft_targets.register()
+        declare()
         x, *rest = node.args
         return p.call(getattr(torch.ops.pipec, name).default, p.of(x), *rest)
     return rule

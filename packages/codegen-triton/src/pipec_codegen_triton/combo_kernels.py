@@ -112,15 +112,18 @@ class _Storage:
     def __init__(self, steps: tuple[Step, ...], buffers: tuple[Buffer, ...]):
         self.slot = {b.name: b.slot for b in buffers if b.slot is not None}
         self.aliases: dict[str, frozenset] = {}
-        for step in steps:  # a value a launch stores into an input is that input's memory
+        for step in steps:
+            # a launch's output written over one of its inputs (`inplace`): into a graph input
+            # (Graph.writes), or into the slot of an input dying there (the memory plan)
             for value, target in _inplace(step).items():
-                self.aliases[value] = frozenset({("value", value), ("value", target)})
+                self.aliases[value] = frozenset({self._own(value), self._own(target)})
+
+    def _own(self, name: str) -> tuple:
+        slot = self.slot.get(name)
+        return ("slot", slot) if slot is not None else ("value", name)
 
     def _of(self, name: str) -> frozenset:
-        if name in self.aliases:
-            return self.aliases[name]
-        slot = self.slot.get(name)
-        return frozenset({("slot", slot) if slot is not None else ("value", name)})
+        return self.aliases.get(name) or frozenset({self._own(name)})
 
     def made(self, step: Step) -> None:
         """Record a step outside any run: what an extern or view makes may alias its inputs."""

@@ -15,7 +15,6 @@ a third of a training step (docs/performance.md, "Padding half-precision GEMMs")
 from __future__ import annotations
 
 import torch
-from pipec_ir import fft_targets
 
 _LIBRARY = torch.library.Library("pipec", "DEF")
 _LIBRARY.define("addmm_gelu_tanh(Tensor bias, Tensor a, Tensor b) -> Tensor")
@@ -60,7 +59,36 @@ _LIBRARY.impl("mm_padded", _mm_padded_cuda, "CUDA")
 _LIBRARY.impl("mm_padded", lambda a, b: torch.mm(a, b), "CompositeExplicitAutograd")
 _LIBRARY.impl("addmm_gelu_tanh", _addmm_gelu_tanh_cuda, "CUDA")
 _LIBRARY.impl("addmm_gelu_tanh", _addmm_gelu_tanh_any, "CompositeExplicitAutograd")
-fft_targets.register()  # pipec.fft_*_pairs: FFTs on complex values held as real pairs (IR 1.8)
+
+
+# pipec.fft_{r2c,c2c,c2r}_pairs (IR 1.8): ATen's FFTs with their complex sides held as real pairs
+# (the last dim: real, imaginary), as capture hands them over (docs/IR.md, "FFTs on real pairs").
+# The capture stage may have declared them already (their schemas and shapes, to trace them).
+def _complex_of(z):
+    return torch.view_as_complex(z.contiguous())
+
+
+def _fft_r2c_pairs(x, dim, normalization, onesided):
+    return torch.view_as_real(torch.ops.aten._fft_r2c.default(x, dim, normalization, onesided))
+
+
+def _fft_c2c_pairs(z, dim, normalization, forward):
+    return torch.view_as_real(torch.ops.aten._fft_c2c.default(_complex_of(z), dim, normalization, forward))
+
+
+def _fft_c2r_pairs(z, dim, normalization, last_dim_size):
+    return torch.ops.aten._fft_c2r.default(_complex_of(z), dim, normalization, last_dim_size)
+
+
+_FFT_SIGNATURES = {
+    "fft_r2c_pairs": ("Tensor x, int[] dim, int normalization, bool onesided", _fft_r2c_pairs),
+    "fft_c2c_pairs": ("Tensor z, int[] dim, int normalization, bool forward", _fft_c2c_pairs),
+    "fft_c2r_pairs": ("Tensor z, int[] dim, int normalization, SymInt last_dim_size", _fft_c2r_pairs),
+}
+for _name, (_args, _fn) in _FFT_SIGNATURES.items():
+    if not hasattr(torch.ops.pipec, _name):
+        _LIBRARY.define(f"{_name}({_args}) -> Tensor")
+    _LIBRARY.impl(_name, _fn, "CompositeExplicitAutograd")
 
 # What a specialized run (specialize.py) calls instead of a pipec.* target on one device type:
 # (ATen overload, extra keyword arguments). Through the dispatcher and the Python impl above the
