@@ -106,7 +106,8 @@ def _scale(p: _Pairs, node):
     return p.call(node.target, p.of(z), scalar)
 
 
-def _add_or_sub(p: _Pairs, node):
+def _both_pairs(p: _Pairs, node):
+    """add / sub / the functional copy (an FFT's backward) of two complex values: of their pairs."""
     a, b = node.args
     return p.call(node.target, p.of(a), p.of(b), **node.kwargs)
 
@@ -171,12 +172,6 @@ def _new_zeros(p: _Pairs, node):
     return p.call(aten.new_zeros.default, p.of(base), [*size, 2], **kwargs)
 
 
-def _copy(p: _Pairs, node):
-    """The functional copy(dst, src) of two complex values: of their pairs."""
-    dst, src = node.args
-    return p.call(aten.copy.default, p.of(dst), p.of(src))
-
-
 def _clone(p: _Pairs, node):
     return p.call(aten.clone.default, p.of(node.args[0]))
 
@@ -202,8 +197,8 @@ _RULES = {
     aten.mul.Tensor: _mul,
     aten.mul.Scalar: _scale,
     aten.div.Scalar: _scale,
-    aten.add.Tensor: _add_or_sub,
-    aten.sub.Tensor: _add_or_sub,
+    aten.add.Tensor: _both_pairs,
+    aten.sub.Tensor: _both_pairs,
     aten.conj_physical.default: _conj,
     aten._conj.default: _conj,
     aten.view_as_complex.default: _same,
@@ -223,7 +218,7 @@ _RULES = {
     aten.slice_scatter.default: _slice_scatter,
     aten.sum.dim_IntList: _sum,
     aten.new_zeros.default: _new_zeros,
-    aten.copy.default: _copy,
+    aten.copy.default: _both_pairs,
     aten.clone.default: _clone,
     aten.real.default: _real_part(0),
     aten.imag.default: _real_part(1),
@@ -241,8 +236,6 @@ def _supported(node) -> bool:
     if node.target is aten._to_copy.default:
         keys = set(node.kwargs) - {"dtype"}
         return not keys and _is_complex(node)  # to complex; complex -> real drops a part: not here
-    if rule is _copy:
-        return len(node.args) == 2 and all(_is_complex(a) for a in node.args) and not node.kwargs
     if rule is _new_zeros:
         return _is_complex(node) and len(node.args) == 2 and set(node.kwargs) <= {"dtype", "layout", "device",
                                                                                   "pin_memory"}
@@ -254,7 +247,7 @@ def _supported(node) -> bool:
         return _is_complex(node.args[0]) and not isinstance(node.args[1], complex) and not node.kwargs
     if rule is _mul:  # a complex Python scalar has no pairs form here
         return not any(isinstance(a, complex) for a in node.args)
-    if rule is _add_or_sub:
+    if rule is _both_pairs:
         return all(_is_complex(a) for a in node.args[:2]) and set(node.kwargs) <= {"alpha"} \
             and not isinstance(node.kwargs.get("alpha", 1), complex)
     if rule is _reshape or rule is _expand:

@@ -28,7 +28,6 @@ as they are. Off with the compile option `combo_kernels=False`.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 
 import sympy
@@ -103,7 +102,7 @@ def _combinable(kernel: TritonKernel, step: Step) -> bool:
     if not all(sympy.sympify(v).is_Integer for v in sizes.values()):
         return False
     numel = sympy.sympify(kernel.grid[0][0])
-    return numel.is_Integer and int(numel) <= COMBO_MAX_NUMEL
+    return numel.is_Integer and int(numel) <= COMBO_MAX_NUMEL and _split(kernel) is not None
 
 
 class _Storage:
@@ -179,7 +178,9 @@ def _combo(name: str, steps: list[Step], by_name: dict[str, TritonKernel], debug
     pointers = [f"in_ptr{k}" for k in range(len(inputs))] + [f"out_ptr{k}" for k in range(len(outputs))]
     functions = [body.replace("def _part(", f"def {function}(", 1) for body, function in parts.items()]
     members = ", ".join(s.target for s in steps)
-    source = "\n".join(preamble) + "\n\n\n" + "\n\n\n".join(functions) + "\n\n\n" + (
+    imports = [line for line in preamble if line.startswith(("import ", "from "))]
+    helpers = [block for block in preamble if block not in imports]
+    source = "\n".join(imports) + "\n\n\n" + "\n\n\n".join(helpers + functions) + "\n\n\n" + (
         f"@triton.jit{'(debug=True)' if debug else ''}\ndef {name}({', '.join(pointers)}, XBLOCK: tl.constexpr):\n"
         f'    """{len(steps)} launches in one: {members}"""\n'
         f"    {_PID} = tl.program_id(0)\n" + "\n".join(branches) + "\n")
@@ -189,33 +190,32 @@ def _combo(name: str, steps: list[Step], by_name: dict[str, TritonKernel], debug
     return Step("launch", name, tuple(inputs), tuple(outputs), attrs), kernel
 
 
-class _ProgramId(ast.NodeTransformer):
-    """`tl.program_id(0)` -> the `pid` parameter."""
-
-    def visit_Call(self, node):
-        self.generic_visit(node)
-        f = node.func
-        if isinstance(f, ast.Attribute) and f.attr == "program_id" and len(node.args) == 1 \
-                and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0:
-            return ast.Name(_PID, ast.Load())
-        return node
-
-
-def _split(kernel: TritonKernel) -> tuple[list[str], str]:
-    """(the module's other statements: imports and helper functions, the kernel's body as a
-    function `_part` taking the program id first, without its docstring)."""
-    tree = ast.parse(kernel.source)
-    module, body = [], None
-    for statement in tree.body:
-        if isinstance(statement, ast.FunctionDef) and statement.name == kernel.name:
-            statement.name = "_part"
-            statement.args.args.insert(0, ast.arg(_PID))
-            if statement.body and isinstance(statement.body[0], ast.Expr) \
-                    and isinstance(statement.body[0].value, ast.Constant):
-                statement.body = statement.body[1:]  # its docstring names the kernel's values
-            body = ast.unparse(ast.fix_missing_locations(_ProgramId().visit(statement)))
-        else:
-            module.append(ast.unparse(statement))
-    if body is None:
-        raise ValueError(f"kernel {kernel.name}: its source does not define it")
-    return module, body
+def _split(kernel: TritonKernel) -> tuple[tuple[str, ...], str] | None:
+    """(the module's other statements: import lines and helper functions, the kernel as a
+    function `_part` taking the program id first, without its docstring), read off the layout
+    KernelWriter gives a pointwise kernel (a `@triton.jit` line, the `def` line, a one-line
+    docstring naming the kernel's values, `xoffset = tl.program_id(0) * XBLOCK`). Text, not an
+    AST round trip: BERT base's AdamW step has 230 members, and parsing and printing each cost
+    ~1 s of codegen on the CPU. None where the source is not laid out so (never combined)."""
+    lines = kernel.source.split("\n")
+    head = f"def {kernel.name}("
+    at = [k for k, line in enumerate(lines) if line.startswith(head)]
+    if len(at) != 1 or at[0] == 0 or not lines[at[0] - 1].startswith("@triton.jit"):
+        return None
+    d = at[0]
+    body = lines[d + 1:]
+    if body and body[0].startswith('    """') and body[0].count('"""') == 2:
+        body = body[1:]  # its docstring names the kernel's values: bodies would differ by it
+    text = "\n".join(body).rstrip()
+    if text.count("tl.program_id(0)") != 1:
+        return None
+    function = "\n".join([lines[d - 1], f"def _part({_PID}, {lines[d][len(head):]}",
+                           text.replace("tl.program_id(0)", _PID)])
+    preamble: list[str] = []
+    for block in "\n".join(lines[:d - 1]).split("\n\n"):
+        block = block.strip("\n")
+        if all(line.startswith(("import ", "from ")) for line in block.splitlines()):
+            preamble += block.splitlines()  # import lines one by one: kernels differ in libdevice's
+        elif block:
+            preamble.append(block)
+    return tuple(preamble), function
