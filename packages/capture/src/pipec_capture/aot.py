@@ -262,6 +262,18 @@ def backward_compiled_with_forward(enabled: bool = True):
     return config.patch(force_non_lazy_backward_lowering=True)
 
 
+def effect_tokens_inside():
+    """An op with effects (`_linalg_check_errors` after torch.linalg.inv) is ordered by a token
+    that AOTAutograd threads through `with_effects`. By default the token is a graph input and
+    output, handed over as None at run time, which no pipec program can take; unlifted, it is
+    made and consumed inside the graph (`prims._make_token` / `_sink_tokens`), which capture
+    lowers to nothing (lowerer.py, `effectful_call`). A no-op on a torch without the switch."""
+    config = torch._functorch.config
+    if not hasattr(config, "unlift_effect_tokens"):
+        return contextlib.nullcontext()
+    return config.patch(unlift_effect_tokens=True)
+
+
 def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],
                         *, decompositions: dict | None = None, fused_attention: bool = True,
                         partition: str = "min_cut", pad_classes: bool = True,
@@ -330,7 +342,7 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
             pad_class_dims(gm)
         if fused_attention:
             gm = choose_attention_kernels(gm)
-        with backward_compiled_with_forward(backward_with_forward), graph_logs_when_read(), \
+        with backward_compiled_with_forward(backward_with_forward), graph_logs_when_read(), effect_tokens_inside(), \
                 cache_scope(cache_tag) if cached else contextlib.nullcontext():
             return aot_backend(gm, example_inputs)
 

@@ -64,6 +64,7 @@ def export_graph(model, example_inputs, options: CompileOptions | None = None) -
     additive_attention_masks(ep.graph_module)  # one bias for every layer, not one per call
     from torch.export.graph_signature import InputKind, OutputKind
 
+    tokens_inside(ep)
     specs: dict[str, tuple[str, str]] = {}
     bindings: dict[str, torch.Tensor] = {}
     state = ep.state_dict
@@ -81,9 +82,9 @@ def export_graph(model, example_inputs, options: CompileOptions | None = None) -
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             specs[arg_name] = (spec.target, "buffer")
             bindings[spec.target] = constants[spec.target]
-        elif spec.kind != InputKind.USER_INPUT:
+        elif spec.kind not in (InputKind.USER_INPUT, InputKind.TOKEN):
             raise CaptureError(f"model {name}, capture export: unsupported input kind {spec.kind}")
-    mutations = [s for s in ep.graph_signature.output_specs if s.kind != OutputKind.USER_OUTPUT]
+    mutations = [s for s in ep.graph_signature.output_specs if s.kind not in (OutputKind.USER_OUTPUT, OutputKind.TOKEN)]
     if mutations:
         raise CaptureError(
             f"model {name}, capture export: the model updates state in place "
@@ -92,6 +93,30 @@ def export_graph(model, example_inputs, options: CompileOptions | None = None) -
                         fullgraph=options.fullgraph, model_name=name,
                         fallback_random=bool(options.get("fallback_random", False)))
     return graph, bindings
+
+
+def tokens_inside(ep) -> None:
+    """The effect tokens of an exported program (the order of `with_effects` calls, e.g.
+    torch.linalg.inv's check of its factorization) made inside its graph instead of taken and
+    returned: the graph's inputs and outputs are then its data alone, as under AOTAutograd
+    (aot.effect_tokens_inside), and capture lowers the tokens to nothing."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    sig = ep.graph_signature
+    token_in = {s.arg.name for s in sig.input_specs if s.kind == InputKind.TOKEN}
+    token_out = {s.arg.name for s in sig.output_specs if s.kind == OutputKind.TOKEN}
+    if not token_in and not token_out:
+        return
+    graph = ep.graph_module.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    output.args = (tuple(a for a in output.args[0] if getattr(a, "name", None) not in token_out),)
+    for node in [n for n in graph.nodes if n.op == "placeholder" and n.name in token_in]:
+        with graph.inserting_after(node):
+            made = graph.call_function(torch.ops.prims._make_token.default, ())
+        made.meta["val"] = node.meta.get("val")
+        node.replace_all_uses_with(made)
+        graph.erase_node(node)
+    ep.graph_module.recompile()
 
 
 def _model_name(model, options) -> str:

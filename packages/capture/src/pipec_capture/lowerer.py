@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sympy
 import torch
@@ -49,6 +49,17 @@ class MultiExtern:
     results: tuple  # per result: TensorType or None (non-tensor result)
 
 
+class ExternCall(NamedTuple):
+    """An op call an extern node makes, where it is not the fx node's own (`with_effects`)."""
+    op: Any
+    args: tuple
+    kwargs: dict
+    val: Any
+
+
+# AOTAutograd's wrapper of an op with effects (effect tokens order such calls)
+_WITH_EFFECTS = getattr(torch.ops.higher_order, "with_effects", None)
+_EFFECT_TOKENS = ("prims._make_token.default", "prims._sink_tokens.default")
 
 _DEFAULT_LIKE = {torch.strided, torch.contiguous_format, torch.preserve_format}
 _DROPPABLE_KWARGS = ("layout", "memory_format", "pin_memory")
@@ -271,6 +282,12 @@ class Lowerer(GraphBuilder):
         if self.fallback_random and draws_random(node):
             self.env[node] = self.extern(node, target, FALLBACK_RANDOM)
             return
+        if target in _EFFECT_TOKENS:  # made and consumed inside the graph (aot.effect_tokens_inside)
+            self.env[node] = None
+            return
+        if _WITH_EFFECTS is not None and node.target is _WITH_EFFECTS:
+            self.env[node] = self.effectful_call(node)
+            return
         lowering = LOWERINGS.get(target)
         mark = len(self.nodes)
         if lowering is not None:
@@ -396,10 +413,40 @@ class Lowerer(GraphBuilder):
 
     # ------------------------------------------------------------ externs
 
-    def extern(self, node: torch.fx.Node, target: str, reason: str):
+    def effectful_call(self, node: torch.fx.Node) -> tuple:
+        """`with_effects(token, op, *args)`: how AOTAutograd keeps an op with effects in order,
+        e.g. `_linalg_check_errors` after torch.linalg.inv / cholesky / solve, which raises
+        eager's LinAlgError when the factorization's `info` says the matrix is singular. The op
+        becomes an extern of its own (externs keep graph order and are never dropped); the token
+        passes through unchanged: it orders calls and holds no data. Its value: (token, results)."""
+        token, op, *args = node.args
+        val = node.meta.get("val")
+        if not isinstance(op, torch._ops.OpOverload) or not isinstance(val, (tuple, list)):
+            raise CaptureError(f"{self.where(node)}: with_effects around {op!r}, not an ATen op")
+        returns = len(op._schema.returns)
+        inner_val = None if returns == 0 else val[1] if returns == 1 else tuple(val[1:])
+        target = op_name(op)
+        result = self.extern(node, target, extern_reason(target),
+                             ExternCall(op, tuple(args), dict(node.kwargs), inner_val))
+        if isinstance(result, MultiExtern):  # one IR getitem per tensor result
+            refs = []
+            for i, t in enumerate(result.results):
+                if t is None:
+                    refs.append(None)
+                    continue
+                name = self.fresh(f"{result.name}_{i}")
+                self.nodes.append(Node(name, "getitem", (result.name,), t, make_attrs(index=i)))
+                self.types[name] = t
+                refs.append(Ref(name))
+            result = tuple(refs) if returns > 1 else None
+        return (self.map_arg(token), *(result if isinstance(result, tuple) else (result,)))
+
+    def extern(self, node: torch.fx.Node, target: str, reason: str, call: ExternCall | None = None):
+        """An extern node calling `node`'s op, or `call`'s (an op wrapped by a higher-order op)."""
         if replay_refusal(node):
             raise CaptureError(f"{self.where(node)}: {replay_refusal(node)}")
-        if isinstance(node.target, torch._ops.HigherOrderOperator):
+        op, node_args, node_kwargs, val = call or (node.target, node.args, node.kwargs, node.meta.get("val"))
+        if isinstance(op, torch._ops.HigherOrderOperator):
             raise CaptureError(
                 f"{self.where(node)}: higher-order op {node.target.name()} (control flow such as torch.cond "
                 "or while_loop, or a call of a traced body) has no pipec lowering; pipec compiles "
@@ -409,18 +456,17 @@ class Lowerer(GraphBuilder):
                 f"{self.where(node)}: {target} has no pipec lowering (fullgraph=True); "
                 f"add a row for {target!r} to pipec_capture.LOWERINGS, or compile with fullgraph=False "
                 "to run it through PyTorch as an extern call")
-        if not isinstance(node.target, torch._ops.OpOverload):
+        if not isinstance(op, torch._ops.OpOverload):
             raise CaptureError(
                 f"{self.where(node)}: call to {target} is not an ATen op; pipec captures ATen graphs "
                 "(through AOTAutograd or torch.export)")
         refs: list[str] = []
-        args = tuple(self.extern_value(a, refs, node) for a in node.args)
+        args = tuple(self.extern_value(a, refs, node) for a in node_args)
         kwargs = []
-        for k, v in node.kwargs.items():
+        for k, v in node_kwargs.items():
             if k in _DROPPABLE_KWARGS and (v is None or v is False or v in _DEFAULT_LIKE):
                 continue
             kwargs.append((k, self.extern_value(v, refs, node)))
-        val = node.meta.get("val")
         inputs = tuple(Ref(r) for r in refs)
         attrs = dict(target=target, args=args, kwargs=tuple(kwargs), reason=reason)
         if draws_random(node):
@@ -434,7 +480,7 @@ class Lowerer(GraphBuilder):
             self.nodes.append(Node(name, "extern", tuple(r.name for r in inputs), t, make_attrs(**attrs)))
             self.types[name] = t
             return Ref(name)
-        if val is None and _returns_nothing(node):
+        if val is None and not op._schema.returns:
             # a check with no result (aten._assert_async.msg: one_hot's "index in range"): an
             # extern of no results, kept as every extern is, so the check still runs
             val = ()

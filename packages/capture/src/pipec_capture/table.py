@@ -58,6 +58,19 @@ LIBRARY_OPS = frozenset({
     "_assert_async",
     # FFTs (cuFFT on CUDA), on complex values held as real pairs (complex_pairs.py, IR 1.8)
     "fft_r2c_pairs", "fft_c2c_pairs", "fft_c2r_pairs",
+    # dense linear algebra (cuBLAS / cuSOLVER / MAGMA on CUDA, LAPACK on the CPU): solves and
+    # factorizations are sequential pivoting or iteration, which a pointwise or reduction kernel
+    # cannot express; Inductor calls the same ATen kernels. The triangular solves are the
+    # chunked gated-delta rule of Qwen3-Next, Qwen3.5 and OLMo-hybrid.
+    "linalg_solve_triangular", "triangular_solve", "linalg_cholesky_ex", "cholesky", "cholesky_solve",
+    "_cholesky_solve_helper", "cholesky_inverse", "linalg_inv_ex", "_linalg_solve_ex", "linalg_lu",
+    "linalg_lu_factor_ex", "linalg_lu_solve", "lu_unpack", "linalg_ldl_factor_ex", "linalg_ldl_solve",
+    "_linalg_svd", "_linalg_eigh", "linalg_eig", "_linalg_eigvals", "linalg_qr", "geqrf", "ormqr",
+    "linalg_householder_product", "_linalg_det", "_linalg_slogdet", "linalg_pinv", "linalg_lstsq",
+    # the check of those factorizations' `info` (torch.linalg.inv's "singular matrix" error): torch
+    # raises as eager does (it reads `info` on the host; a CUDA Graph capture leaves such a program
+    # to plain launches)
+    "_linalg_check_errors",
 })
 
 def op_name(target) -> str:

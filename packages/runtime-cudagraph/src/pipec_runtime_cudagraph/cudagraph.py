@@ -83,6 +83,7 @@ HOST_SYNC_TARGETS = frozenset({
     "aten.nonzero.default", "aten.masked_select.default", "aten._unique2.default", "aten.unique_dim.default",
     "aten.unique_consecutive.default", "aten._local_scalar_dense.default", "aten.item.default",
     "aten.repeat_interleave.Tensor", "aten.index.Tensor_bool", "aten.equal.default", "aten.is_nonzero.default",
+    "aten._linalg_check_errors.default",  # reads a factorization's `info` (torch.linalg.inv's error)
 })
 
 # torch's functional collectives (pipec's `collective` ops run as these)
