@@ -4,6 +4,7 @@ real size through `pipec bench`, one results table (markdown and JSON).
     python benchmarks/real_models.py --out results.json             # every real case, on the GPU
     python benchmarks/real_models.py --out r.json --cases bert,gpt2 --budget 600
     python benchmarks/real_models.py --out smoke.json --size tiny --device cpu   # CPU smoke test
+    python benchmarks/real_models.py --out d.json --suite diffusers --cases sd15_unet,sdxl_unet,sd3_medium
 
 Each case is `pipec bench benchmarks/models/hf_model.py` (PIPEC_HF_MODEL=case) in its own
 process, with a hard time budget (--budget seconds; past it the case is stopped): eager,
@@ -43,25 +44,34 @@ LABELS = {"eager": "eager", "inductor": "Inductor", "inductor-reduce-overhead": 
           "pipec-reduce-overhead": "pipec RO"}
 
 
-def registry():
-    """tests/real_models/hf_models.py (imported by path: it is no package)."""
+def registry(file: str = "hf_models.py"):
+    """A registry of tests/real_models/ (imported by path: it is no package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("pipec_bench_hf_models", REPO / "tests" / "real_models" / "hf_models.py")
+    name = f"pipec_bench_{file.removesuffix('.py')}"
+    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "real_models" / file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
 
 
-def all_cases(size: str) -> list[dict]:
-    """Every case at `size`: name, architecture, family, the published config, the inputs."""
-    hf = registry()
-    if size == "tiny":
-        return [{"case": a.name, "arch": a.name, "family": a.family, "what": a.what,
-                 "shape": _shape_text(a.tiny)} for a in hf.ARCHS]
-    return [{"case": case, "arch": a.name, "family": a.family, "what": a.what, "shape": _shape_text(shape)}
-            for case, (a, shape) in hf.real_cases().items()]
+def all_cases(size: str, suite: str = "transformers") -> list[dict]:
+    """Every case of `suite` (transformers, diffusers, all) at `size`: name, architecture, family,
+    the published config, the inputs."""
+    cases = []
+    if suite in ("transformers", "all"):
+        hf = registry()
+        if size == "tiny":
+            cases += [{"case": a.name, "arch": a.name, "family": a.family, "what": a.what,
+                       "shape": _shape_text(a.tiny)} for a in hf.ARCHS]
+        else:
+            cases += [{"case": case, "arch": a.name, "family": a.family, "what": a.what, "shape": _shape_text(shape)}
+                      for case, (a, shape) in hf.real_cases().items()]
+    if suite in ("diffusers", "all"):  # the denoisers and a VAE decoder (diffusers_models.py)
+        cases += [{"case": c.name, "arch": c.name, "family": "diffusion", "what": c.what,
+                   "shape": "tiny float32" if size == "tiny" else "bfloat16"} for c in registry("diffusers_models.py").CASES]
+    return cases
 
 
 def _shape_text(shape) -> str:
@@ -313,6 +323,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the results file (JSON); the markdown table goes beside it (.md)")
     parser.add_argument("--cases", help="comma-separated subset (default: every case of the size)")
+    parser.add_argument("--suite", choices=("transformers", "diffusers", "all"), default="transformers",
+                        help="transformers' models (hf_models.py, default), diffusers' (diffusers_models.py) or both")
     parser.add_argument("--size", choices=("real", "tiny"), default="real")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --size tiny: a smoke test)")
     parser.add_argument("--inductor", action=argparse.BooleanOptionalAction, default=None,
@@ -340,7 +352,7 @@ def main() -> int:
         return combine(args.combine, Path(args.out))
     if (args.atol is None) != (args.rtol is None):
         parser.error("give --atol and --rtol together")
-    cases = all_cases(args.size)
+    cases = all_cases(args.size, args.suite)
     names = [c["case"] for c in cases]
     chosen = [c.strip() for c in args.cases.split(",")] if args.cases else names
     unknown = [c for c in chosen if c not in names]

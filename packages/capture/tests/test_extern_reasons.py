@@ -12,3 +12,6 @@ def test_intended_reasons_are_the_irs():
     assert extern_reason("aten.convolution.default") in pipec_ir.INTENDED_EXTERN_REASONS
     assert extern_reason("transformers.grouped_mm_fallback.default") == CUSTOM_OP
     assert extern_reason("aten.median.default") not in pipec_ir.INTENDED_EXTERN_REASONS
+    # dense linear algebra is LAPACK's / cuSOLVER's (Qwen3-Next's chunked triangular solve)
+    assert extern_reason("aten.linalg_solve_triangular.default") == "library"
+    assert extern_reason("aten._linalg_check_errors.default") == "library"

@@ -48,7 +48,10 @@ def lower_rsub(cx, node, a, b, *, alpha=1):
     return cx.pointwise("sub", [b, a], t.shape, t.dtype)
 
 
-@register("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode")
+# true_divide is div's alias (torch's nearest-upsample decomposition at symbolic sizes divides
+# the input's size by the output's with it: diffusers' UNets under dynamic shapes)
+@register("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode",
+          "aten.true_divide.Tensor", "aten.true_divide.Scalar")
 def lower_div(cx, node, a, b, *, rounding_mode=None):
     t = cx.result(node)
     if rounding_mode is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import sympy
@@ -171,26 +172,18 @@ class SymbolTable:
             return False
 
     def surely_positive(self, size) -> bool:
-        """Is `size` at least 1 for every value its symbols may take? A polynomial in the symbols
-        whose terms in them have no negative coefficient (so it grows with each symbol; its
-        constant may be negative: a slice's `s - 1`), at least 1 with every symbol at its range's
-        lower bound (a part of a cat that may be empty at run time, `s1 - s0`, is not)."""
+        """Is `size` at least 1 for every value its symbols may take? True where it grows with
+        each symbol (sums, products of non-negative factors, floor divisions by a positive
+        constant, powers, Max / Min of such; a constant term may be negative: a slice's `s - 1`)
+        and is at least 1 with every symbol at its range's lower bound (`monotone_lower`). A part
+        of a cat that may be empty at run time, `s1 - s0`, is not; SD3's image tokens
+        `FloorDiv(s0, 2)*FloorDiv(s1, 2)` with s0, s1 >= 2 are."""
         size = sympy.sympify(size)
-        if size.is_Integer:
-            return int(size) > 0
         lowers = {r.name: r.lower for r in self._ranges}
-        symbols = sorted(size.free_symbols, key=str)
-        if any(s.name not in lowers for s in symbols):
+        if any(s.name not in lowers or lowers[s.name] < 0 for s in size.free_symbols):
             return False
-        if any(lowers[s.name] < 0 for s in symbols):
-            return False
-        try:
-            terms = sympy.Poly(size, *symbols).terms()
-        except sympy.PolynomialError:  # floor division, Max...: no bound read off it here
-            return False
-        if any(c < 0 for monomial, c in terms if any(monomial)):
-            return False
-        return bool(size.subs({s: lowers[s.name] for s in symbols}) >= 1)
+        lowest = monotone_lower(size, lowers)
+        return lowest is not None and lowest >= 1
 
     def _symbol(self, sym: sympy.Symbol, shape_env, given_hint: int | None = None) -> sympy.Symbol:
         if shape_env is not None:
@@ -224,6 +217,35 @@ class SymbolTable:
             )
         self._ranges.append(SymbolRange(name=name, lower=lower, upper=upper, hint=hint))
         return ours
+
+
+def monotone_lower(expr: sympy.Expr, lowers: dict[str, int]) -> int | None:
+    """The least value of `expr` over symbols at or above their lower bounds (`lowers`, by
+    name, all >= 0), where `expr` is non-decreasing in every symbol; None where that cannot be
+    read off its form (a negative coefficient on a symbol, ModularIndexing, a division by a
+    symbol)."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return lowers.get(expr.name)
+    if expr.is_Add:
+        parts = [monotone_lower(a, lowers) for a in expr.args]  # a constant may be negative
+        return None if None in parts else sum(parts)
+    if expr.is_Mul:
+        parts = [monotone_lower(a, lowers) for a in expr.args]
+        if None in parts or any(p < 0 for p in parts):  # a negative factor turns growth around
+            return None
+        return math.prod(parts)
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        base = monotone_lower(expr.base, lowers)
+        return None if base is None or base < 0 else base ** int(expr.exp)
+    if isinstance(expr, FloorDiv) and expr.args[1].is_Integer and int(expr.args[1]) > 0:
+        num = monotone_lower(expr.args[0], lowers)
+        return None if num is None else num // int(expr.args[1])
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        parts = [monotone_lower(a, lowers) for a in expr.args]
+        return None if None in parts else (max if isinstance(expr, sympy.Max) else min)(parts)
+    return None
 
 
 def python_mod(base: sympy.Expr, modulus: sympy.Expr) -> sympy.Expr:
