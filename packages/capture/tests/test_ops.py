@@ -307,3 +307,19 @@ def test_every_ir_reduction_has_a_reference_row():
 
     assert set(TORCH_REDUCTIONS) == REDUCTION_OPS
     assert set(TORCH_SCANS) == set(SCAN_COMBINES)
+
+
+def test_true_divide_lowers_as_div_with_integer_operands_promoted():
+    """torch's nearest-upsample decomposition at symbolic sizes leaves aten.true_divide in the
+    graph (diffusers' UNets under dynamic shapes). Tracing would turn it into div, so the fx graph
+    is built by hand."""
+    ints = torch.arange(1, 9, dtype=torch.int64).reshape(2, 4)
+    for op, args in ((torch.ops.aten.true_divide.Tensor, (ints, ints.flip(1))),
+                     (torch.ops.aten.true_divide.Scalar, (A, 3))):
+        fx = torch.fx.Graph()
+        tensors = [fx.placeholder(f"x{i}") for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        fx.output(fx.call_function(op, (*tensors, *args[len(tensors):])))
+        example = [a for a in args if isinstance(a, torch.Tensor)]
+        graph = lower_graph(torch.fx.GraphModule(torch.nn.Module(), fx), example, name="t")
+        assert "extern" not in ops(graph) and "div" in ops(graph)
+        torch.testing.assert_close(run_graph(graph, example)[0], op(*args))
