@@ -6,7 +6,8 @@ through pipec against eager, in every mode a user compiles a denoiser in:
     python benchmarks/diffusers_sweep.py --out s.jsonl --device cuda    # compiled Triton kernels on a GPU
 
 Modes: `fullgraph` (`pipec.compile(model, fullgraph=True)` under no_grad, diffusers' recipe),
-`train` (a loss of the prediction, every parameter's gradient), `resize` (one compiled model
+`train` (a loss of the prediction, every parameter's gradient; random ops such as DiT's class-label
+dropout draw from torch's generator, `fallback_random`, seeded as eager's), `resize` (one compiled model
 called at 8 x 8, 16 x 16 and 12 x 12 latents: Dynamo makes the second graph dynamic; the third
 reuses it). One JSON line per case and mode: status (ok / mismatch / error), max error, pipec's
 warnings (a fallback of any kind), seconds. Tolerances: 1e-4 (outputs), 1e-3 relative (gradients).
@@ -68,9 +69,12 @@ def _fullgraph(dm, pipec, torch, name, device):
 
 def _train(dm, pipec, torch, name, device):
     eager, mine = dm.build(name, device=device, train=True), dm.build(name, device=device, train=True)
+    # random ops (DiT's class-label dropout) through torch's generator, seeded alike: eager's draws
+    torch.manual_seed(0)
     expected = eager.model(*eager.inputs)
     (expected.float() ** 2).mean().backward()
-    got = pipec.compile(mine.model)(*mine.inputs)
+    torch.manual_seed(0)
+    got = pipec.compile(mine.model, fallback_random=True)(*mine.inputs)
     (got.float() ** 2).mean().backward()
     worst = _close(got, expected)
     for p, q in zip(mine.model.parameters(), eager.model.parameters()):

@@ -178,3 +178,19 @@ def test_what_makes_a_symbol_unpaddable(case):
     assert "s1" not in pads
     if case in ("reduce", "slice", "count"):
         assert pads == ("s0",)  # the other symbol is still fine
+
+
+def test_group_norm_view_at_a_dynamic_resolution_reads_its_row_contiguously():
+    """[2, 8, s0, s1] viewed as [2, 2, 4*s0*s1] (GroupNorm's groups, a diffusers UNet at a dynamic
+    resolution): the view goes through the flat index, whose decomposition into [2, 8, s0, s1]
+    cancels term by term (simplify.collapse with symbolic moduli and strides, nested floor
+    divisions), so the sum's load has no `//` or `%`, as at static sizes (it had six)."""
+    g = G()
+    x = g.input("x", 2, 8, s0, s1)
+    g.node("v", "reshape", [x], (2, 2, 4 * s0 * s1))
+    g.node("sum", "sum", ["v"], (2, 2, 1), dims=(2,), keepdim=True)
+    prog = compile_plan(g.graph(["sum"]), [kernel("pipec_red_0", "reduction", ["v", "sum"], [x], ["sum"],
+                                                  (2, 2, 4 * s0 * s1), (2,))])
+    [k] = prog.kernels
+    [load] = [line for line in k.source.splitlines() if "tl.load" in line]
+    assert "//" not in load and "%" not in load, load

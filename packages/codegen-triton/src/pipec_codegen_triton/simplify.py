@@ -3,7 +3,7 @@
 A contiguous load at the domain index prints as `x0*64 + x1`, with `x0 = xindex // 64`
 and `x1 = xindex % 64`. Substituting and applying
     c*(X % b) + c*b*(X // b)  ->  c*X
-gives back `xindex`. The rewritten form is kept only when it has fewer divisions.
+gives back `xindex` (b may be a symbolic size: a dynamic resolution's width). The rewritten form is kept only when it has fewer divisions.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def collapse(expr: sympy.Expr) -> sympy.Expr:
         changed = False
         terms = sympy.expand(expr).as_coefficients_dict()
         for term, coeff in terms.items():
-            if not isinstance(term, ModularIndexing):
+            term, coeff = _modulus_factor(term, coeff)
+            if term is None:
                 continue
             base, modulus = term.args
             partner = FloorDiv(base, modulus)
@@ -32,7 +33,31 @@ def collapse(expr: sympy.Expr) -> sympy.Expr:
                 expr = sympy.expand(expr - coeff * term - coeff * modulus * partner + coeff * base)
                 changed = True
                 break
+            if modulus.is_Integer and coeff.is_Integer:
+                continue
+            # a symbolic modulus or coefficient is no number: try the rewrite with the partner
+            # spelled either way ((X // b) // m is X // (b*m)), kept where both terms cancelled
+            partners = [partner] + ([FloorDiv(base.args[0], base.args[1] * modulus)] if isinstance(base, FloorDiv) else [])
+            for p in partners:
+                rewritten = sympy.expand(expr - coeff * term - coeff * modulus * p + coeff * base)
+                if _cost(rewritten) < _cost(expr):
+                    expr, changed = rewritten, True
+                    break
+            if changed:
+                break
     return expr
+
+
+def _modulus_factor(term, coeff):
+    """(ModularIndexing(X, b), its whole coefficient) of a term `coeff * term` that has one such
+    factor (`s1*ModularIndexing(...)`: a symbolic stride times it), else (None, None)."""
+    if isinstance(term, ModularIndexing):
+        return term, sympy.sympify(coeff)
+    if term.is_Mul:
+        mods = [f for f in term.args if isinstance(f, ModularIndexing)]
+        if len(mods) == 1:
+            return mods[0], sympy.sympify(coeff) * (term / mods[0])
+    return None, None
 
 
 def simplify_index(expr: sympy.Expr, decompositions: dict) -> sympy.Expr:
