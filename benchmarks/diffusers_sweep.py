@@ -9,7 +9,7 @@ Modes: `fullgraph` (`pipec.compile(model, fullgraph=True)` under no_grad, diffus
 `train` (a loss of the prediction, every parameter's gradient; random ops such as DiT's class-label
 dropout draw from torch's generator, `fallback_random`, seeded as eager's), `resize` (one compiled model
 called at 8 x 8, 16 x 16 and 12 x 12 latents: Dynamo makes the second graph dynamic; the third
-reuses it). One JSON line per case and mode: status (ok / mismatch / error), max error, pipec's
+reuses it; not Flux, whose packed latent tokens come with position ids). One JSON line per case and mode: status (ok / mismatch / error), max error, pipec's
 warnings (a fallback of any kind), seconds. Tolerances: 1e-4 (outputs), 1e-3 relative (gradients).
 """
 
@@ -48,7 +48,7 @@ def run_one(name: str, mode: str, device: str) -> dict:
             row["status"], row["error"] = "error", f"{type(e).__name__}: {str(e)[:300]}"
             row["traceback"] = traceback.format_exc().splitlines()[-6:]
     row["seconds"] = round(time.perf_counter() - start, 1)
-    row["warnings"] = sorted({str(w.message)[:300] for w in caught if "pipec" in str(w.message)
+    row["warnings"] = sorted({str(w.message)[:600] for w in caught if "pipec" in str(w.message)
                               and "plugin" not in str(w.message)})
     return row
 
@@ -116,7 +116,8 @@ def main() -> int:
     names = args.only.split(",") if args.only else [c.name for c in dm.CASES]
     for name in names:
         for mode in args.modes.split(","):
-            if mode == "train" and not dm.BY_NAME[name].train:
+            case = dm.BY_NAME[name]
+            if (mode == "train" and not case.train) or (mode == "resize" and not case.resizable):
                 continue
             cmd = [sys.executable, __file__, "--one", name, mode, "--device", args.device]
             try:

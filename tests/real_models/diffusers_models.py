@@ -49,6 +49,7 @@ class Case:
     inputs: Callable[[nn.Module, bool, torch.Generator], dict]  # (model, tiny?, generator) -> inputs
     call: str = "forward"  # the method run: "decode" for an autoencoder's decoder
     train: bool = True  # CI runs a training step of it
+    resizable: bool = True  # its first input is latents [..., h, w] (Flux's are packed tokens)
 
 
 def _randn(g, *shape):
@@ -149,7 +150,7 @@ CASES: tuple[Case, ...] = (
     Case("flux", "Flux.1-schnell's transformer (the class's defaults), 1024 x 1024", "FluxTransformer2DModel",
          dict(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=16,
               num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=(4, 6, 6)),
-         {}, _flux_inputs),
+         {}, _flux_inputs, resizable=False),
     Case("wan_1_3b", "Wan 2.1 1.3B's transformer, 17 frames at 480p", "WanTransformer3DModel",
          dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
               text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32),
