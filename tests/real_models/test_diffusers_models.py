@@ -76,3 +76,17 @@ def test_new_resolutions_share_one_dynamic_graph(name):
                 got = compiled(*inputs)
         assert got.shape == expected.shape
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_dit_at_new_square_resolutions_under_dynamic_shapes():
+    """DiT unpatchifies with `int(seq ** 0.5)`: float arithmetic on sizes that ends in a size.
+    With square latents (one size symbol under dynamic=True) it is the latent side over the patch,
+    so the graph compiles instead of running eagerly."""
+    built = dm.build("dit_xl2")
+    compiled = pipec.compile(built.model, dynamic=True)
+    g = torch.Generator().manual_seed(4)
+    for side in (16, 12):
+        inputs = (torch.randn(2, 4, side, side, generator=g), *built.inputs[1:])
+        with torch.no_grad(), no_fallback():
+            got = compiled(*inputs)
+        torch.testing.assert_close(got, built.model(*inputs), atol=1e-5, rtol=1e-4)

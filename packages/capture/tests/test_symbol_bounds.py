@@ -24,3 +24,17 @@ def test_forms_that_do_not_grow_with_every_symbol_have_no_bound():
     assert monotone_lower(ModularIndexing(s0, 4), LOWERS) is None
     assert monotone_lower(FloorDiv(s1, s0), LOWERS) is None
     assert monotone_lower(size_symbol("s9"), LOWERS) is None  # a symbol with no range
+
+
+def test_integer_square_root_of_a_square_size_is_its_root():
+    """DiT's unpatchify, `int(seq ** 0.5)` of seq = (h // 2)**2: torch traces
+    TruncToInt(FloatPow(ToFloat(X**2), 0.5)), which is X; a non-square has no pipec form."""
+    from torch.utils._sympy.functions import FloatPow, ToFloat
+
+    from pipec_capture.symbols import _exact_square_root
+
+    x, y = sympy.Symbol("x", integer=True, positive=True), sympy.Symbol("y", integer=True, positive=True)
+    assert _exact_square_root(FloatPow(ToFloat(x ** 2), 0.5)) == x
+    assert _exact_square_root(FloatPow(ToFloat(4 * x ** 2 * y ** 4), 0.5)) == 2 * x * y ** 2
+    assert _exact_square_root(FloatPow(ToFloat(x * y), 0.5)) is None
+    assert _exact_square_root(FloatPow(ToFloat(2 * x ** 2), 0.5)) is None

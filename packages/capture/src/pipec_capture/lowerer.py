@@ -362,6 +362,10 @@ class Lowerer(GraphBuilder):
             return self.symbols.size(val)
         if isinstance(val, (float, bool)):
             return val
+        if isinstance(val, torch.SymFloat) and _feeds_only_sizes(node):
+            # float arithmetic on sizes that ends in a size (DiT's unpatchify, `int(seq ** 0.5)`):
+            # the size is read off its own traced expression (SymbolTable.size), not these steps
+            return None
         op = self.FLOAT_SCALAR_OPS.get(node.target)
         if isinstance(val, torch.SymFloat) and op is not None and len(node.args) == 2 and not node.kwargs:
             return self.pointwise(op, [self.map_arg(a) for a in node.args], (), "float64")
@@ -594,6 +598,18 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "g
     follow_attention_layouts(gm)
     return Lowerer(gm, name=name, input_specs=input_specs, fullgraph=fullgraph, model_name=model_name,
                    fallback_random=fallback_random).run()
+
+
+def _feeds_only_sizes(node: torch.fx.Node) -> bool:
+    """Whether every reader of `node` (a SymFloat) makes a size, directly or through more float
+    arithmetic: nothing then needs the float's value at run time."""
+    for user in node.users:
+        val = user.meta.get("val")
+        if isinstance(val, torch.SymFloat) and _feeds_only_sizes(user):
+            continue
+        if not isinstance(val, torch.SymInt):
+            return False
+    return bool(node.users)
 
 
 def _returns_nothing(node: torch.fx.Node) -> bool:

@@ -131,6 +131,10 @@ class SymbolTable:
         if expr.is_Symbol:
             definition = self._definition(expr, shape_env) if expr not in self._map else None
             return self._symbol(expr, shape_env) if definition is None else self._convert(definition, shape_env)
+        if type(expr).__name__ == "TruncToInt" and len(expr.args) == 1:
+            root = _exact_square_root(expr.args[0])
+            if root is not None:  # int(sqrt(n*n)) is n: DiT's unpatchify, `int(seq ** 0.5)`
+                return self._convert(root, shape_env)
         args = [self._convert(a, shape_env) for a in expr.args]
         if expr.is_Add:
             return sympy.Add(*args)
@@ -245,6 +249,27 @@ def monotone_lower(expr: sympy.Expr, lowers: dict[str, int]) -> int | None:
     if isinstance(expr, (sympy.Max, sympy.Min)):
         parts = [monotone_lower(a, lowers) for a in expr.args]
         return None if None in parts else (max if isinstance(expr, sympy.Max) else min)(parts)
+    return None
+
+
+def _exact_square_root(expr) -> sympy.Expr | None:
+    """X where `expr` is torch's `FloatPow(ToFloat(X**2), 0.5)` for an integer size X (a product
+    of squares and square numbers): the float square root of a perfect square is exact."""
+    if type(expr).__name__ != "FloatPow" or len(expr.args) != 2 or expr.args[1] != sympy.Float(0.5):
+        return None
+    inner = expr.args[0]
+    return _root_of_square(inner.args[0]) if type(inner).__name__ == "ToFloat" else None
+
+
+def _root_of_square(expr) -> sympy.Expr | None:
+    if expr.is_Integer:
+        root = math.isqrt(int(expr)) if int(expr) >= 0 else -1
+        return sympy.Integer(root) if root * root == int(expr) else None
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) % 2 == 0:
+        return expr.base ** (int(expr.exp) // 2)
+    if expr.is_Mul:
+        parts = [_root_of_square(a) for a in expr.args]
+        return None if None in parts else sympy.Mul(*parts)
     return None
 
 
