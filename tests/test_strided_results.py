@@ -40,7 +40,7 @@ def test_a_kernel_reads_a_strided_result_through_its_view(tmp_path):
 
 
 def test_row_major_results_are_not_marked():
-    from pipec_capture.lowerer import _strided_results
+    from pipec_capture.extern_calls import _strided_results
 
     row_major = torch.empty(4, 6)
     assert _strided_results(row_major) == ()

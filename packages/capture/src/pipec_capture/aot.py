@@ -267,7 +267,7 @@ def effect_tokens_inside():
     that AOTAutograd threads through `with_effects`. By default the token is a graph input and
     output, handed over as None at run time, which no pipec program can take; unlifted, it is
     made and consumed inside the graph (`prims._make_token` / `_sink_tokens`), which capture
-    lowers to nothing (lowerer.py, `effectful_call`). A no-op on a torch without the switch."""
+    lowers to nothing (extern_calls.py, `effectful_call`). A no-op on a torch without the switch."""
     config = torch._functorch.config
     if not hasattr(config, "unlift_effect_tokens"):
         return contextlib.nullcontext()
