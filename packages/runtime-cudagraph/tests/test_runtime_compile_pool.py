@@ -282,11 +282,11 @@ def test_worker_failures_fall_back_to_compiling_in_the_parent(tmp_path):
 ASTRAY_BOOT = """import sys; sys.path[:0] = sys.argv[1:]
 import pipec_runtime_cudagraph.compile_worker as worker
 real, done = worker.compile_request, []
-def astray(request, modules):  # the first {n} compiles under another Triton than the parent's
+def astray(request, *rest):  # the first {n} compiles under another Triton than the parent's
     done.append(request["name"])
     if len(done) <= {n}:
         request["triton_key"] = "another-triton"
-    return real(request, modules)
+    return real(request, *rest)
 worker.compile_request = astray
 worker.main()
 """
@@ -420,3 +420,42 @@ def test_triton_key_is_computed_in_the_background_once_when_a_gpu_compile_starts
         assert stages.warm_triton_key() is thread and calls == [1]
     finally:
         stages.warm_triton_key.cache_clear()  # the real key is computed where a real compile needs it
+
+
+def test_workers_build_each_signatures_launcher_once():
+    """A Triton whose launcher is a C module per signature (3.6 and older) gets it built in the
+    worker, once per signature: kernels with the same argument types and constants share one; a
+    Triton with a generic launcher, or a build that fails, builds nothing and fails no job."""
+    from types import SimpleNamespace
+
+    from pipec_runtime_cudagraph.compile_worker import build_launcher
+
+    built_for = []
+
+    class Launcher:
+        def __init__(self, src, metadata):
+            built_for.append(src.fn.name)
+
+    per_signature = SimpleNamespace(make_launcher=object(), CudaLauncher=Launcher)
+
+    def kernel(name, signature, constants):
+        fn = SimpleNamespace(name=name, arg_names=list(signature))
+        return SimpleNamespace(src=SimpleNamespace(fn=fn, signature=signature, constants=constants),
+                               metadata=SimpleNamespace(tensordesc_meta=None))
+
+    add = kernel("add", {"x": "*fp32", "y": "*fp32", "n": "i32"}, {})
+    mul = kernel("mul", {"x": "*fp32", "y": "*fp32", "n": "i32"}, {})  # add's signature: add's launcher
+    one = kernel("one", {"x": "*fp32", "y": "*fp32", "n": "i32"}, {(2,): 1})  # n specialized to 1: its own
+    half = kernel("half", {"x": "*bf16", "y": "*bf16", "n": "i32"}, {})
+    built: set = set()
+    assert [build_launcher(k, built, per_signature) for k in (add, mul, one, half)] == [True, False, True, True]
+    assert built_for == ["add", "one", "half"]
+
+    generic = SimpleNamespace(CudaLauncher=Launcher)  # Triton >= 3.7: one launcher for every kernel
+    assert build_launcher(kernel("k", {"x": "*fp16"}, {}), set(), generic) is False
+
+    class Broken:
+        def __init__(self, src, metadata):
+            raise RuntimeError("no C compiler")
+    assert build_launcher(add, set(), SimpleNamespace(make_launcher=object(), CudaLauncher=Broken)) is False
+    assert built_for == ["add", "one", "half"]

@@ -96,9 +96,43 @@ def load_function(path: str, module_name: str, name: str, modules: dict):
     return getattr(module, name)
 
 
-def compile_request(request: dict, modules: dict) -> str:
+def build_launcher(kernel, built: set, driver=None) -> bool:
+    """Build `kernel`'s host launcher into Triton's cache as well; True when this call built one.
+
+    Triton up to 3.6 launches each kernel through a C module made for its signature
+    (`make_launcher`), compiled by the system's C compiler the first time a process loads a
+    kernel of that signature (`CompiledKernel._init_handles`) and cached on disk under the
+    source's hash. A cold compile of BERT's training step left dozens of those C compiles to
+    the parent's first call; here they run beside the kernels' own compiles, and the parent's
+    load finds each in the cache. A Triton whose launcher is generic (no `make_launcher`) has
+    nothing to build. Best effort: a failure leaves the build to the parent, as before.
+    `built`: the launcher sources this worker built already (kernels of one signature share one)."""
+    if driver is None:
+        try:
+            from triton.backends.nvidia import driver
+        except ImportError:  # another backend
+            return False
+    if getattr(driver, "make_launcher", None) is None or not hasattr(driver, "CudaLauncher"):
+        return False
+    try:
+        src = kernel.src
+        constants = getattr(src, "constants", {})
+        arg_index = {name: i for i, name in enumerate(src.fn.arg_names)}
+        key = (tuple(sorted((repr(arg_index.get(k, k)), repr(v)) for k, v in constants.items())),
+               tuple(src.signature.items()), repr(getattr(kernel.metadata, "tensordesc_meta", None)))
+        if key in built:
+            return False
+        driver.CudaLauncher(src, kernel.metadata)  # compiles the C module into the cache (or finds it there)
+        built.add(key)
+        return True
+    except Exception:  # noqa: BLE001 - the parent builds it on load, reporting any real error there
+        return False
+
+
+def compile_request(request: dict, modules: dict, launchers: set | None = None) -> str:
     """Compile one request into Triton's cache (`compile_pool.capture_requests` made it); -> the
-    cache key (before hashing) it was compiled under, computed as `triton.compile` does."""
+    cache key (before hashing) it was compiled under, computed as `triton.compile` does. The
+    kernel's launcher is built too (`build_launcher`; `launchers`: those built already)."""
     import triton
     import triton.runtime.cache
     from triton.backends.compiler import GPUTarget
@@ -113,11 +147,13 @@ def compile_request(request: dict, modules: dict) -> str:
     set_cache_environment(request["env"])
     use_ptxas(request.get("ptxas"))
     triton.knobs.cache.dir = request["cache_dir"]
+    launchers = set() if launchers is None else launchers
     fn = load_function(request["path"], request["module"], request["name"], modules)
     src = ast_source_class(request.get("gluon", False))(fn, request["signature"], request["constants"],
                                                         request["attrs"])
     target = GPUTarget(*request["target"])
-    triton.compile(src, target=target, options=request["options"])
+    kernel = triton.compile(src, target=target, options=request["options"])
+    build_launcher(kernel, launchers)
     from triton._C.libtriton import get_cache_invalidating_env_vars
     from triton.compiler import make_backend
 
@@ -150,6 +186,7 @@ def ast_source_class(gluon: bool):
 def serve(inp, out) -> None:
     """Answer requests until the parent closes our stdin."""
     modules: dict = {}
+    launchers: set = set()
     while True:
         message = recv(inp)
         if message is None:
@@ -158,7 +195,7 @@ def serve(inp, out) -> None:
         start = time.perf_counter()
         key = None
         try:
-            key = compile_request(pickle.loads(payload), modules)  # noqa: S301 - see recv
+            key = compile_request(pickle.loads(payload), modules, launchers)  # noqa: S301 - see recv
             error = None
         except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
             error = f"{type(e).__name__}: {str(e)[:2000]}"
