@@ -78,15 +78,17 @@ def test_new_resolutions_share_one_dynamic_graph(name):
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 
-def test_dit_at_new_square_resolutions_under_dynamic_shapes():
+def test_dit_at_new_resolutions_under_dynamic_shapes():
     """DiT unpatchifies with `int(seq ** 0.5)`: float arithmetic on sizes that ends in a size.
-    With square latents (one size symbol under dynamic=True) it is the latent side over the patch,
-    so the graph compiles instead of running eagerly."""
+    Called at a new resolution, Dynamo retraces with the latents' height and width as two
+    symbols, and the grid's side is IntSqrt(h/2 * w/2), evaluated on the host: the graph
+    compiles instead of running eagerly (dynamic=True with square latents: one symbol, and the
+    side is h/2 itself)."""
     built = dm.build("dit_xl2")
-    compiled = pipec.compile(built.model, dynamic=True)
     g = torch.Generator().manual_seed(4)
-    for side in (16, 12):
-        inputs = (torch.randn(2, 4, side, side, generator=g), *built.inputs[1:])
-        with torch.no_grad(), no_fallback():
-            got = compiled(*inputs)
-        torch.testing.assert_close(got, built.model(*inputs), atol=1e-5, rtol=1e-4)
+    for compiled, sides in ((pipec.compile(built.model), (8, 16, 12)), (pipec.compile(built.model, dynamic=True), (16, 12))):
+        for side in sides:
+            inputs = (torch.randn(2, 4, side, side, generator=g), *built.inputs[1:])
+            with torch.no_grad(), no_fallback():
+                got = compiled(*inputs)
+            torch.testing.assert_close(got, built.model(*inputs), atol=1e-5, rtol=1e-4)

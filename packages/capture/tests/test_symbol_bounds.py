@@ -4,7 +4,7 @@ decides whether a cat part or a padded dim may be empty at run time (SymbolTable
 import sympy
 
 from pipec_capture.symbols import monotone_lower
-from pipec_ir.symbolic import FloorDiv, ModularIndexing, size_symbol
+from pipec_ir.symbolic import FloorDiv, IntSqrt, ModularIndexing, size_symbol
 
 s0, s1 = size_symbol("s0"), size_symbol("s1")
 LOWERS = {"s0": 2, "s1": 3}
@@ -26,15 +26,19 @@ def test_forms_that_do_not_grow_with_every_symbol_have_no_bound():
     assert monotone_lower(size_symbol("s9"), LOWERS) is None  # a symbol with no range
 
 
-def test_integer_square_root_of_a_square_size_is_its_root():
-    """DiT's unpatchify, `int(seq ** 0.5)` of seq = (h // 2)**2: torch traces
-    TruncToInt(FloatPow(ToFloat(X**2), 0.5)), which is X; a non-square has no pipec form."""
-    from torch.utils._sympy.functions import FloatPow, ToFloat
+def test_integer_square_root_of_a_size_is_intsqrt():
+    """DiT's unpatchify, `int(seq ** 0.5)`, and `int(math.sqrt(n))`: torch traces
+    TruncToInt(FloatPow(ToFloat(X), 0.5)) / TruncToInt(OpaqueUnaryFn_sqrt(ToFloat(X))), which is
+    IntSqrt(X): X itself for a square, a host-evaluated size otherwise (h and w two symbols)."""
+    from torch.utils._sympy.functions import FloatPow, OpaqueUnaryFn_sqrt, ToFloat
 
-    from pipec_capture.symbols import _exact_square_root
+    from pipec_capture.symbols import _float_square_root_of
 
     x, y = sympy.Symbol("x", integer=True, positive=True), sympy.Symbol("y", integer=True, positive=True)
-    assert _exact_square_root(FloatPow(ToFloat(x ** 2), 0.5)) == x
-    assert _exact_square_root(FloatPow(ToFloat(4 * x ** 2 * y ** 4), 0.5)) == 2 * x * y ** 2
-    assert _exact_square_root(FloatPow(ToFloat(x * y), 0.5)) is None
-    assert _exact_square_root(FloatPow(ToFloat(2 * x ** 2), 0.5)) is None
+    assert _float_square_root_of(FloatPow(ToFloat(x * y), 0.5)) == x * y
+    assert _float_square_root_of(OpaqueUnaryFn_sqrt(ToFloat(2 * x))) == 2 * x
+    assert _float_square_root_of(FloatPow(ToFloat(x), 1.5)) is None  # no square root
+    assert _float_square_root_of(FloatPow(x, 0.5)) is None
+    assert IntSqrt(s0 ** 2) == s0 and IntSqrt(4 * s0 ** 2 * s1 ** 4) == 2 * s0 * s1 ** 2  # squares: the root
+    assert IntSqrt(sympy.Integer(99)) == 9 and isinstance(IntSqrt(s0 * s1), IntSqrt)
+    assert monotone_lower(IntSqrt(FloorDiv(s0, 2) * FloorDiv(s1, 2)), LOWERS) == 1

@@ -72,6 +72,12 @@ RELEASED = {
         "kernel_plan": "d55474d008f1f30dadb3f3aa40261fc5b0c55a97b30f46193a002801033784d2",
         "program": "7e2e80d4b2a0409db4d1a245e2e7b2275e12c0943b01246e6d3fb0d2a601dc1c",
     },
+    # 1.9: `IntSqrt(n)` in size expressions (docs/IR.md, "Symbolic sizes"); no structural change.
+    (1, 9): {
+        "graph": "a7960c2af19feb3b8626601d03439ae62721d4e4a7c018c87f1269ad9d040ef7",
+        "kernel_plan": "bb96fba4681f80d6fed9c366842ec82941d9544962f02ba4b1a38ccb3a7f1603",
+        "program": "4425dc7b125ab8f8341e9cdff62da1393df043fcbe19c38357ba23ae34329b9e",
+    },
 }
 
 

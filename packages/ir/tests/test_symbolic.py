@@ -63,3 +63,23 @@ def test_renamed_refs_reach_into_nested_arguments():
     args = (("args", (Ref("a"), 2, (Ref("b"), Ref("a")))), ("kwargs", (("mask", Ref("c")),)))
     out = renamed_refs(args, {"a": "x", "c": "z"})
     assert list(ref_names(out)) == ["x", "b", "x", "z"] and out[0][1][1] == 2
+
+
+def test_integer_square_root_parses_prints_and_bounds():
+    """IntSqrt (IR 1.9): a model's `int(n ** 0.5)` of a size. It survives the text form, prints as
+    Python's `isqrt` (host code; Triton kernels take it as a size parameter), keeps the root of a
+    product of squares, and bounds like the root it is."""
+    import math
+
+    from pipec_ir.symbolic import IntSqrt, expr_str, parse_expr, pyexpr
+
+    s0, s1 = size_symbol("s0"), size_symbol("s1")
+    side = IntSqrt(FloorDiv(s0, 2) * FloorDiv(s1, 2))
+    assert parse_expr(expr_str(side)) == side and parse_expr(expr_str(2 * side + 1)) == 2 * side + 1
+    printed = pyexpr(side * 2)
+    assert "isqrt(" in printed
+    assert eval(printed, {"isqrt": math.isqrt, "s0": 30, "s1": 30}) == 2 * 15  # noqa: S307
+    assert eval(pyexpr(side), {"isqrt": math.isqrt, "s0": 16, "s1": 36}) == math.isqrt(8 * 18)  # noqa: S307
+    assert IntSqrt(s0 ** 2) == s0 and IntSqrt(9 * s0 ** 2 * s1 ** 4) == 3 * s0 * s1 ** 2
+    assert IntSqrt(sympy.Integer(48)) == 6 and isinstance(IntSqrt(2 * s0 ** 2), IntSqrt)
+    assert upper_bound(IntSqrt(bounded_index("x", 101))) == 10 and upper_bound(side) is None

@@ -9,7 +9,7 @@ import sympy
 import torch
 
 from pipec_ir import SymbolRange
-from pipec_ir.symbolic import FloorDiv, ModularIndexing, size_symbol, upper_bound
+from pipec_ir.symbolic import FloorDiv, IntSqrt, ModularIndexing, size_symbol, upper_bound
 
 from .errors import CaptureError
 
@@ -131,10 +131,10 @@ class SymbolTable:
         if expr.is_Symbol:
             definition = self._definition(expr, shape_env) if expr not in self._map else None
             return self._symbol(expr, shape_env) if definition is None else self._convert(definition, shape_env)
-        if type(expr).__name__ == "TruncToInt" and len(expr.args) == 1:
-            root = _exact_square_root(expr.args[0])
-            if root is not None:  # int(sqrt(n*n)) is n: DiT's unpatchify, `int(seq ** 0.5)`
-                return self._convert(root, shape_env)
+        if type(expr).__name__ in ("TruncToInt", "FloorToInt") and len(expr.args) == 1:
+            radicand = _float_square_root_of(expr.args[0])
+            if radicand is not None:  # int(n ** 0.5) of a size: DiT's unpatchify, a ViT's grid side
+                return IntSqrt(self._convert(radicand, shape_env))
         args = [self._convert(a, shape_env) for a in expr.args]
         if expr.is_Add:
             return sympy.Add(*args)
@@ -169,7 +169,7 @@ class SymbolTable:
         back = {ours: theirs for theirs, ours in self._map.items()}
         try:
             ta, tb = (_torch_min_max(sympy.sympify(x).xreplace(back)) for x in (a, b))
-            if ta.has(FloorDiv, ModularIndexing) or tb.has(FloorDiv, ModularIndexing):
+            if ta.has(FloorDiv, ModularIndexing, IntSqrt) or tb.has(FloorDiv, ModularIndexing, IntSqrt):
                 return False  # pipec's functions, not torch's: no question torch can answer
             return bool(env._maybe_evaluate_static(sympy.Eq(ta, tb)))
         except Exception:  # noqa: BLE001 - undecided (or torch's private API moved): not equal
@@ -246,31 +246,27 @@ def monotone_lower(expr: sympy.Expr, lowers: dict[str, int]) -> int | None:
     if isinstance(expr, FloorDiv) and expr.args[1].is_Integer and int(expr.args[1]) > 0:
         num = monotone_lower(expr.args[0], lowers)
         return None if num is None else num // int(expr.args[1])
+    if isinstance(expr, IntSqrt):
+        n = monotone_lower(expr.args[0], lowers)
+        return None if n is None or n < 0 else math.isqrt(n)
     if isinstance(expr, (sympy.Max, sympy.Min)):
         parts = [monotone_lower(a, lowers) for a in expr.args]
         return None if None in parts else (max if isinstance(expr, sympy.Max) else min)(parts)
     return None
 
 
-def _exact_square_root(expr) -> sympy.Expr | None:
-    """X where `expr` is torch's `FloatPow(ToFloat(X**2), 0.5)` for an integer size X (a product
-    of squares and square numbers): the float square root of a perfect square is exact."""
-    if type(expr).__name__ != "FloatPow" or len(expr.args) != 2 or expr.args[1] != sympy.Float(0.5):
+def _float_square_root_of(expr) -> sympy.Expr | None:
+    """X where `expr` is torch's float square root of an integer X: `FloatPow(ToFloat(X), 0.5)`
+    (`n ** 0.5`) or `OpaqueUnaryFn_sqrt(ToFloat(X))` (`math.sqrt(n)`). Truncated to an integer it
+    is `IntSqrt(X)` for every size X below 2**52 (the float root is correctly rounded)."""
+    name = type(expr).__name__
+    if name == "FloatPow" and len(expr.args) == 2 and expr.args[1] == sympy.Float(0.5):
+        inner = expr.args[0]
+    elif name == "OpaqueUnaryFn_sqrt" and len(expr.args) == 1:
+        inner = expr.args[0]
+    else:
         return None
-    inner = expr.args[0]
-    return _root_of_square(inner.args[0]) if type(inner).__name__ == "ToFloat" else None
-
-
-def _root_of_square(expr) -> sympy.Expr | None:
-    if expr.is_Integer:
-        root = math.isqrt(int(expr)) if int(expr) >= 0 else -1
-        return sympy.Integer(root) if root * root == int(expr) else None
-    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) % 2 == 0:
-        return expr.base ** (int(expr.exp) // 2)
-    if expr.is_Mul:
-        parts = [_root_of_square(a) for a in expr.args]
-        return None if None in parts else sympy.Mul(*parts)
-    return None
+    return inner.args[0] if type(inner).__name__ == "ToFloat" and len(inner.args) == 1 else None
 
 
 def python_mod(base: sympy.Expr, modulus: sympy.Expr) -> sympy.Expr:

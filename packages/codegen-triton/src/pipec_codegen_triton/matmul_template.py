@@ -22,7 +22,7 @@ import sympy
 from pipec_ir import TMA_CONSTANT, Graph, Kernel, LaunchConfig, TritonKernel
 from pipec_ir.indexing import coarse_index, refine_shapes, view_source_index
 from pipec_ir.ops import MATMUL_OPS, VIEW, kind_of
-from pipec_ir.symbolic import FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel, renamed_index
+from pipec_ir.symbolic import HOST_ONLY, FloorDiv, ModularIndexing, contiguous_strides, index_symbol, numel, renamed_index
 
 from .bounds import K_LOOP, check_operands
 from .dtypes import tl_storage
@@ -162,7 +162,7 @@ def _affine_layout(chain: tuple, root_shape: tuple, wanted: tuple) -> tuple | No
     strides = contiguous_strides(root_shape)
     offset = collapse(sympy.expand(sum((i * s for i, s in zip(index, strides)), sympy.Integer(0))))
     for term in sympy.preorder_traversal(offset):
-        if isinstance(term, (FloorDiv, ModularIndexing, sympy.Max, sympy.Min)) and term.free_symbols & set(syms):
+        if isinstance(term, (FloorDiv, ModularIndexing, *HOST_ONLY)) and term.free_symbols & set(syms):
             return None
     rest, coeffs = offset, []
     for s in wanted:

@@ -22,7 +22,7 @@ from pipec_ir import ITEMSIZE, Graph, Kernel, Size, TensorType
 from pipec_ir.indexing import view_source_index
 from pipec_ir.ops import CREATION, POINTWISE, REDUCTION, VIEW, kind_of
 from pipec_ir.symbolic import (
-    FloorDiv, ModularIndexing, bounded_index, contiguous_strides, index_symbol, numel, pyexpr,
+    HOST_ONLY, FloorDiv, ModularIndexing, bounded_index, contiguous_strides, index_symbol, numel, pyexpr,
 )
 
 from .configs import OUTER_PERSISTENT_LIMIT, PERSISTENT_ROW_BYTES, pow2_at_least
@@ -148,11 +148,11 @@ class KernelWriter(ReductionRows):
         return pyexpr(expr)
 
     def _hoist(self, expr: sympy.Expr) -> sympy.Expr:
-        """Size subexpressions Triton cannot spell (Max/Min, from clamped slices) become integer
-        kernel parameters the runtime evaluates."""
-        if not expr.has(sympy.Max, sympy.Min):
+        """Size subexpressions Triton cannot spell (Max/Min, from clamped slices; IntSqrt) become
+        integer kernel parameters the runtime evaluates."""
+        if not expr.has(*HOST_ONLY):
             return expr
-        if isinstance(expr, (sympy.Max, sympy.Min)) and not (expr.free_symbols & set(self.names)):
+        if isinstance(expr, HOST_ONLY) and not (expr.free_symbols & set(self.names)):
             return sympy.Symbol(self._value_param(expr), integer=True, positive=True)  # outermost first
         return expr.func(*[self._hoist(a) for a in expr.args])
 

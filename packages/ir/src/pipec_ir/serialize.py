@@ -22,7 +22,7 @@ from .symbolic import expr_str, parse_expr
 from .verify import verify as verify_document
 
 FORMAT = "pipec-ir"
-VERSION = (1, 8)
+VERSION = (1, 9)
 
 _PLAIN = (str, int, bool, type(None))  # JSON scalars that are written as they are
 

@@ -2,7 +2,9 @@
 
 Sizes in the IR are sympy expressions of named symbols (`s0`, `s1`, ...). Index
 arithmetic uses `FloorDiv` and `ModularIndexing` instead of sympy's floor/Mod so
-that simplification stays predictable and printing maps 1:1 onto `//` and `%`.
+that simplification stays predictable and printing maps 1:1 onto `//` and `%`. A size may
+also be `IntSqrt(n)`, the integer square root (a model's `int(seq ** 0.5)`), which only the
+host evaluates (`isqrt`).
 """
 
 from __future__ import annotations
@@ -121,6 +123,43 @@ class ModularIndexing(sympy.Function):
         return None
 
 
+class IntSqrt(sympy.Function):
+    """The integer square root of a non-negative integer, floor(sqrt(n)), printed as `isqrt(n)`.
+
+    What a model's `int(n ** 0.5)` or `int(math.sqrt(n))` computes for a size n (the float
+    square root of an integer below 2**52 truncates to exactly this): DiT's and the vision
+    transformers' side of a square token grid. Triton cannot spell it, so kernels take it as a
+    size parameter the runtime evaluates. The root of a perfect square is the expression itself:
+    `IntSqrt(s0**2)` is `s0`, `IntSqrt(4*s0**2*s1**2)` is `2*s0*s1`."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, n):
+        if n.is_Integer:
+            return sympy.Integer(math.isqrt(int(n))) if int(n) >= 0 else None
+        return exact_root(n)
+
+
+# size functions Triton cannot spell: a kernel takes such a subexpression as a size parameter,
+# evaluated by the runtime on the host
+HOST_ONLY = (sympy.Max, sympy.Min, IntSqrt)
+
+
+def exact_root(expr: sympy.Expr) -> sympy.Expr | None:
+    """R with R**2 == `expr` read off its form (a product of even powers and square numbers), or None."""
+    if expr.is_Integer:
+        root = math.isqrt(int(expr)) if int(expr) >= 0 else -1
+        return sympy.Integer(root) if root * root == int(expr) else None
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) % 2 == 0:
+        return expr.base ** (int(expr.exp) // 2)
+    if expr.is_Mul:
+        parts = [exact_root(a) for a in expr.args]
+        return None if None in parts else sympy.Mul(*parts)
+    return None
+
+
 def upper_bound(expr: sympy.Expr) -> int | None:
     """An inclusive upper bound for a non-negative integer expression, if one is known
     (an index symbol's from its name: `bounded_index`)."""
@@ -141,6 +180,9 @@ def upper_bound(expr: sympy.Expr) -> int | None:
         return None if b is None else b // int(expr.args[1])
     if isinstance(expr, ModularIndexing) and expr.args[1].is_Integer:
         return int(expr.args[1]) - 1
+    if isinstance(expr, IntSqrt):
+        b = upper_bound(expr.args[0])
+        return None if b is None or b < 0 else math.isqrt(b)
     return None
 
 
@@ -150,7 +192,8 @@ def parse_expr(text: str) -> sympy.Expr:
     text = text.strip()
     if text.lstrip("-").isdigit():
         return sympy.Integer(int(text))
-    functions = {"FloorDiv": FloorDiv, "ModularIndexing": ModularIndexing, "Max": sympy.Max, "Min": sympy.Min}
+    functions = {"FloorDiv": FloorDiv, "ModularIndexing": ModularIndexing, "Max": sympy.Max, "Min": sympy.Min,
+                 "IntSqrt": IntSqrt}
     names = {}
     for token in _identifiers(text):
         if token in functions:
@@ -210,6 +253,9 @@ class _Printer(sympy.printing.str.StrPrinter):
     def _print_ModularIndexing(self, expr):
         return f"({self._operand(expr.args[0])} % {self._operand(expr.args[1])})"
 
+    def _print_IntSqrt(self, expr):
+        return f"isqrt({self._print(expr.args[0])})"
+
     def _print_Pow(self, expr, rational=False):
         base, exp = expr.args
         if exp.is_Integer and int(exp) > 0:
@@ -218,7 +264,8 @@ class _Printer(sympy.printing.str.StrPrinter):
 
 
 def pyexpr(expr) -> str:
-    """Print an integer expression as Python/Triton source (`//` and `%`)."""
+    """Print an integer expression as Python/Triton source (`//` and `%`; `isqrt` for
+    `IntSqrt`, which only Python evaluates: `math.isqrt`)."""
     return _printed(as_expr(expr))
 
 

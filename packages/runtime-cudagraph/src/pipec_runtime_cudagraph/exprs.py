@@ -10,7 +10,7 @@ import sympy
 from pipec_ir.symbolic import pyexpr
 
 _NAMESPACE = {
-    "Max": max, "Min": min, "Abs": abs, "ceiling": math.ceil, "floor": math.floor,
+    "Max": max, "Min": min, "Abs": abs, "ceiling": math.ceil, "floor": math.floor, "isqrt": math.isqrt,
     "__builtins__": {"int": int, "max": max, "min": min},
 }
 
