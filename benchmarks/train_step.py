@@ -5,6 +5,7 @@ peak memory, gradients against eager's, the heaviest kernels.
     python benchmarks/train_step.py --case vocab_loss --out $OUT/loss.json
     python benchmarks/train_step.py --case gpt2 --out $OUT/gpt2_train.json
     python benchmarks/train_step.py --case bert --backends pipec --host-profile      # where pipec's host time goes
+    python benchmarks/train_step.py --case bert --backends pipec --first-step-profile --isolate  # where the compile goes
     python benchmarks/train_step.py --case vit --out $OUT/vit_train.json            # also t5, resnet
     python benchmarks/train_step.py --case vocab_loss --device cpu --tiny --backends eager,pipec   # smoke test
     python benchmarks/train_step.py --case bert --backends pipec,inductor --isolate --out r.json  # a process each, cold and warm
@@ -215,8 +216,6 @@ def step_copy_sites(step) -> list[dict]:
 
 def host_profile(step, steps: int, top: int = 30) -> str:
     import cProfile
-    import io
-    import pstats
 
     profiler = cProfile.Profile()
     profiler.enable()
@@ -224,8 +223,16 @@ def host_profile(step, steps: int, top: int = 30) -> str:
         step()
     torch.cuda.synchronize()
     profiler.disable()
+    return profile_text(profiler, "tottime", top)
+
+
+def profile_text(profiler, order: str, top: int) -> str:
+    """The `top` functions of a cProfile run by `order` (tottime, cumulative), as pstats prints them."""
+    import io
+    import pstats
+
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(top)
     return out.getvalue()
 
 
@@ -242,6 +249,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="steps per timed round")
     ap.add_argument("--host-profile", action="store_true", help="cProfile pipec's steps (CUDA)")
+    ap.add_argument("--first-step-profile", action="store_true",
+                    help="cProfile each backend's first step (the compile): the functions with the most "
+                         "cumulative time in the JSON row (issue 21: where the first call's parts go)")
     ap.add_argument("--copies", action="store_true",
                     help="record where each backend's ATen copies are called from (CUDA; one step)")
     ap.add_argument("--out", help="results JSON")
@@ -264,8 +274,12 @@ def main(argv=None) -> int:
             torch.cuda.reset_peak_memory_stats()
         sync(args.device)
         session = getattr(fn, "pipec_session", None)
+        profiler = None
+        if args.first_step_profile:
+            import cProfile
+            profiler = cProfile.Profile()
         start = time.perf_counter()
-        with first_call_profile(session):
+        with first_call_profile(session), profiler or contextlib.nullcontext():
             loss = step()
             sync(args.device)
         first = time.perf_counter() - start
@@ -273,6 +287,8 @@ def main(argv=None) -> int:
         row = {"first_step_s": round(first, 2), "loss": loss.item()}
         if session is not None:  # where pipec's first step went (README, "Compile-time profile")
             row["compile_profile"] = session.profile.to_dict()
+        if profiler is not None:
+            row["first_step_profile"] = profile_text(profiler, "cumulative", 60)
         if reference is None:
             reference = grads
         else:
