@@ -14,7 +14,7 @@ from pipec_ir import (
     CompileOptions, Graph, GraphInput, KernelPlan, Node, Ref, Size, SymbolRange, TensorType, dumps, get_attr,
     loads, make_attrs,
 )
-from pipec_ir.symbolic import size_symbol
+from pipec_ir.symbolic import IntSqrt, size_symbol
 
 s0, s1 = size_symbol("s0"), size_symbol("s1")
 SYMS = (SymbolRange("s0", 0, None, 4), SymbolRange("s1", 0, None, 5))
@@ -156,7 +156,7 @@ def test_a_merged_dim_returned_whole_pads_only_its_outer_symbol():
     assert pad_symbols(mlp_like().graph(["act"])) == ("s0",)
 
 
-@pytest.mark.parametrize("case", ["reduce", "count", "slice", "transpose_reshape", "extern", "contract"])
+@pytest.mark.parametrize("case", ["reduce", "count", "slice", "transpose_reshape", "extern", "contract", "sqrt"])
 def test_what_makes_a_symbol_unpaddable(case):
     g = G()
     x = g.input("x", s0, s1)
@@ -174,10 +174,16 @@ def test_what_makes_a_symbol_unpaddable(case):
     elif case == "contract":
         g.node("xt", "permute", [x], (s1, s0), dims=(1, 0))
         g.node("y", "mm", [x, "xt"], (s0, s0))
+    elif case == "sqrt":  # DiT's unpatchify: a grid side IntSqrt(s0*s1) moves as either symbol is padded
+        side = IntSqrt(s0 * s1)
+        g.node("flat", "reshape", [x], (s0 * s1,))
+        g.node("y", "reshape", ["flat"], (side, side))
     pads = pad_symbols(g.graph(["y"]))
     assert "s1" not in pads
     if case in ("reduce", "slice", "count"):
         assert pads == ("s0",)  # the other symbol is still fine
+    if case == "sqrt":
+        assert pads == ()
 
 
 def test_group_norm_view_at_a_dynamic_resolution_reads_its_row_contiguously():
