@@ -368,6 +368,25 @@ def test_a_transformers_encoder_serves_every_length_without_externs():
     serves_every_length_without_externs(lambda ids: model(ids).last_hidden_state)
 
 
+def test_a_swin_model_serves_new_resolutions_without_running_eagerly():
+    """Tiny Swin called at 16 and 24 pixels through one compiled model: at the second call
+    Dynamo retraces with a symbolic height and width, and the window grid's size, padded up to a
+    multiple of the window and cut back, reaches the residual add in two spellings torch's guards
+    make equal. pipec asks torch in torch's own spelling of each (the graph ran eagerly before)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.SwinConfig(image_size=16, patch_size=4, embed_dim=8, depths=[1], num_heads=[2], window_size=2)
+    torch.manual_seed(0)
+    model = transformers.SwinModel(cfg).eval()
+    compiled = pipec.compile(model)
+    for side in (16, 24):
+        x = torch.randn(1, 3, side, side)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="pipec")
+            with torch.no_grad():
+                got = compiled(pixel_values=x).last_hidden_state
+        torch.testing.assert_close(got, model(pixel_values=x).last_hidden_state, atol=1e-5, rtol=1e-4)
+
+
 def test_a_decoder_with_its_kv_cache_serves_every_length_without_externs():
     """Tiny GPT-2 under dynamic=True with its KV cache on: the cache's concat lowers at symbolic
     sizes (it was an ATen fallback), and logits at two lengths match eager's."""

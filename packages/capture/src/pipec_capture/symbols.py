@@ -51,6 +51,10 @@ class SymbolTable:
         self._ranges: list[SymbolRange] = []
         self._defined: dict[sympy.Symbol, sympy.Expr] = {}  # unbacked symbol -> definition (torch's symbols)
         self._shape_env = None
+        # a compound pipec size -> the torch expression it was converted from: torch's guards
+        # are written in torch's spelling, which pipec's (python_mod's shifted remainders,
+        # two-argument ModularIndexing) does not always convert back to (provably_equal)
+        self._origins: dict[sympy.Expr, sympy.Expr] = {}
 
     def define(self, sym: sympy.Symbol, expr: sympy.Expr, shape_env=None) -> None:
         """Take torch's unbacked symbol `sym` as `expr` (over torch's symbols) wherever it
@@ -111,6 +115,7 @@ class SymbolTable:
             converted = self._convert(sympy.sympify(expr), shape_env)
             if shape_env is None or converted.is_Symbol or converted.is_number:
                 return converted
+            self._origins.setdefault(converted, sympy.sympify(expr))
             # a compound size that stays compound in pipec's terms (`(s**2)//s` is just `s`, and
             # is kept so: other values of the graph carry `s`): its guarded value, if any
             value = _known_constant(shape_env, sympy.sympify(expr))
@@ -168,9 +173,9 @@ class SymbolTable:
             return False
         back = {ours: theirs for theirs, ours in self._map.items()}
         try:
-            ta, tb = (_torch_min_max(sympy.sympify(x).xreplace(back)) for x in (a, b))
-            if ta.has(FloorDiv, ModularIndexing, IntSqrt) or tb.has(FloorDiv, ModularIndexing, IntSqrt):
-                return False  # pipec's functions, not torch's: no question torch can answer
+            ta, tb = (self._origins.get(x) or _as_torch(x.xreplace(back)) for x in map(sympy.sympify, (a, b)))
+            if ta is None or tb is None:
+                return False  # a function of pipec's that torch has no form of (IntSqrt)
             return bool(env._maybe_evaluate_static(sympy.Eq(ta, tb)))
         except Exception:  # noqa: BLE001 - undecided (or torch's private API moved): not equal
             return False
@@ -281,9 +286,27 @@ def python_mod(base: sympy.Expr, modulus: sympy.Expr) -> sympy.Expr:
     return ModularIndexing(base, modulus)
 
 
-def _torch_min_max(expr: sympy.Expr) -> sympy.Expr:
-    """`expr` with sympy's Max and Min as torch's own classes of those names, which its guards
-    hold (`_convert` made them sympy's): two spellings of one size then compare equal."""
+def _as_torch(expr: sympy.Expr) -> sympy.Expr | None:
+    """`expr` (over torch's symbols) in the functions torch's guards are written in: sympy's Max and
+    Min as torch's classes of those names, pipec's FloorDiv as torch's, its `ModularIndexing(a, m)`
+    as torch's `ModularIndexing(a, 1, m)`. Two spellings of one size then compare as torch would
+    compare them (Swin's window grid, padded to a multiple of the window and cut back). None for
+    an expression with a function torch has no form of (IntSqrt)."""
     from torch.utils._sympy import functions
 
-    return expr.replace(sympy.Max, functions.Max).replace(sympy.Min, functions.Min)
+    if expr.is_Atom:
+        return expr
+    args = [_as_torch(a) for a in expr.args]
+    if any(a is None for a in args):
+        return None
+    if isinstance(expr, FloorDiv):
+        return functions.FloorDiv(*args)
+    if isinstance(expr, ModularIndexing):
+        return functions.ModularIndexing(args[0], sympy.Integer(1), args[1])
+    if isinstance(expr, sympy.Max):
+        return functions.Max(*args)
+    if isinstance(expr, sympy.Min):
+        return functions.Min(*args)
+    if isinstance(expr, IntSqrt):
+        return None
+    return expr.func(*args)
