@@ -4,7 +4,11 @@ retrace with symbolic height and width.
 
     python benchmarks/vision_resize.py swin      # also dinov2, vit, convnext
 """
-import sys, torch, warnings, pipec, transformers as T
+import sys
+import torch
+import warnings
+import pipec
+import transformers as T
 torch.manual_seed(0)
 name = sys.argv[1]
 if name == "dinov2":
