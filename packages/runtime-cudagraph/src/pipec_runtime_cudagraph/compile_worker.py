@@ -102,9 +102,9 @@ def build_launcher(kernel, built: set, driver=None) -> bool:
     Triton up to 3.6 launches each kernel through a C module made for its signature
     (`make_launcher`), compiled by the system's C compiler the first time a process loads a
     kernel of that signature (`CompiledKernel._init_handles`) and cached on disk under the
-    source's hash. A cold compile of BERT's training step left dozens of those C compiles to
-    the parent's first call; here they run beside the kernels' own compiles, and the parent's
-    load finds each in the cache. A Triton whose launcher is generic (no `make_launcher`) has
+    source's hash. On a cold cache the parent's first call made one such C compile per
+    distinct signature; here they run beside the kernels' own compiles, and the parent's load
+    finds each in the cache. A Triton whose launcher is generic (no `make_launcher`) has
     nothing to build. Best effort: a failure leaves the build to the parent, as before.
     `built`: the launcher sources this worker built already (kernels of one signature share one)."""
     if driver is None:
