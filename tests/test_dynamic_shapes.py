@@ -369,16 +369,22 @@ def test_a_transformers_encoder_serves_every_length_without_externs():
 
 
 def test_a_swin_model_serves_new_resolutions_without_running_eagerly():
-    """Tiny Swin called at 16 and 24 pixels through one compiled model: at the second call
-    Dynamo retraces with a symbolic height and width, and the window grid's size, padded up to a
-    multiple of the window and cut back, reaches the residual add in two spellings torch's guards
-    make equal. pipec asks torch in torch's own spelling of each (the graph ran eagerly before)."""
+    """Tiny two-stage Swin called at 16 and 20 pixels through one compiled model. At the second
+    call Dynamo retraces with a symbolic height and width, and 5 patches are padded up to a
+    multiple of the window:
+    - the window grid's size, padded and cut back, reaches the residual add in two spellings
+      torch's guards make equal: pipec asks torch in torch's own spelling of each (the graph ran
+      eagerly before session 30);
+    - the second stage pads a grid viewed as rows of the padded height, `(A*B) // C`: the pad is
+      generated only where capture proves that size never 0 (`surely_at_least`; an extern call
+      with a warning before session 31)."""
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.SwinConfig(image_size=16, patch_size=4, embed_dim=8, depths=[1], num_heads=[2], window_size=2)
+    cfg = transformers.SwinConfig(image_size=16, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[2, 2],
+                                  window_size=2)
     torch.manual_seed(0)
     model = transformers.SwinModel(cfg).eval()
     compiled = pipec.compile(model)
-    for side in (16, 24):
+    for side in (16, 20):
         x = torch.randn(1, 3, side, side)
         with warnings.catch_warnings():
             warnings.filterwarnings("error", message="pipec")

@@ -181,18 +181,16 @@ class SymbolTable:
             return False
 
     def surely_positive(self, size) -> bool:
-        """Is `size` at least 1 for every value its symbols may take? True where it grows with
-        each symbol (sums, products of non-negative factors, floor divisions by a positive
-        constant, powers, Max / Min of such; a constant term may be negative: a slice's `s - 1`)
-        and is at least 1 with every symbol at its range's lower bound (`monotone_lower`). A part
-        of a cat that may be empty at run time, `s1 - s0`, is not; SD3's image tokens
-        `FloorDiv(s0, 2)*FloorDiv(s1, 2)` with s0, s1 >= 2 are."""
+        """Is `size` at least 1 for every value its symbols may take (`surely_at_least`, with
+        each symbol's range from torch's shape env)? A part of a cat that may be empty at run
+        time, `s1 - s0`, is not; SD3's image tokens `FloorDiv(s0, 2)*FloorDiv(s1, 2)` with
+        s0, s1 >= 2 are, and so is Swin's padded window grid cut back to rows of its padded
+        height (a division by a size)."""
         size = sympy.sympify(size)
         lowers = {r.name: r.lower for r in self._ranges}
         if any(s.name not in lowers or lowers[s.name] < 0 for s in size.free_symbols):
             return False
-        lowest = monotone_lower(size, lowers)
-        return lowest is not None and lowest >= 1
+        return surely_at_least(size, 1, lowers)
 
     def _symbol(self, sym: sympy.Symbol, shape_env, given_hint: int | None = None) -> sympy.Symbol:
         if shape_env is not None:
@@ -228,36 +226,75 @@ class SymbolTable:
         return ours
 
 
-def monotone_lower(expr: sympy.Expr, lowers: dict[str, int]) -> int | None:
-    """The least value of `expr` over symbols at or above their lower bounds (`lowers`, by
-    name, all >= 0), where `expr` is non-decreasing in every symbol; None where that cannot be
-    read off its form (a negative coefficient on a symbol, ModularIndexing, a division by a
-    symbol)."""
+def lower_bound(expr: sympy.Expr, lowers: dict[str, int]) -> int | None:
+    """A lower bound of `expr` over symbols at or above their lower bounds (`lowers`, by name,
+    all >= 0), by interval arithmetic over forms that grow with each symbol (sums, products of
+    non-negative factors, floor divisions by a positive constant, powers, Max / Min, IntSqrt),
+    with a remainder at least 0 and a floor division by a positive size at least 0. None where
+    the form gives none (a negative coefficient on a symbol, a symbol with no range)."""
     if expr.is_Integer:
         return int(expr)
     if expr.is_Symbol:
         return lowers.get(expr.name)
     if expr.is_Add:
-        parts = [monotone_lower(a, lowers) for a in expr.args]  # a constant may be negative
+        parts = [lower_bound(a, lowers) for a in expr.args]  # a constant may be negative
         return None if None in parts else sum(parts)
     if expr.is_Mul:
-        parts = [monotone_lower(a, lowers) for a in expr.args]
+        parts = [lower_bound(a, lowers) for a in expr.args]
         if None in parts or any(p < 0 for p in parts):  # a negative factor turns growth around
             return None
         return math.prod(parts)
     if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
-        base = monotone_lower(expr.base, lowers)
+        base = lower_bound(expr.base, lowers)
         return None if base is None or base < 0 else base ** int(expr.exp)
-    if isinstance(expr, FloorDiv) and expr.args[1].is_Integer and int(expr.args[1]) > 0:
-        num = monotone_lower(expr.args[0], lowers)
-        return None if num is None else num // int(expr.args[1])
+    if isinstance(expr, FloorDiv):
+        num, den = (lower_bound(a, lowers) for a in expr.args)
+        if num is None or den is None or den < 1:
+            return None
+        return num // int(expr.args[1]) if expr.args[1].is_Integer else (0 if num >= 0 else None)
+    if isinstance(expr, ModularIndexing):  # pipec's remainder is in [0, modulus)
+        return 0
     if isinstance(expr, IntSqrt):
-        n = monotone_lower(expr.args[0], lowers)
+        n = lower_bound(expr.args[0], lowers)
         return None if n is None or n < 0 else math.isqrt(n)
     if isinstance(expr, (sympy.Max, sympy.Min)):
-        parts = [monotone_lower(a, lowers) for a in expr.args]
+        parts = [lower_bound(a, lowers) for a in expr.args]
         return None if None in parts else (max if isinstance(expr, sympy.Max) else min)(parts)
     return None
+
+
+def surely_at_least(a, b, lowers: dict[str, int]) -> bool:
+    """Is size `a` >= `b` for every value of the symbols at or above their lower bounds? First
+    by a lower bound of `a - b` (sympy cancels the terms they share), then through the forms a
+    padded-and-cut size takes: floor divisions by one constant compare their numerators,
+    `p // q >= b` where `p >= b*q` (q >= 1), a factor both sides share cancels, a sum reaches `b`
+    where one term does and the others are at least 0, and a product where one factor does and
+    the others are at least 1. Swin's window grid `(A*B) // C`, with `A = (x + x % 2 + 1) // 2`
+    and `C = (x + 1) // 2`, is at least 1 this way; no bound of the difference shows it."""
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    low = lower_bound(a - b, lowers)
+    if low is not None and low >= 0:
+        return True
+    if isinstance(a, FloorDiv) and a.args[1].is_Integer and int(a.args[1]) > 0:
+        if isinstance(b, FloorDiv) and b.args[1] == a.args[1]:
+            return surely_at_least(a.args[0], b.args[0], lowers)
+    if isinstance(a, FloorDiv) and surely_at_least(a.args[1], 1, lowers):
+        return surely_at_least(a.args[0], b * a.args[1], lowers)
+    for factor in set(sympy.Mul.make_args(a)) & set(sympy.Mul.make_args(b)) - {sympy.Integer(1)}:
+        low = lower_bound(factor, lowers)  # f*x >= f*y where x >= y and f >= 0
+        if low is not None and low >= 0:
+            return surely_at_least(a / factor, b / factor, lowers)
+    if a.is_Add:  # one term reaches b and the others are at least 0
+        for term in a.args:
+            low = lower_bound(a - term, lowers)
+            if low is not None and low >= 0 and surely_at_least(term, b, lowers):
+                return True
+    if a.is_Mul and surely_at_least(b, 0, lowers):
+        for i, factor in enumerate(a.args):
+            rest = sympy.Mul(*(a.args[:i] + a.args[i + 1:]))
+            if surely_at_least(rest, 1, lowers) and surely_at_least(factor, b, lowers):
+                return True
+    return False
 
 
 def _float_square_root_of(expr) -> sympy.Expr | None:
