@@ -1,6 +1,7 @@
 """The architectures `hf_sweep.py` builds (transformers config class, its tiny kwargs, model
 class, inputs kind) and their example inputs: 2 x 8 tokens with a padding mask, 32 x 32 images,
-and so on. A first batch (`ARCHS` without `EXTRA`) and a second (`EXTRA`)."""
+and so on. A first batch (`ARCHS` without `EXTRA` and `THIRD`), a second (`EXTRA`) and a third
+(`THIRD`)."""
 
 from __future__ import annotations
 
@@ -140,7 +141,8 @@ ARCHS = {
 
 
 # tiny models whose HF init leaves every activation ~0 (a comparison against eager would be vacuous)
-REINIT = ("mobilevit", "levit", "mobilenet_v2", "dpt", "efficientnet")
+REINIT = ("mobilevit", "levit", "mobilenet_v2", "dpt", "efficientnet",
+          "mobilenet_v1", "mobilevitv2", "swiftformer", "hgnet_v2", "textnet")  # these five: the third batch
 
 
 # ---- extra architectures (a second batch, beyond the brief's list)
@@ -313,6 +315,153 @@ EXTRA = {
 ARCHS.update(EXTRA)
 
 
+# ---- a third batch, session 31
+SLIDING_FULL = ["sliding_attention", "full_attention"]
+# DETR's detectors on a tiny transformers ResNet (no timm, nothing downloaded): stride 8, 4 x 4 features
+DETR_LIKE = dict(backbone_config=dict(model_type="resnet", embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                      layer_type="basic", out_features=["stage2"]),
+                 num_queries=4, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                 encoder_attention_heads=2, decoder_attention_heads=2, d_model=32, dropout=0.0, num_labels=10)
+THIRD = {
+    # decoders
+    "xglm": ("XGLMConfig", dict(vocab_size=128, d_model=32, ffn_dim=64, num_layers=2, attention_heads=4,
+                                max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0),
+             "XGLMForCausalLM", "lm"),
+    "biogpt": ("BioGptConfig", dict(BERT_LIKE), "BioGptForCausalLM", "lm"),
+    "ctrl": ("CTRLConfig", dict(vocab_size=128, n_positions=64, n_embd=32, dff=64, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                embd_pdrop=0.0), "CTRLLMHeadModel", "lm"),
+    "glm4": ("Glm4Config", dict(LLAMA_LIKE, head_dim=8, pad_token_id=0), "Glm4ForCausalLM", "lm"),
+    "cohere2": ("Cohere2Config", dict(LLAMA_LIKE, sliding_window=4, layer_types=SLIDING_FULL),
+                "Cohere2ForCausalLM", "lm"),
+    "deepseek_v2": ("DeepseekV2Config", dict(LLAMA_LIKE, num_key_value_heads=4, moe_intermediate_size=32,
+                                             n_shared_experts=1, n_routed_experts=4, kv_lora_rank=16, q_lora_rank=16,
+                                             qk_rope_head_dim=4, v_head_dim=8, qk_nope_head_dim=4, n_group=2,
+                                             topk_group=1, num_experts_per_tok=2, first_k_dense_replace=1),
+                    "DeepseekV2ForCausalLM", "lm"),
+    "diffllama": ("DiffLlamaConfig", dict(LLAMA_LIKE), "DiffLlamaForCausalLM", "lm"),
+    "exaone4": ("Exaone4Config", dict(LLAMA_LIKE, sliding_window=4, layer_types=SLIDING_FULL),
+                "Exaone4ForCausalLM", "lm"),
+    "smollm3": ("SmolLM3Config", dict(LLAMA_LIKE, pad_token_id=0, no_rope_layer_interval=2),
+                "SmolLM3ForCausalLM", "lm"),
+    "zamba2": ("Zamba2Config", dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, max_position_embeddings=64,
+                                    layers_block_type=["mamba", "hybrid"], mamba_d_state=8, n_mamba_heads=8,
+                                    chunk_size=4, adapter_rank=8, use_mamba_kernels=False),
+               "Zamba2ForCausalLM", "lm"),
+    "bitnet": ("BitNetConfig", dict(LLAMA_LIKE), "BitNetForCausalLM", "lm"),
+    "falcon_h1": ("FalconH1Config", dict(LLAMA_LIKE, mamba_d_ssm=64, mamba_n_heads=8, mamba_d_head=8, mamba_d_state=8,
+                                         mamba_chunk_size=4), "FalconH1ForCausalLM", "lm"),
+    "minimax": ("MiniMaxConfig", dict(LLAMA_LIKE, head_dim=8, num_local_experts=4, num_experts_per_tok=2, block_size=4,
+                                      layer_types=["linear_attention", "full_attention"]), "MiniMaxForCausalLM", "lm"),
+    "jetmoe": ("JetMoeConfig", dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_key_value_heads=2,
+                                    kv_channels=8, intermediate_size=64, max_position_embeddings=64,
+                                    num_local_experts=4, num_experts_per_tok=2), "JetMoeForCausalLM", "lm"),
+    "gemma3n_text": ("Gemma3nTextConfig", dict(LLAMA_LIKE, head_dim=8, sliding_window=4, layer_types=SLIDING_FULL,
+                                               vocab_size_per_layer_input=128, hidden_size_per_layer_input=8,
+                                               altup_num_inputs=2, num_kv_shared_layers=0, laurel_rank=4,
+                                               activation_sparsity_pattern=[0.0, 0.0]),
+                     "Gemma3nForCausalLM", "lm"),
+    # encoders
+    "canine": ("CanineConfig", dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                    max_position_embeddings=64, num_hash_functions=4, num_hash_buckets=64,
+                                    downsampling_rate=4, local_transformer_stride=4, **NO_DROP_BERT),
+               "CanineModel", "chars"),
+    "rembert": ("RemBertConfig", dict(BERT_LIKE, input_embedding_size=16, output_embedding_size=16),
+                "RemBertForMaskedLM", "text"),
+    "megatron-bert": ("MegatronBertConfig", dict(BERT_LIKE), "MegatronBertForMaskedLM", "text"),
+    "ernie": ("ErnieConfig", dict(BERT_LIKE), "ErnieForMaskedLM", "text"),
+    # encoder-decoders
+    "pegasus_x": ("PegasusXConfig", dict(BART_LIKE, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+                                         num_global_tokens=4, block_size=4),
+                  "PegasusXForConditionalGeneration", "seq2seq"),
+    "mvp": ("MvpConfig", dict(BART_LIKE), "MvpForConditionalGeneration", "seq2seq"),
+    "blenderbot-small": ("BlenderbotSmallConfig", dict(BART_LIKE),
+                         "BlenderbotSmallForConditionalGeneration", "seq2seq"),
+    "nllb-moe": ("NllbMoeConfig", dict(BART_LIKE, num_experts=4, expert_capacity=8, encoder_sparse_step=1,
+                                       decoder_sparse_step=1, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
+                                       moe_token_dropout=0.0), "NllbMoeForConditionalGeneration", "seq2seq"),
+    "t5gemma": ("T5GemmaConfig", dict(encoder=dict(LLAMA_LIKE, head_dim=8, sliding_window=4, query_pre_attn_scalar=8,
+                                                   dropout_rate=0.0),
+                                      decoder=dict(LLAMA_LIKE, head_dim=8, sliding_window=4, query_pre_attn_scalar=8,
+                                                   dropout_rate=0.0),
+                                      vocab_size=128, dropout_rate=0.0),
+                "T5GemmaForConditionalGeneration", "seq2seq"),
+    # vision
+    "mobilenet_v1": ("MobileNetV1Config", dict(image_size=IMG, depth_multiplier=0.25, classifier_dropout_prob=0.0,
+                                               num_labels=10), "MobileNetV1ForImageClassification", "image"),
+    "mobilevitv2": ("MobileViTV2Config", dict(image_size=IMG, width_multiplier=0.25, n_attn_blocks=[1, 1, 1],
+                                              output_stride=16,  # the last stage dilated: 2 x 2, not 1 x 1
+                                              classifier_dropout_prob=0.0, num_labels=10),
+                    "MobileViTV2ForImageClassification", "image"),
+    "swiftformer": ("SwiftFormerConfig", dict(image_size=IMG, depths=[1, 1, 1, 1], embed_dims=[8, 16, 24, 32],
+                                              mlp_ratio=2, num_labels=10),
+                    "SwiftFormerForImageClassification", "image"),
+    "dinov2_with_registers": ("Dinov2WithRegistersConfig", dict(image_size=IMG, patch_size=8, hidden_size=32,
+                                                                num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+                                                                num_register_tokens=2, num_labels=10, **NO_DROP_BERT),
+                              "Dinov2WithRegistersForImageClassification", "image"),
+    "ijepa": ("IJepaConfig", dict(image_size=IMG, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64, num_labels=10, **NO_DROP_BERT),
+              "IJepaForImageClassification", "image"),
+    "vitdet": ("VitDetConfig", dict(image_size=IMG, pretrain_image_size=IMG, patch_size=8, hidden_size=32,
+                                    num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, window_block_indices=[0],
+                                    residual_block_indices=[1], window_size=2, use_relative_position_embeddings=True),
+               "VitDetModel", "image"),
+    "hgnet_v2": ("HGNetV2Config", dict(embedding_size=8, depths=[1, 1], hidden_sizes=[16, 32], stem_channels=[3, 8, 8],
+                                       stage_in_channels=[8, 16], stage_mid_channels=[8, 8],
+                                       stage_out_channels=[16, 32], stage_num_blocks=[1, 1],
+                                       stage_downsample=[False, True], stage_downsample_strides=[2, 2],
+                                       stage_light_block=[False, True], stage_kernel_size=[3, 3],
+                                       stage_numb_of_layers=[2, 2], num_labels=10),
+                 "HGNetV2ForImageClassification", "image"),
+    "textnet": ("TextNetConfig", dict(image_size=[IMG, IMG], stem_out_channels=8, hidden_sizes=[8, 8, 16],
+                                      conv_layer_kernel_sizes=[[[3, 3]], [[3, 1]]], conv_layer_strides=[[2], [2]],
+                                      num_labels=10), "TextNetForImageClassification", "image"),
+    # 32 x 32 in, 64 x 64 out
+    "swin2sr": ("Swin2SRConfig", dict(image_size=IMG, embed_dim=16, depths=[1], num_heads=[2], window_size=4,
+                                      drop_path_rate=0.0, upscale=2), "Swin2SRForImageSuperResolution", "image"),
+    "timesformer": ("TimesformerConfig", dict(image_size=16, patch_size=8, num_frames=2, hidden_size=32,
+                                              num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                              num_labels=10), "TimesformerForVideoClassification", "video"),
+    "vivit": ("VivitConfig", dict(image_size=16, num_frames=4, tubelet_size=[2, 8, 8], hidden_size=32,
+                                  num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, num_labels=10),
+              "VivitForVideoClassification", "video"),
+    "detr": ("DetrConfig", dict(DETR_LIKE), "DetrForObjectDetection", "image"),
+    "conditional_detr": ("ConditionalDetrConfig", dict(DETR_LIKE), "ConditionalDetrForObjectDetection", "image"),
+    # speech / audio
+    "wav2vec2-conformer": ("Wav2Vec2ConformerConfig", dict(W2V_LIKE, conv_depthwise_kernel_size=3,
+                                                           conformer_conv_dropout=0.0, max_source_positions=64),
+                           "Wav2Vec2ConformerModel", "audio"),
+    "wav2vec2-bert": ("Wav2Vec2BertConfig", dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                 intermediate_size=64, feature_projection_input_dim=16,
+                                                 conv_depthwise_kernel_size=3, conformer_conv_dropout=0.0,
+                                                 left_max_position_embeddings=8, right_max_position_embeddings=4,
+                                                 hidden_dropout=0.0, activation_dropout=0.0, attention_dropout=0.0,
+                                                 feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0),
+                      "Wav2Vec2BertModel", "audio-features"),
+    "unispeech-sat": ("UniSpeechSatConfig", dict(W2V_LIKE), "UniSpeechSatModel", "audio"),
+    # codecs: encode, quantize (codebooks of 16), decode; at 400 Hz and hop 4 Encodec's bandwidths give 2 and 4
+    # quantizers (the forward uses the first)
+    "encodec": ("EncodecConfig", dict(sampling_rate=400, target_bandwidths=[0.8, 1.6], hidden_size=16, num_filters=4,
+                                      upsampling_ratios=[2, 2], num_lstm_layers=1, codebook_size=16),
+                "EncodecModel", "codec"),
+    "mimi": ("MimiConfig", dict(sampling_rate=400, hidden_size=16, num_filters=4, upsampling_ratios=[2, 2],
+                                codebook_size=16, codebook_dim=16, num_quantizers=2,
+                                vector_quantization_hidden_dimension=16, upsample_groups=16, num_hidden_layers=1,
+                                intermediate_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=8,
+                                sliding_window=8, max_position_embeddings=64),
+             "MimiModel", "codec"),
+    "dac": ("DacConfig", dict(encoder_hidden_size=4, downsampling_ratios=[2, 2], decoder_hidden_size=16, n_codebooks=2,
+                              codebook_size=16, codebook_dim=4), "DacModel", "codec"),
+    "moonshine": ("MoonshineConfig", dict(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                          encoder_num_hidden_layers=1, decoder_num_hidden_layers=1,
+                                          encoder_num_attention_heads=2, decoder_num_attention_heads=2,
+                                          max_position_embeddings=64),
+                  "MoonshineForConditionalGeneration", "audio-seq2seq"),
+}
+ARCHS.update(THIRD)
+
+
 def padded_mask():
     mask = torch.ones(B, T, dtype=torch.long)
     mask[-1, T - T // 4:] = 0
@@ -347,4 +496,15 @@ def make_inputs(kind, config, g):
         return {"pixel_values": torch.randn(B, config.num_frames, 3, config.image_size, config.image_size, generator=g)}
     if kind == "audio":
         return {"input_values": torch.randn(B, 400, generator=g)}
+    if kind == "chars":  # CANINE: unicode code points (no vocabulary), hashed into buckets
+        return {"input_ids": ids(), "attention_mask": padded_mask()}
+    if kind == "audio-features":  # Wav2Vec2-BERT: 16 frames of features, the last sample's last 4 padded
+        mask = torch.ones(B, 16, dtype=torch.long)
+        mask[-1, -4:] = 0
+        return {"input_features": torch.randn(B, 16, config.feature_projection_input_dim, generator=g),
+                "attention_mask": mask}
+    if kind == "codec":  # neural audio codecs: a mono waveform, (batch, channels, samples)
+        return {"input_values": torch.randn(B, 1, 64, generator=g)}
+    if kind == "audio-seq2seq":  # Moonshine: a raw waveform (1600 samples: 2 encoder frames) and decoder tokens
+        return {"input_values": torch.randn(B, 1600, generator=g), "decoder_input_ids": ids(config.vocab_size)}
     raise ValueError(kind)
