@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import pytest
 import torch
@@ -52,6 +53,24 @@ def test_libdevice_op_matches_eager_in_the_interpreter(name):
     torch.testing.assert_close(out, f(x.double(), y.double()).float(), equal_nan=True)
     finite = x.abs() < 80
     torch.testing.assert_close(out[finite], f(x, y)[finite], equal_nan=True)
+
+
+def test_integer_division_rounds_as_torch_does_for_every_sign():
+    """Triton's integer `//` and `%` truncate toward zero, as C's do: floor division fixes up the
+    quotient, truncating division (JetMoE's router, `index.div(top_k, rounding_mode="trunc")`)
+    takes the floor quotient of `a - fmod(a, b)`, an exact multiple of b."""
+    a = torch.arange(-9, 10)
+    b = torch.tensor([3, -3, 4, -4, 1, -1, 7] * 3)[:a.numel()]
+
+    def f(a, b):
+        return (torch.div(a, b, rounding_mode="trunc"), torch.div(a, b, rounding_mode="floor"),
+                torch.div(a, 4, rounding_mode="trunc"), a // -2, torch.fmod(a, b), torch.remainder(a, b))
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="pipec")  # no extern call
+        results = pipec.compile(f)(a, b)
+    for got, expected in zip(results, f(a, b)):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
 def test_every_libdevice_function_codegen_emits_runs_in_the_interpreter():

@@ -100,6 +100,10 @@ CASES = {
     "hardtanh": (lambda a: F.hardtanh(a) + F.relu6(a), A),
     "floor_div": (lambda a, i: (torch.div(a, 0.3, rounding_mode="floor"), i // 3,
                                 torch.div(a, 0.7, rounding_mode="trunc")), A, I),
+    # JetMoE's router: token index // top_k; negative ints truncate toward zero, unlike floor
+    "int_div_modes": (lambda i, j: (torch.div(i, j, rounding_mode="trunc"), torch.div(i, -3, rounding_mode="trunc"),
+                                    torch.div(i, j, rounding_mode="floor")),
+                      I, torch.tensor([3, -2, 4, -5, 1, 2, -1, 7])),
     "clone_detach": (lambda a: a.clone().detach() + 1, A),
 }
 

@@ -59,6 +59,9 @@ def lower_div(cx, node, a, b, *, rounding_mode=None):
     if not is_float(t.dtype):
         if rounding_mode == "floor":
             return cx.pointwise("truediv_floor", [a, b], t.shape, t.dtype)
+        if rounding_mode == "trunc":  # a - fmod(a, b) is a multiple of b: its floor quotient is exact
+            rest = cx.pointwise("sub", [a, cx.pointwise("fmod", [a, b], t.shape, t.dtype)], t.shape, t.dtype)
+            return cx.pointwise("truediv_floor", [rest, b], t.shape, t.dtype)
         raise NoLowering(f"integer division with rounding_mode={rounding_mode!r}")
     q = cx.pointwise("div", [a, b], t.shape, t.dtype)
     return cx.emit("floor" if rounding_mode == "floor" else "trunc", [q], t.shape, t.dtype)
