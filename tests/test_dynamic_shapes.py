@@ -234,6 +234,20 @@ def test_extern_with_a_symbolic_argument():
     assert compiled.pipec_session.dynamo_graphs == 2  # the symbolic graph, and (1, 2)'s
 
 
+def test_a_comparison_with_a_symbolic_size():
+    """`x < n` with n a size of x: the comparison's operand is a size expression, which promotes
+    as the Python int it is (capture failed on it and ran the graph eagerly: EnCodec's padding)."""
+    def f(x):
+        return torch.where(x * 4 < x.shape[-1], x, -x) + (x.shape[0] > x).float()
+
+    compiled = pipec.compile(f, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="pipec")
+        for n in (5, 9):
+            x = torch.arange(n * 3, dtype=torch.float32).reshape(3, n) / 3
+            torch.testing.assert_close(compiled(x), f(x))
+
+
 def test_an_int_argument_under_dynamic_true():
     """dynamic=True makes an int argument a symbol whose range has no bounds ([-int_oo, int_oo]);
     capture read its lower bound with int(), which raises AttributeError on -int_oo (found by the

@@ -149,10 +149,13 @@ class GraphBuilder:
     # ------------------------------------------------------------ helpers for lowerings
 
     def meta_like(self, x):
-        """A meta tensor with x's dtype and rank (for torch.result_type)."""
+        """A meta tensor with x's dtype and rank (for torch.result_type); a size expression (a
+        comparison with a symbolic size: EnCodec's padding) promotes as the Python int it is."""
         if isinstance(x, Ref):
             t = self.type(x)
             return torch.empty((1,) * t.rank, dtype=torch_dtype(t.dtype), device="meta")
+        if isinstance(x, sympy.Basic):
+            return 0 if x.is_integer is not False else 0.0
         return x
 
     def common_dtype(self, *args) -> str:
