@@ -21,7 +21,7 @@ def _spd(a):
 
 
 def _well_conditioned(a):
-    return a + 4 * torch.eye(a.shape[-1])
+    return a + 4 * torch.eye(a.shape[-1], device=a.device)
 
 
 CASES = {
@@ -98,6 +98,43 @@ def test_singular_matrix_raises_eagers_error():
     with pytest.raises(torch.linalg.LinAlgError, match="singular") as compiled:
         pipec.compile(lambda x: torch.linalg.inv(x) + 1, fullgraph=True)(singular)
     assert str(compiled.value) == str(eager.value)
+
+
+@pytest.fixture()
+def check_not_an_effect():
+    """torch before 2.12 (the GPU machine's 2.11): `_linalg_check_errors` is no effect, so
+    tracing would drop it; simulated here by clearing its registration, restored after."""
+    from torch._higher_order_ops import effects
+
+    op = torch.ops.aten._linalg_check_errors.default
+    before = effects._get_effect(op)
+    torch._library.simple_registry.singleton.find(effects._get_op_qualname(op)).effect._set_default_effect()
+    assert effects._get_effect(op) is None
+    yield
+    torch._library.simple_registry.singleton.find(effects._get_op_qualname(op)).effect._set_default_effect()
+    if before is not None:
+        effects._register_effectful_op(op, before)
+    assert effects._get_effect(op) == before
+
+
+def test_singular_matrix_raises_where_torch_does_not_count_the_check_as_an_effect(check_not_an_effect, tmp_path):
+    """pipec registers the check as an effect while AOTAutograd traces (aot.linalg_checks_kept):
+    the compiled inverse of a singular matrix raises eager's error where it returned infinities.
+    torch.export keeps the check without it."""
+    singular = torch.zeros(2, 3, 3)
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        pipec.compile(lambda x: torch.linalg.inv(x) + 1, fullgraph=True)(singular)
+    pipec.export(_Inverse(), (torch.eye(3).expand(2, 3, 3).contiguous(),), tmp_path / "inv.pipec")
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        pipec.load(tmp_path / "inv.pipec")(singular)
+    from torch._higher_order_ops import effects
+
+    assert effects._get_effect(torch.ops.aten._linalg_check_errors.default) is None  # as it was
+
+
+class _Inverse(torch.nn.Module):
+    def forward(self, a):
+        return torch.linalg.inv(a) * 2
 
 
 class _Solver(torch.nn.Module):

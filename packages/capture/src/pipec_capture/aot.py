@@ -262,16 +262,43 @@ def backward_compiled_with_forward(enabled: bool = True):
     return config.patch(force_non_lazy_backward_lowering=True)
 
 
+@contextlib.contextmanager
 def effect_tokens_inside():
     """An op with effects (`_linalg_check_errors` after torch.linalg.inv) is ordered by a token
     that AOTAutograd threads through `with_effects`. By default the token is a graph input and
     output, handed over as None at run time, which no pipec program can take; unlifted, it is
     made and consumed inside the graph (`prims._make_token` / `_sink_tokens`), which capture
-    lowers to nothing (extern_calls.py, `effectful_call`). A no-op on a torch without the switch."""
+    lowers to nothing (extern_calls.py, `effectful_call`). A no-op on a torch without the switch.
+
+    Torch before 2.12 does not count `_linalg_check_errors` as an effect, so tracing dropped it
+    (an op with no output): a compiled `linalg.inv` of a singular matrix returned infinities
+    where eager raises, Inductor's included. It is registered as one while pipec traces."""
     config = torch._functorch.config
-    if not hasattr(config, "unlift_effect_tokens"):
-        return contextlib.nullcontext()
-    return config.patch(unlift_effect_tokens=True)
+    with contextlib.ExitStack() as stack:
+        if hasattr(config, "unlift_effect_tokens"):
+            stack.enter_context(config.patch(unlift_effect_tokens=True))
+            stack.enter_context(linalg_checks_kept())
+        yield
+
+
+@contextlib.contextmanager
+def linalg_checks_kept():
+    """`_linalg_check_errors` as an ordered effect while the block runs, where torch does not
+    make it one (before 2.12); then as it was."""
+    handle = None
+    try:
+        from torch._higher_order_ops import effects
+
+        op = torch.ops.aten._linalg_check_errors.default
+        if effects._get_effect(op) is None:
+            handle = effects._register_effectful_op(op, effects._EffectType.ORDERED)
+    except Exception:  # noqa: BLE001, S110 - torch's private API moved: as before (the check may be dropped)
+        pass
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.destroy()
 
 
 def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],
