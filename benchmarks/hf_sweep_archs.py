@@ -12,6 +12,10 @@ B, T, IMG = 2, 8, 32
 NO_DROP_BERT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 LLAMA_LIKE = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+# DeepSeek V2 / V3: multi-head latent attention and a routed MoE after one dense layer
+DEEPSEEK_LIKE = dict(LLAMA_LIKE, num_key_value_heads=4, moe_intermediate_size=32, n_shared_experts=1, n_routed_experts=4,
+                     kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=4, v_head_dim=8, qk_nope_head_dim=4, n_group=2,
+                     topk_group=1, num_experts_per_tok=2, first_k_dense_replace=1)
 BERT_LIKE = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=64, max_position_embeddings=64, **NO_DROP_BERT)
 BART_LIKE = dict(vocab_size=128, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
@@ -175,11 +179,7 @@ EXTRA = {
                                              linear_num_key_heads=2, linear_num_value_heads=4,
                                              layer_types=["linear_attention", "full_attention"]),
                     "OlmoHybridForCausalLM", "lm"),
-    "deepseek_v3": ("DeepseekV3Config", dict(LLAMA_LIKE, num_key_value_heads=4, moe_intermediate_size=32,
-                                             n_shared_experts=1, n_routed_experts=4, kv_lora_rank=16, q_lora_rank=16,
-                                             qk_rope_head_dim=4, v_head_dim=8, qk_nope_head_dim=4, n_group=2,
-                                             topk_group=1, num_experts_per_tok=2, first_k_dense_replace=1),
-                    "DeepseekV3ForCausalLM", "lm"),
+    "deepseek_v3": ("DeepseekV3Config", dict(DEEPSEEK_LIKE), "DeepseekV3ForCausalLM", "lm"),
     "olmoe": ("OlmoeConfig", dict(LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, pad_token_id=0),
               "OlmoeForCausalLM", "lm"),
     "dbrx": ("DbrxConfig", dict(vocab_size=128, d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
@@ -333,11 +333,7 @@ THIRD = {
     "glm4": ("Glm4Config", dict(LLAMA_LIKE, head_dim=8, pad_token_id=0), "Glm4ForCausalLM", "lm"),
     "cohere2": ("Cohere2Config", dict(LLAMA_LIKE, sliding_window=4, layer_types=SLIDING_FULL),
                 "Cohere2ForCausalLM", "lm"),
-    "deepseek_v2": ("DeepseekV2Config", dict(LLAMA_LIKE, num_key_value_heads=4, moe_intermediate_size=32,
-                                             n_shared_experts=1, n_routed_experts=4, kv_lora_rank=16, q_lora_rank=16,
-                                             qk_rope_head_dim=4, v_head_dim=8, qk_nope_head_dim=4, n_group=2,
-                                             topk_group=1, num_experts_per_tok=2, first_k_dense_replace=1),
-                    "DeepseekV2ForCausalLM", "lm"),
+    "deepseek_v2": ("DeepseekV2Config", dict(DEEPSEEK_LIKE), "DeepseekV2ForCausalLM", "lm"),
     "diffllama": ("DiffLlamaConfig", dict(LLAMA_LIKE), "DiffLlamaForCausalLM", "lm"),
     "exaone4": ("Exaone4Config", dict(LLAMA_LIKE, sliding_window=4, layer_types=SLIDING_FULL),
                 "Exaone4ForCausalLM", "lm"),
