@@ -275,6 +275,32 @@ def test_specialized_run_guards_take_the_general_path(options):
         run([x])
 
 
+def test_one_c_check_vouches_for_inputs_like_those_the_run_accepted(options):
+    """The specialized run's Python checks run only where one C call (Dynamo's TensorGuards) says
+    the inputs differ from those the checks last passed (input_guard.py); what it rejects still
+    gets the Python checks, and what those pass is remembered."""
+    from pipec_runtime_cudagraph.input_guard import InputGuard, TensorGuards
+
+    if TensorGuards is None:
+        pytest.skip("this torch has no Dynamo C guards")
+    run = load_launch(add_program(20), options)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # CPU inputs on a CUDA machine are moved: no fast path
+    x, y = torch.randn(20, device=dev), torch.randn(20, device=dev)
+    run([x, y])  # the general path, which builds the specialized run
+    run([x, y])  # the specialized run: its Python checks pass, and the C check learns the inputs
+    fn = next(iter(run.specialized.values()))[1]
+    assert ".same(inputs)" in fn.source
+    (guard,) = [v for v in fn.__globals__.values() if isinstance(v, InputGuard)]
+    assert guard.same([torch.randn(20, device=dev), y]), "the same properties: no Python checks"
+    assert not guard.same([x.double(), y]) and not guard.same([torch.randn(40, device=dev)[::2], y])
+    grad = x.detach().requires_grad_(True)  # C check: differs; Python checks: pass, and it is learned
+    assert not guard.same([grad, y])
+    assert run._run_specialized([grad, y]) is not None
+    assert guard.same([grad, y])
+    torch.testing.assert_close(run([grad.detach(), y])[0], x + y)
+    assert run._run_specialized([x.double(), y]) is None, "the Python checks still reject it"
+
+
 def test_a_non_contiguous_input_is_specialized_on_its_strides(options):
     """A backward graph gets its saved tensors with the same (non-contiguous) layout every call:
     the specialized run guards on those strides and copies the input, as the general path does;

@@ -35,6 +35,7 @@ from pipec_ir import Device, Dtype, Ref, Size, get_attr
 from .allocations import allocation_lines, strided_allocator
 from .exprs import compile_ints
 from .extern_ops import direct_call, python_binding
+from .input_guard import InputGuard
 from .pysource import Source, compile_source
 from .steps import TORCH_DTYPES, ExternStep, LaunchStep, touched_values, written_over
 from .writes import holds
@@ -216,7 +217,8 @@ def guard_lines(src: Source, runner, symvals: tuple, device_index: int, names: l
                 signature: str, strides: list | None = None, dense: frozenset | None = None) -> list[str]:
     """`def <signature>:` and the checks `prepare` makes, specialized to `symvals`: each
     input's dtype, shape, device (`get_device()`: -1 on the CPU) and contiguity; any
-    failing check returns None (the caller then takes its general path).
+    failing check returns None (the caller then takes its general path). The checks run only
+    where one C call says the inputs differ from those they last passed (input_guard.py).
 
     An input that was not contiguous when the run was specialized (`strides[k]`, its strides
     then) is guarded on those strides, and copied to a contiguous tensor where a kernel reads
@@ -242,8 +244,12 @@ def guard_lines(src: Source, runner, symvals: tuple, device_index: int, names: l
                 copies.append(f"    {name} = {name}.contiguous()")
         checks.append(f"{name}.dtype is not {d} or {name}.shape != {s} or {name}.get_device() != {device_index} "
                       f"or {layout}")
-    for i in range(0, len(checks), 4):  # short lines keep the source readable in a traceback
-        lines.append(f"    if {' or '.join(checks[i:i + 4])}: return None")
+    if checks:  # the Python checks run where the inputs differ from those last accepted (input_guard.py)
+        guard = src.const("G", InputGuard())
+        lines.append(f"    if not {guard}.same(inputs):")
+        for i in range(0, len(checks), 4):  # short lines keep the source readable in a traceback
+            lines.append(f"        if {' or '.join(checks[i:i + 4])}: return None")
+        lines.append(f"        {guard}.learn(inputs)")
     return lines + copies
 
 
