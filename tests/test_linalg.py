@@ -108,10 +108,11 @@ def check_not_an_effect():
 
     op = torch.ops.aten._linalg_check_errors.default
     before = effects._get_effect(op)
-    torch._library.simple_registry.singleton.find(effects._get_op_qualname(op)).effect._set_default_effect()
+    holder = torch._library.simple_registry.singleton.find(effects._get_op_qualname(op)).effect
+    holder._set_default_effect()
     assert effects._get_effect(op) is None
     yield
-    torch._library.simple_registry.singleton.find(effects._get_op_qualname(op)).effect._set_default_effect()
+    holder._set_default_effect()
     if before is not None:
         effects._register_effectful_op(op, before)
     assert effects._get_effect(op) == before

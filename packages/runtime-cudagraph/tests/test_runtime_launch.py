@@ -279,7 +279,7 @@ def test_one_c_check_vouches_for_inputs_like_those_the_run_accepted(options):
     """The specialized run's Python checks run only where one C call (Dynamo's TensorGuards) says
     the inputs differ from those the checks last passed (input_guard.py); what it rejects still
     gets the Python checks, and what those pass is remembered."""
-    from pipec_runtime_cudagraph.input_guard import InputGuard, TensorGuards
+    from pipec_runtime_cudagraph.input_guard import LEARN_LIMIT, InputGuard, TensorGuards
 
     if TensorGuards is None:
         pytest.skip("this torch has no Dynamo C guards")
@@ -299,6 +299,11 @@ def test_one_c_check_vouches_for_inputs_like_those_the_run_accepted(options):
     assert guard.same([grad, y])
     torch.testing.assert_close(run([grad.detach(), y])[0], x + y)
     assert run._run_specialized([x.double(), y]) is None, "the Python checks still reject it"
+    for _ in range(LEARN_LIMIT):  # inputs that keep changing in what only the C check reads
+        run._run_specialized([x.detach().requires_grad_(True), y])
+        run._run_specialized([x, y])
+    assert not guard.same([x, y]), "no more rebuilds: the Python checks alone"
+    torch.testing.assert_close(run([x, y])[0], x + y)
 
 
 def test_a_non_contiguous_input_is_specialized_on_its_strides(options):

@@ -277,7 +277,7 @@ def effect_tokens_inside():
     with contextlib.ExitStack() as stack:
         if hasattr(config, "unlift_effect_tokens"):
             stack.enter_context(config.patch(unlift_effect_tokens=True))
-            stack.enter_context(linalg_checks_kept())
+            stack.enter_context(linalg_checks_kept())  # its token, too, must stay inside the graph
         yield
 
 

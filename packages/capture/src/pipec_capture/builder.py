@@ -154,8 +154,8 @@ class GraphBuilder:
         if isinstance(x, Ref):
             t = self.type(x)
             return torch.empty((1,) * t.rank, dtype=torch_dtype(t.dtype), device="meta")
-        if isinstance(x, sympy.Basic):
-            return 0 if x.is_integer is not False else 0.0
+        if isinstance(x, sympy.Basic):  # sizes are integers
+            return 0
         return x
 
     def common_dtype(self, *args) -> str:
