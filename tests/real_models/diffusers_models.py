@@ -118,7 +118,7 @@ CASES: tuple[Case, ...] = (
     Case("sd15_unet", "Stable Diffusion 1.5's UNet, 64 x 64 latents", "UNet2DConditionModel",
          dict(_TINY_UNET, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
               up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), attention_head_dim=8),
-         dict(cross_attention_dim=768), _unet_inputs),
+         dict(cross_attention_dim=768, sample_size=64), _unet_inputs),
     Case("sdxl_unet", "SDXL's UNet, 128 x 128 latents", "UNet2DConditionModel",
          dict(_TINY_UNET, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
               up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), attention_head_dim=(2, 4), use_linear_projection=True,

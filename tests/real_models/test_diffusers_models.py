@@ -92,3 +92,14 @@ def test_dit_at_new_resolutions_under_dynamic_shapes():
             with torch.no_grad(), no_fallback():
                 got = compiled(*inputs)
             torch.testing.assert_close(got, built.model(*inputs), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", [c.name for c in dm.CASES])
+def test_real_size_inputs_fit_the_real_model(name):
+    """The GPU suite's real-size case builds, and its inputs fit the model: a forward on the meta
+    device (shapes only, no memory) runs and returns a prediction of the latents' batch."""
+    built = dm.build(name, dm.REAL, device="meta")
+    with torch.no_grad():
+        out = built.model(*built.inputs)
+    assert out.device.type == "meta" and out.dtype == torch.bfloat16
+    assert out.shape[0] == built.inputs[0].shape[0]
