@@ -282,3 +282,63 @@ def test_constant_causal_mask_becomes_is_causal(as_float):
     calls = rewritten_calls(CausalByFactories(as_float))
     assert calls[0].kwargs.get("is_causal") is True
     assert mask_of(calls[0]) is None
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """cudnn_attention_checked on a pretend GPU: the check itself counted and answered by
+    `answers` (a problem string or None), the device's identity made up; the per-process memo
+    emptied before and after."""
+    from types import SimpleNamespace
+
+    from pipec_capture import attention
+
+    runs, answers = [], [None]
+    monkeypatch.setattr(attention, "_cudnn_check_problem", lambda device, dtype: runs.append(dtype) or answers[0])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(name="Pretend GPU", major=9, minor=0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Pretend GPU")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91000)
+    attention._CUDNN_CHECKED.clear()
+    yield attention, runs, answers
+    attention._CUDNN_CHECKED.clear()
+
+
+def test_a_cudnn_verdict_kept_on_disk_spares_the_next_process_the_check(fake_gpu, tmp_path, monkeypatch):
+    attention, runs, answers = fake_gpu
+    gpu = torch.device("cuda", 0)
+    assert attention.cudnn_attention_checked(gpu, torch.bfloat16, str(tmp_path))
+    assert runs == [torch.bfloat16]
+    attention._CUDNN_CHECKED.clear()  # a new process
+    assert attention.cudnn_attention_checked(gpu, torch.bfloat16, str(tmp_path))
+    assert runs == [torch.bfloat16], "the stored verdict is read, not checked again"
+    # another dtype, or another cuDNN, is another verdict: checked
+    assert attention.cudnn_attention_checked(gpu, torch.float16, str(tmp_path))
+    attention._CUDNN_CHECKED.clear()
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 92000)
+    answers[0] = "dq off by 0.5"
+    with pytest.warns(UserWarning, match="dq off by 0.5"):
+        assert not attention.cudnn_attention_checked(gpu, torch.bfloat16, str(tmp_path))
+    assert runs == [torch.bfloat16, torch.float16, torch.bfloat16]
+    attention._CUDNN_CHECKED.clear()
+    # a stored failure is a failure again, warned again, without a check
+    with pytest.warns(UserWarning, match="dq off by 0.5 .a stored verdict"):
+        assert not attention.cudnn_attention_checked(gpu, torch.bfloat16, str(tmp_path))
+    assert len(runs) == 3
+
+
+def test_an_unreadable_verdict_file_means_checking_again(fake_gpu, tmp_path):
+    attention, runs, _ = fake_gpu
+    (tmp_path / attention.VERDICTS_FILE).write_text("{not json")
+    assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, str(tmp_path))
+    assert len(runs) == 1
+    import json
+    stored = json.loads((tmp_path / attention.VERDICTS_FILE).read_text())
+    assert [v["ok"] for v in stored.values()] == [True]
+
+
+def test_without_a_directory_the_verdict_lives_only_in_the_process(fake_gpu, tmp_path):
+    attention, runs, _ = fake_gpu
+    assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, None)
+    attention._CUDNN_CHECKED.clear()
+    assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, None)
+    assert len(runs) == 2 and not list(tmp_path.iterdir())

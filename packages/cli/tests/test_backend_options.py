@@ -103,3 +103,24 @@ def test_the_eager_fallback_runs_the_graph_as_traced_not_as_the_capture_rewrote_
         registry.restore(saved)
         torch._dynamo.reset()
     torch.testing.assert_close(got, f(x))
+
+
+@pytest.mark.parametrize("cache", [None, "none"])
+def test_the_capture_gets_a_directory_for_its_device_checks_beside_a_local_cache(cache, monkeypatch, tmp_path):
+    """Option `device_checks_dir`: `checks` in the local compile cache's directory (where the
+    capture keeps its cuDNN attention verdict across processes); none without a local cache."""
+    import pipec_capture.plugin as capture_plugin
+
+    monkeypatch.setenv("PIPEC_CACHE_DIR", str(tmp_path / "cache"))
+    seen, real = [], capture_plugin.make_dynamo_backend
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("verdicts_dir"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(capture_plugin, "make_dynamo_backend", recording)
+    torch._dynamo.reset()
+    x = torch.randn(8)
+    options = {} if cache is None else {"cache": cache}
+    torch.testing.assert_close(pipec.compile(lambda t: t.sin() + 1, **options)(x), x.sin() + 1)
+    assert seen == [str(tmp_path / "cache" / "checks") if cache is None else None]

@@ -304,7 +304,8 @@ def linalg_checks_kept():
 def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list, str], Callable],
                         *, decompositions: dict | None = None, fused_attention: bool = True,
                         partition: str = "min_cut", pad_classes: bool = True,
-                        backward_with_forward: bool = True, cache_tag: str | None = None):
+                        backward_with_forward: bool = True, cache_tag: str | None = None,
+                        verdicts_dir: str | None = None):
     """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
 
     With `pad_classes` (option `pad_classes`, default on), a classifier trained with cross
@@ -325,6 +326,9 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
     graph up in its own cache first, and stores it where compile_aten_graph returned an
     `OutputCode` that can be pickled (aot_cache.py); where this torch cannot, or the backward
     is compiled lazily (`backward_with_forward` off), nothing changes.
+
+    `verdicts_dir`: where checks of the device's libraries keep their verdicts across processes
+    (attention.cudnn_attention_checked); None checks once per process.
     """
     from torch._dynamo.backends.common import aot_autograd
 
@@ -368,7 +372,7 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
         if pad_classes:  # a cross-entropy head over an unaligned class count (vocab_padding.py)
             pad_class_dims(gm)
         if fused_attention:
-            gm = choose_attention_kernels(gm)
+            gm = choose_attention_kernels(gm, verdicts_dir)
         with backward_compiled_with_forward(backward_with_forward), graph_logs_when_read(), effect_tokens_inside(), \
                 cache_scope(cache_tag) if cached else contextlib.nullcontext():
             return aot_backend(gm, example_inputs)

@@ -20,7 +20,12 @@ for such a call on Hopper and is 2.3x faster forward at BERT's shapes (docs/perf
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import tempfile
 import warnings
+from pathlib import Path
 
 import torch
 
@@ -144,24 +149,77 @@ _CUDNN_CHECKED: dict[tuple[int, torch.dtype], bool] = {}
 
 # the check's tolerance against fp32 math (bf16 rounding of a softmax-weighted sum of unit values)
 CUDNN_CHECK_TOLERANCE = 3e-2
+# what the verdicts kept on disk are named by: a new check (or tolerance) makes old verdicts unread
+CUDNN_CHECK_VERSION = f"masked-bias-v1-tol{CUDNN_CHECK_TOLERANCE}"
+VERDICTS_FILE = "cudnn_attention.json"
 
 
-def cudnn_attention_checked(device: torch.device, dtype: torch.dtype) -> bool:
+def cudnn_attention_checked(device: torch.device, dtype: torch.dtype, verdicts_dir: str | None = None) -> bool:
     """Whether cuDNN's attention with a bias runs and matches fp32 math, forward and backward, on a
     small masked call of `dtype` on `device` (the layout masked_attention passes: a bias expanded
     over heads, rows padded to BIAS_ALIGNMENT, the last 9 keys of one sequence masked as padding). The
-    answer is kept for the process; a failure warns once and masked calls keep the efficient kernel."""
+    answer is kept for the process; a failure warns once and masked calls keep the efficient kernel.
+
+    With `verdicts_dir` (the front end's, beside its compile cache) the answer is also kept on disk,
+    named by the GPU, torch, cuDNN and the check's version: the check costs 0.3-0.4 s in every
+    process on an H100 (the math reference, cuDNN's plans for its shape), and 2.6 s the first time
+    on a machine (cuDNN compiling its kernels); a new process reads the verdict instead."""
     if device.type != "cuda" or dtype not in CUDNN_DTYPES:
         return False
     key = (device.index if device.index is not None else torch.cuda.current_device(), dtype)
     if key not in _CUDNN_CHECKED:
-        with torch._subclasses.fake_tensor.unset_fake_temporarily():
-            problem = _cudnn_check_problem(torch.device("cuda", key[0]), dtype)
+        identity = _verdict_identity(key[0], dtype)
+        stored = _read_verdicts(verdicts_dir).get(identity)
+        if isinstance(stored, dict) and isinstance(stored.get("ok"), bool):
+            problem = None if stored["ok"] else str(stored.get("problem") or "failed") + " (a stored verdict)"
+        else:
+            with torch._subclasses.fake_tensor.unset_fake_temporarily():
+                problem = _cudnn_check_problem(torch.device("cuda", key[0]), dtype)
+            _store_verdict(verdicts_dir, identity, problem)
         if problem:
             warnings.warn(f"pipec: cuDNN attention with a mask failed its check on {torch.cuda.get_device_name(key[0])} "
                           f"({dtype}): {problem}; masked attention runs the memory-efficient kernel", stacklevel=2)
         _CUDNN_CHECKED[key] = not problem
     return _CUDNN_CHECKED[key]
+
+
+def _verdict_identity(index: int, dtype: torch.dtype) -> str:
+    """What a verdict holds for: the GPU, torch, cuDNN, the dtype and the check itself."""
+    props = torch.cuda.get_device_properties(index)
+    return (f"{props.name}|sm{props.major}{props.minor}|torch {torch.__version__}|cudnn {torch.backends.cudnn.version()}"
+            f"|{str(dtype).removeprefix('torch.')}|{CUDNN_CHECK_VERSION}")
+
+
+def _read_verdicts(verdicts_dir: str | None) -> dict:
+    """The verdicts kept in `verdicts_dir`; {} where there are none or the file is unreadable
+    (the check then runs, and its verdict replaces the file)."""
+    if not verdicts_dir:
+        return {}
+    try:
+        data = json.loads((Path(verdicts_dir) / VERDICTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _store_verdict(verdicts_dir: str | None, identity: str, problem: str | None) -> None:
+    """Keep a verdict beside those already in `verdicts_dir` (written whole, then renamed: a reader
+    sees the old file or the new). Best effort: a directory that cannot be written keeps nothing."""
+    if not verdicts_dir:
+        return
+    with contextlib.suppress(OSError):
+        directory = Path(verdicts_dir)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        verdicts = _read_verdicts(verdicts_dir)
+        verdicts[identity] = {"ok": problem is None, "problem": problem}
+        fd, tmp = tempfile.mkstemp(prefix=f".{VERDICTS_FILE}.", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(verdicts, f, indent=1, sort_keys=True)
+            os.replace(tmp, directory / VERDICTS_FILE)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _cudnn_check_problem(device: torch.device, dtype: torch.dtype) -> str | None:
@@ -196,18 +254,20 @@ def _cudnn_check_problem(device: torch.device, dtype: torch.dtype) -> str | None
 _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
 
 
-def choose_attention_kernels(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+def choose_attention_kernels(gm: torch.fx.GraphModule, verdicts_dir: str | None = None) -> torch.fx.GraphModule:
     """Send every scaled_dot_product_attention call of a Dynamo graph through masked_attention
     (which decides per call, when AOTAutograd traces it), after dropping masks that are
     constants letting every position through; a masked call on a device and dtype where cuDNN's
-    attention with a bias passed its check may go to cuDNN. Returns `gm`, changed in place."""
+    attention with a bias passed its check may go to cuDNN (`verdicts_dir`: where the check's
+    verdicts are kept, `cudnn_attention_checked`). Returns `gm`, changed in place."""
     changed = False
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target in _SDPA_TARGETS:
             drop_constant_mask(gm, node)
             node.target = masked_attention
             query = example_value(node.args[0]) if node.args else None
-            if _mask_arg(node) is not None and isinstance(query, torch.Tensor) and cudnn_attention_checked(query.device, query.dtype):
+            if _mask_arg(node) is not None and isinstance(query, torch.Tensor) \
+                    and cudnn_attention_checked(query.device, query.dtype, verdicts_dir):
                 node.kwargs = {**node.kwargs, "cudnn_checked": True}
             changed = True
     if changed:

@@ -42,9 +42,10 @@ class DynamoCapture:
         pad_classes = bool(options.get("pad_classes", True)) if options is not None else True
         early = bool(options.get("early_compile", True)) if options is not None else True
         tag = options.get("aot_cache_tag") if options is not None else None  # set by the front end
+        verdicts = options.get("device_checks_dir") if options is not None else None  # set by the front end
         return make_dynamo_backend(compile_aten_graph, decompositions=table, fused_attention=not decompose,
                                    partition=partition, pad_classes=pad_classes, backward_with_forward=early,
-                                   cache_tag=tag)
+                                   cache_tag=tag, verdicts_dir=verdicts)
 
 
 class ExportCapture:

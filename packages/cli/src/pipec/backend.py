@@ -16,7 +16,7 @@ from pipec_ir import CompileOptions, RecompileLimitError
 
 from .aot_cache import (TAG_OPTION, cache_events_logged, cache_tag, in_cache_scope, loading, lookup_bypasses,
                         stats_snapshot, unpickle_layers)
-from .cache import PipecCacheWarning
+from .cache import PipecCacheWarning, device_checks_dir
 from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error
 from .gc_pause import gc_paused
 from .graph_call import tensors_only, with_object_outputs, with_size_outputs
@@ -25,6 +25,8 @@ from .logs import configure_logs, logger
 from .options import make_options
 from .pipeline import LOAD_CONTEXT_OPTIONS, Session, compile_graph, plan_loader, restore_stats, runtime_load_options
 from .plugins import get_registry
+
+CHECKS_OPTION = "device_checks_dir"  # what the front end hands the capture stage: cache.device_checks_dir
 
 
 def make_backend(options: CompileOptions, session: Session | None = None, prefix: str = "graph"):
@@ -44,6 +46,9 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
     # AOTAutograd's cache holds pipec's graphs under this tag (aot_cache.py); None: not used
     tag = cache_tag(options.without(*LOAD_CONTEXT_OPTIONS), registry,
                     runtime_load_options(registry, options.runtime))
+    # the capture stage's verdicts on the device's libraries (its cuDNN attention check), kept
+    # beside the compile cache, so a new process does not check again
+    verdicts = device_checks_dir(options.cache, registry)
     session.keep_programs = session.keep_programs or tag is not None
 
     def backend(gm, example_inputs, **_ignored):
@@ -130,7 +135,8 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
         # later, once that code is real: Dynamo's graph is lazy (its forward generates the code at
         # the first call, from the graph as it is then); AOTAutograd's trace would generate it anyway
         as_traced = realized(gm).forward
-        aten_options = options.with_extra(**{TAG_OPTION: tag}) if tag is not None else options
+        extra = {**({TAG_OPTION: tag} if tag is not None else {}), **({CHECKS_OPTION: verdicts} if verdicts else {})}
+        aten_options = options.with_extra(**extra) if extra else options
         first_graph, bypasses = len(session.graphs), lookup_bypasses() if tag is not None else 0
         try:
             with loading(load_cached), cache_events_logged(f"{prefix}_{index}"):

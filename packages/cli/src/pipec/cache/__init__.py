@@ -16,9 +16,10 @@ from .keys import graph_module_digest, shape_env_state, source_digest, stage_key
 from .local import CACHE_DIR_ENV, LocalCache, default_cache_dir
 from .redis_cache import DEFAULT_URL as DEFAULT_REDIS_URL
 from .redis_cache import REDIS_PREFIX_ENV, REDIS_URL_ENV, RedisCache
-from .store import DEFAULT_BACKEND, DISABLED, CompileCache, check_cache, open_cache, resolve_cache_name
+from .store import (DEFAULT_BACKEND, DISABLED, CompileCache, check_cache, device_checks_dir, open_cache,
+                    resolve_cache_name)
 
 __all__ = ["BadEntry", "CACHE_DIR_ENV", "CacheError", "CompileCache", "DEFAULT_BACKEND", "DEFAULT_REDIS_URL",
            "DISABLED", "LocalCache", "PipecCacheWarning", "REDIS_PREFIX_ENV", "REDIS_URL_ENV", "RedisCache",
-           "check_cache", "default_cache_dir", "graph_module_digest", "open_cache", "pack_entry",
+           "check_cache", "default_cache_dir", "device_checks_dir", "graph_module_digest", "open_cache", "pack_entry",
            "resolve_cache_name", "shape_env_state", "source_digest", "stage_key", "text_digest", "unpack_entry"]

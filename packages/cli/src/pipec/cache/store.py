@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import pipec_ir
 
@@ -118,6 +119,22 @@ def open_cache(name: str | None, registry: pipec_ir.Registry) -> CompileCache | 
     if resolved is None:
         return None
     return CompileCache(resolved, registry.get("cache", resolved))
+
+
+def device_checks_dir(name: str | None, registry: pipec_ir.Registry) -> str | None:
+    """Where the capture stage keeps its verdicts on the device's libraries across processes
+    (`checks` in the directory of a cache that has one, the local cache), or None: another cache,
+    caching off, or a directory that fails the cache's own privacy check."""
+    resolved = resolve_cache_name(name, registry)
+    if resolved is None:
+        return None
+    try:
+        backend = registry.get("cache", resolved)
+        check = getattr(backend, "check", None)
+        directory = check() if callable(check) and hasattr(backend, "directory") else None
+    except Exception:  # noqa: BLE001 - an unknown or unusable cache is reported where it is opened
+        return None
+    return None if directory is None else str(Path(directory) / "checks")
 
 
 def check_cache(name: str | None, registry: pipec_ir.Registry) -> str | None:
