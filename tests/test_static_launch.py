@@ -83,3 +83,59 @@ def test_the_option_is_a_bool_and_the_environment_turns_it_off(monkeypatch):
     monkeypatch.setenv("PIPEC_STATIC_LAUNCH", "0")
     assert make_options().get("static_launch") is False
     assert make_options(static_launch=True).get("static_launch") is True
+
+
+_WARM_SCRIPT = r"""
+import json, sys, torch
+sys.path.insert(0, {tests!r})
+import pipec
+from test_static_launch import Block, _step
+torch.manual_seed(0)
+model = Block().cuda()
+x = torch.randn(4, 100, 256, device="cuda")
+want = _step(model, model, x)
+fn = pipec.compile(model)
+errors = []
+for _ in range(3):
+    got = _step(fn, model, x)
+    torch.cuda.synchronize()
+    errors.append(max(float((g - w).abs().max()) for g, w in zip(got, want)))
+with torch.no_grad():
+    y = torch.randn(2, 64, 256, device="cuda")
+    errors.append(float((pipec.compile(model.eval(), mode="reduce-overhead")(y) - model(y)).abs().max()))
+print(json.dumps({{"errors": errors, "imported": sorted(m for m in sys.modules if m.startswith("pipec_kernel_"))}}))
+"""
+
+
+@cuda
+def test_gpu_a_new_process_launches_recorded_kernels_without_importing_them(tmp_path):
+    """The launch store (runtime launch_store.py): a second process with the same kernel directory
+    (and pipec's and AOTAutograd's caches) runs a training step and a CUDA Graph replay from the
+    recorded cubins, matching eager, importing at most half the kernel modules the first process did
+    (none, where torch's launcher describes every kernel); Triton's cache is new."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pipec_runtime_cudagraph import static_launch
+
+    if static_launch.static_launcher_impl() is None:
+        pytest.skip("torch has no C++ Triton launcher")
+    script = _WARM_SCRIPT.format(tests=str(Path(__file__).parent))
+    env = {**os.environ, "PIPEC_KERNEL_DIR": str(tmp_path / "kernels"), "PIPEC_CACHE_DIR": str(tmp_path / "cache"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    runs = []
+    for n in range(2):
+        env["TRITON_CACHE_DIR"] = str(tmp_path / f"triton{n}")
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert list((tmp_path / "kernels" / "launches").glob("*.cubin"))
+    cold, warm = runs
+    assert cold["imported"], "the first process compiles its kernels"
+    # kernels torch's launcher cannot describe (a TMA GEMM's tensor descriptors) are imported again
+    assert len(warm["imported"]) <= len(cold["imported"]) // 2, (cold["imported"], warm["imported"])
+    for run in runs:
+        assert max(run["errors"]) < 5e-3, run["errors"]

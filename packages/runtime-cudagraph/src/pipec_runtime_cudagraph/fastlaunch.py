@@ -105,21 +105,35 @@ def bind_launcher(kernel, fn, grid: tuple, sizes: tuple, constants: dict, nptrs:
     values = signature_values(fn, placeholders + tuple(sizes), constants)
     if values is None or values[:nptrs] != placeholders:
         return None
-    g = tuple(grid) + (1,) * (3 - len(grid))
-    namespace = {"RUN": run, "FUNC": function, "META": metadata, "SLOW": slow, "TAIL": values[nptrs:]}
+    namespace = {"RUN": run, "FUNC": function, "META": metadata, "TAIL": values[nptrs:]}
     params = ", ".join(placeholders)
     static = None if device_index is None else static_launch_call(kernel, device_index, values, nptrs)
     if static is not None:
         entries, args = static
         namespace.update(entries)
-        call = (f"LAUNCH(CUFUNC, {g[0]}, {g[1]}, {g[2]}, {entries['WARPS']}, {entries['SHARED']}, {entries['TYS']!r}, "
-                f"{args}, stream)")
+        call = static_call(grid, entries, args)
     else:
+        g = tuple(grid) + (1,) * (3 - len(grid))
         call = f"RUN({g[0]}, {g[1]}, {g[2]}, stream, FUNC, META, None, None, None, {params}, *TAIL)"
+    return launch_function(namespace, call, nptrs, check, slow, getattr(fn, "__name__", "kernel"))
+
+
+def static_call(grid: tuple, entries: dict, args: str) -> str:
+    """The statement launching through torch's C++ launcher (static_launch.launch_namespace's
+    `entries`; `args`: the argument tuple's expression)."""
+    g = tuple(grid) + (1,) * (3 - len(grid))
+    return f"LAUNCH(CUFUNC, {g[0]}, {g[1]}, {g[2]}, {entries['WARPS']}, {entries['SHARED']}, {entries['TYS']!r}, {args}, stream)"
+
+
+def launch_function(namespace: dict, call: str, nptrs: int, check: tuple[int, ...], slow, name: str):
+    """`launch(stream, p0, p1, ...)` running `call` (names from `namespace`), with an `inline` form;
+    a call where a pointer at a `check` position is not 16-byte aligned goes to `slow(*pointers)`."""
+    namespace = {**namespace, "SLOW": slow}
+    params = ", ".join(f"p{i}" for i in range(nptrs))
     if check:
         test = " | ".join(f"p{i}.data_ptr()" for i in check)
         call = f"SLOW({params}) if ({test}) & {ALIGN_MASK} else {call}"
-    exec(compile(f"def launch(stream, {params}):\n    {call}\n", f"<pipec launch {getattr(fn, '__name__', 'kernel')}>",
+    exec(compile(f"def launch(stream, {params}):\n    {call}\n", f"<pipec launch {name}>",
                  "exec"), namespace)  # noqa: S102 - generated above
     launch = namespace.pop("launch")
     # what a specialized run writes in its own body instead of calling `launch` (one Python
@@ -161,4 +175,5 @@ def current_stream_getter():
     return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
-__all__ = ["InlineLaunch", "bind_launcher", "current_stream_getter", "fast_path_available", "hooks_active"]
+__all__ = ["InlineLaunch", "bind_launcher", "current_stream_getter", "fast_path_available", "hooks_active",
+           "launch_function", "static_call"]

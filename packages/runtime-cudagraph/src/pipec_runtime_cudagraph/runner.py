@@ -9,6 +9,8 @@ some sizes, later calls at those sizes take a specialized run (specialize.py).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from pipec_ir import CompileOptions, CompileProfile, LoadContext, Program
@@ -18,13 +20,15 @@ from .choices import group_choices
 from .compile_pool import compiled_already, pool_size, start_in_workers, warm
 from .fastlaunch import current_stream_getter, hooks_active
 from .interpreter import enable_interpreter, honour_debug, interpreter_active, interpreter_scope
-from .kernels import body_digest, load_kernel
+from .kernels import body_digest, kernel_cache_dir, load_kernel
+from .launch_store import LaunchStore
 from .memory import round_up
 from .owned_inputs import input_releases
 from .plan import ProgramPlan
 from .profiling import graph_range, profiler_state, range_name, ranged_plan
 from .rounds import PRUNE
 from .specialize import build_specialized
+from .static_launch import static_launcher_impl
 from .steps import ExternStep, HostExtern, LaunchStep, ProgramLoadError, plan_objects, runs_on_host
 from .tuning_cache import TuningCache
 from .writes import apply_writes, written_inputs
@@ -122,6 +126,12 @@ class ProgramRunner(ProgramPlan):
         self.specialize = bool(options.get("specialize", True))
         # launches through torch's C++ launcher where it can describe the kernel (static_launch.py)
         self.static_launch = bool(options.get("static_launch", True))
+        # launches an earlier process compiled, run from their cubins without Triton (launch_store.py);
+        # kernel modules are then imported only when something needs them
+        self.launch_store = None
+        if self.static_launch and options.get("launch_store", True) and static_launcher_impl() is not None \
+                and torch.cuda.is_available() and not interpreter_active():
+            self.launch_store = LaunchStore(kernel_cache_dir(self.kernel_dir) / "launches")
         self._raw_stream = None
         self.choice_timer = "wall"  # how choice groups are timed (choices.py); "graph" under CUDA Graphs
         self.default_device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -150,9 +160,13 @@ class ProgramRunner(ProgramPlan):
                 kernel = self.kernels.get(s.target)
                 if kernel is None:
                     raise ProgramLoadError(f"program {self.name}: step {k} launches unknown kernel {s.target!r}")
-                fn = load_kernel(kernel, interpret=interpret, cache_dir=self.kernel_dir)
                 self.profile.distinct("kernels", (self.name, kernel.name))
                 self.profile.distinct("unique_kernels", body_digest(kernel))  # identical layers: one
+                if self.launch_store is not None and not interpret:  # imported at its first use, if any
+                    load = functools.partial(load_kernel, kernel, interpret=False, cache_dir=self.kernel_dir)
+                    steps.append((LaunchStep(self, s, kernel, None, interpret, tune, load=load), self.release[k]))
+                    continue
+                fn = load_kernel(kernel, interpret=interpret, cache_dir=self.kernel_dir)
                 fn = honour_debug(fn) if interpret else fn
                 steps.append((LaunchStep(self, s, kernel, fn, interpret, tune), self.release[k]))
             elif s.kind == "extern":

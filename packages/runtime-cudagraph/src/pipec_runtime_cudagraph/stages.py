@@ -15,7 +15,7 @@ from pipec_ir import CompileOptions, LoadContext, Program, verify
 # `early_compile` is read by capture too (when AOTAutograd hands over the backward), which
 # changes when a graph is lowered, not what it is lowered to.
 LOAD_OPTIONS = frozenset({"recompile_limit", "bucket", "choice", "autotune_configs", "specialize", "tuning_table",
-                          "early_compile"})
+                          "early_compile", "launch_store"})
 
 
 def warm_compile_workers(context: LoadContext | None = None) -> None:

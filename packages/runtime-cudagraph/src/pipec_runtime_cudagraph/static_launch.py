@@ -132,12 +132,13 @@ def _shared(kernel) -> int:
     return getattr(kernel, "shared", None) or _meta(kernel, "shared", 0) or 0
 
 
-def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
-    """(namespace entries, argument tuple expression) for the generated launcher, or
-    None where the kernel keeps Triton's launcher. `values`: every argument in signature order,
-    the first `nptrs` of them the placeholders p0.. of the pointers."""
-    impl = static_launcher_impl()
-    if impl is None or describable(kernel) is not None:
+def static_description(kernel, values: tuple, nptrs: int) -> dict | None:
+    """How torch's launcher calls `kernel`, loading nothing: {"types": the argument type codes,
+    "args": the argument tuple's expressions (p<i>.data_ptr() for pointer i, literals for sizes and
+    scalars, C[k] for the k-th of "consts"), "consts", "warps", "shared"}; None where the kernel
+    keeps Triton's launcher. `values`: every argument in signature order, the first `nptrs` of them
+    the placeholders p0.. of the pointers."""
+    if static_launcher_impl() is None or describable(kernel) is not None:
         return None
     described = argument_codes(kernel)
     if described is None:
@@ -145,10 +146,6 @@ def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
     codes, kept = described
     # the scratch pointers the kernel takes (size 0 here: describable checked) are null
     extra = "".join("O" for s in ("global_scratch_size", "profile_scratch_size") if hasattr(kernel.metadata, s))
-    try:
-        function = load_function(impl, kernel, device_index)
-    except Exception:  # noqa: BLE001 - a kernel the C launcher cannot load keeps Triton's
-        return None
     args, consts = [], []
     for i in kept:
         if i < nptrs:
@@ -160,9 +157,28 @@ def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
             consts.append(values[i])
             args.append(f"C[{len(consts) - 1}]")
     args.extend("0" for _ in extra)
-    namespace = {"LAUNCH": impl._launch_kernel, "CUFUNC": function, "WARPS": int(kernel.metadata.num_warps),
-                 "SHARED": int(_shared(kernel)), "TYS": codes + extra, "C": tuple(consts)}
-    return namespace, "(" + ", ".join(args) + ("," if len(args) == 1 else "") + ")"
+    return {"types": codes + extra, "args": "(" + ", ".join(args) + ("," if len(args) == 1 else "") + ")",
+            "consts": tuple(consts), "warps": int(kernel.metadata.num_warps), "shared": int(_shared(kernel))}
 
 
-__all__ = ["argument_codes", "describable", "static_launch_call", "static_launcher_impl"]
+def launch_namespace(function: int, described: dict) -> dict:
+    """The generated launcher's namespace entries for a loaded `function` (static_description)."""
+    return {"LAUNCH": static_launcher_impl()._launch_kernel, "CUFUNC": function, "WARPS": described["warps"],
+            "SHARED": described["shared"], "TYS": described["types"], "C": described["consts"]}
+
+
+def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
+    """(namespace entries, argument tuple expression) for the generated launcher, or
+    None where the kernel keeps Triton's launcher (static_description)."""
+    described = static_description(kernel, values, nptrs)
+    if described is None:
+        return None
+    try:
+        function = load_function(static_launcher_impl(), kernel, device_index)
+    except Exception:  # noqa: BLE001 - a kernel the C launcher cannot load keeps Triton's
+        return None
+    return launch_namespace(function, described), described["args"]
+
+
+__all__ = ["argument_codes", "describable", "launch_namespace", "static_description", "static_launch_call",
+           "static_launcher_impl"]

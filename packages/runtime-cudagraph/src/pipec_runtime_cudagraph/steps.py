@@ -24,8 +24,10 @@ from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, Device, Dtype, Ref, Size, g
 from . import extern_ops  # registers the pipec.* extern targets; guards ATen's buggy ones
 from .autotune import forget_table_pick, known_config, time_configs, tuning_keys
 from .exprs import compile_ints, is_static, static_ints
-from .fastlaunch import ALIGN_MASK, bind_launcher, fast_path_available
+from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_path_available, signature_values
 from .interpreter import ieee_quiet
+from .kernels import body_digest
+from .launch_store import StoredLaunch
 from .memory import is_view_target
 from .tma import ensure_allocator, misaligned, persistent_grid, sm_count, uses_tma
 
@@ -194,16 +196,24 @@ def _skip(stream, *ptrs) -> None:
     """A launch with an empty grid."""
 
 
+def current_stream(index: int):
+    """The raw current CUDA stream of device `index`."""
+    return current_stream_getter()(index)
+
+
 class LaunchStep:
     """One kernel launch; autotunes (CUDA, several configs) on its first run in each size
     bucket (the runner's bucket policy over the size symbols this kernel uses)."""
 
-    __slots__ = ("runner", "kernel", "fn", "ptrs", "interpret", "config", "kwargs", "dims", "static",
+    __slots__ = ("runner", "kernel", "_fn", "_load", "ptrs", "interpret", "config", "kwargs", "dims", "static",
                  "skip", "tune", "sym_index", "bucket", "prepared", "compiled", "maybe_unaligned", "writes",
                  "n_inputs", "tma", "binds", "allocates")
 
-    def __init__(self, runner, step, kernel, fn, interpret, tune):
-        self.runner, self.kernel, self.fn, self.interpret = runner, kernel, fn, interpret
+    def __init__(self, runner, step, kernel, fn, interpret, tune, load=None):
+        """`fn`: the kernel's loaded @triton.jit function; or None and `load`, which loads it
+        when something first needs it (a launch the runner's launch store cannot serve)."""
+        self.runner, self.kernel, self.interpret = runner, kernel, interpret
+        self._fn, self._load = fn, load
         n = len(step.inputs) + len(step.outputs)
         if kernel.args and len(kernel.args) != n:
             raise ProgramLoadError(
@@ -236,10 +246,30 @@ class LaunchStep:
         self.tma = any(uses_tma(c) for c in kernel.configs)
         if self.tma and not interpret:
             ensure_allocator()
-        why = gluon_cannot_run(fn, interpret)
-        if why is not None:
-            self.fn = CannotRunHere(kernel.name, why)  # loads, as an unpicked alternative must; fails if run
+        if fn is not None:
+            self._fn = self._runnable(fn)
         self.set_config(kernel.configs[0])
+
+    def _runnable(self, fn):
+        why = gluon_cannot_run(fn, self.interpret)
+        # loads, as an unpicked alternative must; fails if run
+        return fn if why is None else CannotRunHere(self.kernel.name, why)
+
+    @property
+    def fn(self):
+        """The kernel's @triton.jit function (loaded at its first use where the runner loads lazily)."""
+        if self._fn is None:
+            self._fn = self._runnable(self._load())
+        return self._fn
+
+    def stored(self, ptrs: list, sizes, device):
+        """(the launch store's record of this launch with the current config at `sizes` with
+        `ptrs`, its key); (None, None) without a store (launch_store.py)."""
+        store = self.runner.launch_store
+        if store is None or self.interpret or device.type != "cuda":
+            return None, None
+        key = store.key(body_digest(self.kernel), self.kwargs, sizes, ptrs, device)
+        return store.get(key), key
 
     def set_config(self, config) -> None:
         key = self.kernel.configs.index(config) if config in self.kernel.configs else None
@@ -340,10 +370,31 @@ class LaunchStep:
             with ieee_quiet():
                 self.fn[grid](*ptrs, *sizes, **self.kwargs)
             return
+        aligned = tuple(j for j in self.maybe_unaligned if not ptrs[j].data_ptr() & ALIGN_MASK)
+        at = (device.index, self.config, tuple(sizes))
+        entry, key = self.compiled.get(at), None
+        if self.runner.launch_store is not None and (entry is None or (type(entry[0]) is StoredLaunch
+                                                                      and entry[1] != aligned)):
+            stored, key = self.stored(ptrs, sizes, device)
+            if stored is not None:  # compiled by an earlier process: its cubin, no Triton
+                entry = self.compiled[at] = (stored, aligned)
+                self.runner.profile.distinct("launches_from_store", key)
+        if entry is not None and type(entry[0]) is StoredLaunch and entry[1] == aligned:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            entry[0].launcher(grid, len(ptrs), index)(current_stream(index), *ptrs)
+            return
         kernel = self.fn[grid](*ptrs, *sizes, **self.kwargs)
         if kernel is not None:
-            aligned = tuple(j for j in self.maybe_unaligned if not ptrs[j].data_ptr() & ALIGN_MASK)
-            self.compiled[(device.index, self.config, tuple(sizes))] = (kernel, aligned)
+            self.compiled[at] = (kernel, aligned)
+            if key is not None:
+                self.record(key, kernel, sizes, len(ptrs))
+
+    def record(self, key: str, kernel, sizes, nptrs: int) -> None:
+        """Keep `kernel` (compiled for this launch) in the runner's launch store under `key`."""
+        placeholders = tuple(f"p{i}" for i in range(nptrs))
+        values = signature_values(self.fn, placeholders + tuple(sizes), dict(self.config.constants))
+        if values is not None and values[:nptrs] == placeholders:
+            self.runner.launch_store.put(key, kernel, values, nptrs)
 
     def launcher(self, symvals, device):
         """`f(stream, *pointers)` running this launch at `symvals` with the current config:
@@ -352,24 +403,27 @@ class LaunchStep:
         sizes, grid = self.dims if self.static else self.dims(*symvals)
         if self.skip or 0 in grid:
             return _skip
-        fn, kwargs = self.fn, self.kwargs
+        kwargs = self.kwargs
         tma_check = self.maybe_unaligned if self.tma and uses_tma(self.config) else ()
 
-        def slow(*ptrs):
+        def slow(*ptrs):  # self.fn: a kernel launched from the launch store is imported only if this runs
             if tma_check and misaligned(ptrs, tma_check):
                 self.run_misaligned(ptrs, symvals)
                 return
             if self.interpret:
                 with ieee_quiet():
-                    fn[grid](*ptrs, *sizes, **kwargs)
+                    self.fn[grid](*ptrs, *sizes, **kwargs)
                 return
-            fn[grid](*ptrs, *sizes, **kwargs)
+            self.fn[grid](*ptrs, *sizes, **kwargs)
 
         compiled = None if self.interpret else self.compiled.get((device.index, self.config, tuple(sizes)))
         if compiled is None or not fast_path_available():
             return lambda stream, *ptrs: slow(*ptrs)
         kernel, aligned = compiled
-        fast = bind_launcher(kernel, fn, grid, sizes, dict(self.config.constants), len(self.ptrs), aligned, slow,
+        if isinstance(kernel, StoredLaunch):
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            return kernel.bind(grid, len(self.ptrs), aligned, slow, index)
+        fast = bind_launcher(kernel, self.fn, grid, sizes, dict(self.config.constants), len(self.ptrs), aligned, slow,
                              device.index if self.runner.static_launch else None)
         return fast if fast is not None else (lambda stream, *ptrs: slow(*ptrs))
 
@@ -395,8 +449,9 @@ class LaunchStep:
 
     def cannot_run(self, index: int, vals, symvals) -> str | None:
         """Why config `index` does not build or load on this GPU at `symvals` (Triton's error), or
-        None when it does: a cache hit where the first call's compile built it already."""
-        if not hasattr(self.fn, "warmup") or self.interpret:
+        None when it does: a cache hit where the first call's compile built it already, or a launch
+        an earlier process recorded (launch_store.py)."""
+        if self.interpret:
             return None
         current = self.config
         self.set_config(self.kernel.configs[index])
@@ -404,7 +459,12 @@ class LaunchStep:
             sizes, grid = self.dims if self.static else self.dims(*symvals)
             if self.skip or 0 in grid:
                 return None
-            kernel = self.fn.warmup(*[vals[i] for i in self.ptrs], *sizes, grid=grid, **self.kwargs)
+            ptrs = [vals[i] for i in self.ptrs]
+            if ptrs and self.stored(ptrs, sizes, ptrs[0].device)[0] is not None:
+                return None
+            if not hasattr(self.fn, "warmup"):
+                return None
+            kernel = self.fn.warmup(*ptrs, *sizes, grid=grid, **self.kwargs)
             load = getattr(kernel, "_init_handles", None)  # registers and shared memory are checked on load
             if load is not None:
                 load()
@@ -422,15 +482,19 @@ class LaunchStep:
 
     def compile_jobs(self, configs, args: list, symvals: tuple) -> list[tuple]:
         """(fn, args, sizes, grid, kwargs) of each of `configs` this launch would compile at
-        `symvals` (none where it launches nothing); the current config is kept."""
-        if not hasattr(self.fn, "warmup") or self.interpret:
+        `symvals` (none where it launches nothing, or where an earlier process recorded the launch:
+        launch_store.py); the current config is kept."""
+        if self.interpret:
             return []
         jobs, current = [], self.config
         for config in configs:
             self.set_config(config)
             sizes, grid = self.dims if self.static else self.dims(*symvals)
-            if not (self.skip or 0 in grid):
-                jobs.append((self.fn, args, sizes, grid, self.kwargs))
+            if self.skip or 0 in grid or (args and self.stored(args, sizes, args[0].device)[0] is not None):
+                continue
+            if not hasattr(self.fn, "warmup"):
+                break
+            jobs.append((self.fn, args, sizes, grid, self.kwargs))
         self.set_config(current)
         return jobs
 

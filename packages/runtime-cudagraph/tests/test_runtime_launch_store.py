@@ -1,0 +1,128 @@
+"""The launch store (launch_store.py): a kernel launched through torch's C++ launcher is recorded
+with its cubin, under a key naming everything the cubin was specialized for; a later process
+launches the record without Triton. On the CPU with a pretend C++ launcher and GPU; the GPU
+test (tests/test_static_launch.py) runs a model from the store in a new process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from pipec_runtime_cudagraph import launch_store
+from pipec_runtime_cudagraph.launch_store import LaunchStore
+
+
+class FakeLauncher:
+    """torch._C._StaticCudaLauncher's two calls, recorded."""
+
+    def __init__(self):
+        self.loads, self.launches = [], []
+
+    def _load_kernel(self, path, name, shared, device):
+        with open(path, "rb") as f:
+            self.loads.append((f.read(), name, shared, device))
+        return ("module", 1000 + len(self.loads), 32, 0)
+
+    def _launch_kernel(self, *args):
+        self.launches.append(args)
+
+
+@pytest.fixture
+def pretend_gpu(monkeypatch):
+    impl = FakeLauncher()
+    monkeypatch.setattr(torch._C, "_StaticCudaLauncher", impl, raising=False)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    return impl
+
+
+def compiled_kernel(cubin=b"\x7fELF pretend cubin"):
+    """What Triton's `fn[grid](x, out, n, BLOCK=...)` returns, as far as the store reads it."""
+    fn = SimpleNamespace(arg_names=["x", "out", "n", "BLOCK"])
+    src = SimpleNamespace(fn=fn, signature={"x": "*fp32", "out": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                          constants={})
+    meta = SimpleNamespace(num_ctas=1, cluster_dims=(1, 1, 1), num_warps=4, shared=0, name="pipec_k",
+                           global_scratch_size=0, profile_scratch_size=0)
+    return SimpleNamespace(asm={"cubin": cubin}, src=src, metadata=meta)
+
+
+class Ptr:
+    def __init__(self, address, dtype=torch.float32):
+        self.address, self.dtype = address, dtype
+
+    def data_ptr(self):
+        return self.address
+
+
+GPU = torch.device("cuda", 0)
+VALUES = ("p0", "p1", 1000, 256)  # x, out, n, BLOCK: what the launch passed, in signature order
+
+
+def test_a_recorded_launch_runs_from_its_cubin_in_a_new_process(pretend_gpu, tmp_path):
+    store = LaunchStore(tmp_path)
+    ptrs = [Ptr(1024), Ptr(2048)]
+    key = store.key("body", {"BLOCK": 256, "num_warps": 4, "num_stages": 2}, (1000,), ptrs, GPU)
+    assert store.get(key) is None
+    assert store.put(key, compiled_kernel(), VALUES, 2)
+    record = json.loads((tmp_path / f"{key}.json").read_text())
+    assert record["name"] == "pipec_k" and record["args"] == "(p0.data_ptr(), p1.data_ptr(), 1000, 0, 0)"  # null scratch pointers
+
+    later = LaunchStore(tmp_path)  # a new process: nothing remembered but the files
+    stored = later.get(key)
+    assert stored is not None
+    launch = stored.launcher((4,), 2, 0)
+    assert stored.launcher((4,), 2, 0) is launch  # bound once per grid and device
+    launch("STREAM", *ptrs)
+    assert pretend_gpu.loads == [(b"\x7fELF pretend cubin", "pipec_k", 0, 0)]
+    assert pretend_gpu.launches == [(1001, 4, 1, 1, 4, 0, "OOiOO", (1024, 2048, 1000, 0, 0), "STREAM")]
+
+
+def test_the_key_names_everything_the_cubin_was_specialized_for(pretend_gpu, tmp_path, monkeypatch):
+    store = LaunchStore(tmp_path)
+    kwargs = {"BLOCK": 256, "num_warps": 4, "num_stages": 2}
+    ptrs = [Ptr(1024), Ptr(2048)]
+    base = store.key("body", kwargs, (1000,), ptrs, GPU)
+    assert store.key("body", dict(reversed(kwargs.items())), (1000,), [Ptr(4096), Ptr(64)], GPU) == base
+    others = [
+        store.key("other body", kwargs, (1000,), ptrs, GPU),
+        store.key("body", {**kwargs, "num_warps": 8}, (1000,), ptrs, GPU),
+        store.key("body", kwargs, (1001,), ptrs, GPU),
+        store.key("body", kwargs, (1000,), [Ptr(1024, torch.bfloat16), Ptr(2048)], GPU),
+        store.key("body", kwargs, (1000,), [Ptr(1028), Ptr(2048)], GPU),  # misaligned: Triton specialized on 16
+    ]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (10, 0))
+    others.append(LaunchStore(tmp_path).key("body", kwargs, (1000,), ptrs, GPU))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    others.append(LaunchStore(tmp_path).key("body", kwargs, (1000,), ptrs, GPU))
+    assert len({base, *others}) == len(others) + 1
+
+
+def test_what_the_store_cannot_replay_is_not_recorded(pretend_gpu, tmp_path):
+    store = LaunchStore(tmp_path)
+    clustered = compiled_kernel()
+    clustered.metadata.cluster_dims = (2, 1, 1)
+    assert not store.put("a" * 64, clustered, VALUES, 2)
+    # an argument that is no literal (an infinite scalar) would need the launch's own constants
+    scalar = compiled_kernel()
+    scalar.src.signature = {"x": "*fp32", "out": "*fp32", "n": "fp32", "BLOCK": "constexpr"}
+    assert not store.put("b" * 64, scalar, ("p0", "p1", float("inf"), 256), 2)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("damage", ["no cubin", "bad json", "other format"])
+def test_a_damaged_record_is_not_launched(pretend_gpu, tmp_path, damage):
+    store = LaunchStore(tmp_path)
+    key = "c" * 64
+    assert store.put(key, compiled_kernel(), VALUES, 2)
+    if damage == "no cubin":
+        (tmp_path / f"{key}.cubin").unlink()
+    elif damage == "bad json":
+        (tmp_path / f"{key}.json").write_text("{")
+    else:
+        (tmp_path / f"{key}.json").write_text(json.dumps({**json.loads((tmp_path / f"{key}.json").read_text()),
+                                                          "format": launch_store.FORMAT + 1}))
+    assert LaunchStore(tmp_path).get(key) is None
