@@ -436,6 +436,14 @@ def test_profile_counts_say_how_many_compiles_ran_in_worker_processes():
     assert "Triton compiles 74," in profile_counts({"counts": {"triton_compiles": 74}})  # no workers ran
 
 
+def test_profile_counts_say_how_many_kernels_came_from_the_launch_store():
+    from pipec.profile import profile_counts
+
+    line = profile_counts({"counts": {"triton_compiles": 20, "launches_from_store": 93}})
+    assert "Triton compiles 20, launched from the launch store 93, kernels timed 0" in line
+    assert "launch store" not in profile_counts({"counts": {"triton_compiles": 113}})
+
+
 def test_an_inductor_mismatch_is_its_rows_error_not_the_runs(monkeypatch):
     """Inductor off eager (ResNet-50 bf16 on the H200) is recorded in its row, untimed; pipec's row
     is still checked and timed; pipec off eager stays fatal (the test above and --keep-going's)."""
