@@ -22,11 +22,7 @@ if os.environ.get("NO_WORKER_LAUNCHERS"):  # A/B: workers compile kernels only, 
     from pipec_runtime_cudagraph import compile_worker
     compile_worker.BOOT = ("import sys; sys.path[:0] = sys.argv[1:]\nimport pipec_runtime_cudagraph.compile_worker as w\n"
                            "w.build_launcher = lambda *a, **k: False\nw.main()")
-net, inputs, autocast = ts.build("bert", False, "cuda")
-net = net.cuda()
-fn = ts.compiled("pipec", net)
-step, _ = ts.make_step(fn, net, inputs, autocast, "cuda")
-session = fn.pipec_session
+step, session = ts.pipec_cuda_step("bert")
 pr = cProfile.Profile()
 t = time.perf_counter()
 with ts.first_call_profile(session):

@@ -74,11 +74,7 @@ def patch(modname, attr, label=None, cls=None):
 def main() -> None:
     for spec in TIMED:
         patch(*spec)
-    net, inputs, autocast = ts.build("bert", False, "cuda")
-    net = net.cuda()
-    fn = ts.compiled("pipec", net)
-    step, _ = ts.make_step(fn, net, inputs, autocast, "cuda")
-    session = fn.pipec_session
+    step, session = ts.pipec_cuda_step("bert")
     start = time.perf_counter()
     with ts.first_call_profile(session):
         step()

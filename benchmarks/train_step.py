@@ -173,6 +173,15 @@ def make_step(fn, net, inputs: dict, autocast, device: str):
     return step, grads_of
 
 
+def pipec_cuda_step(case: str = "bert"):
+    """(step, session): `case`'s training step (real size, on the GPU) compiled by pipec, not run yet."""
+    net, inputs, autocast = build(case, False, "cuda")
+    net = net.cuda()
+    fn = compiled("pipec", net)
+    step, _ = make_step(fn, net, inputs, autocast, "cuda")
+    return step, fn.pipec_session
+
+
 def first_call_profile(session):
     """pipec's compile-time profile around the first step (a null context for other backends)."""
     if session is None:
