@@ -126,3 +126,22 @@ def test_a_damaged_record_is_not_launched(pretend_gpu, tmp_path, damage):
         (tmp_path / f"{key}.json").write_text(json.dumps({**json.loads((tmp_path / f"{key}.json").read_text()),
                                                           "format": launch_store.FORMAT + 1}))
     assert LaunchStore(tmp_path).get(key) is None
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_only_launches_of_static_sizes_are_looked_up_and_recorded(pretend_gpu, tmp_path, dynamic):
+    """A record holds one size: a launch whose sizes are symbolic (a generation loop's growing
+    length) is never looked up, so never recorded, and keeps Triton, which compiles it once."""
+    from runtime_helpers import add_program, dynamic_add_program
+
+    from pipec_runtime_cudagraph import load_launch
+    from pipec_runtime_cudagraph.steps import LaunchStep
+
+    runner = load_launch(dynamic_add_program() if dynamic else add_program(100))
+    runner.launch_store = LaunchStore(tmp_path)
+    launch = next(s for s, _ in runner.plans["cpu"] if isinstance(s, LaunchStep))
+    launch.interpret = False  # as on the GPU
+    ptrs = [Ptr(1024), Ptr(2048), Ptr(4096)]
+    stored, key = launch.stored(ptrs, (100,), GPU)
+    assert stored is None
+    assert (key is None) == dynamic

@@ -16,7 +16,10 @@ its cubins and launches them through torch's C++ launcher. pipec now does the sa
   specialized for, the GPU's architecture, Triton's version and the TRITON_* environment;
 * a later launch with that key loads the cubin itself (a module of its own, once per device) and
   launches it. The kernel's Python module is not imported and Triton does not run, unless
-  something else needs them: a config to time, a key not recorded, a misaligned pointer.
+  something else needs them: a config to time, a key not recorded, a misaligned pointer;
+* only launches whose sizes are known when the program loads (no size symbols) are recorded: a
+  record holds one size, and a generation loop's growing length would write one per step where
+  Triton's one compile serves every length.
 
 Off with the option `launch_store=False` (`PIPEC_LAUNCH_STORE=0` in pipec's front end), with `static_launch=False`,
 and wherever torch has no C++ launcher (CPU builds, older torch) or the interpreter runs.

@@ -264,9 +264,11 @@ class LaunchStep:
 
     def stored(self, ptrs: list, sizes, device):
         """(the launch store's record of this launch with the current config at `sizes` with
-        `ptrs`, its key); (None, None) without a store (launch_store.py)."""
+        `ptrs`, its key); (None, None) without a store (launch_store.py), and for a kernel whose
+        sizes are symbolic: a record holds one size, and a generation loop's every new length
+        would write one, where Triton's one compile serves them all."""
         store = self.runner.launch_store
-        if store is None or self.interpret or device.type != "cuda":
+        if store is None or self.interpret or device.type != "cuda" or not self.static:
             return None, None
         key = store.key(body_digest(self.kernel), self.kwargs, sizes, ptrs, device)
         return store.get(key), key
