@@ -139,3 +139,14 @@ def test_gpu_a_new_process_launches_recorded_kernels_without_importing_them(tmp_
     assert len(warm["imported"]) <= len(cold["imported"]) // 2, (cold["imported"], warm["imported"])
     for run in runs:
         assert max(run["errors"]) < 5e-3, run["errors"]
+
+
+def test_the_launch_store_option_is_a_bool_and_the_environment_turns_it_off(monkeypatch):
+    from pipec.options import make_options
+
+    with pytest.raises(ValueError, match="launch_store must be True or False"):
+        pipec.compile(lambda x: x + 1, launch_store="no")
+    assert make_options().get("launch_store", True) is True
+    monkeypatch.setenv("PIPEC_LAUNCH_STORE", "0")
+    assert make_options().get("launch_store") is False
+    assert make_options(launch_store=True).get("launch_store") is True
