@@ -145,3 +145,19 @@ def test_only_launches_of_static_sizes_are_looked_up_and_recorded(pretend_gpu, t
     stored, key = launch.stored(ptrs, (100,), GPU)
     assert stored is None
     assert (key is None) == dynamic
+
+
+def test_a_record_whose_cubin_does_not_load_is_forgotten_and_written_again(pretend_gpu, tmp_path, monkeypatch):
+    store = LaunchStore(tmp_path)
+    key = "d" * 64
+    assert store.put(key, compiled_kernel(b"damaged"), VALUES, 2)
+    later = LaunchStore(tmp_path)
+    stored = later.get(key)
+
+    def refuses(*args):
+        raise RuntimeError("CUDA_ERROR_INVALID_IMAGE")
+    monkeypatch.setattr(pretend_gpu, "_load_kernel", refuses)
+    assert not later.loads(key, stored, 0)
+    assert later.get(key) is None  # the launch goes through Triton, which compiles it again
+    assert later.put(key, compiled_kernel(b"\x7fELF fresh"), VALUES, 2)
+    assert (tmp_path / f"{key}.cubin").read_bytes() == b"\x7fELF fresh"

@@ -129,6 +129,17 @@ class LaunchStore:
         self._found[key] = found
         return found
 
+    def loads(self, key: str, stored: StoredLaunch, device_index: int) -> bool:
+        """Whether `stored` (the record under `key`) loads on `device_index`; one that does not (a
+        damaged cubin, a driver that refuses it) is forgotten, so the launch compiles through
+        Triton and its record is written again."""
+        try:
+            stored.function(device_index)
+            return True
+        except Exception:  # noqa: BLE001 - any failure: Triton compiles it instead
+            self._found[key] = None
+            return False
+
     def put(self, key: str, kernel, values: tuple, nptrs: int) -> bool:
         """Record `kernel` (a Triton CompiledKernel, called with `values`: every argument in
         signature order, pointers as placeholders p0..) under `key`, where torch's launcher can

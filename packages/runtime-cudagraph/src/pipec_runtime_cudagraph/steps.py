@@ -201,6 +201,10 @@ def current_stream(index: int):
     return current_stream_getter()(index)
 
 
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 class LaunchStep:
     """One kernel launch; autotunes (CUDA, several configs) on its first run in each size
     bucket (the runner's bucket policy over the size symbols this kernel uses)."""
@@ -375,14 +379,15 @@ class LaunchStep:
         aligned = tuple(j for j in self.maybe_unaligned if not ptrs[j].data_ptr() & ALIGN_MASK)
         at = (device.index, self.config, tuple(sizes))
         entry, key = self.compiled.get(at), None
-        if self.runner.launch_store is not None and (entry is None or (type(entry[0]) is StoredLaunch
-                                                                      and entry[1] != aligned)):
+        store = self.runner.launch_store
+        if store is not None and (entry is None or (type(entry[0]) is StoredLaunch and entry[1] != aligned)):
             stored, key = self.stored(ptrs, sizes, device)
-            if stored is not None:  # compiled by an earlier process: its cubin, no Triton
+            if stored is not None and store.loads(key, stored, _index(device)):
+                # compiled by an earlier process: its cubin, no Triton
                 entry = self.compiled[at] = (stored, aligned)
                 self.runner.profile.distinct("launches_from_store", key)
         if entry is not None and type(entry[0]) is StoredLaunch and entry[1] == aligned:
-            index = device.index if device.index is not None else torch.cuda.current_device()
+            index = _index(device)
             entry[0].launcher(grid, len(ptrs), index)(current_stream(index), *ptrs)
             return
         kernel = self.fn[grid](*ptrs, *sizes, **self.kwargs)
@@ -423,8 +428,7 @@ class LaunchStep:
             return lambda stream, *ptrs: slow(*ptrs)
         kernel, aligned = compiled
         if isinstance(kernel, StoredLaunch):
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            return kernel.bind(grid, len(self.ptrs), aligned, slow, index)
+            return kernel.bind(grid, len(self.ptrs), aligned, slow, _index(device))
         fast = bind_launcher(kernel, self.fn, grid, sizes, dict(self.config.constants), len(self.ptrs), aligned, slow,
                              device.index if self.runner.static_launch else None)
         return fast if fast is not None else (lambda stream, *ptrs: slow(*ptrs))
