@@ -13,7 +13,8 @@ its cubins and launches them through torch's C++ launcher. pipec now does the sa
   literal sizes);
 * the key names everything the cubin was built from: the kernel's source and config (its body
   digest and launch keywords), the sizes and the pointers' dtypes and 16-byte alignment it was
-  specialized for, the GPU's architecture, Triton's version and the TRITON_* environment;
+  specialized for, the GPU's architecture, Triton's version and the environment variables
+  Triton's own cache keys read;
 * a later launch with that key loads the cubin itself (a module of its own, once per device) and
   launches it. The kernel's Python module is not imported and Triton does not run, unless
   something else needs them: a config to time, a key not recorded, a misaligned pointer;
@@ -37,16 +38,15 @@ from .files import atomic_write
 from .static_launch import launch_namespace, static_description, static_launcher_impl
 
 FORMAT = 1
-# Triton environment variables that change nothing a cubin holds (where files go, what is printed)
-_ENV_IGNORED = frozenset({"TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR",
-                          "TRITON_PRINT_AUTOTUNING", "TRITON_INTERPRET", "TRITON_CACHE_MANAGER"})
 
 
 def _environment() -> str:
+    """Triton's version and the variables Triton itself says change what it compiles (what its
+    own cache keys read: `get_cache_invalidating_env_vars`, as the compile workers are given)."""
     import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
 
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRITON_") and k not in _ENV_IGNORED)
-    return f"triton {triton.__version__} {env!r}"
+    return f"triton {triton.__version__} {sorted(dict(get_cache_invalidating_env_vars()).items())!r}"
 
 
 class StoredLaunch:
