@@ -631,9 +631,11 @@ def test_cli_cache_info_and_clear(cached_fake_stages, model_file, capsys):
     code, out, err = run(["cache", "info", "--json"], capsys)
     assert code == 0, err
     aot = {"location": str(Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]) / "aotautograd"), "entries": 0, "bytes": 0}
+    kernels = json.loads(out).pop("kernels")
     assert json.loads(out) | {"version": None} == {"backend": "local", "location": str(cache_dir()), "entries": 0,
                                                     "bytes": 0, "distribution": "pipec", "version": None,
-                                                    "aot_autograd": aot}
+                                                    "aot_autograd": aot, "kernels": kernels}
+    assert set(kernels) == {"location", "sources", "stored_launches", "bytes"}
     assert run(["compile", model_file], capsys)[0] == 0
     code, out, err = run(["cache", "info", "--json"], capsys)
     info = json.loads(out)
@@ -646,6 +648,23 @@ def test_cli_cache_info_and_clear(cached_fake_stages, model_file, capsys):
     assert entry_files() == []
     code, out, err = run(["cache", "clear", "--json"], capsys)
     assert json.loads(out)["removed"] == 0
+
+
+def test_cli_cache_info_shows_the_kernel_directory(cached_fake_stages, capsys, monkeypatch, tmp_path):
+    """The runtime's kernel directory is not the compile cache, but it grows with it: kernel
+    sources, the launch store's cubins, tuning results."""
+    kernels = tmp_path / "kernels"
+    (kernels / "launches").mkdir(parents=True)
+    for name, data in (("a.py", b"x" * 10), ("b.py", b"y" * 20), ("tuning.json", b"{}"),
+                       ("launches/k.cubin", b"c" * 100), ("launches/k.json", b"{}")):
+        (kernels / name).write_bytes(data)
+    monkeypatch.setenv("PIPEC_KERNEL_DIR", str(kernels))
+    code, out, err = run(["cache", "info", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["kernels"] == {"location": str(kernels), "sources": 2, "stored_launches": 1,
+                                          "bytes": 10 + 20 + 2 + 100 + 2}
+    code, out, err = run(["cache", "info"], capsys)
+    assert re.search(r"kernel directory\s+│ 2 kernel sources, 1 stored launches, 134 bytes in all", out), out
 
 
 @pytest.mark.parametrize("argv, message", [

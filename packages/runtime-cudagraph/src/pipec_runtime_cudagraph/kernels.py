@@ -33,6 +33,11 @@ class KernelLoadError(RuntimeError):
     """A kernel source could not be imported or does not define its kernel."""
 
 
+def default_kernel_dir() -> Path:
+    """~/.cache/pipec/kernels: kernel sources, tuning results and the launch store's cubins."""
+    return Path.home() / ".cache" / "pipec" / "kernels"
+
+
 def kernel_cache_dir(override: str | os.PathLike | None = None) -> Path:
     """The directory kernel sources (and tuning results) are written to: `override` (the
     `LoadContext`'s `kernel_dir`; the front end reads $PIPEC_KERNEL_DIR into it), else
@@ -43,7 +48,7 @@ def kernel_cache_dir(override: str | os.PathLike | None = None) -> Path:
     """
     global _fallback_dir
     if override is None:
-        override = Path.home() / ".cache" / "pipec" / "kernels"
+        override = default_kernel_dir()
     path = Path(override)
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -62,6 +62,7 @@ def cache_info_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> 
     info.update(backend=entry.name, distribution=entry.distribution, version=entry.version)
     aot = _aot_info()
     info["aot_autograd"] = aot
+    kernels = info["kernels"] = _kernels_info()
     if json_out:
         print(json.dumps(info, indent=2))
         return
@@ -74,7 +75,26 @@ def cache_info_cmd(cache: CacheNameOpt = "local", json_out: JsonOpt = False) -> 
     table.add_row("size", _fmt_bytes(int(info.get("bytes", 0))))
     table.add_row("AOTAutograd's cache", f"{aot['entries']} entries of pipec's, {_fmt_bytes(aot['bytes'])} "
                                          f"({aot['location']})")
+    table.add_row("kernel directory", f"{kernels['sources']} kernel sources, {kernels['stored_launches']} stored "
+                                      f"launches, {_fmt_bytes(kernels['bytes'])} in all ({kernels['location']})")
     stdout.print(table, markup=False)
+
+
+def _kernels_info() -> dict:
+    """The runtime's kernel directory ($PIPEC_KERNEL_DIR, else its default): the generated kernels'
+    sources, the launch store's records (cubins) and tuning results. Not part of the compile cache
+    (`clear` leaves it); safe to delete while no pipec process runs."""
+    from pathlib import Path
+
+    from pipec_runtime_cudagraph.kernels import default_kernel_dir
+
+    from ..pipeline import env_kernel_dir
+
+    root = Path(env_kernel_dir() or default_kernel_dir())
+    files = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
+    return {"location": str(root), "sources": sum(p.suffix == ".py" and p.parent == root for p in files),
+            "stored_launches": sum(p.suffix == ".cubin" and p.parent.name == "launches" for p in files),
+            "bytes": sum(p.stat().st_size for p in files)}
 
 
 def _aot_info() -> dict:
