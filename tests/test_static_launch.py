@@ -74,15 +74,17 @@ def test_gpu_cuda_graph_replays_static_launches():
             torch.testing.assert_close(fn(x), model(x), atol=2e-3, rtol=2e-3, msg=lambda m, i=i: f"call {i}: {m}")
 
 
-def test_the_option_is_a_bool_and_the_environment_turns_it_off(monkeypatch):
+@pytest.mark.parametrize("option, env", [("static_launch", "PIPEC_STATIC_LAUNCH"),
+                                         ("launch_store", "PIPEC_LAUNCH_STORE")])
+def test_the_option_is_a_bool_and_the_environment_turns_it_off(monkeypatch, option, env):
     from pipec.options import make_options
 
-    with pytest.raises(ValueError, match="static_launch must be True or False"):
-        pipec.compile(lambda x: x + 1, static_launch="no")
-    assert make_options().get("static_launch", True) is True
-    monkeypatch.setenv("PIPEC_STATIC_LAUNCH", "0")
-    assert make_options().get("static_launch") is False
-    assert make_options(static_launch=True).get("static_launch") is True
+    with pytest.raises(ValueError, match=f"{option} must be True or False"):
+        pipec.compile(lambda x: x + 1, **{option: "no"})
+    assert make_options().get(option, True) is True
+    monkeypatch.setenv(env, "0")
+    assert make_options().get(option) is False
+    assert make_options(**{option: True}).get(option) is True
 
 
 _WARM_SCRIPT = r"""
@@ -139,14 +141,3 @@ def test_gpu_a_new_process_launches_recorded_kernels_without_importing_them(tmp_
     assert len(warm["imported"]) <= len(cold["imported"]) // 2, (cold["imported"], warm["imported"])
     for run in runs:
         assert max(run["errors"]) < 5e-3, run["errors"]
-
-
-def test_the_launch_store_option_is_a_bool_and_the_environment_turns_it_off(monkeypatch):
-    from pipec.options import make_options
-
-    with pytest.raises(ValueError, match="launch_store must be True or False"):
-        pipec.compile(lambda x: x + 1, launch_store="no")
-    assert make_options().get("launch_store", True) is True
-    monkeypatch.setenv("PIPEC_LAUNCH_STORE", "0")
-    assert make_options().get("launch_store") is False
-    assert make_options(launch_store=True).get("launch_store") is True
