@@ -86,6 +86,14 @@ def signature_values(fn, positional: tuple, constants: dict) -> tuple | None:
     return tuple(out)
 
 
+def launch_values(fn, sizes, constants: dict, nptrs: int) -> tuple | None:
+    """Every argument of a launch of `fn` in signature order, its `nptrs` pointers first as the
+    placeholders p0, p1, ..., then `sizes` and the `constants`; None where they do not fit."""
+    placeholders = tuple(f"p{i}" for i in range(nptrs))
+    values = signature_values(fn, placeholders + tuple(sizes), constants)
+    return values if values is not None and values[:nptrs] == placeholders else None
+
+
 def bind_launcher(kernel, fn, grid: tuple, sizes: tuple, constants: dict, nptrs: int,
                   check: tuple[int, ...], slow, device_index: int | None = None):
     """`f(stream, *pointers)` launching `kernel` (what `fn[grid]` returned) directly, or None:
@@ -101,12 +109,11 @@ def bind_launcher(kernel, fn, grid: tuple, sizes: tuple, constants: dict, nptrs:
         return None
     if function is None:
         return None
-    placeholders = tuple(f"p{i}" for i in range(nptrs))
-    values = signature_values(fn, placeholders + tuple(sizes), constants)
-    if values is None or values[:nptrs] != placeholders:
+    values = launch_values(fn, sizes, constants, nptrs)
+    if values is None:
         return None
     namespace = {"RUN": run, "FUNC": function, "META": metadata, "TAIL": values[nptrs:]}
-    params = ", ".join(placeholders)
+    params = ", ".join(values[:nptrs])
     static = None if device_index is None else static_launch_call(kernel, device_index, values, nptrs)
     if static is not None:
         entries, args = static
@@ -176,4 +183,4 @@ def current_stream_getter():
 
 
 __all__ = ["InlineLaunch", "bind_launcher", "current_stream_getter", "fast_path_available", "hooks_active",
-           "launch_function", "static_call"]
+           "launch_function", "launch_values", "static_call"]

@@ -35,7 +35,7 @@ import os
 from pathlib import Path
 
 from .files import atomic_write
-from .static_launch import launch_namespace, static_description, static_launcher_impl
+from .static_launch import launch_namespace, load_cubin, static_description, static_launcher_impl
 
 FORMAT = 1
 
@@ -62,13 +62,8 @@ class StoredLaunch:
     def function(self, device_index: int) -> int:
         """The kernel's CUfunction on `device_index`, its cubin loaded once per device."""
         if device_index not in self.functions:
-            import torch
-
-            with torch.cuda.device(device_index):
-                loaded = static_launcher_impl()._load_kernel(str(self.cubin), self.name, self.described["shared"],
-                                                             device_index)
-            # older torch returns (function, n_regs, n_spills); newer (module, function, n_regs, n_spills)
-            self.functions[device_index] = loaded[0] if len(loaded) == 3 else loaded[1]
+            self.functions[device_index] = load_cubin(static_launcher_impl(), str(self.cubin), self.name,
+                                                      self.described["shared"], device_index)
         return self.functions[device_index]
 
     def bind(self, grid: tuple, nptrs: int, check: tuple[int, ...], slow, device_index: int):

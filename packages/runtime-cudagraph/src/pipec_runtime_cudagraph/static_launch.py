@@ -109,8 +109,6 @@ def load_function(impl, kernel, device_index: int) -> int:
     """The CUfunction of `kernel`'s cubin loaded on `device_index` (a module of its own), loaded
     once per kernel and device: the kernel object keeps it, as every launch of it (twelve layers'
     worth, every specialized run) binds the same function."""
-    import torch
-
     functions = getattr(kernel, "_pipec_cufunctions", None)
     if functions is None:
         functions = {}
@@ -119,13 +117,21 @@ def load_function(impl, kernel, device_index: int) -> int:
     if device_index not in functions:
         path = _write_cubin(kernel)
         try:
-            with torch.cuda.device(device_index):
-                loaded = impl._load_kernel(path, kernel.metadata.name, int(_shared(kernel)), device_index)
+            functions[device_index] = load_cubin(impl, path, kernel.metadata.name, int(_shared(kernel)), device_index)
         finally:
             os.unlink(path)
-        # older torch returns (function, n_regs, n_spills); newer (module, function, n_regs, n_spills)
-        functions[device_index] = loaded[0] if len(loaded) == 3 else loaded[1]
     return functions[device_index]
+
+
+def load_cubin(impl, path: str, name: str, shared: int, device_index: int) -> int:
+    """The CUfunction `name` of the cubin file at `path`, loaded on `device_index` as a module of
+    its own by torch's launcher `impl`."""
+    import torch
+
+    with torch.cuda.device(device_index):
+        loaded = impl._load_kernel(path, name, shared, device_index)
+    # older torch returns (function, n_regs, n_spills); newer (module, function, n_regs, n_spills)
+    return loaded[0] if len(loaded) == 3 else loaded[1]
 
 
 def _shared(kernel) -> int:
@@ -180,5 +186,5 @@ def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
     return launch_namespace(function, described), described["args"]
 
 
-__all__ = ["argument_codes", "describable", "launch_namespace", "static_description", "static_launch_call",
+__all__ = ["argument_codes", "describable", "launch_namespace", "load_cubin", "static_description", "static_launch_call",
            "static_launcher_impl"]

@@ -24,7 +24,7 @@ from pipec_ir import MAXNREG_CONSTANT, TMA_CONSTANT, Device, Dtype, Ref, Size, g
 from . import extern_ops  # registers the pipec.* extern targets; guards ATen's buggy ones
 from .autotune import forget_table_pick, known_config, time_configs, tuning_keys
 from .exprs import compile_ints, is_static, static_ints
-from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_path_available, signature_values
+from .fastlaunch import ALIGN_MASK, bind_launcher, current_stream_getter, fast_path_available, launch_values
 from .interpreter import ieee_quiet
 from .kernels import body_digest
 from .launch_store import StoredLaunch
@@ -398,9 +398,8 @@ class LaunchStep:
 
     def record(self, key: str, kernel, sizes, nptrs: int) -> None:
         """Keep `kernel` (compiled for this launch) in the runner's launch store under `key`."""
-        placeholders = tuple(f"p{i}" for i in range(nptrs))
-        values = signature_values(self.fn, placeholders + tuple(sizes), dict(self.config.constants))
-        if values is not None and values[:nptrs] == placeholders:
+        values = launch_values(self.fn, sizes, dict(self.config.constants), nptrs)
+        if values is not None:
             self.runner.launch_store.put(key, kernel, values, nptrs)
 
     def launcher(self, symvals, device):
