@@ -14,8 +14,10 @@ import functools
 import importlib
 import json
 import sys
+import os
 import threading
 import time
+import traceback
 
 sys.path.insert(0, "benchmarks")
 import torch  # noqa: E402
@@ -25,6 +27,9 @@ TOTAL: dict[str, float] = collections.defaultdict(float)
 COUNT: collections.Counter = collections.Counter()
 DEPTH: collections.Counter = collections.Counter()
 MAIN = threading.main_thread().ident
+# PIPEC_TIMERS_CALLERS=label,...: also count who called these (the pipec and Triton frames above)
+CALLERS_OF = set(filter(None, os.environ.get("PIPEC_TIMERS_CALLERS", "").split(",")))
+CALLERS: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
 # (module, attribute[, label, class]): what is timed
 TIMED = [
@@ -36,6 +41,18 @@ TIMED = [
     ("pipec_ir.serialize", "loads"),
     ("pipec_runtime_cudagraph.compile_pool", "compiled_already"),
     ("pipec_runtime_cudagraph.runner", "_build", "runner._build", "ProgramRunner"),
+    # the first run, split: the general run's launches, the launch store, launcher binding, externs
+    ("pipec_runtime_cudagraph.runner", "run", "runner.run", "ProgramRunner"),
+    ("pipec_runtime_cudagraph.runner", "_specialize", "runner._specialize", "ProgramRunner"),
+    ("pipec_runtime_cudagraph.steps", "__call__", "LaunchStep.__call__", "LaunchStep"),
+    ("pipec_runtime_cudagraph.steps", "__call__", "ExternStep.__call__", "ExternStep"),
+    ("pipec_runtime_cudagraph.steps", "launcher", "LaunchStep.launcher", "LaunchStep"),
+    ("pipec_runtime_cudagraph.launch_store", "key", "LaunchStore.key", "LaunchStore"),
+    ("pipec_runtime_cudagraph.launch_store", "get", "LaunchStore.get", "LaunchStore"),
+    ("pipec_runtime_cudagraph.launch_store", "loads", "LaunchStore.loads", "LaunchStore"),
+    ("pipec_runtime_cudagraph.launch_store", "put", "LaunchStore.put", "LaunchStore"),
+    ("pipec_runtime_cudagraph.static_launch", "load_cubin"),
+    ("pipec_runtime_cudagraph.fastlaunch", "bind_launcher"),
     ("triton.runtime.jit", "warmup", "JITFunction.warmup", "JITFunction"),
     ("triton.runtime.jit", "run", "JITFunction.run", "JITFunction"),
 ]
@@ -47,6 +64,9 @@ def timed(label, f):
         if threading.get_ident() != MAIN:
             return f(*args, **kwargs)
         DEPTH[label] += 1
+        if label in CALLERS_OF and DEPTH[label] == 1:
+            frames = [f for f in traceback.extract_stack()[:-1] if "pipec" in f.filename or "triton" in f.filename]
+            CALLERS[label][" < ".join(f"{f.name}:{f.lineno}" for f in frames[-4:][::-1])] += 1
         start = time.perf_counter()
         try:
             return f(*args, **kwargs)
@@ -87,7 +107,8 @@ def main() -> None:
     profile = session.profile.to_dict()
     print(json.dumps({"wall": round(wall, 3), "second_step": round(second, 3),
                       "parts": {k: round(v, 3) for k, v in profile["seconds"].items()}, "counts": profile["counts"],
-                      "timers": {k: [round(v, 3), COUNT[k]] for k, v in sorted(TOTAL.items(), key=lambda x: -x[1])}},
+                      "timers": {k: [round(v, 3), COUNT[k]] for k, v in sorted(TOTAL.items(), key=lambda x: -x[1])},
+                      "callers": {k: dict(c.most_common(12)) for k, c in CALLERS.items()}},
                      indent=1))
 
 

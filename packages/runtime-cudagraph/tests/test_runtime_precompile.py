@@ -96,3 +96,32 @@ def test_each_new_size_bucket_compiles_once(monkeypatch):
         x = torch.randn(n)
         runner.precompile_once([x, x], (n,), torch.device("cpu"))
     assert len(seen) == 2 and all(count >= 2 for count in seen)
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_warm_load_imports_only_the_first_kernel_it_would_compile(monkeypatch, cached):
+    """At load (`_start_compiles`) the jobs are listed only once the first is known to need
+    compiling: on a warm start (the first in Triton's cache) the other launches' kernel modules,
+    which listing their jobs would import, stay unimported; on a cold one all are listed and sent."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runner_module, "compiled_already", lambda job: cached)
+    sent = []
+    monkeypatch.setattr(runner_module, "start_in_workers", lambda jobs, size: sent.append(len(jobs)))
+    program = add_program(n=100, configs=CONFIGS)
+    runner = ProgramRunner(program, CompileOptions(runtime="launch", autotune=True),
+                           LoadContext(tuning_cache=False, compile_workers=2))
+    loads = []
+
+    def launch(k):
+        def load():
+            loads.append(k)
+            return _Kernel()
+        return LaunchStep(runner, program.steps[0], program.kernels[0], fn=None, interpret=False, tune=True,
+                          load=load)
+
+    runner._launches["cpu"] = [launch(k) for k in range(3)]
+    runner._start_compiles(torch.device("cpu"))
+    if cached:
+        assert loads == [0] and sent == []
+    else:
+        assert loads == [0, 1, 2] and sent == [3 * len(CONFIGS)]
