@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .fx_edit import call_node, meta_val
+from .fx_edit import meta_val, stored_permuted
 
 aten = torch.ops.aten
 
@@ -47,11 +47,8 @@ def follow_attention_layouts(gm: torch.fx.GraphModule) -> int:
             order = _permuted_order(operand)
             if order is None or not _computed_pointwise(operand) or len(operand.users) != 1:
                 continue  # another reader would keep the row-major store too: two stores, not one
-            inverse = [order.index(d) for d in range(len(order))]
             with graph.inserting_before(node):
-                stored = call_node(graph, aten.permute.default, (operand, order), {})
-                stored = call_node(graph, aten.clone.default, (stored,), {"memory_format": torch.contiguous_format})
-                stored = call_node(graph, aten.permute.default, (stored, inverse), {})
+                stored = stored_permuted(graph, operand, order)
             node.replace_input_with(operand, stored)
             rewritten += 1
     if rewritten:

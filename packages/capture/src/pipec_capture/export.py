@@ -91,7 +91,8 @@ def export_graph(model, example_inputs, options: CompileOptions | None = None) -
             f"({', '.join(str(s.target) for s in mutations)}); call model.eval() or use capture='dynamo'")
     graph = lower_graph(ep.graph_module, name=_graph_name(options, name), input_specs=specs,
                         fullgraph=options.fullgraph, model_name=name,
-                        fallback_random=bool(options.get("fallback_random", False)))
+                        fallback_random=bool(options.get("fallback_random", False)),
+                        conv_channels_last=bool(options.get("conv_channels_last", True)))
     return graph, bindings
 
 

@@ -1,6 +1,6 @@
 """Small edits of fx graphs that capture's rewrite passes share (sink_gathers.py,
 follow_layouts.py, fold_gelu.py, attention_layouts.py, complex_pairs.py, conv_bias.py,
-vocab_padding.py, mask_writes.py): a new call with its fake value, a node replaced, the dead
+conv_layouts.py, vocab_padding.py, mask_writes.py): a new call with its fake value, a node replaced, the dead
 code dropped after a pass, and Dynamo's example values for the nodes a pass adds to its graph."""
 
 from __future__ import annotations
@@ -113,6 +113,16 @@ def call_node(graph: torch.fx.Graph, target, args, kwargs):
     else:
         new.meta["val"] = target(*vals, **kwvals)
     return new
+
+
+def stored_permuted(graph: torch.fx.Graph, node: torch.fx.Node, order) -> torch.fx.Node:
+    """`node`'s values stored with its dims in `order`, outermost first, and viewed back in its
+    own dim order: `permute(clone(permute(node, order)), inverse)`. The clone is one kernel's
+    store in that order; the pointwise chain computing `node` fuses into it."""
+    inverse = [list(order).index(d) for d in range(len(order))]
+    stored = call_node(graph, torch.ops.aten.permute.default, (node, list(order)), {})
+    stored = call_node(graph, torch.ops.aten.clone.default, (stored,), {"memory_format": torch.contiguous_format})
+    return call_node(graph, torch.ops.aten.permute.default, (stored, inverse), {})
 
 
 def example_value(node):

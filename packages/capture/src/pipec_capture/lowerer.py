@@ -36,6 +36,7 @@ from .portable_attention import LIBRARY_COPY
 from .complex_pairs import complex_as_pairs
 from .conv_bias import split_conv_bias
 from .fold_gelu import fold_tanh_gelu
+from .conv_layouts import convs_channels_last, output_strides, restore_output_strides
 from .follow_layouts import follow_layouts
 from .sink_gathers import sink_gathers
 
@@ -408,10 +409,13 @@ def eliminate_dead_nodes(nodes: list[Node], outputs) -> list[Node]:
 
 def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "graph",
                 input_specs: dict[str, tuple[str, str]] | None = None, fullgraph: bool = False,
-                model_name: str | None = None, fallback_random: bool = False) -> Graph:
+                model_name: str | None = None, fallback_random: bool = False,
+                conv_channels_last: bool = True) -> Graph:
     """Lower an ATen fx GraphModule to a verified pipec Graph.
 
     input_specs: placeholder name -> (IR input name, role) for parameters/buffers.
+    conv_channels_last: 16-bit CUDA convs read NHWC operands (conv_layouts.py; option
+    `conv_channels_last`, default on).
     If some node lacks meta["val"], it is filled by fake-tensor propagation of example_inputs.
     """
     ensure_meta(gm, example_inputs)
@@ -419,7 +423,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "g
     fold_tanh_gelu(gm)
     sink_gathers(gm)
     split_conv_bias(gm)
+    traced_strides = output_strides(gm)
+    if conv_channels_last:
+        convs_channels_last(gm)
     follow_layouts(gm)
+    restore_output_strides(gm, traced_strides)
     follow_attention_layouts(gm)
     return Lowerer(gm, name=name, input_specs=input_specs, fullgraph=fullgraph, model_name=model_name,
                    fallback_random=fallback_random).run()

@@ -24,7 +24,8 @@ class DynamoCapture:
         name = options.get("graph_name") or "graph"
         return lower_graph(gm, example_inputs, name=name, fullgraph=options.fullgraph,
                            model_name=options.get("model_name"),
-                           fallback_random=bool(options.get("fallback_random", False)))
+                           fallback_random=bool(options.get("fallback_random", False)),
+                           conv_channels_last=bool(options.get("conv_channels_last", True)))
 
     def constants(self, gm: torch.fx.GraphModule, graph: Graph) -> dict[str, torch.Tensor]:
         """{graph input name: value} for the inputs that `capture` made of `gm`'s own tensor

@@ -22,10 +22,12 @@ STATIC_LAUNCH_ENV = "PIPEC_STATIC_LAUNCH"  # 0: static_launch=False (Triton's ow
 EARLY_COMPILE_ENV = "PIPEC_EARLY_COMPILE"  # 0: early_compile=False (kernels compiled at the first call, not at load)
 AOT_CACHE_ENV = "PIPEC_AOT_CACHE"  # 0: aot_cache=False (AOTAutograd's cache does not hold pipec's graphs)
 LAUNCH_STORE_ENV = "PIPEC_LAUNCH_STORE"  # 0: launch_store=False (every kernel through Triton, warm or not)
+CONV_CHANNELS_LAST_ENV = "PIPEC_CONV_CHANNELS_LAST"  # 0: conv_channels_last=False (convs on NCHW operands)
 # options on by default that the environment can turn off for a whole process (A/B runs in benchmarks:
 # tuning_table=False times every decision, before and after)
 SWITCH_ENVS = {"tuning_table": TUNING_TABLE_ENV, "static_launch": STATIC_LAUNCH_ENV,
-               "early_compile": EARLY_COMPILE_ENV, "aot_cache": AOT_CACHE_ENV, "launch_store": LAUNCH_STORE_ENV}
+               "early_compile": EARLY_COMPILE_ENV, "aot_cache": AOT_CACHE_ENV, "launch_store": LAUNCH_STORE_ENV,
+               "conv_channels_last": CONV_CHANNELS_LAST_ENV}
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
 
 

@@ -1,0 +1,100 @@
+"""16-bit convolutions over channels-last operands (capture conv_layouts.py), through the whole
+pipeline: a Stable Diffusion style ResNet block (group norm, SiLU, conv, the time embedding's
+add, conv, residual) in bfloat16 against eager. The pass is CUDA-only; here it is switched on
+for the CPU so the interpreter checks the numerics of the NHWC copies, the pointwise ops kept
+over the convs' NHWC results and the output copied back to eager's strides."""
+
+import pytest
+import torch
+from torch import nn
+
+import pipec
+from pipec_capture import conv_bias, conv_layouts
+
+
+class ResnetBlock(nn.Module):
+    def __init__(self, channels=8, groups=4, temb=6):
+        super().__init__()
+        self.norm1, self.norm2 = nn.GroupNorm(groups, channels), nn.GroupNorm(groups, channels)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.time = nn.Linear(temb, channels)
+
+    def forward(self, x, t):
+        h = self.conv1(nn.functional.silu(self.norm1(x)))
+        h = h + self.time(nn.functional.silu(t))[:, :, None, None]
+        h = self.conv2(nn.functional.silu(self.norm2(h)))
+        return x + h
+
+
+TOLERANCE = {torch.bfloat16: dict(rtol=2e-2, atol=2e-2), torch.float16: dict(rtol=5e-3, atol=5e-3)}
+
+
+@pytest.fixture
+def layouts_on_cpu(monkeypatch):
+    """The pass (and the bias split it follows on CUDA) switched on for the CPU; yields the list
+    of how many convs each graph rewrote."""
+    from pipec_capture import lowerer
+
+    monkeypatch.setattr(conv_bias, "SPLIT_ON", ("cuda", "cpu"))
+    monkeypatch.setattr(conv_layouts, "LAYOUT_ON", ("cuda", "cpu"))
+    counts = []
+    monkeypatch.setattr(lowerer, "convs_channels_last",
+                        lambda gm: counts.append(conv_layouts.convs_channels_last(gm)) or counts[-1])
+    return counts
+
+
+def test_resnet_block_bf16_matches_eager_with_nhwc_convs(layouts_on_cpu):
+    torch.manual_seed(0)
+    model = ResnetBlock().to(torch.bfloat16).eval()
+    x, t = torch.randn(2, 8, 6, 6, dtype=torch.bfloat16), torch.randn(2, 6, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(x, t)
+        got = pipec.compile(model, cache="none")(x, t)
+    assert layouts_on_cpu == [2]
+    # bf16: the interpreter rounds float32 -> bfloat16 by truncation (README, "Testing")
+    torch.testing.assert_close(got, expected, rtol=3e-2, atol=3e-2)
+    assert got.stride() == expected.stride()
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_the_switch_turns_the_pass_off(layouts_on_cpu, monkeypatch, how):
+    """`conv_channels_last=False`, or PIPEC_CONV_CHANNELS_LAST=0 for a whole process: the convs
+    keep NCHW operands (an A/B switch, and a way out if a model runs slower channels-last)."""
+    torch.manual_seed(0)
+    model = ResnetBlock().to(torch.bfloat16).eval()
+    x, t = torch.randn(2, 8, 6, 6, dtype=torch.bfloat16), torch.randn(2, 6, dtype=torch.bfloat16)
+    options = {"conv_channels_last": False} if how == "option" else {}
+    if how == "env":
+        monkeypatch.setenv("PIPEC_CONV_CHANNELS_LAST", "0")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = pipec.compile(model, cache="none", **options)(x, t)
+        torch.testing.assert_close(got, model(x, t), rtol=3e-2, atol=3e-2)
+    assert layouts_on_cpu == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_resnet_block_on_cuda_matches_eager(dtype):
+    """On CUDA the pass is on by default: cuDNN's NHWC kernels, against eager's NCHW convs."""
+    from pipec_capture import lowerer
+
+    counts = []
+    original = lowerer.convs_channels_last
+    lowerer.convs_channels_last = lambda gm: counts.append(original(gm)) or counts[-1]
+    try:
+        torch.manual_seed(0)
+        model = ResnetBlock(channels=32, groups=8, temb=16).to("cuda", dtype).eval()
+        x, t = torch.randn(2, 32, 16, 16, device="cuda", dtype=dtype), torch.randn(2, 16, device="cuda", dtype=dtype)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            expected = model(x, t)
+            got = pipec.compile(model, cache="none")(x, t)
+    finally:
+        lowerer.convs_channels_last = original
+    assert counts == [2]
+    # cuDNN's NHWC kernels sum in another order than its NCHW ones: a few ulps of the output
+    torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
+    assert got.stride() == expected.stride()
