@@ -80,6 +80,16 @@ def pointwise_configs(xnumel: sympy.Expr, upper: int | None = None) -> tuple[Lau
     return tuple(out)
 
 
+def tiled_configs(ynumel: int, xnumel: int) -> tuple[LaunchConfig, ...]:
+    """Candidates for a pointwise kernel written in 2-d tiles (tiling.py): square tiles first,
+    then tall and wide ones; a side is at most its dim rounded up to a power of two."""
+    ycap, xcap = pow2_at_least(ynumel), pow2_at_least(xnumel)
+    candidates = ((64, 64, 4), (32, 32, 4), (128, 64, 8), (64, 128, 8), (128, 32, 4), (32, 128, 4), (256, 16, 4))
+    out = [LaunchConfig((("YBLOCK", min(y, ycap)), ("XBLOCK", min(x, xcap))), num_warps=warps)
+           for y, x, warps in candidates]
+    return tuple(dict.fromkeys(out))
+
+
 def row_warps(elements: int) -> int:
     """num_warps for a program holding `elements` values of a row block: 2 to 16."""
     return max(2, min(16, pow2_at_least(max(1, elements // _ELEMENTS_PER_WARP))))

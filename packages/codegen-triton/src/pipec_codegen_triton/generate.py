@@ -10,7 +10,9 @@ from pipec_ir.ops import collective_call
 from pipec_ir.symbolic import parse_expr
 from pipec_ir.types import Buffer, TensorType, get_attr
 
-from .configs import PERSISTENT_ROW_BYTES, PERSISTENT_SCAN_BYTES, pointwise_configs, reduction_configs, upper_bound
+from .configs import (
+    PERSISTENT_ROW_BYTES, PERSISTENT_SCAN_BYTES, pointwise_configs, reduction_configs, tiled_configs, upper_bound,
+)
 from .combo_kernels import combine_launches
 from .matmul_choice import library_target, matmul_with_epilogue
 from .view_steps import reshape_args
@@ -125,6 +127,8 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     limit = _count_option(options, "persistent_reduction_limit")  # rows up to this many elements; default: by bytes
     row_bytes = _count_option(options, "persistent_reduction_bytes")  # default: the kernel kind's
     bounds_check = _flag_option(options, "bounds_check")  # assert every load's and store's range
+    # transposing pointwise kernels in 2-d tiles (tiling.py): off until measured on a GPU
+    tiles = _flag_option(options, "tiled_transposes")
     combos = options.get("combo_kernels", True)  # small independent launches as one (combo_kernels.py)
     if not isinstance(combos, bool):
         raise CodegenError(f"combo_kernels must be True or False, got {combos!r}")
@@ -138,12 +142,15 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
             def write(writer=writer, kernel=kernel, default_bytes=default_bytes):
                 return writer(graph, kernel, persistent_limit=limit,
                               persistent_bytes=default_bytes if row_bytes is None else row_bytes,
-                              bounds_check=bounds_check).write()
+                              bounds_check=bounds_check, tiles=tiles).write()
 
             # a bounds-checked kernel names its buffers in its assertions: written afresh
             src = write() if bounds_check else written.write(kernel, write)
             sizes = dict(src.sizes)
-            if kernel.kind == "pointwise":
+            if kernel.kind == "pointwise" and "ynumel" in sizes:  # in 2-d tiles (tiling.py)
+                configs = tiled_configs(int(sizes["ynumel"]), int(sizes["xnumel"]))
+                grid = ((sizes["ynumel"], "YBLOCK"), (sizes["xnumel"], "XBLOCK"))
+            elif kernel.kind == "pointwise":
                 configs = pointwise_configs(sizes["xnumel"], upper_bound(sizes["xnumel"], graph.symbols))
                 grid = ((sizes["xnumel"], "XBLOCK"),)
                 pointwise.add(kernel.name)

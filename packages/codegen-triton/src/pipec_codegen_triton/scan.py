@@ -63,7 +63,8 @@ class ScanWriter(KernelWriter):
     """KernelWriter for a `scan` kernel: the same index machinery, a row walk in scan order."""
 
     def __init__(self, graph, kernel, persistent_limit: int | None = None,
-                 persistent_bytes: int = PERSISTENT_SCAN_BYTES, bounds_check: bool = False):
+                 persistent_bytes: int = PERSISTENT_SCAN_BYTES, bounds_check: bool = False, tiles: bool = False):
+        # `tiles` concerns pointwise kernels only (tiling.py): a scan walks its rows its own way
         super().__init__(graph, kernel, persistent_limit=persistent_limit, persistent_bytes=persistent_bytes,
                          bounds_check=bounds_check)
         scans = [n for n in kernel.nodes if self.nodes[n].op == "scan"]

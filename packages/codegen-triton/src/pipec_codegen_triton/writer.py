@@ -31,6 +31,7 @@ from .indexing_ops import take_value
 from .kernel_source import CodegenError, KernelSource, Scope, writes_clause
 from .pointwise_ops import POINTWISE as TEMPLATES
 from .reduction_rows import ReductionRows
+from . import tiling
 from .simplify import simplify_index
 from .triton_helpers import helpers_used
 
@@ -50,8 +51,16 @@ class KernelWriter(ReductionRows):
     """The Triton source of one pointwise or reduction kernel (`write`)."""
 
     def __init__(self, graph: Graph, kernel: Kernel, persistent_limit: int | None = None,
-                 persistent_bytes: int = PERSISTENT_ROW_BYTES, bounds_check: bool = False):
+                 persistent_bytes: int = PERSISTENT_ROW_BYTES, bounds_check: bool = False,
+                 tiles: bool = False, tile_split: int | None = None):
+        """`tiles`: a pointwise kernel that reads an input transposed may be written in 2-d tiles
+        (`tiling.py`; codegen option `tiled_transposes`), decided after a first, flat write;
+        `tile_split`: write it so, its first `tile_split` kept dims along the tile's rows."""
         self.graph = graph
+        self.args = (persistent_limit, persistent_bytes, bounds_check)
+        self.tiles = tiles
+        self.tile_split = tile_split
+        self.load_offsets: list[tuple[str, sympy.Expr]] = []  # (input, offset) of each load, in order
         self.kernel = kernel
         self.bounds_check = bounds_check  # codegen option `bounds_check`: assert every access's range
         self.nodes = graph.node_map()
@@ -68,7 +77,11 @@ class KernelWriter(ReductionRows):
         red = set(kernel.reduce_dims)
         self.kept = [d for d in range(len(domain)) if d not in red]
         self.reduced = [d for d in range(len(domain)) if d in red]
-        self.xnumel = numel([domain[d] for d in self.kept])
+        # a tiled kernel: rows over the first `tile_split` kept dims (yindex), columns over the rest
+        self.ydims = self.kept[:tile_split] if tile_split else []
+        self.xdims = self.kept[tile_split:] if tile_split else self.kept
+        self.ynumel = numel([domain[d] for d in self.ydims]) if tile_split else None
+        self.xnumel = numel([domain[d] for d in self.xdims])
         self.rnumel = numel([domain[d] for d in self.reduced]) if self.is_reduction else None
         # A static dim's index symbol carries its bound (which drops provably redundant `//`
         # and `%`) in its name (`bounded_index`): symbols over equal bounds mean the same
@@ -87,6 +100,9 @@ class KernelWriter(ReductionRows):
         self.domain_index = tuple(index)
         self.xindex = _index("xindex", self.xnumel)
         self.rindex = _index("rindex", self.rnumel)
+        self.yindex = _index("yindex", self.ynumel) if tile_split else None
+        if tile_split:
+            self.names[self.yindex] = "yindex"
         self.names[self.xindex] = "xindex"
         self.names[self.rindex] = "rindex"
         # Reducing over non-innermost dims (a column sum): the innermost (contiguous) dim is a
@@ -159,7 +175,11 @@ class KernelWriter(ReductionRows):
     def _decompositions(self):
         """x_k / r_k as functions of the flat xindex / rindex (for simplification)."""
         out = {}
-        for syms, flat, dims in ((self.xsyms, self.xindex, self.kept), (self.rsyms, self.rindex, self.reduced)):
+        n_rows = len(self.ydims)
+        groups = [(self.xsyms[n_rows:], self.xindex, self.xdims), (self.rsyms, self.rindex, self.reduced)]
+        if n_rows:
+            groups.append((self.xsyms[:n_rows], self.yindex, self.ydims))
+        for syms, flat, dims in groups:
             shape = [self.domain[d] for d in dims]
             for k, (s, stride) in enumerate(zip(syms, contiguous_strides(shape))):
                 e = FloorDiv(flat, stride)
@@ -295,6 +315,8 @@ class KernelWriter(ReductionRows):
         return self.value_params[expr]
 
     def _block_shape(self, inner: bool) -> str:
+        if self.tile_split:
+            return "[YBLOCK, XBLOCK]"
         if not self.is_reduction:
             return "[XBLOCK]"
         return "[XBLOCK, RBLOCK]" if inner else "[XBLOCK, 1]"
@@ -346,8 +368,11 @@ class KernelWriter(ReductionRows):
     def _load(self, name, index):
         t = self.types[name]
         offset = sum((i * s for i, s in zip(index, contiguous_strides(t.shape))), sympy.Integer(0))
+        self.load_offsets.append((name, offset))
         has_x, has_r = self._has_x([offset]), self._has_r([offset])
         masks = [m for m, used in (("xmask", has_x), ("rmask", has_r)) if used]
+        if self.tile_split and has_x:  # the mask of the tile's axes this load's offset varies along
+            masks = [tiling.load_mask(offset, self.xsyms[:len(self.ydims)], self.xsyms[len(self.ydims):])]
         if self.is_reduction and has_x and not has_r:
             masks = ["xmask"]
         scope = self._scope(has_r)
@@ -364,13 +389,21 @@ class KernelWriter(ReductionRows):
 
     def write(self) -> KernelSource:
         body = self._resolve_l2_marks(self._write_body())
+        if self.tiles and self.kernel.kind == "pointwise" and self.tile_split is None:
+            split = tiling.tile_split(self)
+            if split is not None:  # a transposing read: written again in 2-d tiles
+                return type(self)(self.graph, self.kernel, *self.args, tile_split=split).write()
         params = [*self.in_ptr.values(), *self.out_ptr.values(), "xnumel"]
         sizes = [("xnumel", self.xnumel)]
+        if self.tile_split:
+            params.insert(len(params) - 1, "ynumel")
+            sizes.insert(0, ("ynumel", self.ynumel))
         if self.is_reduction:
             params.append("rnumel")
             sizes.append(("rnumel", self.rnumel))
         self.append_scalar_params(params, sizes)
-        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
+        params += (["YBLOCK: tl.constexpr"] if self.tile_split else []) + ["XBLOCK: tl.constexpr"] \
+            + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
         header = ["import triton", "import triton.language as tl"]
         if self.uses_libdevice:
             header.append("from triton.language.extra import libdevice")
@@ -436,15 +469,23 @@ class KernelWriter(ReductionRows):
         self.outer = Scope([], inner=False, indent="    ")
         self.inner = None
         lines = self.outer.lines
-        lines += ["    xoffset = tl.program_id(0) * XBLOCK",
-                  "    xindex = xoffset + tl.arange(0, XBLOCK)",
-                  self._mask("xmask", "xindex", "xnumel", self.xnumel, "XBLOCK", "[XBLOCK]")]
-        self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
+        if self.tile_split:
+            lines += tiling.tile_lines(self)
+            n_rows = len(self.ydims)
+            self._define_indices(self.outer, self.xsyms[:n_rows], self.ydims, "yindex")
+            self._define_indices(self.outer, self.xsyms[n_rows:], self.xdims, "xindex")
+            at, mask = f"yindex * ({self.print_size(self.xnumel)}) + xindex", tiling.TILE_MASK
+        else:
+            lines += ["    xoffset = tl.program_id(0) * XBLOCK",
+                      "    xindex = xoffset + tl.arange(0, XBLOCK)",
+                      self._mask("xmask", "xindex", "xnumel", self.xnumel, "XBLOCK", "[XBLOCK]")]
+            self._define_indices(self.outer, self.xsyms, self.kept, "xindex")
+            at, mask = "xindex", "xmask"
         # every value first, then the stores: each load precedes every store, which is what lets
         # the memory plan write an output over an input in place (memory_plan.inplace_candidates)
         values = [(out, self._pointwise_output(out)) for out in self.kernel.outputs]
         for out, value in values:
-            self._store(self.outer, out, value, "xindex", "xmask")
+            self._store(self.outer, out, value, at, mask)
         return lines
 
     def _pointwise_output(self, out: str) -> str:
