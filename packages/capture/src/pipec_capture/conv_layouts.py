@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .fx_edit import call_node, meta_val, recompiled_if, stored_permuted
+from .fx_edit import call_node, meta_val, recompiled_if, replace_node, stored_permuted
 
 aten = torch.ops.aten
 
@@ -49,8 +49,7 @@ def convs_channels_last(gm: torch.fx.GraphModule, devices: tuple[str, ...] | Non
             operands = [a if _channels_last(meta_val(a)) else stored_permuted(graph, a, TO_NHWC) for a in (x, weight)]
             conv = call_node(graph, aten.convolution.default, (*operands, *rest), {})
         conv.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-        node.replace_all_uses_with(conv)
-        graph.erase_node(node)
+        replace_node(graph, node, conv)
         rewritten += 1
     return recompiled_if(gm, rewritten)
 
