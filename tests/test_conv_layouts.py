@@ -58,16 +58,21 @@ def test_resnet_block_bf16_matches_eager_with_nhwc_convs(layouts_on_cpu):
     assert got.stride() == expected.stride()
 
 
-def test_the_nhwc_copies_of_a_larger_block_are_tiled_and_match_eager(layouts_on_cpu, tmp_path):
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_the_nhwc_copies_of_a_larger_block_are_tiled_and_match_eager(layouts_on_cpu, tmp_path, monkeypatch, how):
     """At 32 channels on 32 x 32 pixels the NHWC copies transpose enough to be written in 2-d
-    tiles (codegen tiling.py, option `tiled_transposes`): the whole block still matches eager."""
+    tiles (codegen tiling.py; option `tiled_transposes`, or PIPEC_TILED_TRANSPOSES=1 for a whole
+    process): the whole block still matches eager."""
+    options = {"tiled_transposes": True} if how == "option" else {}
+    if how == "env":
+        monkeypatch.setenv("PIPEC_TILED_TRANSPOSES", "1")
     torch.manual_seed(0)
     model = ResnetBlock(channels=32, groups=8, temb=16).to(torch.bfloat16).eval()
     x, t = torch.randn(2, 32, 32, 32, dtype=torch.bfloat16), torch.randn(2, 16, dtype=torch.bfloat16)
     torch._dynamo.reset()
     with torch.no_grad():
         expected = model(x, t)
-        got = pipec.compile(model, cache="none", dump_dir=str(tmp_path), tiled_transposes=True)(x, t)
+        got = pipec.compile(model, cache="none", dump_dir=str(tmp_path), **options)(x, t)
     assert layouts_on_cpu == [2]
     torch.testing.assert_close(got, expected, rtol=3e-2, atol=3e-2)
     (program,) = tmp_path.glob("*.codegen.txt")

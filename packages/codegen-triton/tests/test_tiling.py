@@ -102,3 +102,57 @@ def test_tiles_are_off_unless_asked_for(builder):
     """The codegen option `tiled_transposes` turns tiles on (off by default until measured)."""
     program = _group_norm_apply_nhwc(builder, options=CompileOptions())
     assert "YBLOCK" not in program.kernels[0].source
+
+
+def _group_stats_nhwc(b, reduction="sum", extra_full_output=False):
+    """A group norm's statistic over an NHWC-stored x, as the IR sees a conv's channels-last
+    result: rows [C/G, H, W] of x viewed NCHW, stored [H, W, C/G] (the channels innermost)."""
+    x = b.input("x", (N, H, W, C))
+    b.node("xp", "permute", [x], (N, C, H, W), dims=(0, 3, 1, 2))
+    b.node("xg", "reshape", ["xp"], (N, G, C // G, H, W))
+    b.node("sq", "mul", ["xg", "xg"], (N, G, C // G, H, W))
+    dtype = "int64" if reduction == "argmax" else "float32"
+    b.node("s", reduction, ["sq"], (N, G, 1, 1, 1), dtype, dims=(2, 3, 4), keepdim=True)
+    nodes, outputs = ["xp", "xg", "sq", "s"], ["s"]
+    if extra_full_output:
+        nodes, outputs = nodes + [], ["s", "sq"]
+    plan = KernelPlan(b.graph(outputs), "test", (kernel("pipec_k", "reduction", nodes, [x], outputs,
+                                                       (N, G, C // G, H, W), (2, 3, 4)),))
+    return generate_program(plan, TILES)
+
+
+@pytest.mark.parametrize("limit", [None, 64])  # one pass over the row, and a loop over it
+def test_a_row_read_across_its_innermost_dim_is_walked_in_memory_order(builder, limit):
+    """The channels of a group, innermost in memory, are walked innermost: r0 (the channel in
+    the group) comes from rindex % (C / G); the sums are the sums of the rows as torch gives them."""
+    options = TILES if limit is None else TILES.with_extra(persistent_reduction_limit=limit)
+    program = _group_stats_nhwc(builder)
+    if limit is not None:
+        program = generate_program(KernelPlan(builder.graph(["s"]), "test", (kernel(
+            "pipec_k", "reduction", ["xp", "xg", "sq", "s"], ["x"], ["s"], (N, G, C // G, H, W), (2, 3, 4)),)),
+            options)
+    src = program.kernels[0].source
+    assert f"r0 = (rindex) % ({C // G})" in src, src
+    assert ("for roffset in range" in src) == (limit is not None)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(N, H, W, C, generator=g)
+    (out,) = run_program(program, [x])
+    expected = (x.permute(0, 3, 1, 2).reshape(N, G, C // G, H, W) ** 2).sum((2, 3, 4), keepdim=True)
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("case", ["argmax", "full_output", "off"])
+def test_rows_whose_order_shows_keep_the_logical_walk(builder, case):
+    """An argmax's index counts along the walk, and a full-size output would be stored across the
+    rows: both keep the logical order; and without the option nothing is reordered."""
+    if case == "off":
+        plan_src = _group_stats_nhwc(builder).kernels[0].source
+        assert f"r0 = (rindex) % ({C // G})" in plan_src  # on with TILES...
+        off = generate_program(KernelPlan(builder.graph(["s"]), "test", (kernel(
+            "pipec_k", "reduction", ["xp", "xg", "sq", "s"], ["x"], ["s"], (N, G, C // G, H, W), (2, 3, 4)),)),
+            CompileOptions())
+        assert f"r0 = (rindex) % ({C // G})" not in off.kernels[0].source  # ...and off by default
+        return
+    program = _group_stats_nhwc(builder, reduction="argmax" if case == "argmax" else "sum",
+                                extra_full_output=case == "full_output")
+    assert f"r0 = (rindex) % ({C // G})" not in program.kernels[0].source

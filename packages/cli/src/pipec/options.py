@@ -17,6 +17,11 @@ from .modes import MODES, mode_options
 from .plugins import get_registry
 
 BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
+# set (not 0): tiled_transposes=True unless a compile says otherwise (codegen tiling.py, off by
+# default until measured on a GPU: the A/B switch of that measurement)
+TILED_TRANSPOSES_ENV = "PIPEC_TILED_TRANSPOSES"
+# options off by default that the environment can turn on for a whole process
+OPT_IN_ENVS = {"bounds_check": BOUNDS_CHECK_ENV, "tiled_transposes": TILED_TRANSPOSES_ENV}
 TUNING_TABLE_ENV = "PIPEC_TUNING_TABLE"  # 0: tuning_table=False (time every decision) unless a compile says otherwise
 STATIC_LAUNCH_ENV = "PIPEC_STATIC_LAUNCH"  # 0: static_launch=False (Triton's own launcher) unless a compile says otherwise
 EARLY_COMPILE_ENV = "PIPEC_EARLY_COMPILE"  # 0: early_compile=False (kernels compiled at the first call, not at load)
@@ -49,10 +54,11 @@ def make_options(*, mode: str = "default", fusion: str = "default", runtime: str
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 0):
         raise ValueError(f"compile_workers must be a non-negative integer (0: compile Triton kernels in "
                          f"this process), got {workers!r}")
-    if "bounds_check" not in options and os.environ.get(BOUNDS_CHECK_ENV, "0") not in ("", "0"):
-        options["bounds_check"] = True  # every compile of this process bounds-checked (gpu_sanitize.sh)
-    if not isinstance(options.get("bounds_check", False), bool):
-        raise ValueError(f"bounds_check must be True or False, got {options['bounds_check']!r}")
+    for name, env in OPT_IN_ENVS.items():  # e.g. every compile of this process bounds-checked (gpu_sanitize.sh)
+        if name not in options and os.environ.get(env, "0") not in ("", "0"):
+            options[name] = True
+        if not isinstance(options.get(name, False), bool):
+            raise ValueError(f"{name} must be True or False, got {options[name]!r}")
     for name, env in SWITCH_ENVS.items():  # 0 in the environment: off, unless a compile says otherwise
         if name not in options and os.environ.get(env, "1") == "0":
             options[name] = False

@@ -96,7 +96,8 @@ class ReductionRows:
             scope.lines += ["    for roffset in range(0, rnumel, RBLOCK):",
                             "        rindex = roffset + rbase",
                             "    " + self._mask("rmask", "rindex", "rnumel", self.rnumel, "RBLOCK", "[1, RBLOCK]")]
-        self._define_indices(scope, self.rsyms, self.reduced, "rindex")
+        syms, _, dims = self.walked_row()
+        self._define_indices(scope, syms, dims, "rindex")
         return scope
 
     def _reduce_setup(self, name):

@@ -13,13 +13,22 @@ contiguously down its rows, the store along its columns, and Triton's coalescing
 access its own layout and converts between them through shared memory. The values computed are
 the same at the same indices; only the order the lanes visit them changes.
 
-`tile_split` decides after a first, flat write of the kernel (the writer records each load's
-offset), so the decision reads the offsets exactly as the kernel computes them.
+A reduction has the same trouble when its row is read across its innermost dim: a group norm's
+statistics over a conv's channels-last result, rows of [C/G, H, W] stored [H, W, C/G], read with
+a stride of C between neighbouring lanes (SD 1.5's group norms took twice as long once their
+convs' results were NHWC: docs/performance.md). `row_walk` orders the row's dims as that input
+stores them, so the lanes step through memory; a sum, a max or Welford's mean and variance do
+not depend on the order (up to rounding), and rows whose order shows (an argmax's index, a
+full-size output stored along the row) are left as they are.
+
+`tile_split` and `row_walk` decide after a first write of the kernel (the writer records each
+load's offset), so the decision reads the offsets exactly as the kernel computes them.
 """
 
 from __future__ import annotations
 
 import sympy
+from pipec_ir.ops import REDUCTION, kind_of, reduction_of
 
 TILE_MASK = "tmask"  # rows and columns in range: the mask of a tile's stores
 # tiles pay where the transposed input is large; below this many elements a flat kernel is as fast
@@ -56,6 +65,34 @@ def tile_split(writer) -> int | None:
         if best is None or int(size) > best[0]:
             best = (int(size), split)
     return None if best is None else best[1]
+
+
+def row_walk(writer) -> tuple[int, ...] | None:
+    """The order (positions in the kernel's `reduce_dims`, outermost first) to walk the rows of
+    `writer`'s (already written) reduction kernel in: its largest row input's unit-stride dim
+    innermost, the others as they are. None where the row is read in order already, or where
+    the order would show."""
+    reduced = writer.reduced
+    if len(reduced) < 2 or not all(sympy.sympify(writer.domain[d]).is_Integer for d in reduced):
+        return None
+    for n in writer.kernel.nodes:
+        node = writer.nodes[n]
+        if node.op in NO_TILES or (kind_of(node.op) == REDUCTION and reduction_of(node.op).indexed):
+            return None
+    if any(tuple(writer.types[o].shape) == writer.domain for o in writer.kernel.outputs):
+        return None  # a full-size output would be stored across its rows
+    best = None  # (input numel, unit-stride position)
+    for name, offset in writer.load_offsets:
+        size = sympy.sympify(_numel(writer.types[name].shape))
+        if not size.is_Integer or int(size) < MIN_TILED_NUMEL:
+            continue
+        unit = _unit_stride_dim(offset, writer.rsyms)
+        if unit is not None and (best is None or int(size) > best[0]):
+            best = (int(size), unit)
+    if best is None or best[1] == len(reduced) - 1:
+        return None
+    unit = best[1]
+    return tuple(p for p in range(len(reduced)) if p != unit) + (unit,)
 
 
 def _unit_stride_dim(offset, syms) -> int | None:

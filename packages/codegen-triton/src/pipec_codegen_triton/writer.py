@@ -52,10 +52,12 @@ class KernelWriter(ReductionRows):
 
     def __init__(self, graph: Graph, kernel: Kernel, persistent_limit: int | None = None,
                  persistent_bytes: int = PERSISTENT_ROW_BYTES, bounds_check: bool = False,
-                 tiles: bool = False, tile_split: int | None = None):
-        """`tiles`: a pointwise kernel that reads an input transposed may be written in 2-d tiles
-        (`tiling.py`; codegen option `tiled_transposes`), decided after a first, flat write;
-        `tile_split`: write it so, its first `tile_split` kept dims along the tile's rows."""
+                 tiles: bool = False, tile_split: int | None = None, row_walk: tuple[int, ...] | None = None):
+        """`tiles`: a pointwise kernel that reads an input transposed may be written in 2-d tiles,
+        and a reduction may walk its rows in its input's memory order (`tiling.py`; codegen
+        option `tiled_transposes`), both decided after a first write; `tile_split`: write the
+        kernel in tiles, its first `tile_split` kept dims along the tile's rows; `row_walk`: the
+        reduced dims (positions in `reduce_dims`) in the order a row is walked, outermost first."""
         self.graph = graph
         self.args = (persistent_limit, persistent_bytes, bounds_check)
         self.tiles = tiles
@@ -88,6 +90,7 @@ class KernelWriter(ReductionRows):
         # wherever they appear, so kernels may share them.
         self.xsyms = [_index(f"x{k}", domain[d]) for k, d in enumerate(self.kept)]
         self.rsyms = [_index(f"r{k}", domain[d]) for k, d in enumerate(self.reduced)]
+        self.row_walk = tuple(row_walk) if row_walk is not None else tuple(range(len(self.reduced)))
         self.names = {s: f"x{k}" for k, s in enumerate(self.xsyms)}
         self.names.update({s: f"r{k}" for k, s in enumerate(self.rsyms)})
         index = [None] * len(domain)
@@ -176,7 +179,7 @@ class KernelWriter(ReductionRows):
         """x_k / r_k as functions of the flat xindex / rindex (for simplification)."""
         out = {}
         n_rows = len(self.ydims)
-        groups = [(self.xsyms[n_rows:], self.xindex, self.xdims), (self.rsyms, self.rindex, self.reduced)]
+        groups = [(self.xsyms[n_rows:], self.xindex, self.xdims), self.walked_row()]
         if n_rows:
             groups.append((self.xsyms[:n_rows], self.yindex, self.ydims))
         for syms, flat, dims in groups:
@@ -185,6 +188,10 @@ class KernelWriter(ReductionRows):
                 e = FloorDiv(flat, stride)
                 out[s] = e if k == 0 else ModularIndexing(e, shape[k])
         return out
+
+    def walked_row(self) -> tuple[list, sympy.Symbol, list]:
+        """(the row's index symbols, `rindex`, the reduced dims), in the order a row is walked."""
+        return ([self.rsyms[p] for p in self.row_walk], self.rindex, [self.reduced[p] for p in self.row_walk])
 
     def _has_r(self, exprs) -> bool:
         rs = set(self.rsyms)
@@ -393,6 +400,10 @@ class KernelWriter(ReductionRows):
             split = tiling.tile_split(self)
             if split is not None:  # a transposing read: written again in 2-d tiles
                 return type(self)(self.graph, self.kernel, *self.args, tile_split=split).write()
+        if self.tiles and self.kernel.kind == "reduction" and self.row_walk == tuple(range(len(self.reduced))):
+            walk = tiling.row_walk(self)
+            if walk is not None:  # rows read across their innermost dim: walked in memory order
+                return type(self)(self.graph, self.kernel, *self.args, row_walk=walk).write()
         params = [*self.in_ptr.values(), *self.out_ptr.values(), "xnumel"]
         sizes = [("xnumel", self.xnumel)]
         if self.tile_split:
