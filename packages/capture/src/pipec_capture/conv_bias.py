@@ -38,8 +38,7 @@ def split_conv_bias(gm: torch.fx.GraphModule, devices: tuple[str, ...] | None = 
             conv = call_node(graph, aten.convolution.default, (x, weight, None, *rest), {})
             column = call_node(graph, aten.view.default, (bias, shape), {})
             added = call_node(graph, aten.add.Tensor, (conv, column), {})
-        added.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-        replace_node(graph, node, added)
+        replace_node(graph, node, added, keep_meta=True)
         split += 1
     return recompiled_if(gm, split)
 

@@ -48,8 +48,7 @@ def convs_channels_last(gm: torch.fx.GraphModule, devices: tuple[str, ...] | Non
         with graph.inserting_before(node):
             operands = [a if _channels_last(meta_val(a)) else stored_permuted(graph, a, TO_NHWC) for a in (x, weight)]
             conv = call_node(graph, aten.convolution.default, (*operands, *rest), {})
-        conv.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-        replace_node(graph, node, conv)
+        replace_node(graph, node, conv, keep_meta=True)
         rewritten += 1
     return recompiled_if(gm, rewritten)
 

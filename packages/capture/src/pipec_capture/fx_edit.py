@@ -10,9 +10,12 @@ import operator
 import torch
 
 
-def replace_node(graph: torch.fx.Graph, node: torch.fx.Node, new: torch.fx.Node) -> None:
+def replace_node(graph: torch.fx.Graph, node: torch.fx.Node, new: torch.fx.Node, keep_meta: bool = False) -> None:
     """Every use of `node` reads `new` instead, and `node` goes (what only it read is dead now:
-    `recompiled_if` drops it)."""
+    `recompiled_if` drops it). `keep_meta`: `new` takes `node`'s meta (its source location, say)
+    but for its own fake value."""
+    if keep_meta:
+        new.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(new)
     graph.erase_node(node)
 

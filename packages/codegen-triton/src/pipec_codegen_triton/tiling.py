@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import sympy
 from pipec_ir.ops import REDUCTION, kind_of, reduction_of
+from pipec_ir.symbolic import numel
 
 TILE_MASK = "tmask"  # rows and columns in range: the mask of a tile's stores
 # tiles pay where the transposed input is large; below this many elements a flat kernel is as fast
@@ -51,15 +52,15 @@ def tile_split(writer) -> int | None:
     syms = writer.xsyms
     best = None  # (input numel, split)
     for name, offset in writer.load_offsets:
-        size = sympy.sympify(_numel(writer.types[name].shape))
+        size = numel(writer.types[name].shape)
         if not size.is_Integer or int(size) < MIN_TILED_NUMEL:
             continue
         unit = _unit_stride_dim(offset, syms)
         if unit is None or unit == len(kept) - 1:
             continue  # no contiguous dim, or the innermost: the flat walk reads it in runs
         split = unit + 1
-        rows = _product(domain[d] for d in kept[:split])
-        columns = _product(domain[d] for d in kept[split:])
+        rows = int(numel([domain[d] for d in kept[:split]]))
+        columns = int(numel([domain[d] for d in kept[split:]]))
         if rows < MIN_SIDE or columns < MIN_SIDE or columns > MAX_COLUMNS:
             continue
         if best is None or int(size) > best[0]:
@@ -83,7 +84,7 @@ def row_walk(writer) -> tuple[int, ...] | None:
         return None  # a full-size output would be stored across its rows
     best = None  # (input numel, unit-stride position)
     for name, offset in writer.load_offsets:
-        size = sympy.sympify(_numel(writer.types[name].shape))
+        size = numel(writer.types[name].shape)
         if not size.is_Integer or int(size) < MIN_TILED_NUMEL:
             continue
         unit = _unit_stride_dim(offset, writer.rsyms)
@@ -102,20 +103,6 @@ def _unit_stride_dim(offset, syms) -> int | None:
         if terms.get(s) == 1:
             return k
     return None
-
-
-def _numel(shape) -> sympy.Expr:
-    out = sympy.Integer(1)
-    for n in shape:
-        out *= sympy.sympify(n)
-    return out
-
-
-def _product(sizes) -> int:
-    out = 1
-    for n in sizes:
-        out *= int(n)
-    return out
 
 
 def load_mask(offset, row_syms, column_syms) -> str:
