@@ -2,6 +2,7 @@
 the shipped table from (GPU only):
 
     PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases swin,convnext --deadline 300
+    PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases sd15_unet,sd_vae_decoder
     PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases none --train resnet,t5,vit,bert
     python scripts/learn_tuning_table.py /tmp/learn --family sm90 --merge \
         --out packages/runtime-cudagraph/src/pipec_runtime_cudagraph/tuning_tables/sm90.json
@@ -37,9 +38,14 @@ from real_models import registry  # noqa: E402 - the suite's case list, imported
 
 
 def tune_case(hf, case: str) -> float:
-    """Compile `case` with pipec and call it once; the first call's wall seconds."""
+    """Compile `case` (a transformers case, or a diffusion model of diffusers_models.py) with pipec
+    and call it once; the first call's wall seconds."""
     import pipec
 
+    if case not in hf.real_cases():
+        hf = registry("diffusers_models.py")
+        if case not in hf.BY_NAME:
+            raise KeyError(f"{case!r} is no case of hf_models.py or diffusers_models.py")
     built = hf.build(case, hf.REAL, device="cuda")
     compiled = pipec.compile(built.model)
     start = time.perf_counter()
@@ -64,7 +70,8 @@ def tune_training(case: str) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", help="comma-separated real cases (default: every one; `none`: no inference case)")
+    ap.add_argument("--cases", help="comma-separated real cases, transformers or diffusion ones (default: every "
+                    "transformers case; `none`: no inference case)")
     ap.add_argument("--train", default="", help="comma-separated training cases of train_step.py (default: none)")
     ap.add_argument("--deadline", type=float, default=3600.0, help="start no case after this many seconds")
     args = ap.parse_args(argv)

@@ -108,7 +108,7 @@ def test_real_size_inputs_fit_the_real_model(name):
 @pytest.mark.parametrize("name", ["sd15_unet", "sd_vae_decoder"])
 def test_bf16_convs_on_nhwc_operands_in_tiles_match_eager(name, monkeypatch, tmp_path):
     """The UNet and the VAE decoder in bfloat16 with capture's conv_layouts.py (CUDA-only, here
-    switched on for the CPU) and codegen's tiled transposes (option `tiled_transposes`, tiled
+    switched on for the CPU) and codegen's tiled transposes (on by default; tiled here
     from a lower size than on a GPU so these small copies are tiled too): every conv reads
     NHWC operands, the copies run in tiles, and the output matches eager's."""
     from pipec_capture import conv_bias, conv_layouts, lowerer
@@ -126,7 +126,7 @@ def test_bf16_convs_on_nhwc_operands_in_tiles_match_eager(name, monkeypatch, tmp
     with torch.no_grad():
         expected = model(*inputs)
         with no_fallback():
-            got = pipec.compile(model, fullgraph=True, tiled_transposes=True, dump_dir=str(tmp_path))(*inputs)
+            got = pipec.compile(model, fullgraph=True, dump_dir=str(tmp_path))(*inputs)
     assert rewritten and rewritten[0] > 10
     assert "YBLOCK" in next(tmp_path.glob("*.codegen.txt")).read_text()
     # bf16 through a whole network, where the interpreter rounds to bf16 by truncation: eager

@@ -12,7 +12,7 @@ from conftest import DT, kernel, run_program
 N, C, H, W, G = 2, 40, 17, 29, 4  # NCHW; no size a power of two: every tile is partial somewhere
 
 
-TILES = CompileOptions().with_extra(tiled_transposes=True)  # off by default until measured on a GPU
+TILES = CompileOptions()  # tiles are on by default
 
 
 def _program(b, nodes, inputs, outputs, domain, options=TILES):
@@ -98,10 +98,11 @@ def test_kernels_that_read_in_order_or_are_small_stay_flat(builder):
     assert 2 * 8 * 4 * 4 < tiling.MIN_TILED_NUMEL and "YBLOCK" not in program.kernels[0].source
 
 
-def test_tiles_are_off_unless_asked_for(builder):
-    """The codegen option `tiled_transposes` turns tiles on (off by default until measured)."""
-    program = _group_norm_apply_nhwc(builder, options=CompileOptions())
-    assert "YBLOCK" not in program.kernels[0].source
+@pytest.mark.parametrize("option", [True, False])
+def test_the_option_switches_tiles(builder, option):
+    """The codegen option `tiled_transposes` (on by default) switches tiles: off, the kernel is flat."""
+    program = _group_norm_apply_nhwc(builder, options=CompileOptions().with_extra(tiled_transposes=option))
+    assert ("YBLOCK" in program.kernels[0].source) == option
 
 
 def _group_stats_nhwc(b, reduction="sum", extra_full_output=False):
@@ -144,14 +145,14 @@ def test_a_row_read_across_its_innermost_dim_is_walked_in_memory_order(builder, 
 @pytest.mark.parametrize("case", ["argmax", "full_output", "off"])
 def test_rows_whose_order_shows_keep_the_logical_walk(builder, case):
     """An argmax's index counts along the walk, and a full-size output would be stored across the
-    rows: both keep the logical order; and without the option nothing is reordered."""
+    rows: both keep the logical order; and with the option off nothing is reordered."""
     if case == "off":
         plan_src = _group_stats_nhwc(builder).kernels[0].source
-        assert f"r0 = (rindex) % ({C // G})" in plan_src  # on with TILES...
+        assert f"r0 = (rindex) % ({C // G})" in plan_src  # on by default...
         off = generate_program(KernelPlan(builder.graph(["s"]), "test", (kernel(
             "pipec_k", "reduction", ["xp", "xg", "sq", "s"], ["x"], ["s"], (N, G, C // G, H, W), (2, 3, 4)),)),
-            CompileOptions())
-        assert f"r0 = (rindex) % ({C // G})" not in off.kernels[0].source  # ...and off by default
+            CompileOptions().with_extra(tiled_transposes=False))
+        assert f"r0 = (rindex) % ({C // G})" not in off.kernels[0].source  # ...and not with tiled_transposes=False
         return
     program = _group_stats_nhwc(builder, reduction="argmax" if case == "argmax" else "sum",
                                 extra_full_output=case == "full_output")

@@ -111,9 +111,9 @@ def _count_option(options: CompileOptions, name: str) -> int | None:
     return count
 
 
-def _flag_option(options: CompileOptions, name: str) -> bool:
-    """An on/off option: True or False (absent: False)."""
-    value = options.get(name, False)
+def _flag_option(options: CompileOptions, name: str, default: bool = False) -> bool:
+    """An on/off option: True or False (absent: `default`)."""
+    value = options.get(name, default)
     if not isinstance(value, bool):
         raise CodegenError(f"{name} must be True or False, got {value!r}")
     return value
@@ -127,8 +127,9 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     limit = _count_option(options, "persistent_reduction_limit")  # rows up to this many elements; default: by bytes
     row_bytes = _count_option(options, "persistent_reduction_bytes")  # default: the kernel kind's
     bounds_check = _flag_option(options, "bounds_check")  # assert every load's and store's range
-    # transposing pointwise kernels in 2-d tiles (tiling.py): off until measured on a GPU
-    tiles = _flag_option(options, "tiled_transposes")
+    # transposing pointwise kernels in 2-d tiles (tiling.py): SD 1.5's UNet under CUDA Graphs
+    # 10.21 -> 8.52 ms on an H100 (session 34), transformers unchanged
+    tiles = _flag_option(options, "tiled_transposes", default=True)
     combos = options.get("combo_kernels", True)  # small independent launches as one (combo_kernels.py)
     if not isinstance(combos, bool):
         raise CodegenError(f"combo_kernels must be True or False, got {combos!r}")
