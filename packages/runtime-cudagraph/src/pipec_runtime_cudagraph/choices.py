@@ -253,12 +253,20 @@ def _timed(runs: dict, graphed: bool, prune: float | None = PRUNE) -> dict[str, 
     import torch
     from triton.testing import do_bench, do_bench_cudagraph
 
+    from .capture_support import clear_cublas_workspaces
+
     def graph_time(run) -> float:
         try:
             return do_bench_cudagraph(run, rep=5)
         except Exception:
             torch.cuda.synchronize()  # let the failed capture's work finish before the next
             raise
+        finally:
+            # do_bench_cudagraph warms up on a new stream each time, and PyTorch caches a cuBLAS
+            # workspace per (handle, stream) for good: one per stream of its pool, about 1 GiB
+            # held for the process after SD 1.5's first call (32 MiB each on an H100). No graph
+            # outlives the timing, so nothing still uses them.
+            clear_cublas_workspaces()
 
     gpu, errors = time_in_rounds(runs, graph_time, stop_on_error=True, prune=prune)
     if errors:  # one is uncapturable (a host sync): time them all on the wall clock
