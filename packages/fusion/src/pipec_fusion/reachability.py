@@ -72,10 +72,20 @@ class Reachability:
         below, above = (da | db) & others, (aa | ab) & others
         del self.descendants[gone], self.ancestors[gone]
         self.descendants[keep], self.ancestors[keep] = below, above
-        # a group above both halves reaches all of `below` and `keep` already: only those above
-        # one half gain paths (and likewise below)
-        add_below, add_above = below | (1 << keep), above | (1 << keep)
-        for x in _bits((aa ^ ab) & others):
-            self.descendants[x] |= add_below
-        for y in _bits((da ^ db) & others):
-            self.ancestors[y] |= add_above
+        # A group above both halves reaches all of `below` and `keep` already: only those above
+        # one half gain paths (and likewise below). One above half b alone reaches b and b's
+        # descendants already (the sets are closed), so it gains a's other descendants, and
+        # `keep` when that is a: nothing at all when b was a's only way on and b is kept (a
+        # chain's merge), where adding below | keep to every such group was most of the time.
+        kept_a, kept_b = (1 << keep if keep == a else 0), (1 << keep if keep == b else 0)
+        self._gain(self.descendants, ab & ~aa & others, (da & ~db & others) | kept_a)
+        self._gain(self.descendants, aa & ~ab & others, (db & ~da & others) | kept_b)
+        self._gain(self.ancestors, db & ~da & others, (aa & ~ab & others) | kept_a)
+        self._gain(self.ancestors, da & ~db & others, (ab & ~aa & others) | kept_b)
+
+    @staticmethod
+    def _gain(sets: dict[int, int], groups: int, bits: int) -> None:
+        """Add `bits` to the set of every group in `groups`."""
+        if bits:
+            for g in _bits(groups):
+                sets[g] |= bits
