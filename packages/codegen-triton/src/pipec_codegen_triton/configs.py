@@ -81,13 +81,13 @@ def pointwise_configs(xnumel: sympy.Expr, upper: int | None = None) -> tuple[Lau
 
 
 def tiled_configs(ynumel: int, xnumel: int) -> tuple[LaunchConfig, ...]:
-    """Candidates for a pointwise kernel written in 2-d tiles (tiling.py), the most frequent
-    winner first (the untuned default); a side is at most its dim rounded up to a power of two.
-    These are the configs that won for SD 1.5's UNet and VAE decoder on an H100 (session 34's
-    tuning run: 32 x 128 in 23 of the 56 tiled entries of sm90.json); 128 x 64 and 256 x 16 never
-    did, and are no longer compiled and timed."""
+    """Candidates for a pointwise kernel written in 2-d tiles (tiling.py): square tiles first,
+    then tall and wide ones; a side is at most its dim rounded up to a power of two. The tuning
+    table's entries name a kernel's candidates (runtime tuning_table.py): changing this list
+    orphans sm90.json's tiled entries until it is learned again. In SD 1.5's tuning run (session
+    34) 128 x 64 and 256 x 16 never won: the first to drop when the table is next relearned."""
     ycap, xcap = pow2_at_least(ynumel), pow2_at_least(xnumel)
-    candidates = ((32, 128, 4), (32, 32, 4), (64, 128, 8), (64, 64, 4), (128, 32, 4))
+    candidates = ((64, 64, 4), (32, 32, 4), (128, 64, 8), (64, 128, 8), (128, 32, 4), (32, 128, 4), (256, 16, 4))
     out = [LaunchConfig((("YBLOCK", min(y, ycap)), ("XBLOCK", min(x, xcap))), num_warps=warps)
            for y, x, warps in candidates]
     return tuple(dict.fromkeys(out))
