@@ -3,6 +3,7 @@ the shipped table from (GPU only):
 
     PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases swin,convnext --deadline 300
     PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases sd15_unet,sd_vae_decoder
+    PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases convnext,sd15_unet --mode reduce-overhead
     PIPEC_KERNEL_DIR=/tmp/learn python benchmarks/tune_suite.py --cases none --train resnet,t5,vit,bert
     python scripts/learn_tuning_table.py /tmp/learn --family sm90 --merge \
         --out packages/runtime-cudagraph/src/pipec_runtime_cudagraph/tuning_tables/sm90.json
@@ -37,7 +38,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from real_models import registry  # noqa: E402 - the suite's case list, imported by path
 
 
-def tune_case(hf, case: str) -> float:
+def tune_case(hf, case: str, mode: str = "default") -> float:
     """Compile `case` (a transformers case, or a diffusion model of diffusers_models.py) with pipec
     and call it once; the first call's wall seconds."""
     import pipec
@@ -47,7 +48,7 @@ def tune_case(hf, case: str) -> float:
         if case not in hf.BY_NAME:
             raise KeyError(f"{case!r} is no case of hf_models.py or diffusers_models.py")
     built = hf.build(case, hf.REAL, device="cuda")
-    compiled = pipec.compile(built.model)
+    compiled = pipec.compile(built.model, mode=mode)
     start = time.perf_counter()
     with torch.no_grad():
         compiled(*built.inputs)
@@ -73,6 +74,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", help="comma-separated real cases, transformers or diffusion ones (default: every "
                     "transformers case; `none`: no inference case)")
     ap.add_argument("--train", default="", help="comma-separated training cases of train_step.py (default: none)")
+    ap.add_argument("--mode", default="default", choices=("default", "reduce-overhead"),
+                    help="compile mode of the inference cases: reduce-overhead times choice groups on the CUDA Graph "
+                         "clock, decisions the table keeps apart from default mode's (its RO compiles time them all)")
     ap.add_argument("--deadline", type=float, default=3600.0, help="start no case after this many seconds")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -81,7 +85,7 @@ def main(argv=None) -> int:
         print("note: no PIPEC_KERNEL_DIR: timings go to ~/.cache/pipec/kernels/tuning", flush=True)
     hf = registry()
     cases = [] if args.cases == "none" else args.cases.split(",") if args.cases else list(hf.real_cases())
-    jobs = [(case, "first call", lambda c=case: tune_case(hf, c)) for case in cases]
+    jobs = [(case, "first call", lambda c=case: tune_case(hf, c, args.mode)) for case in cases]
     jobs += [(f"{case} (training)", "first step", lambda c=case: tune_training(c)) for case in args.train.split(",") if case]
     start, failed = time.perf_counter(), 0
     for case, what, tune in jobs:
