@@ -130,9 +130,7 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     # transposing pointwise kernels in 2-d tiles (tiling.py): SD 1.5's UNet under CUDA Graphs
     # 10.21 -> 8.52 ms on an H100 (session 34), transformers unchanged
     tiles = _flag_option(options, "tiled_transposes", default=True)
-    combos = options.get("combo_kernels", True)  # small independent launches as one (combo_kernels.py)
-    if not isinstance(combos, bool):
-        raise CodegenError(f"combo_kernels must be True or False, got {combos!r}")
+    combos = _flag_option(options, "combo_kernels", default=True)  # small independent launches as one (combo_kernels.py)
     kernels, steps, pointwise = [], [], set()
     written = WrittenKernels(nodes, types)  # a model's layers share their kernels' sources
     for kernel in plan.kernels:
