@@ -137,7 +137,7 @@ def test_gpu_a_new_process_launches_recorded_kernels_without_importing_them(tmp_
     assert list((tmp_path / "kernels" / "launches").glob("*.cubin"))
     cold, warm = runs
     assert cold["imported"], "the first process compiles its kernels"
-    # kernels torch's launcher cannot describe (a TMA GEMM's tensor descriptors) are imported again
+    # kernels torch's launcher cannot describe (host-side descriptors, clusters) are imported again
     assert len(warm["imported"]) <= len(cold["imported"]) // 2, (cold["imported"], warm["imported"])
     for run in runs:
         assert max(run["errors"]) < 5e-3, run["errors"]

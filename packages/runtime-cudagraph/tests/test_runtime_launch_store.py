@@ -40,13 +40,14 @@ def pretend_gpu(monkeypatch):
     return impl
 
 
-def compiled_kernel(cubin=b"\x7fELF pretend cubin"):
-    """What Triton's `fn[grid](x, out, n, BLOCK=...)` returns, as far as the store reads it."""
+def compiled_kernel(cubin=b"\x7fELF pretend cubin", scratch=0):
+    """What Triton's `fn[grid](x, out, n, BLOCK=...)` returns, as far as the store reads it;
+    `scratch`: global scratch bytes per program (a kernel making TMA descriptors on the device)."""
     fn = SimpleNamespace(arg_names=["x", "out", "n", "BLOCK"])
     src = SimpleNamespace(fn=fn, signature={"x": "*fp32", "out": "*fp32", "n": "i32", "BLOCK": "constexpr"},
                           constants={})
     meta = SimpleNamespace(num_ctas=1, cluster_dims=(1, 1, 1), num_warps=4, shared=0, name="pipec_k",
-                           global_scratch_size=0, profile_scratch_size=0)
+                           global_scratch_size=scratch, global_scratch_align=128, profile_scratch_size=0)
     return SimpleNamespace(asm={"cubin": cubin}, src=src, metadata=meta)
 
 
@@ -79,6 +80,31 @@ def test_a_recorded_launch_runs_from_its_cubin_in_a_new_process(pretend_gpu, tmp
     launch("STREAM", *ptrs)
     assert pretend_gpu.loads == [(b"\x7fELF pretend cubin", "pipec_k", 0, 0)]
     assert pretend_gpu.launches == [(1001, 4, 1, 1, 4, 0, "OOiOO", (1024, 2048, 1000, 0, 0), "STREAM")]
+
+
+def test_a_kernel_with_global_scratch_gets_its_own_per_launch(pretend_gpu, tmp_path, monkeypatch):
+    """A TMA kernel makes its descriptors in global scratch: the record keeps the bytes per
+    program, and each launch of it allocates that times its grid's programs (Triton's launcher
+    does the same through tma.py's allocator) and passes the allocation; the profile scratch
+    pointer stays null."""
+    from pipec_runtime_cudagraph import static_launch
+
+    allocated = []
+
+    def scratch(size):
+        allocated.append(size)
+        return Ptr(65536 * len(allocated))
+    monkeypatch.setattr(static_launch, "_scratch", scratch)
+    store = LaunchStore(tmp_path)
+    ptrs = [Ptr(1024), Ptr(2048)]
+    key = store.key("tma body", {"BLOCK": 256, "num_warps": 4, "num_stages": 2}, (1000,), ptrs, GPU)
+    assert store.put(key, compiled_kernel(scratch=256), VALUES, 2)
+    stored = LaunchStore(tmp_path).get(key)
+    launch = stored.launcher((3, 2), 2, 0)
+    launch("STREAM", *ptrs)
+    launch("STREAM", *ptrs)
+    assert allocated == [256 * 6, 256 * 6]  # fresh each launch: 6 programs' worth
+    assert [call[7] for call in pretend_gpu.launches] == [(1024, 2048, 1000, 65536, 0), (1024, 2048, 1000, 131072, 0)]
 
 
 def test_the_key_names_everything_the_cubin_was_specialized_for(pretend_gpu, tmp_path, monkeypatch):

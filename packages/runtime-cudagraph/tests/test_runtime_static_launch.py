@@ -59,10 +59,19 @@ def test_string_keyed_constants_are_dropped_too():
     ({"launch_pdl": True}, "launch_pdl"),
     ({"launch_cooperative_grid": True}, "launch_cooperative_grid"),
     ({"tensordesc_meta": [{"block": 64}]}, "tensor descriptors"),
-    ({"global_scratch_size": 128}, "global_scratch_size"),
+    ({"profile_scratch_size": 64}, "profile_scratch_size"),
+    ({"global_scratch_size": 128, "global_scratch_align": 1024}, "global scratch aligned past the caching allocator's 512 bytes"),
 ])
 def test_kernels_it_cannot_describe_keep_tritons_launcher(change, why):
     assert describable(_kernel({"p": "*fp32"}, **change)) == why
+
+
+def test_a_kernel_making_tma_descriptors_on_the_device_is_describable():
+    """What Triton 3.6-3.9 compiles for `tl.make_tensor_descriptor` on sm_90: 256 bytes of global
+    scratch per program, aligned to 128, no host descriptors, no cluster dims."""
+    k = _kernel({"a": "*fp16", "c": "*fp16", "M": "i32"}, global_scratch_size=256, global_scratch_align=128,
+                tensordesc_meta=[], cluster_dims=None)
+    assert describable(k) is None
 
 
 def test_an_argument_type_without_a_code_keeps_tritons_launcher():
@@ -177,3 +186,48 @@ def test_an_inlined_launch_makes_the_call_its_launcher_makes(monkeypatch, static
     assert len(calls) == 2 and calls[0] == calls[1], calls
     kind = calls[0][0]
     assert kind == ("slow" if address % 16 else "static" if static else "triton")
+
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+if HOPPER:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _tma_double(a_ptr, c_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+        # descriptors made on the device: Triton gives the kernel a global scratch pointer for them
+        pid = tl.program_id(0)
+        a = tl.make_tensor_descriptor(a_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        c = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        c.store([pid * BM, 0], a.load([pid * BM, 0]) * 2)
+
+
+@pytest.mark.skipif(not HOPPER or static_launch.static_launcher_impl() is None,
+                    reason="device-side TMA descriptors need a Hopper GPU and torch's C++ launcher")
+def test_gpu_a_tma_descriptor_kernel_launches_through_torchs_launcher_with_its_scratch(launch_paths):
+    """The TMA GEMMs' kind of kernel (descriptors made in global scratch) bound to torch's C++
+    launcher: right when launched directly and when replayed from a CUDA Graph, each launch
+    with scratch of its own."""
+    from pipec_runtime_cudagraph.fastlaunch import bind_launcher
+    from pipec_runtime_cudagraph.tma import ensure_allocator
+
+    ensure_allocator()
+    torch.manual_seed(0)
+    a = torch.randn(1000, 64, device="cuda", dtype=torch.float16)
+    c = torch.empty_like(a)
+    grid, sizes, constants = (16,), (1000, 64), {"BM": 64, "BN": 64}
+    kernel = _tma_double[grid](a, c, *sizes, **constants)
+    assert kernel.metadata.global_scratch_size > 0 and describable(kernel) is None
+    launch = bind_launcher(kernel, _tma_double, grid, sizes, constants, 2, (), None, a.device.index)
+    assert launch_paths == {"static": 1, "triton": 0}
+    c.zero_()
+    launch(torch.cuda.current_stream().cuda_stream, a, c)
+    torch.testing.assert_close(c, a * 2)
+    graph = torch.cuda.CUDAGraph()
+    b = torch.randn_like(a)
+    with torch.cuda.graph(graph):
+        launch(torch.cuda.current_stream().cuda_stream, b, c)
+    c.zero_()
+    graph.replay()
+    torch.testing.assert_close(c, b * 2)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from .static_launch import static_launch_call
+from .static_launch import SCRATCH_SLOT, static_launch_call
 
 ALIGN_MASK = 15
 _NAMES = r"\b[A-Z][A-Z_]*\b"  # the namespace entries a generated launch names
@@ -127,8 +127,13 @@ def bind_launcher(kernel, fn, grid: tuple, sizes: tuple, constants: dict, nptrs:
 
 def static_call(grid: tuple, entries: dict, args: str) -> str:
     """The statement launching through torch's C++ launcher (static_launch.launch_namespace's
-    `entries`; `args`: the argument tuple's expression)."""
+    `entries`; `args`: the argument tuple's expression). A kernel's global scratch is allocated
+    per launch, `SCRATCH_BYTES` per program of `grid`; the name `scratch` holds it until the
+    launch is queued, after which the caching allocator may hand it out again (to work queued
+    behind this launch on the same stream, as with Triton's own launcher)."""
     g = tuple(grid) + (1,) * (3 - len(grid))
+    if SCRATCH_SLOT in args:
+        args = args.replace(SCRATCH_SLOT, f"(scratch := SCRATCH({entries['SCRATCH_BYTES'] * g[0] * g[1] * g[2]})).data_ptr()")
     return f"LAUNCH(CUFUNC, {g[0]}, {g[1]}, {g[2]}, {entries['WARPS']}, {entries['SHARED']}, {entries['TYS']!r}, {args}, stream)"
 
 

@@ -119,7 +119,8 @@ class LaunchStore:
             cubin = self.directory / f"{key}.cubin"
             if record.get("format") == FORMAT and cubin.is_file():
                 described = {"types": str(record["types"]), "args": str(record["args"]), "consts": (),
-                             "warps": int(record["warps"]), "shared": int(record["shared"])}
+                             "warps": int(record["warps"]), "shared": int(record["shared"]),
+                             "scratch": int(record.get("scratch", 0))}
                 found = StoredLaunch(str(record["name"]), described, cubin)
         self._found[key] = found
         return found
@@ -145,7 +146,8 @@ class LaunchStore:
         if described is None or described["consts"]:
             return False
         record = {"format": FORMAT, "name": kernel.metadata.name, "types": described["types"],
-                  "args": described["args"], "warps": described["warps"], "shared": described["shared"]}
+                  "args": described["args"], "warps": described["warps"], "shared": described["shared"],
+                  "scratch": described["scratch"]}
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             cubin = atomic_write(self.directory / f"{key}.cubin", kernel.asm["cubin"])

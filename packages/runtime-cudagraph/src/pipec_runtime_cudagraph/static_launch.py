@@ -14,8 +14,12 @@ for kernels it can describe to it:
 * pointers are passed as integers (`data_ptr()`), so no driver call checks them;
 * the arguments Triton compiled in as constants (constexprs, integers specialized to 1)
   are dropped, as Triton's own launcher drops them;
-* a kernel this cannot describe (tensor descriptors, scratch memory, clusters, cooperative
-  or PDL launches, an argument type without a code) keeps Triton's launcher, as do all
+* a kernel that makes its tensor descriptors on the device (the TMA GEMMs, tma.py) takes a
+  global scratch pointer: each launch allocates `global_scratch_size` bytes per program from
+  torch's caching allocator, as Triton's launcher does through the allocator tma.py sets (inside
+  CUDA Graph capture, from the graph's pool);
+* a kernel this cannot describe (descriptors passed from the host, profile scratch, clusters,
+  cooperative or PDL launches, an argument type without a code) keeps Triton's launcher, as do all
   kernels when torch has no such launcher (CPU builds, older torch) or with the compile
   option `static_launch=False` (`PIPEC_STATIC_LAUNCH=0`).
 """
@@ -28,6 +32,9 @@ import os
 import tempfile
 
 # Triton signature type -> the launcher's type code (torch's static launcher parses these).
+SCRATCH_ALIGN = 512  # torch's caching allocator starts every block on a 512-byte boundary
+SCRATCH_SLOT = "SCRATCH_SLOT"  # the global scratch argument in a description, until the grid is known (fastlaunch.static_call)
+
 _TYPE_CODES = {
     "i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l",
     "u1": "I", "u8": "B", "u16": "H", "u32": "I", "u64": "K",
@@ -64,9 +71,10 @@ def describable(kernel) -> str | None:
             return flag
     if _meta(kernel, "tensordesc_meta", None):
         return "tensor descriptors"
-    for scratch in ("global_scratch_size", "profile_scratch_size"):
-        if (_meta(kernel, scratch, 0) or 0) > 0:
-            return scratch
+    if (_meta(kernel, "profile_scratch_size", 0) or 0) > 0:
+        return "profile_scratch_size"
+    if (_meta(kernel, "global_scratch_size", 0) or 0) > 0 and (_meta(kernel, "global_scratch_align", 1) or 1) > SCRATCH_ALIGN:
+        return "global scratch aligned past the caching allocator's 512 bytes"
     return None
 
 
@@ -150,8 +158,11 @@ def static_description(kernel, values: tuple, nptrs: int) -> dict | None:
     if described is None:
         return None
     codes, kept = described
-    # the scratch pointers the kernel takes (size 0 here: describable checked) are null
-    extra = "".join("O" for s in ("global_scratch_size", "profile_scratch_size") if hasattr(kernel.metadata, s))
+    # the scratch pointers the kernel takes: null where it needs none (profile scratch always, as
+    # describable checked), else the slot static_call fills with a fresh allocation per launch
+    scratch = int(_meta(kernel, "global_scratch_size", 0) or 0)
+    slots = [("0" if name == "profile_scratch_size" or not scratch else SCRATCH_SLOT)
+             for name in ("global_scratch_size", "profile_scratch_size") if hasattr(kernel.metadata, name)]
     args, consts = [], []
     for i in kept:
         if i < nptrs:
@@ -162,15 +173,26 @@ def static_description(kernel, values: tuple, nptrs: int) -> dict | None:
         else:
             consts.append(values[i])
             args.append(f"C[{len(consts) - 1}]")
-    args.extend("0" for _ in extra)
-    return {"types": codes + extra, "args": "(" + ", ".join(args) + ("," if len(args) == 1 else "") + ")",
-            "consts": tuple(consts), "warps": int(kernel.metadata.num_warps), "shared": int(_shared(kernel))}
+    args.extend(slots)
+    return {"types": codes + "O" * len(slots), "args": "(" + ", ".join(args) + ("," if len(args) == 1 else "") + ")",
+            "consts": tuple(consts), "warps": int(kernel.metadata.num_warps), "shared": int(_shared(kernel)),
+            "scratch": scratch}
+
+
+def _scratch(size: int):
+    """`size` bytes of global scratch on the current device, from the caching allocator."""
+    import torch
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def launch_namespace(function: int, described: dict) -> dict:
     """The generated launcher's namespace entries for a loaded `function` (static_description)."""
-    return {"LAUNCH": static_launcher_impl()._launch_kernel, "CUFUNC": function, "WARPS": described["warps"],
-            "SHARED": described["shared"], "TYS": described["types"], "C": described["consts"]}
+    entries = {"LAUNCH": static_launcher_impl()._launch_kernel, "CUFUNC": function, "WARPS": described["warps"],
+               "SHARED": described["shared"], "TYS": described["types"], "C": described["consts"]}
+    if described.get("scratch"):
+        entries.update(SCRATCH=_scratch, SCRATCH_BYTES=described["scratch"])
+    return entries
 
 
 def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
@@ -186,5 +208,5 @@ def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
     return launch_namespace(function, described), described["args"]
 
 
-__all__ = ["argument_codes", "describable", "launch_namespace", "load_cubin", "static_description", "static_launch_call",
+__all__ = ["SCRATCH_SLOT", "argument_codes", "describable", "launch_namespace", "load_cubin", "static_description", "static_launch_call",
            "static_launcher_impl"]
