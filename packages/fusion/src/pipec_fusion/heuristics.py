@@ -161,8 +161,11 @@ def few_times_broadcast(first: GroupInfo, second: GroupInfo) -> bool:
 
 def cheap_broadcast(first: GroupInfo, second: GroupInfo) -> bool:
     """`first` is a short chain of cheap pointwise ops over a domain much smaller than
-    `second`'s (a per-channel parameter broadcast over rows)."""
-    return (first.kind == "pointwise" and len(first.ops) <= CHEAP_RECOMPUTE_MAX_OPS
+    `second`'s (a per-channel parameter broadcast over rows). Literals and iotas count as no op,
+    as in `work`: a nearest upsample's source index (iota, + 0.5 as a literal, x scale as
+    another, cast) is three ops, and counting its literals kept it a kernel of its own, after
+    recompute_stored had offered it and cost a fusion pass (SD 1.5: 6 such, a third pass)."""
+    return (first.kind == "pointwise" and first.work <= CHEAP_RECOMPUTE_MAX_OPS
             and all(op in CHEAP_RECOMPUTE_OPS or op in CREATION_OPS for op in first.ops)
             and first.numel * CHEAP_RECOMPUTE_RATIO <= second.numel)
 
