@@ -48,3 +48,25 @@ def test_few_times_broadcast_limits():
 
 def _computing(plan):
     return [k for k in plan.kernels if k.kind != "view"]
+
+
+def test_a_nearest_upsamples_source_index_is_recomputed_in_its_gather():
+    """`interpolate(scale_factor=2, mode="nearest")`'s source index: iota, + a literal, x a
+    literal, cast; three ops, read over a domain 2 x 320 x 64 x 64 times larger. Its literals and
+    iota are not work, so the chain counts as cheap (it was a kernel of its own while they
+    counted, SD 1.5's UNet had six), and a fourth real op still makes it not cheap."""
+    from pipec_fusion import PRESETS, GroupInfo
+
+    def group(ops, domain):
+        numel = 1
+        for d in domain:
+            numel *= d
+        return GroupInfo(kind="pointwise", nodes=tuple(f"n{i}" for i in range(len(ops))), ops=tuple(ops),
+                         domain=domain, reduce_dims=(), numel=numel)
+
+    index = group(("iota", "full", "add", "full", "mul", "cast"), (64,))
+    gather = group(("iota", "take", "where", "lt", "add"), (2, 320, 64, 64))
+    default = PRESETS["default"]()
+    assert default.score(index, gather, "recompute") is not None
+    longer = group(("iota", "full", "add", "full", "mul", "cast", "abs", "neg"), (64,))
+    assert default.score(longer, gather, "recompute") is None
