@@ -19,6 +19,18 @@ def _record(calls, name, result=1.0, error=None):
     return bench
 
 
+def _graph_bench(monkeypatch, calls, result=1.0, error=None):
+    """choices.GraphBench replaced by a stand-in timing with `_record`; `calls` also gets "close"."""
+    from pipec_runtime_cudagraph import choices
+
+    class Bench:
+        __call__ = staticmethod(_record(calls, "graph", result, error))
+
+        def close(self):
+            calls.append("close")
+    monkeypatch.setattr(choices, "GraphBench", Bench)
+
+
 def test_launch_times_small_gemms_on_the_wall_clock_and_long_ones_on_the_gpu(monkeypatch):
     """Under `launch` a run's host work counts when its kernels are short (it is paid every
     call); once the fastest alternative keeps the GPU busy for GPU_BOUND_MS, GPU time decides."""
@@ -28,27 +40,26 @@ def test_launch_times_small_gemms_on_the_wall_clock_and_long_ones_on_the_gpu(mon
     monkeypatch.setattr(triton.testing, "do_bench", _record(calls, "wall", 3.0))
     ran = []
     runs = {"a": lambda: ran.append("a"), "b": lambda: ran.append("b")}
-    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", GPU_BOUND_MS / 2))
+    _graph_bench(monkeypatch, calls, GPU_BOUND_MS / 2)
     assert _timed(runs, graphed=False) == {"a": 3.0, "b": 3.0}
     # every alternative once per round, the rounds forward and backward in turn (rounds.py)
-    assert calls == ["graph"] * 2 * ROUNDS + ["wall"] * 2 * ROUNDS and ran == ["a", "b", "b", "a"] * ROUNDS
+    assert calls == ["graph"] * 2 * ROUNDS + ["close"] + ["wall"] * 2 * ROUNDS and ran == ["a", "b", "b", "a"] * ROUNDS
     calls.clear()
-    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", GPU_BOUND_MS))
+    _graph_bench(monkeypatch, calls, GPU_BOUND_MS)
     assert _timed(runs, graphed=False) == {"a": GPU_BOUND_MS, "b": GPU_BOUND_MS}
-    assert calls == ["graph"] * 2 * ROUNDS
+    assert calls == ["graph"] * 2 * ROUNDS + ["close"]
 
 
 def test_gpu_time_under_cuda_graphs_and_wall_clock_for_all_when_one_cannot_be_captured(monkeypatch):
     calls = []
     monkeypatch.setattr(triton.testing, "do_bench", _record(calls, "wall", 2.0))
-    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", 0.5))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    _graph_bench(monkeypatch, calls, 0.5)
     assert _timed({"a": lambda: None, "b": lambda: None}, graphed=True) == {"a": 0.5, "b": 0.5}
-    assert calls == ["graph"] * 2 * ROUNDS
+    assert calls == ["graph"] * 2 * ROUNDS + ["close"]
     calls.clear()
-    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", _record(calls, "graph", error=RuntimeError("sync")))
+    _graph_bench(monkeypatch, calls, error=RuntimeError("sync"))
     assert _timed({"a": lambda: None, "b": lambda: None}, graphed=True) == {"a": 2.0, "b": 2.0}
-    assert calls == ["graph"] + ["wall"] * 2 * ROUNDS  # the first failed capture ends graph timing
+    assert calls == ["graph", "close"] + ["wall"] * 2 * ROUNDS  # the first failed capture ends graph timing
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -67,6 +78,31 @@ def test_timing_on_cuda_graphs_leaves_no_cublas_workspace_behind():
     out.clear()
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() <= before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_graph_bench_captures_each_run_once_and_times_it_on_the_gpu_clock(monkeypatch):
+    """Rounds replay the graph captured at a run's first timing; a run doing twice the GEMMs
+    takes about twice the time; a run that syncs the host cannot be captured and says so."""
+    from pipec_runtime_cudagraph.graph_bench import GraphBench
+
+    captures = []
+    real = torch.cuda.CUDAGraph
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: captures.append(1) or real(*a, **k))
+    a, b = (torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    out = {}
+    one, two = (lambda: out.update(x=a @ b)), (lambda: out.update(x=(a @ b) @ b))
+    bench = GraphBench()
+    try:
+        times = [(bench(one), bench(two)) for _ in range(ROUNDS)]
+        assert len(captures) == 2
+        ratio = sum(t for _, t in times) / sum(t for t, _ in times)
+        assert 1.6 < ratio < 2.5, times
+        with pytest.raises(Exception):  # noqa: B017,PT011 - whatever the capture raises on a host sync
+            bench(lambda: float(a.sum()))
+    finally:
+        bench.close()
+    assert not bench.graphs
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

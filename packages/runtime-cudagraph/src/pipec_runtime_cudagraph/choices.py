@@ -29,6 +29,7 @@ import warnings
 from pipec_ir import CompileProfile, Ref, get_attr
 
 from .autotune import device_name, triton_version, tuning_log
+from .graph_bench import GraphBench
 from .kernels import body_digest
 from .rounds import PRUNE, time_in_rounds
 from .steps import ProgramLoadError
@@ -237,9 +238,9 @@ def _timed(runs: dict, graphed: bool, prune: float | None = PRUNE) -> dict[str, 
     """Milliseconds per call of each run, GPU time where it decides:
 
     * `graphed` (the CUDA Graph runtime, whose replays cost no host time): GPU time alone, each
-      run captured into a CUDA Graph and replayed (`do_bench_cudagraph`); with host work in the
-      loop a small GEMM's Python launch cost would decide instead of its kernels (a slower
-      library GEMM beat a faster mm + pointwise kernel on wall time).
+      run captured into a CUDA Graph once and replayed in every round (graph_bench.py); with
+      host work in the loop a small GEMM's Python launch cost would decide instead of its
+      kernels (a slower library GEMM beat a faster mm + pointwise kernel on wall time).
     * `launch`, when the fastest alternative keeps the GPU busy for GPU_BOUND_MS or more: GPU
       time as well. The host prepares the next launches while such a GEMM runs, so its host
       work is hidden, and a wall-clock loop of a short GEMM measures as much host jitter as
@@ -250,25 +251,13 @@ def _timed(runs: dict, graphed: bool, prune: float | None = PRUNE) -> dict[str, 
     An alternative that cannot be captured makes the whole group use `do_bench`, so every time
     compares like with like. Either way the alternatives are timed in rounds of alternating order
     (rounds.py: timed once each, one after another, the first ran on a cooler, faster GPU)."""
-    import torch
-    from triton.testing import do_bench, do_bench_cudagraph
+    from triton.testing import do_bench
 
-    from .capture_support import clear_cublas_workspaces
-
-    def graph_time(run) -> float:
-        try:
-            return do_bench_cudagraph(run, rep=5)
-        except Exception:
-            torch.cuda.synchronize()  # let the failed capture's work finish before the next
-            raise
-        finally:
-            # do_bench_cudagraph warms up on a new stream each time, and PyTorch caches a cuBLAS
-            # workspace per (handle, stream) for good: one per stream of its pool, about 1 GiB
-            # held for the process after SD 1.5's first call (32 MiB each on an H100). No graph
-            # outlives the timing, so nothing still uses them.
-            clear_cublas_workspaces()
-
-    gpu, errors = time_in_rounds(runs, graph_time, stop_on_error=True, prune=prune)
+    bench = GraphBench()
+    try:
+        gpu, errors = time_in_rounds(runs, bench, stop_on_error=True, prune=prune)
+    finally:
+        bench.close()  # no timing graph, nor the cuBLAS workspaces they cached, outlives it
     if errors:  # one is uncapturable (a host sync): time them all on the wall clock
         gpu = None
     if gpu is not None and (graphed or min(gpu.values()) >= GPU_BOUND_MS):
