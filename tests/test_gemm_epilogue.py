@@ -361,7 +361,7 @@ def test_gpu_a_second_runner_takes_the_timed_pick_without_timing(monkeypatch, tm
     program, args = _program(model, (x,))
     timed = []
     real = choices._timed
-    monkeypatch.setattr(choices, "_timed", lambda runs, graphed: timed.append(len(runs)) or real(runs, graphed))
+    monkeypatch.setattr(choices, "_timed", lambda runs, graphed, prune=None: timed.append(len(runs)) or real(runs, graphed, prune))
     options = pipec_ir.CompileOptions(autotune=True)
     first = ProgramRunner(program, options, pipec_ir.LoadContext(kernel_dir=str(tmp_path)))
     with torch.no_grad():
@@ -483,12 +483,13 @@ def test_gpu_first_call_compiles_every_alternative_at_once(caplog, monkeypatch):
     alternatives included (the template's candidates, the ping-pong kernel, the pointwise kernels
     after cuBLAS), before the steps run and time them; the results still agree with eager. (With
     nothing tuned before: a config chosen earlier, by this model or on disk, is the only one
-    compiled.)"""
+    compiled; so no tuning cache, and no shipped tuning table, which has learned this shape.)"""
     model = nn.Sequential(nn.Linear(512, 4096), nn.GELU()).cuda().to(torch.bfloat16).eval()
     torch.manual_seed(0)
     x = torch.randn(4096, 512, device="cuda", dtype=torch.bfloat16)
     program, args = _program(model, (x,))
-    runner = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True), pipec_ir.LoadContext(tuning_cache=False))
+    runner = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True).with_extra(tuning_table=False),
+                           pipec_ir.LoadContext(tuning_cache=False))
     with caplog.at_level(logging.INFO, logger="pipec.tuning"), torch.no_grad():
         torch.testing.assert_close(runner(args)[0], model(x), atol=4e-2, rtol=2e-2)
     (line,) = [r.getMessage() for r in caplog.records if "at once" in r.getMessage()]

@@ -165,7 +165,8 @@ def test_only_launches_of_static_sizes_are_looked_up_and_recorded(pretend_gpu, t
 
     runner = load_launch(dynamic_add_program() if dynamic else add_program(100))
     runner.launch_store = LaunchStore(tmp_path)
-    launch = next(s for s, _ in runner.plans["cpu"] if isinstance(s, LaunchStep))
+    (plan,) = runner.plans.values()  # keyed by the device it runs on: "cpu", or "cuda" on the GPU machine
+    launch = next(s for s, _ in plan if isinstance(s, LaunchStep))
     launch.interpret = False  # as on the GPU
     ptrs = [Ptr(1024), Ptr(2048), Ptr(4096)]
     stored, key = launch.stored(ptrs, (100,), GPU)
