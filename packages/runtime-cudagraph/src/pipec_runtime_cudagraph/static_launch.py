@@ -31,10 +31,10 @@ import math
 import os
 import tempfile
 
-# Triton signature type -> the launcher's type code (torch's static launcher parses these).
 SCRATCH_ALIGN = 512  # torch's caching allocator starts every block on a 512-byte boundary
 SCRATCH_SLOT = "SCRATCH_SLOT"  # the global scratch argument in a description, until the grid is known (fastlaunch.static_call)
 
+# Triton signature type -> the launcher's type code (torch's static launcher parses these).
 _TYPE_CODES = {
     "i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l",
     "u1": "I", "u8": "B", "u16": "H", "u32": "I", "u64": "K",
