@@ -94,7 +94,7 @@ def test_a_kernel_with_global_scratch_gets_its_own_per_launch(pretend_gpu, tmp_p
     def scratch(size):
         allocated.append(size)
         return Ptr(65536 * len(allocated))
-    monkeypatch.setattr(static_launch, "_scratch", scratch)
+    monkeypatch.setattr(static_launch, "scratch_memory", scratch)
     store = LaunchStore(tmp_path)
     ptrs = [Ptr(1024), Ptr(2048)]
     key = store.key("tma body", {"BLOCK": 256, "num_warps": 4, "num_stages": 2}, (1000,), ptrs, GPU)

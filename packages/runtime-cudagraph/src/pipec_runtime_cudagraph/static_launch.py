@@ -179,8 +179,10 @@ def static_description(kernel, values: tuple, nptrs: int) -> dict | None:
             "scratch": scratch}
 
 
-def _scratch(size: int):
-    """`size` bytes of global scratch on the current device, from the caching allocator."""
+def scratch_memory(size: int):
+    """`size` bytes of global scratch on the current device, from the caching allocator (which
+    aligns to 512 bytes; inside CUDA Graph capture it allocates from the graph's pool). Both
+    launchers' scratch comes from here: this one's, and Triton's through tma.py's allocator."""
     import torch
 
     return torch.empty(size, dtype=torch.int8, device="cuda")
@@ -191,7 +193,7 @@ def launch_namespace(function: int, described: dict) -> dict:
     entries = {"LAUNCH": static_launcher_impl()._launch_kernel, "CUFUNC": function, "WARPS": described["warps"],
                "SHARED": described["shared"], "TYS": described["types"], "C": described["consts"]}
     if described.get("scratch"):
-        entries.update(SCRATCH=_scratch, SCRATCH_BYTES=described["scratch"])
+        entries.update(SCRATCH=scratch_memory, SCRATCH_BYTES=described["scratch"])
     return entries
 
 
@@ -208,5 +210,5 @@ def static_launch_call(kernel, device_index: int, values: tuple, nptrs: int):
     return launch_namespace(function, described), described["args"]
 
 
-__all__ = ["SCRATCH_SLOT", "argument_codes", "describable", "launch_namespace", "load_cubin", "static_description", "static_launch_call",
-           "static_launcher_impl"]
+__all__ = ["SCRATCH_SLOT", "argument_codes", "describable", "launch_namespace", "load_cubin", "scratch_memory",
+           "static_description", "static_launch_call", "static_launcher_impl"]

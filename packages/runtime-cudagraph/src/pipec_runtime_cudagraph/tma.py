@@ -18,6 +18,7 @@ import torch
 from pipec_ir import TMA_CONSTANT
 
 from .fastlaunch import ALIGN_MASK
+from .static_launch import scratch_memory
 
 
 def uses_tma(config) -> bool:
@@ -25,9 +26,9 @@ def uses_tma(config) -> bool:
 
 
 def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    """Triton's allocator protocol: `size` bytes on the current device (the caching allocator
-    aligns to 512 bytes; inside CUDA Graph capture it allocates from the graph's pool)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+    """Triton's allocator protocol: `size` bytes on the current device (`alignment` at most 512,
+    which the caching allocator gives; `stream` is the current one)."""
+    return scratch_memory(size)
 
 
 def ensure_allocator() -> None:
