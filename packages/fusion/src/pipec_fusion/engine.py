@@ -2,6 +2,7 @@
 
     fuse_graph(graph, heuristics)
       = split_column_sums      large column sums as partial sums + a sum of the partials
+      -> split_row_reductions  long sums over few rows as partials per block + their combine
       -> analyse_graph         views transparent, roots, readers, forced stores
       -> initial_groups        one group per computing node (an extern with its getitems)
       -> merge_greedily        best-scoring legal candidate first, until none is left
@@ -35,6 +36,7 @@ from .recompute_stored import find_candidates, landed, rewrite
 from .scan_rules import scan_domain
 from .scatter_legality import SCATTER
 from .split_reductions import split_column_sums
+from .split_rows import split_row_reductions
 
 
 _MISSING = object()  # not in a cache (a score may be None: "do not fuse")
@@ -187,7 +189,7 @@ def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None,
                fuel: int | None = None) -> KernelPlan:
     """Partition `graph` into kernels, fusing what legality allows and `heuristics` wants, after
     dropping nodes that repeat earlier ones (common_values.py) and splitting large column sums
-    in two (split_reductions.py); then recompute cheap stored values
+    and long sums over few rows in two (split_reductions.py, split_rows.py); then recompute cheap stored values
     where they are read (recompute_stored.py). `fuel`: make at most that many merges, and no
     recomputing (a rationed run, for bisecting)."""
     if fuel is not None and (isinstance(fuel, bool) or not isinstance(fuel, int) or fuel < 0):
@@ -195,7 +197,7 @@ def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None,
     verify(graph)
     if (policy or heuristics.name) != "none":  # `none`: one kernel per op, as captured
         graph, _ = merge_common_values(graph)
-        graph = split_column_sums(graph)
+        graph = split_row_reductions(split_column_sums(graph))
     memo = CheckMemo()
     first = _fuse_once(graph, heuristics, fuel, memo)
     if fuel is not None:

@@ -1,0 +1,99 @@
+"""Long sums over few rows run as partials per block and their combine (fusion's split_rows.py):
+group norms, variances and whole-tensor sums match eager, forward and in a training step's
+gradients (CPU: Triton's interpreter; on a GPU, the GPU)."""
+
+import copy
+
+import pytest
+import torch
+
+import pipec
+import pipec_fusion.engine
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def split_rows(monkeypatch):
+    """The names of the sums fusion split in this test (the pass, wrapped to watch it)."""
+    split = []
+    original = pipec_fusion.engine.split_row_reductions
+
+    def watched(graph):
+        out = original(graph)
+        split.extend(n.name for n in out.nodes if n.name.endswith("_part"))
+        return out
+
+    monkeypatch.setattr(pipec_fusion.engine, "split_row_reductions", watched)
+    return split
+
+
+class NormBlock(torch.nn.Module):
+    """A UNet resnet block's start: group norm, SiLU, a 1 x 1 conv, another group norm."""
+
+    def __init__(self, channels=32, groups=8):
+        super().__init__()
+        self.norm1 = torch.nn.GroupNorm(groups, channels)
+        self.conv = torch.nn.Conv2d(channels, channels, 1)
+        self.norm2 = torch.nn.GroupNorm(groups, channels, eps=1e-6)
+
+    def forward(self, x):
+        return self.norm2(self.conv(torch.nn.functional.silu(self.norm1(x))))
+
+
+def test_group_norm_matches_eager_with_a_large_mean(split_rows):
+    """Values around 50 with a spread of 4: a variance formed as E[x^2] - E[x]^2 would lose digits;
+    Welford's blocks combined by Chan's formula keep eager's."""
+    torch.manual_seed(0)
+    model = NormBlock().to(DEVICE).eval()
+    x = torch.randn(2, 32, 64, 64, device=DEVICE) * 4 + 50  # rows of 4 x 4096 = 16384 values
+    with torch.no_grad():
+        got = pipec.compile(model)(x)
+        want = copy.deepcopy(model).double()(x.double())
+    torch.testing.assert_close(got.double(), want, atol=2e-4, rtol=1e-4)
+    assert len(split_rows) >= 4  # both norms' sum and squared-deviation sum
+
+
+def test_training_gradients_match_eager(split_rows):
+    torch.manual_seed(0)
+    model = NormBlock().to(DEVICE)
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 32, 64, 64, device=DEVICE) + 1
+    pipec.compile(model)(x).pow(2).mean().backward()
+    twin(x).pow(2).mean().backward()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+    assert len(split_rows) >= 4  # the forward's statistics (the backward sums per channel: 4096 values, whole)
+
+
+class Reductions(torch.nn.Module):
+    def forward(self, x):
+        var, mean = torch.var_mean(x, dim=1, correction=0)
+        return var, mean, x.sum(), (x * 2).mean(dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_variances_and_whole_sums_match_eager(dtype, split_rows):
+    torch.manual_seed(0)
+    x = torch.randn(4, 32768, device=DEVICE, dtype=dtype) * 3 - 7
+    got = pipec.compile(Reductions())(x)
+    want = Reductions()(x.double())
+    tol = dict(atol=1e-3, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-9, rtol=1e-12)
+    for a, b in zip(got, want):
+        assert a.dtype == dtype and a.shape == b.shape
+        torch.testing.assert_close(a.double(), b, **tol)
+    assert split_rows
+
+
+def test_bf16_group_norm_matches_eager(split_rows):
+    """A bf16 activation is summed in fp32 (the decomposition casts first): that sum splits."""
+    torch.manual_seed(0)
+    model = NormBlock().to(DEVICE, torch.bfloat16).eval()
+    x = torch.randn(2, 32, 64, 64, device=DEVICE, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = pipec.compile(model)(x)
+        want = copy.deepcopy(model).double()(x.double())
+        eager = model(x)
+    # bf16 output: as far from float64 as eager's own bf16 result, give or take one rounding
+    assert (got.double() - want).abs().max() <= 2 * (eager.double() - want).abs().max() + 1e-2
+    assert split_rows
