@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from pipec_ir import Buffer, CompileOptions, CompileProfile, LaunchConfig, LoadContext, Program, Step
+from pipec_ir import Buffer, CompileOptions, CompileProfile, LaunchConfig, LoadContext, Program, Step, make_attrs
 from runtime_helpers import T, add_kernel
 
 from pipec_runtime_cudagraph import autotune, tuning_table
@@ -174,3 +174,40 @@ def test_a_table_answers_from_the_refined_features_first_then_the_coarse_ones():
     assert table.pick(other_body) == "b"  # a body no run has seen: the coarse pick
     assert TuningTable({feature_key(coarse(refined)): "b"}).pick(refined) == "b"  # a table learned before bodies
     assert coarse(coarse(refined)) is None
+
+
+def choice_program(n: int = 100) -> Program:
+    """z = x + y by either of two alternatives of one choice group ("a", the default, or "b")."""
+    def step(kernel, alternative, default=False):
+        attrs = make_attrs(choice="g", alternative=alternative, **({"default": True} if default else {}))
+        return Step("launch", kernel, ("x", "y"), ("z",), attrs)
+    return Program(
+        name="choice", inputs=(Buffer("x", T([n])), Buffer("y", T([n]))), outputs=("z",), buffers=(Buffer("z", T([n])),),
+        kernels=(add_kernel("pipec_add_a", n, CONFIGS), add_kernel("pipec_add_b", n, CONFIGS)),
+        steps=(step("pipec_add_a", "a", default=True), step("pipec_add_b", "b")))
+
+
+def _compiled_kernels(runner, device) -> set[str]:
+    """The kernels whose launches the runner's compile-ahead lists for `device` (on the CPU
+    plan: the stand-in launches are the same objects)."""
+    skipped = runner._unpicked_launches((), device)
+    return {launch.kernel.name for launch in runner._launches["cpu"] if id(launch) not in skipped}
+
+
+@no_real_gpu
+def test_compiles_ahead_skip_the_alternatives_a_known_pick_rules_out(fake_gpu, tmp_path):
+    """Only the alternative that will run is compiled: the default where nothing is tuned, the
+    forced one, one the memo (or table, or cache) knows; every one where the pick needs timing."""
+    context = LoadContext(kernel_dir=str(tmp_path / "k"), tuning_cache=None, profile=CompileProfile())
+    runner = ProgramRunner(choice_program(), CompileOptions(runtime="launch"), context)
+    assert _compiled_kernels(runner, torch.device("cpu")) == {"pipec_add_a"}  # untuned on the CPU: the default
+    forced = ProgramRunner(choice_program(), CompileOptions(runtime="launch").with_extra(choice="b"), context)
+    assert _compiled_kernels(forced, torch.device("cpu")) == {"pipec_add_b"}
+    runner._plans["cpu"] = runner._build("cpu", tune=True)  # a tuned plan (the runner's launches are its)
+    runner._plans["cuda"] = runner._plans["cpu"]  # the same steps, asked about as for a GPU
+    cuda = torch.device("cuda")
+    assert _compiled_kernels(runner, cuda) == {"pipec_add_a", "pipec_add_b"}  # no table, no memo: timed
+    group = next(step for step, _ in runner._plans["cpu"] if hasattr(step, "known_pick"))
+    runner.memo.choices[group._keys(cuda, ())[1]] = ("b", {}, True)
+    assert _compiled_kernels(runner, cuda) == {"pipec_add_b"}
+    assert not group.chosen and runner.profile.counts.get("choices_from_table", 0) == 0  # asking records nothing

@@ -64,6 +64,21 @@ class ChoiceStep:
             chosen = self.chosen[bucket] = self._measure(vals, symvals, device, bucket)
         return chosen
 
+    def known_pick(self, symvals, device) -> str | None:
+        """The alternative a call at `symvals` on `device` will run, where it is decided without
+        timing (forced, no autotuning, picked before, or known to the model's memo, the tuning
+        cache or the tuning table); None where the alternatives still have to be timed. Nothing
+        is recorded: the runner asks this to compile only the alternative that will run."""
+        if self.forced is not None:
+            return self.forced
+        if not self.tune or device.type != "cuda":
+            return self.default
+        bucket = self.runner.bucket_key(symvals) if self.runner.symbols else ()
+        if bucket in self.chosen:
+            return self.chosen[bucket]
+        found = self._lookup(symvals, device, bucket)
+        return found[0][0] if found is not None else None
+
     def _keys(self, device, bucket) -> tuple[str, tuple, str | None]:
         """(timer, the model memo's key, the tuning cache's key or None without a tuning cache) of
         this group's decision in `bucket`."""
@@ -73,26 +88,38 @@ class ChoiceStep:
                     if getattr(self.runner, "tuning_cache", None) is not None else None)
         return timer, (digest, bucket, str(device), timer), disk_key
 
-    def _measure(self, vals, symvals, device, bucket) -> str:
+    def _lookup(self, symvals, device, bucket) -> tuple[tuple[str, dict, bool], str] | None:
+        """((alternative, its group's timings, from the tuning table?), where it was found: "memo",
+        "cache" or "table") for this group's decision in `bucket`, or None: it must be timed."""
         timer, shared_key, disk_key = self._keys(device, bucket)
-        memo = self.runner.memo  # the model's TuningMemo (autotune.py)
-        known = memo.choices.get(shared_key)  # (alternative, its group's timings, from the tuning table?)
+        known = self.runner.memo.choices.get(shared_key)  # the model's TuningMemo (autotune.py)
+        if known is not None:
+            return known, "memo"
         cache = getattr(self.runner, "tuning_cache", None)
-        if known is None and disk_key is not None:
+        if disk_key is not None:
             names = sorted(self.alternatives)
             index = cache.get(disk_key, len(names))
             if index is not None:
                 stored = cache.times(disk_key) or []
-                known = (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)}, False)
-        if known is None:
-            known = self._from_table(choice_features(self.runner, self.alternatives, symvals, timer), device)
-        if known is not None:
-            memo.put(memo.choices, shared_key, known)
-            self.timings[bucket] = dict(known[1])
-            if known[2]:
-                self.table_picks.add(bucket)
-            return known[0]
-        return self._timed_pick(vals, symvals, device, bucket)
+                return (names[index], {n: (math.inf if t is None else t) for n, t in zip(names, stored)}, False), "cache"
+        table = table_for(self.runner, device)
+        pick = table.pick(choice_features(self.runner, self.alternatives, symvals, timer)) if table else None
+        return ((pick, {}, True), "table") if pick in self.alternatives else None
+
+    def _measure(self, vals, symvals, device, bucket) -> str:
+        found = self._lookup(symvals, device, bucket)
+        if found is None:
+            return self._timed_pick(vals, symvals, device, bucket)
+        known, source = found
+        if source == "table":
+            self.profile.count("choices_from_table")
+            tuning_log.info("choice %s: %s from the tuning table", self.name, known[0])
+        memo = self.runner.memo
+        memo.put(memo.choices, self._keys(device, bucket)[1], known)
+        self.timings[bucket] = dict(known[1])
+        if known[2]:
+            self.table_picks.add(bucket)
+        return known[0]
 
     def _timed_pick(self, vals, symvals, device, bucket) -> str:
         """Time the alternatives; keep the winner in the model's memo and the tuning cache."""
@@ -106,16 +133,6 @@ class ChoiceStep:
                      "labels": names}
             cache.put(disk_key, names.index(chosen), [self.timings[bucket].get(n, math.inf) for n in names], learn)
         return chosen
-
-    def _from_table(self, features: dict, device) -> tuple[str, dict, bool] | None:
-        """(the tuning table's pick, no timings, True) for this group, if the table has one (tuning_table.py)."""
-        table = table_for(self.runner, device)
-        pick = table.pick(features) if table else None
-        if pick not in self.alternatives:
-            return None
-        self.profile.count("choices_from_table")
-        tuning_log.info("choice %s: %s from the tuning table", self.name, pick)
-        return pick, {}, True
 
     def _time_alternatives(self, vals, symvals, device, bucket, timer: str) -> str:
         runs, times, first_error = {}, {}, None

@@ -186,7 +186,8 @@ class ProgramRunner(ProgramPlan):
 
     def _precompile(self, inputs: list, symvals: tuple, device: torch.device) -> None:
         """Compile what the first call will compile, all at once (`compile_all`): every launch's
-        candidate configs, those of every choice-group alternative included, which the steps
+        candidate configs, those of every choice-group alternative that may run included (where a
+        group's pick is known without timing, only that one's: `_unpicked_launches`), which the steps
         would otherwise compile one launch after another. Compiles started when the program
         loaded (`_start_compiles`) are waited for first: most of these are then cache hits."""
         jobs, launches = self._compile_jobs(inputs, symvals, device)
@@ -218,10 +219,27 @@ class ProgramRunner(ProgramPlan):
                 stand_ins[dtype] = torch.empty(16, dtype=dtype, device=device)
             return stand_ins.get(dtype)
 
+        skipped = self._unpicked_launches(symvals, device)
         for launch in self._launches.get(device.type, ()):
+            if id(launch) in skipped:
+                continue
             args = [tensor(i) for i in launch.ptrs]
             if all(a is not None for a in args):
                 yield launch.compile_jobs(launch.candidates(symvals, device), args, symvals)
+
+    def _unpicked_launches(self, symvals: tuple, device: torch.device) -> set[int]:
+        """ids of the launches of choice-group alternatives that will not run at `symvals`: the
+        group's pick is known without timing (the tuning table, the tuning cache, an earlier
+        decision), so only that alternative is compiled. SD 1.5's and ConvNeXt's GEMM groups each
+        have a Triton template, a cuBLAS product with its epilogue kernel and a Gluon kernel; a
+        template's compile alone takes 1-2.5 s of a worker (docs/performance.md, "Session 36")."""
+        skipped = set()
+        for step, _ in self._plans.get(device.type, ()):
+            known = getattr(step, "known_pick", None)
+            pick = known(symvals, device) if known is not None else None
+            if pick is not None:
+                skipped.update(id(s) for name, steps in step.alternatives.items() if name != pick for s in steps)
+        return skipped
 
     def _start_compiles(self, device: torch.device) -> None:
         """Send the first call's compiles to the worker pool now, while the program loads, and
