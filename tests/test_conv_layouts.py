@@ -79,6 +79,46 @@ def test_the_nhwc_copies_of_a_larger_block_are_tiled_and_match_eager(layouts_on_
     assert ("YBLOCK" in program.read_text()) == (how == "default")
 
 
+class UpBlock(nn.Module):
+    """A UNet up block's join: the upsampled path and a skip connection, each a ResNet block's
+    NHWC output (over a conv's, as a UNet's blocks follow its first conv), concatenated along the
+    channels, then group norm, SiLU and a conv."""
+
+    def __init__(self, channels=16, skip=8, groups=4):
+        super().__init__()
+        self.conv_x, self.conv_r = nn.Conv2d(channels, channels, 1), nn.Conv2d(skip, skip, 1)
+        self.up, self.down = ResnetBlock(channels, groups), ResnetBlock(skip, groups)
+        self.norm = nn.GroupNorm(groups, channels + skip)
+        self.conv = nn.Conv2d(channels + skip, channels, 3, padding=1)
+
+    def forward(self, x, r, t):
+        h = torch.cat([self.up(self.conv_x(x), t[:, :6]), self.down(self.conv_r(r), t[:, 6:])], dim=1)
+        return self.conv(nn.functional.silu(self.norm(h)))
+
+
+def test_a_skip_connection_cat_stays_channels_last_and_matches_eager(layouts_on_cpu, tmp_path):
+    """The cat of two NHWC block outputs is joined over NHWC (follow_layouts.py): no copy of it
+    to NHWC before the conv, no index arrays stored, and eager's values."""
+    from pipec_ir import loads
+
+    torch.manual_seed(0)
+    model = UpBlock().to(torch.bfloat16).eval()
+    x, r = torch.randn(2, 16, 8, 8, dtype=torch.bfloat16), torch.randn(2, 8, 8, 8, dtype=torch.bfloat16)
+    t = torch.randn(2, 12, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(x, r, t)
+        got = pipec.compile(model, cache="none", dump_dir=str(tmp_path))(x, r, t)
+    torch.testing.assert_close(got, expected, rtol=3e-2, atol=3e-2)
+    assert got.stride() == expected.stride()
+    (graph,) = [loads(f.read_text()) for f in tmp_path.glob("*.capture.json")]
+    cats = [n for n in graph.nodes if n.op == "where" and n.name.startswith("cat")]
+    assert cats and all(len(n.type.shape) == 4 and str(n.type.shape[3]) == "24" for n in cats)  # NHWC
+    (plan,) = [loads(f.read_text()) for f in tmp_path.glob("*.fusion.json")]
+    types = plan.graph.types()
+    assert not [o for k in plan.kernels for o in k.outputs if types[o].dtype == "int64"]
+
+
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_the_switch_turns_the_pass_off(layouts_on_cpu, monkeypatch, how):
     """`conv_channels_last=False`, or PIPEC_CONV_CHANNELS_LAST=0 for a whole process: the convs

@@ -77,3 +77,34 @@ def test_other_layouts_and_random_ops_stay():
     assert before  # the mask's random numbers, drawn in the NCHW view's order
     follow_layouts(gm)
     assert random_ops(gm) == before
+
+
+def test_a_cat_of_nhwc_parts_along_channels_is_joined_over_nhwc():
+    """A UNet's skip connection: cat([h', skip'], dim=1) of two NCHW views of NHWC storage becomes
+    cat([h'', skip''], dim=3)' (each part viewed back as NHWC): the parts are read and the result
+    written in one order."""
+    h, skip = _inputs((2, 4, 5, 6), (2, 4, 5, 3))
+
+    def join(h, skip):
+        return torch.cat([h.permute(0, 3, 1, 2), skip.permute(0, 3, 1, 2)], dim=1) * 2
+
+    gm = traced(join, h, skip)
+    before = run_graph(gm, h, skip)
+    assert follow_layouts(gm) == 2  # the cat, then the mul reading its permute
+    cats = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is aten.cat.default]
+    assert len(cats) == 1 and cats[0].args[1] == 3
+    assert all(p.target is aten.permute.default and list(p.args[1]) == [0, 2, 3, 1] for p in cats[0].args[0])
+    after = run_graph(gm, h, skip)
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
+    assert after.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_a_cat_with_a_row_major_part_stays():
+    """One NCHW row-major part: eager's result is row-major too, and the cat is left as it is."""
+    h, skip = _inputs((2, 4, 5, 6), (2, 3, 4, 5))
+
+    def join(h, skip):
+        return torch.cat([h.permute(0, 3, 1, 2), skip], dim=1)
+
+    gm = traced(join, h, skip)
+    assert follow_layouts(gm) == 0

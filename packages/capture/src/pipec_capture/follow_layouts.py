@@ -19,7 +19,8 @@ permuted to match, and scalars stay as they are. Later pointwise ops then see a 
 turn, so a chain of residual adds stays NHWC from one conv to the next. The kernels compute the
 same values at the same logical indices: only where they are stored changes, to what eager does.
 
-Only the 4-d channels-last permutation is followed. Attention permutes its heads,
+A `cat` of channels-last parts is joined over their NHWC storage the same way (a UNet's skip
+connections). Only the 4-d channels-last permutation is followed. Attention permutes its heads,
 `[0, 2, 1, 3]`, and the matmuls after it want each head row-major, so those stay as they are.
 Random ops are left alone as well: their values depend on the order elements are generated in.
 """
@@ -43,6 +44,19 @@ def follow_layouts(gm: torch.fx.GraphModule) -> int:
     rewritten = 0
     graph = gm.graph
     for node in list(graph.nodes):
+        if _channels_last_cat(node):
+            parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+            with graph.inserting_before(node):
+                # each part as a view of itself, even the NCHW view of an NHWC value: a view is
+                # gathered from memory (cat_parts.py), where the value's own math moved into the
+                # cat's kernel would take it past the size limit (four gathers of permuted
+                # conv results, each with its index arithmetic) and split it in three
+                nhwc = [call_node(graph, aten.permute.default, (p, list(TO_NHWC)), {}) for p in parts]
+                inner = call_node(graph, aten.cat.default, (nhwc, TO_NHWC.index(dim % 4)), {})
+                outer = call_node(graph, aten.permute.default, (inner, list(TO_NCHW)), {})
+            replace_node(graph, node, outer)
+            rewritten += 1
+            continue
         full = _channels_last_operands(node)
         if full is None:
             continue
@@ -96,6 +110,27 @@ def _channels_last_operands(node) -> dict[int, torch.fx.Node] | None:
         else:
             return None
     return full or None
+
+
+def _channels_last_cat(node) -> bool:
+    """A 4-d `cat` whose parts are all channels-last (a UNet's skip connection, joined to the
+    upsampled features along the channels): joined over their NHWC storage, along the matching
+    dim, it stays channels-last for the conv after it, and its kernel reads and writes in the same
+    order (row-major, it read every part across its channels: 40-65 us a call on SD 1.5's
+    decoder, docs/performance.md "Session 36")."""
+    if node.op != "call_function" or node.target is not aten.cat.default or node.kwargs:
+        return False
+    parts = node.args[0]
+    val = meta_val(node)
+    if not isinstance(val, torch.Tensor) or val.dim() != 4 or not isinstance(parts, (list, tuple)) or not parts:
+        return False
+    for p in parts:
+        operand = meta_val(p) if isinstance(p, torch.fx.Node) else None
+        if not isinstance(operand, torch.Tensor) or operand.dim() != 4:
+            return False
+        if not (_is_nchw_view(p) or (_library_result(p) and _channels_last_strides(operand))):
+            return False
+    return True
 
 
 def _is_nchw_view(node) -> bool:
