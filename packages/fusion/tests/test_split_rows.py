@@ -98,3 +98,15 @@ def test_a_deviation_read_elsewhere_stays():
     graph = split_row_reductions(g.build(dev, m2))
     verify(graph)
     assert "dev" in graph.node_map() and "sq" not in graph.node_map()
+
+
+def test_a_softmax_sum_after_its_max_stays_whole():
+    """sum(exp(x - max(x))) over two rows of 40000: codegen's online softmax reads the row once for
+    both reductions; splitting the sum alone would add a pass."""
+    g = GraphBuilder("softmax")
+    x = g.input("x", [2, 40000])
+    peak = g.node("max", (x,), [2, 1], dims=(1,), keepdim=True)
+    shifted = g.node("sub", (x, g.node("expand", (peak,), [2, 40000])), [2, 40000])
+    total = g.node("sum", (g.node("exp", (shifted,), [2, 40000]),), [2, 1], dims=(1,), keepdim=True)
+    graph = g.build(total)
+    assert split_row_reductions(graph) is graph

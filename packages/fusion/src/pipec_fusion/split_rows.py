@@ -27,7 +27,8 @@ codegen's row loops compute in one pass) keep that one pass in the first stage: 
 so the input is read once, as before, and no variance is formed as a difference of large sums.
 
 Only float32 and float64 sums with static sizes are split: the partials keep the sum's dtype,
-which is what the one-kernel sum accumulated in.
+which is what the one-kernel sum accumulated in. A sum reading another reduction of the same rows
+(a softmax's sum after its max) is left whole: codegen runs that pair in one pass.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 from pipec_ir import Graph, Node, TensorType, make_attrs
+from pipec_ir.ops import POINTWISE, REDUCTION, VIEW, kind_of
 
 # Rows at most this many leave SMs idle (132 on an H100/H200) once each holds one program.
 MAX_ROWS = 128
@@ -49,6 +51,7 @@ MIN_BLOCK = 256
 # ... and the second stage sums at most this many partials (held in registers).
 MAX_BLOCKS = 64
 SPLIT_DTYPES = ("float32", "float64")
+_CONE_LIMIT = 256  # nodes looked at behind a sum for a reduction of the same rows
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,11 @@ def split_row_reductions(graph: Graph) -> Graph:
             [s for d, s in enumerate(shape) if d not in split.reduced and d != split.block_dim]
         pair = _square_of_deviation(nodes, node)
         first = firsts.get(pair[1]) if pair is not None else None
-        if first is not None and first[0] == split and first[1] == pair[0]:
+        welford = first is not None and first[0] == split and first[1] == pair[0]
+        if not welford and _follows_a_row_reduction(nodes, types, node):
+            out.append(node)  # a softmax's sum after its max: one looped kernel keeps both
+            continue
+        if welford:
             # Welford's pair: each block's squared deviations from its own mean, combined with the
             # spread of the block means around the row's mean (Chan et al.)
             xr, block_sum = first[2:]
@@ -205,6 +212,28 @@ def split_row_reductions(graph: Graph) -> Graph:
     if len(out) == len(graph.nodes):
         return graph
     return replace(graph, nodes=tuple(_drop_unread(out, orphans, set(graph.results()))))
+
+
+def _follows_a_row_reduction(nodes: dict[str, Node], types: dict[str, TensorType], node: Node) -> bool:
+    """Does `node` (a sum) read, through pointwise math and views, another reduction of rows like
+    its own (same input shape, same dims): a softmax's `sum(exp(x - max(x)))`? Codegen runs such a
+    pair in one pass (online softmax); split, the sum would cost a pass and two kernels more."""
+    shape, dims = types[node.inputs[0]].shape, tuple(sorted(node.attr("dims") or ()))
+    stack, seen = [node.inputs[0]], set()
+    while stack and len(seen) < _CONE_LIMIT:
+        name = stack.pop()
+        if name in seen or name not in nodes:
+            continue
+        seen.add(name)
+        n = nodes[name]
+        kind = kind_of(n.op)
+        if kind == REDUCTION:
+            if types[n.inputs[0]].shape == shape and tuple(sorted(n.attr("dims") or ())) == dims:
+                return True
+            continue
+        if kind in (POINTWISE, VIEW):
+            stack.extend(n.inputs)
+    return False
 
 
 def _split_of(node: Node, types: dict[str, TensorType]) -> RowSplit | None:
