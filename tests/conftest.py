@@ -16,6 +16,28 @@ def load_example(path):
     return mod.model, tuple(inputs)
 
 
+@pytest.fixture
+def watch_fusion_pass(monkeypatch):
+    """`watch(name)`: wrap the graph rewrite `name` of fusion's engine (split_column_sums,
+    split_row_reductions) for this test; returns the list the names of the partial sums it
+    makes (`*_part`) are appended to."""
+    import pipec_fusion.engine
+
+    def watch(name: str) -> list[str]:
+        made = []
+        original = getattr(pipec_fusion.engine, name)
+
+        def watched(graph):
+            out = original(graph)
+            made.extend(n.name for n in out.nodes if n.name.endswith("_part"))
+            return out
+
+        monkeypatch.setattr(pipec_fusion.engine, name, watched)
+        return made
+
+    return watch
+
+
 @pytest.fixture(autouse=True)
 def _private_compile_cache(monkeypatch, tmp_path):
     """Every test gets an empty compile cache of its own (never ~/.cache/pipec), the default backend."""

@@ -8,24 +8,14 @@ import pytest
 import torch
 
 import pipec
-import pipec_fusion.engine
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture
-def split_sums(monkeypatch):
-    """The names of the sums fusion split in this test (the pass, wrapped to watch it)."""
-    split = []
-    original = pipec_fusion.engine.split_column_sums
-
-    def watched(graph):
-        out = original(graph)
-        split.extend(n.name for n in out.nodes if n.name.endswith("_part"))
-        return out
-
-    monkeypatch.setattr(pipec_fusion.engine, "split_column_sums", watched)
-    return split
+def split_sums(watch_fusion_pass):
+    """The names of the sums fusion split in this test."""
+    return watch_fusion_pass("split_column_sums")
 
 
 class ColumnSums(torch.nn.Module):
