@@ -211,3 +211,20 @@ def test_compiles_ahead_skip_the_alternatives_a_known_pick_rules_out(fake_gpu, t
     runner.memo.choices[group._keys(cuda, ())[1]] = ("b", {}, True)
     assert _compiled_kernels(runner, cuda) == {"pipec_add_b"}
     assert not group.chosen and runner.profile.counts.get("choices_from_table", 0) == 0  # asking records nothing
+
+
+def test_a_cuda_graph_runner_asks_for_graph_clock_picks_from_its_start(monkeypatch, tmp_path):
+    """The compile-ahead at load asks for the picks under the runner's choice timer: a CUDA Graph
+    program's runner is built with the graph clock, not switched to it after the compiles start
+    (the table keys the two apart; a wall-clock pick would compile the wrong alternative)."""
+    from pipec_runtime_cudagraph.cudagraph import CudaGraphProgram
+    from pipec_runtime_cudagraph.runner import ProgramRunner as Runner
+
+    timers = []
+    monkeypatch.setattr(Runner, "_start_compiles", lambda self, device: timers.append(self.choice_timer))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the load path of a GPU host
+    monkeypatch.setattr("pipec_runtime_cudagraph.runner.warm", lambda size: None)
+    context = LoadContext(kernel_dir=str(tmp_path / "k"), tuning_cache=None, profile=CompileProfile())
+    CudaGraphProgram(choice_program(), CompileOptions(runtime="cudagraph"), context)
+    ProgramRunner(choice_program(), CompileOptions(runtime="launch"), context)
+    assert timers == ["graph", "wall"]

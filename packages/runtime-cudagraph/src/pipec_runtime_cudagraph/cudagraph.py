@@ -250,8 +250,8 @@ class CudaGraphProgram:
     def __init__(self, program: Program, options: CompileOptions | None = None,
                  context: LoadContext | None = None):
         options = options or CompileOptions()
-        self.runner = ProgramRunner(program, options, context)
-        self.runner.choice_timer = "graph"  # replays pay no host time: choices go by GPU time
+        # replays pay no host time: choice groups go by GPU time
+        self.runner = ProgramRunner(program, options, context, choice_timer="graph")
         self.name = program.name
         self.padding = PadPolicy(self.runner, self.runner.bucket_policy)
         self.graphs = GraphTable(budget_from(self.runner.context, options, program.name), program.name)

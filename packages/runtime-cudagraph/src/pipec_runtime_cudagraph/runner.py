@@ -81,7 +81,7 @@ class ProgramRunner(ProgramPlan):
     by every program of the model; without one, the runner has a context of its own."""
 
     def __init__(self, program: Program, options: CompileOptions | None = None,
-                 context: LoadContext | None = None):
+                 context: LoadContext | None = None, choice_timer: str = "wall"):
         options = options or CompileOptions()
         self.context = context = context if context is not None else LoadContext()
         # the compile-time profile (pipec_ir.profile): what loading, compiling, tuning and the first
@@ -133,7 +133,9 @@ class ProgramRunner(ProgramPlan):
                 and torch.cuda.is_available() and not interpreter_active():
             self.launch_store = LaunchStore(kernel_cache_dir(self.kernel_dir) / "launches")
         self._raw_stream = None
-        self.choice_timer = "wall"  # how choice groups are timed (choices.py); "graph" under CUDA Graphs
+        # how choice groups are timed (choices.py): "graph" under CUDA Graphs. Set before the
+        # compiles start at load, which ask the table for the picks under this timer
+        self.choice_timer = choice_timer
         self.default_device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         if self.default_device.type == "cpu":
             enable_interpreter()
