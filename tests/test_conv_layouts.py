@@ -159,3 +159,26 @@ def test_resnet_block_on_cuda_matches_eager(dtype):
     # cuDNN's NHWC kernels sum in another order than its NCHW ones: a few ulps of the output
     torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
     assert got.stride() == expected.stride()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_up_block_on_cuda_matches_eager_with_its_cat_channels_last(tmp_path):
+    """On CUDA the layout passes are on by default: the skip connection's cat joins NHWC parts
+    (follow_layouts.py), and the group norm after it splits its statistics (fusion split_rows.py:
+    8 rows of 6 x 4096 values at 64 x 64 pixels)."""
+    from pipec_ir import loads
+
+    torch.manual_seed(0)
+    model = UpBlock().to("cuda", torch.bfloat16).eval()
+    x = torch.randn(2, 16, 64, 64, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(2, 8, 64, 64, device="cuda", dtype=torch.bfloat16)
+    t = torch.randn(2, 12, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(x, r, t)
+        got = pipec.compile(model, cache="none", dump_dir=str(tmp_path))(x, r, t)
+    torch.testing.assert_close(got, expected, **TOLERANCE[torch.bfloat16])
+    assert got.stride() == expected.stride()
+    (graph,) = [loads(f.read_text()) for f in tmp_path.glob("*.capture.json")]
+    cats = [n for n in graph.nodes if n.op == "where" and n.name.startswith("cat")]
+    assert cats and all(str(n.type.shape[3]) == "24" for n in cats)  # joined over NHWC
