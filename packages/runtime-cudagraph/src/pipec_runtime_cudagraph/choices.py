@@ -41,7 +41,7 @@ class ChoiceStep:
     `forced`, `tune`, `default`, `runner` and `chosen` to inline the picked alternative)."""
 
     __slots__ = ("runner", "name", "alternatives", "default", "tune", "forced", "chosen", "timings", "table_picks",
-                 "profile")
+                 "profile", "_digest")
 
     def __init__(self, runner, name: str, alternatives: dict[str, list], default: str, tune: bool,
                  forced: str | None):
@@ -52,6 +52,7 @@ class ChoiceStep:
         self.timings: dict[tuple, dict[str, float]] = {}  # size bucket -> alternative -> ms
         self.table_picks: set[tuple] = set()  # size buckets whose alternative the tuning table chose, untimed
         self.profile = getattr(runner, "profile", None) or CompileProfile()  # the runner's (runner.py)
+        self._digest: str | None = None  # choice_digest, made once (asked at load and at each decision)
 
     def pick(self, vals, symvals, device) -> str:
         if self.forced is not None:
@@ -83,7 +84,9 @@ class ChoiceStep:
         """(timer, the model memo's key, the tuning cache's key or None without a tuning cache) of
         this group's decision in `bucket`."""
         timer = getattr(self.runner, "choice_timer", "wall")
-        digest = choice_digest(self.runner, self.alternatives)
+        if self._digest is None:
+            self._digest = choice_digest(self.runner, self.alternatives)
+        digest = self._digest
         disk_key = (tuning_key(f"choice:{timer}:{digest}", bucket, device_name(device), triton_version())
                     if getattr(self.runner, "tuning_cache", None) is not None else None)
         return timer, (digest, bucket, str(device), timer), disk_key

@@ -221,10 +221,14 @@ class ProgramRunner(ProgramPlan):
                 stand_ins[dtype] = torch.empty(16, dtype=dtype, device=device)
             return stand_ins.get(dtype)
 
-        skipped = self._unpicked_launches(symvals, device)
+        grouped = {id(s) for step, _ in self._plans.get(device.type, ())
+                   for steps in (getattr(step, "alternatives", None) or {}).values() for s in steps}
+        skipped = None  # made at the first launch of a choice group: a warm load stops before any
         for launch in self._launches.get(device.type, ()):
-            if id(launch) in skipped:
-                continue
+            if id(launch) in grouped:
+                skipped = self._unpicked_launches(symvals, device) if skipped is None else skipped
+                if id(launch) in skipped:
+                    continue
             args = [tensor(i) for i in launch.ptrs]
             if all(a is not None for a in args):
                 yield launch.compile_jobs(launch.candidates(symvals, device), args, symvals)
