@@ -103,12 +103,9 @@ def _channels_last_operands(node) -> dict[int, torch.fx.Node] | None:
             return None
         if not _same_shape(operand, val.shape):
             continue  # broadcast: permuted to match (or a scalar)
-        if _is_nchw_view(a):
-            full[id(a)] = a.args[0]
-        elif _library_result(a) and _channels_last_strides(operand):
-            full[id(a)] = None
-        else:
+        if not _channels_last(a, operand):
             return None
+        full[id(a)] = a.args[0] if _is_nchw_view(a) else None
     return full or None
 
 
@@ -126,11 +123,15 @@ def _channels_last_cat(node) -> bool:
         return False
     for p in parts:
         operand = meta_val(p) if isinstance(p, torch.fx.Node) else None
-        if not isinstance(operand, torch.Tensor) or operand.dim() != 4:
-            return False
-        if not (_is_nchw_view(p) or (_library_result(p) and _channels_last_strides(operand))):
+        if not isinstance(operand, torch.Tensor) or operand.dim() != 4 or not _channels_last(p, operand):
             return False
     return True
+
+
+def _channels_last(node, val: torch.Tensor) -> bool:
+    """Is `node` (whose tensor is `val`) channels-last: the NCHW view of NHWC storage, or a
+    computed tensor the trace made with channels-last strides?"""
+    return _is_nchw_view(node) or (_library_result(node) and _channels_last_strides(val))
 
 
 def _is_nchw_view(node) -> bool:

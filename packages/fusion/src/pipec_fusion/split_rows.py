@@ -73,10 +73,6 @@ class RowSplit:
         return tuple(d if d < self.dim else d + 1 for d in self.dims)
 
     @property
-    def block_dim(self) -> int:
-        return self.dim
-
-    @property
     def block_count(self) -> int:
         """Elements each partial reduces."""
         return math.prod(self.shape[d] for d in self.dims) // self.blocks
@@ -126,16 +122,16 @@ class _Writer:
         kept as 1; without, to the kept dims (the original sum's shape, which a reduction kernel
         can store)."""
         if keepdim:
-            out = [1 if d == split.block_dim else s for d, s in enumerate(shape)]
-            return self.add(base, "sum", (value,), out, dtype, dims=(split.block_dim,), keepdim=True)
-        dims = tuple(sorted((*split.reduced, split.block_dim)))
+            out = [1 if d == split.dim else s for d, s in enumerate(shape)]
+            return self.add(base, "sum", (value,), out, dtype, dims=(split.dim,), keepdim=True)
+        dims = tuple(sorted((*split.reduced, split.dim)))
         out = [s for d, s in enumerate(shape) if d not in dims]
         return self.add(base, "sum", (value,), out, dtype, dims=dims, keepdim=False)
 
 
-def _square_of_deviation(nodes: dict[str, Node], total: Node) -> tuple[str, str, tuple[str, ...]] | None:
-    """For `total = sum((x - expand(m)) ** 2)` with `m = div(s, full)`: (x, s's name, the square,
-    the deviation and the views of m between them: what only `total` may read)."""
+def _square_of_deviation(nodes: dict[str, Node], total: Node) -> tuple[str, str, str, tuple[str, ...]] | None:
+    """For `total = sum((x - expand(m)) ** 2)` with `m = div(s, full)`: (x, s's name, m's name,
+    the square, the deviation and the views of m between them: what only `total` may read)."""
     sq = nodes.get(total.inputs[0])
     if sq is None or sq.op != "mul" or sq.inputs[0] != sq.inputs[1]:
         return None
@@ -171,8 +167,8 @@ def split_row_reductions(graph: Graph) -> Graph:
         shape, reduced = split.split_shape, split.reduced
         part_shape = [1 if d in reduced else s for d, s in enumerate(shape)]
         keepdim = bool(node.attr("keepdim"))
-        total_shape = [1 if d == split.block_dim else s for d, s in enumerate(part_shape)] if keepdim else \
-            [s for d, s in enumerate(shape) if d not in split.reduced and d != split.block_dim]
+        row_shape = [1 if d == split.dim else s for d, s in enumerate(part_shape)]  # every reduced dim 1
+        total_shape = row_shape if keepdim else [s for d, s in enumerate(shape) if d not in reduced and d != split.dim]
         pair = _square_of_deviation(nodes, node)
         first = firsts.get(pair[1]) if pair is not None else None
         welford = first is not None and first[0] == split and first[1] == pair[0]
@@ -189,8 +185,7 @@ def split_row_reductions(graph: Graph) -> Graph:
             squares = write.add(f"{node.name}_sq", "mul", (deviation, deviation), shape, dtype)
             block_m2 = write.add(f"{node.name}_part", "sum", (squares,), part_shape, dtype, dims=reduced,
                                  keepdim=True)
-            mean_shape = [1 if d == split.block_dim else s for d, s in enumerate(part_shape)]
-            mean = write.add(f"{node.name}_mean", "reshape", (pair[2],), mean_shape, dtype)
+            mean = write.add(f"{node.name}_mean", "reshape", (pair[2],), row_shape, dtype)
             spread = write.add(f"{node.name}_spread", "sub", (block_mean, write.add(
                 f"{node.name}_mean_b", "expand", (mean,), part_shape, dtype)), part_shape, dtype)
             spread_sq = write.add(f"{node.name}_spread_sq", "mul", (spread, spread), part_shape, dtype)
