@@ -88,3 +88,47 @@ def test_bf16_group_norm_matches_eager(split_rows):
     # bf16 output: as far from float64 as eager's own bf16 result, give or take one rounding
     assert (got.double() - want).abs().max() <= 2 * (eager.double() - want).abs().max() + 1e-2
     assert split_rows
+
+
+class ResidualBlock(torch.nn.Module):
+    """A UNet resnet block's end and the next block's norm: the residual sum is kept in bf16 for
+    the skip path and normalized in fp32 (group norm's decomposition casts it first)."""
+
+    def __init__(self, channels=32, groups=8):
+        super().__init__()
+        self.norm1 = torch.nn.GroupNorm(groups, channels)
+        self.conv = torch.nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm2 = torch.nn.GroupNorm(groups, channels)
+
+    def forward(self, x):
+        out = (x + self.conv(torch.nn.functional.silu(self.norm1(x)))) / 1.0
+        return out, self.norm2(out)
+
+
+@pytest.fixture
+def fused_plans(monkeypatch):
+    """The kernel plans fusion makes in this test."""
+    import pipec_fusion
+
+    plans, real = [], pipec_fusion.fuse_graph
+    monkeypatch.setattr(pipec_fusion, "fuse_graph", lambda *a, **k: plans.append(real(*a, **k)) or plans[-1])
+    return plans
+
+
+def test_the_next_norm_reads_the_bf16_residual_sum(fused_plans):
+    """No kernel stores the fp32 cast of a value it also stores in bf16: the norm's kernels read
+    the bf16 sum and widen it (fusion recompute_stored.py), and the results match eager's."""
+    torch.manual_seed(0)
+    model = ResidualBlock().to(DEVICE, torch.bfloat16).eval()
+    x = torch.randn(2, 32, 32, 32, device=DEVICE, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = pipec.compile(model)(x)
+        want = copy.deepcopy(model).double()(x.double())
+        eager = model(x)
+    for g, w, e in zip(got, want, eager):
+        assert (g.double() - w).abs().max() <= 2 * (e.double() - w).abs().max() + 1e-2
+    (plan,) = fused_plans
+    nodes = plan.graph.node_map()
+    for k in plan.kernels:
+        casts = [o for o in k.outputs if nodes[o].op == "cast" and nodes[o].type.dtype == "float32"]
+        assert not (casts and len(k.outputs) > 1), f"{k.name} stores {casts} beside {k.outputs}"

@@ -120,3 +120,68 @@ def test_a_value_a_gather_reads_is_no_candidate(monkeypatch):
     plan = fuse_graph(graph, DefaultHeuristics())
     assert plan.graph is graph and len(passes) == 1
     assert any("xf" in k.outputs for k in plan.kernels)  # stored, for the take to read
+
+
+
+def residual_then_sums(rows=8, cols=64, op="div"):
+    """A ResNet block's end as SD's UNet has it: the bf16 residual sum (with a `div` by the output
+    scale, no cheap op to recompute) is kept for the skip path, an output here, and its fp32 cast
+    feeds sums in two kernels: over rows (with the producer) and over columns (a kernel of its own)."""
+    g = GraphBuilder("residual_sums")
+    a, b = g.input("a", [rows, cols], "bfloat16"), g.input("b", [rows, cols], "bfloat16")
+    scale = g.node("full", (), [rows, cols], "bfloat16", value=1.0)
+    total = g.node(op, (g.node("add", (a, b), [rows, cols], "bfloat16"), scale),
+                   [rows, cols], "bfloat16", name="total")
+    wide = g.node("cast", (total,), [rows, cols], name="wide")
+    return g.build(total, g.reduce("sum", wide, (1,), keepdim=True), g.reduce("sum", wide, (0,)))
+
+
+def test_a_cast_of_a_value_its_kernel_stores_anyway_is_read_from_that_value():
+    """The producer stores the bf16 sum for the skip path: the column sum reads it (2 bytes) and
+    widens it itself, where it read the fp32 cast (4 bytes), which the producer no longer stores."""
+    plan = preset("default").fuse(residual_then_sums(), OPTS)
+    producer = next(k for k in plan.kernels if "total" in k.outputs)
+    assert not any(o.startswith("wide") for o in producer.outputs)
+    (column,) = [k for k in plan.kernels if k.kind == "reduction" and k.reduce_dims == (0,)]
+    assert column is not producer and column.inputs == ("total",)
+
+
+def gathered_then_copied(rows=8, cols=64):
+    """SD's up-block cat: a gather (no cone to recompute) whose bf16 value is stored as
+    identity(permute(permute(x))) (for the shortcut convolution there, an output here), placed
+    after the sums that read its fp32 cast, as graph order has it in SD."""
+    g = GraphBuilder("gathered_copied")
+    x, idx = g.input("x", [rows, cols], "bfloat16"), g.input("idx", [rows, cols], "int64")
+    joined = g.node("take", (x, idx), [rows, cols], "bfloat16", name="joined")
+    wide = g.node("cast", (joined,), [rows, cols], name="wide")
+    row = g.reduce("sum", wide, (1,), keepdim=True)
+    column = g.reduce("sum", wide, (0,))
+    there = g.permute(g.permute(joined, (1, 0)), (1, 0))
+    kept = g.node("identity", (there,), [rows, cols], "bfloat16", name="kept")
+    return g.build(row, column, kept)
+
+
+def test_a_cast_reads_the_store_that_holds_its_operand():
+    """The column sum reads `kept` (bf16), which holds the gather's elements, and widens it; the
+    fp32 cast is no longer stored. `kept` moves up in graph order to come before the sum."""
+    plan = preset("default").fuse(gathered_then_copied(), OPTS)
+    producer = next(k for k in plan.kernels if "kept" in k.outputs)
+    assert not any(o.startswith("wide") for o in producer.outputs)
+    (column,) = [k for k in plan.kernels if k.kind == "reduction" and k.reduce_dims == (0,)]
+    assert column.inputs == ("kept",)
+    names = [n.name for n in plan.graph.nodes]
+    assert names.index("kept") < min(names.index(n) for n in column.nodes)
+
+
+def test_copies_join_only_their_readers_kernel():
+    """The copy of the cast reads a store of the kernel it came from: without pins fusion would
+    merge it back there first and the rewrite would be dropped (engine `_stray_copies`)."""
+    from pipec_fusion.engine import _stray_copies
+    from pipec_fusion.legality import Group
+
+    pins = {"wide_rc0": (0, frozenset({"sum_5"}))}
+    copy, reader, home = (Group("pointwise", frozenset({"wide_rc0"}), (8, 64)),
+                          Group("reduction", frozenset({"sum_5"}), (8, 64), (0,)),
+                          Group("reduction", frozenset({"total", "sum_4"}), (8, 64), (1,)))
+    assert _stray_copies(pins, copy, home) and not _stray_copies(pins, copy, reader)
+    assert not _stray_copies(pins, home, copy)  # a group with other members is free

@@ -61,6 +61,7 @@ class _State:
         # the previous pass of this fuse_graph call: what it found about a group none of whose
         # members the recompute rewrite changed holds here too (`reusable`)
         self.earlier = earlier
+        self.pins: dict = {}  # recompute copies -> (candidate, readers): set by _fuse_once (`_stray_copies`)
         self.changed = changed_nodes(earlier.an, an) if earlier is not None else None
         self._unchanged: dict[Group, bool] = {}
         self._first: dict[Group, int] = {}
@@ -206,8 +207,9 @@ def fuse_graph(graph: Graph, heuristics: Heuristics, policy: str | None = None,
     candidates = find_candidates(state.an, state.groups, state.owner, heuristics)
     previous = first
     while candidates:
-        rewritten, copies = rewrite(graph, state.an, candidates)
-        previous = _fuse_once(rewritten, heuristics, memo=memo, earlier=previous.state)
+        pins: dict = {}
+        rewritten, copies = rewrite(graph, state.an, candidates, pins)
+        previous = _fuse_once(rewritten, heuristics, memo=memo, earlier=previous.state, pins=pins)
         kept = [c for c in candidates if landed(previous.state.owner, c, copies[c])]
         if len(kept) == len(candidates):
             return _plan_of(previous, policy or heuristics.name)
@@ -227,9 +229,10 @@ class _Pass:
 
 
 def _fuse_once(graph: Graph, heuristics: Heuristics, fuel: int | None = None, memo: CheckMemo | None = None,
-               earlier: _State | None = None) -> _Pass:
+               earlier: _State | None = None, pins: dict | None = None) -> _Pass:
     an = GraphAnalysis(graph)
     state = _State(an, memo, earlier if REUSE_EARLIER_PASS else None)
+    state.pins = pins or {}
     fusions, rejected = merge_greedily(state, heuristics, fuel)
     return _Pass(state, graph, fusions, rejected)
 
@@ -350,6 +353,8 @@ def _static_uncached(state: _State, ga: Group, gb: Group, cand_kind: str):
 
 
 def _score(state: _State, heuristics: Heuristics, ga: Group, gb: Group, hkind: str):
+    if state.pins and (_stray_copies(state.pins, ga, gb) or _stray_copies(state.pins, gb, ga)):
+        return None
     key = (ga, gb, hkind)
     found = state.scores.get(key, _MISSING)  # one lookup: asked ~100k times under `aggressive`
     if found is _MISSING:
@@ -357,6 +362,22 @@ def _score(state: _State, heuristics: Heuristics, ga: Group, gb: Group, hkind: s
         if found is _MISSING:
             found = state.scores[key] = heuristics.score(state.info(ga), state.info(gb), hkind)
     return found
+
+
+def _stray_copies(pins: dict, group: Group, other: Group) -> bool:
+    """Is `group` only copies of recompute candidates (recompute_stored.rewrite's `pins`) and
+    `other` neither a kernel reading them nor copies of the same candidates? Such a merge would put
+    the copies where no reader is, and the rewrite would be undone."""
+    numbers, readers = set(), set()
+    for m in group.members:
+        pin = pins.get(m)
+        if pin is None:
+            return False
+        numbers.add(pin[0])
+        readers |= pin[1]
+    if not readers.isdisjoint(other.members):
+        return False
+    return not any(pins.get(m, (None,))[0] in numbers for m in other.members)
 
 
 def _has_detour(dag: nx.DiGraph, reach: Reachability, a: int, b: int) -> bool:
