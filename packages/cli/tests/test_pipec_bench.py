@@ -502,3 +502,32 @@ def test_settle_calls_as_a_loop_holding_the_last_result():
     assert len(made) == SETTLE_CALLS >= 2
     assert alive_at_call == [False] + [True] * (SETTLE_CALLS - 1)
     assert all(ref() is None for ref in made)
+
+
+CONV_SRC = '''
+import torch
+
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+example_inputs = (torch.randn(2, 3, 8, 8),)
+'''
+
+
+def test_to_channels_last_moves_4d_weights_and_inputs_only():
+    from pipec.model_file import to_channels_last
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Linear(6, 6))
+    x, ids = torch.randn(2, 3, 8, 8), torch.arange(6).view(2, 3)
+    model, (x2, ids2) = to_channels_last(model, (x, ids))
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last) and not model[0].weight.is_contiguous()
+    assert model[1].weight.is_contiguous() and ids2 is ids
+    assert x2.is_contiguous(memory_format=torch.channels_last) and torch.equal(x2, x)
+
+
+def test_bench_channels_last_times_the_converted_model(fake_stages, capsys, tmp_path):
+    path = tmp_path / "convnet.py"
+    path.write_text(CONV_SRC)
+    code, out, err = run(["bench", path, *QUICK, "--no-warm", "--channels-last", "--json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    assert "(channels-last)" in result["model"]
+    assert all(b["error"] is None for b in result["backends"])

@@ -90,17 +90,34 @@ def to_dtype(model, inputs, dtype: str):
     return model, inputs
 
 
-__all__ = ["load_model_file", "load_model_module", "to_device", "to_dtype"]
+def to_channels_last(model, inputs):
+    """The model's 4-d parameters and buffers and the 4-d inputs stored channels-last (NHWC):
+    `model.to(memory_format=torch.channels_last)`, what a conv net's user does for cuDNN's
+    16-bit kernels; values unchanged."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    if isinstance(model, torch.nn.Module):
+        model = model.to(memory_format=torch.channels_last)
+    inputs = tree_map(lambda t: t.contiguous(memory_format=torch.channels_last)
+                      if isinstance(t, torch.Tensor) and t.dim() == 4 else t, inputs)
+    return model, inputs
 
 
-def ready_to_check(model, example, name: str, device: str, dtype: str | None):
-    """(model, inputs) on `device`, cast to `dtype`, in eval mode, after one eager run that must
-    succeed (else a usage error): what bench, bisect and minify compare the compiled model with."""
+__all__ = ["load_model_file", "load_model_module", "to_channels_last", "to_device", "to_dtype"]
+
+
+def ready_to_check(model, example, name: str, device: str, dtype: str | None, channels_last: bool = False):
+    """(model, inputs) on `device`, cast to `dtype`, channels-last if asked, in eval mode, after one
+    eager run that must succeed (else a usage error): what bench, bisect and minify compare the
+    compiled model with."""
     import torch
 
     model, example = to_device(model, example, device)
     if dtype is not None:
         model, example = to_dtype(model, example, dtype)
+    if channels_last:
+        model, example = to_channels_last(model, example)
     if isinstance(model, torch.nn.Module):
         model = model.eval()
     try:

@@ -75,6 +75,9 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
                   "is its rounds' median.")] = 3,
               dtype: Annotated[BenchDtype | None, typer.Option(
                   "--dtype", help="Cast the model and its floating inputs first.")] = None,
+              channels_last: Annotated[bool, typer.Option(
+                  "--channels-last", help="Store the model's 4-d weights and the 4-d inputs channels-last "
+                  "first, for every backend (conv nets: no weight copies per call).")] = False,
               atol: Annotated[float | None, typer.Option("--atol", help="Numerics check tolerance (with --rtol; "
                                                          "default: the file's `tolerance`, else the dtype's).")] = None,
               rtol: Annotated[float | None, typer.Option("--rtol", help="See --atol.")] = None,
@@ -107,7 +110,10 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     check_output_file(output, "--output")
     model_obj, example, name, module = load_model_module(model_file, model, inputs)
     atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
-    model_obj, example = ready_to_check(model_obj, example, name, device, dtype.value if dtype is not None else None)
+    model_obj, example = ready_to_check(model_obj, example, name, device, dtype.value if dtype is not None else None,
+                                        channels_last)
+    if channels_last:
+        name = f"{name} (channels-last)"
     bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
                                  rep_ms=rep, rounds=rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
                                  pipec_modes=pipec_modes, keep_going=keep_going, warm=warm)
