@@ -34,7 +34,6 @@ aten = torch.ops.aten
 
 LAYOUT_ON = ("cuda",)  # devices whose convolution kernels want channels-last operands
 HINT_BYTES = 64 << 20  # weights copied per call from which `hint_weight_copies` speaks
-_HINTED = False
 
 
 class PerformanceHint(UserWarning):
@@ -66,16 +65,16 @@ def convs_channels_last(gm: torch.fx.GraphModule, devices: tuple[str, ...] | Non
 
 
 def hint_weight_copies(weights: list[torch.Tensor]) -> None:
-    """Say once per process, where a graph copies at least HINT_BYTES of convolution weights (graph
-    inputs: the model's parameters) to NHWC on every call, that a channels-last model stores them
-    so once. SD 1.5's UNet copies 53 weights, 1.1 GB read and written per call: 0.79 of its 7.0 ms
-    of kernel time under CUDA Graphs on an H100 (session 37). With the model (and its input)
-    channels-last, the graph has no copy left (a small conv net's plan, checked on the CPU)."""
-    global _HINTED
+    """Say, where a graph copies at least HINT_BYTES of convolution weights (graph inputs: the
+    model's parameters) to NHWC on every call, that a channels-last model stores them so once.
+    SD 1.5's UNet copies 53 weights, 1.1 GB read and written per call: 0.79 of its 7.0 ms of
+    kernel time under CUDA Graphs on an H100 (session 37). With the model (and its input)
+    channels-last, the graph has no copy left (a small conv net's plan, checked on the CPU).
+    Python's default warning filter shows a message once per place, so a model compiled again
+    says it once."""
     nbytes = sum(w.numel() * w.element_size() for w in weights)
-    if _HINTED or nbytes < HINT_BYTES:
+    if nbytes < HINT_BYTES:
         return
-    _HINTED = True
     warnings.warn(f"pipec: {len(weights)} convolution weights ({nbytes / 2**20:.0f} MiB) are copied to "
                   "channels-last on every call (cuDNN's 16-bit kernels read NHWC); "
                   "model.to(memory_format=torch.channels_last) stores them so once", PerformanceHint, stacklevel=2)
