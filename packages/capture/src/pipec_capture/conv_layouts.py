@@ -33,14 +33,13 @@ from .fx_edit import call_node, meta_val, recompiled_if, replace_node, stored_pe
 aten = torch.ops.aten
 
 LAYOUT_ON = ("cuda",)  # devices whose convolution kernels want channels-last operands
+HALF_TYPES = (torch.float16, torch.bfloat16)
+TO_NHWC = (0, 2, 3, 1)
 HINT_BYTES = 64 << 20  # weights copied per call from which `hint_weight_copies` speaks
 
 
 class PerformanceHint(UserWarning):
     """pipec could run this model faster if the model changed (a warning category users can filter)."""
-
-HALF_TYPES = (torch.float16, torch.bfloat16)
-TO_NHWC = (0, 2, 3, 1)
 
 
 def convs_channels_last(gm: torch.fx.GraphModule, devices: tuple[str, ...] | None = None) -> int:

@@ -55,13 +55,14 @@ class _Candidate:
 
 
 class _State:
-    def __init__(self, an: GraphAnalysis, memo: CheckMemo | None = None, earlier: _State | None = None):
+    def __init__(self, an: GraphAnalysis, memo: CheckMemo | None = None, earlier: _State | None = None,
+                 pins: dict | None = None):
         self.an = an
         self.memo = memo  # legality results of earlier passes (check_memo.py)
         # the previous pass of this fuse_graph call: what it found about a group none of whose
         # members the recompute rewrite changed holds here too (`reusable`)
         self.earlier = earlier
-        self.pins: dict = {}  # recompute copies -> (candidate, readers): set by _fuse_once (`_stray_copies`)
+        self.pins = pins or {}  # recompute copies -> (candidate number, readers): `_stray_copies`
         self.changed = changed_nodes(earlier.an, an) if earlier is not None else None
         self._unchanged: dict[Group, bool] = {}
         self._first: dict[Group, int] = {}
@@ -231,8 +232,7 @@ class _Pass:
 def _fuse_once(graph: Graph, heuristics: Heuristics, fuel: int | None = None, memo: CheckMemo | None = None,
                earlier: _State | None = None, pins: dict | None = None) -> _Pass:
     an = GraphAnalysis(graph)
-    state = _State(an, memo, earlier if REUSE_EARLIER_PASS else None)
-    state.pins = pins or {}
+    state = _State(an, memo, earlier if REUSE_EARLIER_PASS else None, pins)
     fusions, rejected = merge_greedily(state, heuristics, fuel)
     return _Pass(state, graph, fusions, rejected)
 
