@@ -6,8 +6,8 @@
 Each DIR is a pipec kernel cache (its `tuning/` folder) or a `tuning/` folder itself, filled by
 compiles on a GPU of the family (`PIPEC_KERNEL_DIR`, or `PIPEC_CACHE_DIR`). Every timing
 there that carries its features (runtime tuning_cache.py) is a sample; samples with the same
-feature key are one decision (a launch's sample counts under its refined features, with the
-kernel's body, and under the coarse ones, without). A decision enters the table only when one
+feature key are one decision (a sample counts under its refined features, with a launch's kernel
+body or a choice group's exact shapes, and under the coarse ones, without). A decision enters the table only when one
 candidate was within `MARGIN` (5%) of the fastest in every sample of it, or, for a decision of many
 samples whose spread is timing noise (the same kernel in every layer), by their median
 (`decide_noisy`); where runs disagree otherwise, or a candidate failed in one of them, the
@@ -25,15 +25,15 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from pipec_runtime_cudagraph.tuning_table import FORMAT, MARGIN, TABLE_DIR, coarse, feature_key
+from pipec_runtime_cudagraph.tuning_table import FORMAT, MARGIN, REFINEMENTS, TABLE_DIR, coarse, feature_key
 
 # a decision left open by disagreeing samples is decided by their median from this many on
 NOISY_MIN_SAMPLES = 5
 
 
 def samples(directories: list[Path], family: str) -> tuple[dict[str, list[dict]], set[str], int]:
-    """feature key -> the samples of that decision ({label: ms}); the keys that name a kernel's
-    body (refined launch features); and how many files were skipped."""
+    """feature key -> the samples of that decision ({label: ms}); the refined keys (a launch's
+    body, a choice group's exact shapes); and how many files were skipped."""
     found: dict[str, list[dict]] = defaultdict(list)
     refined: set[str] = set()
     skipped = 0
@@ -50,13 +50,14 @@ def samples(directories: list[Path], family: str) -> tuple[dict[str, list[dict]]
                 skipped += 1
                 continue
             sample = {label: (math.inf if t is None else float(t)) for label, t in zip(labels, times)}
-            # under the refined features (a launch's body) and the coarse ones: the runtime looks the
-            # refined key up first, and the coarse entry serves kernels no run has seen
+            # under the refined features (a launch's body, a choice group's exact shapes) and the
+            # coarse ones: the runtime looks the refined key up first, and the coarse entry serves
+            # kernels and sizes no run has seen
             for version in (features, coarse(features)):
                 if version is not None:
                     key = feature_key(version)
                     found[key].append(sample)
-                    if "body" in version:
+                    if any(k in version for k in REFINEMENTS):
                         refined.add(key)
     return found, refined, skipped
 

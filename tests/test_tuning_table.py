@@ -93,6 +93,27 @@ def test_kernels_told_apart_by_their_bodies_each_get_their_pick(tmp_path, capsys
     assert "5 entries" in capsys.readouterr().err  # 4 refined, 1 coarse
 
 
+def test_choice_groups_told_apart_by_their_exact_shapes_each_get_their_pick(tmp_path, capsys):
+    """A GEMM choice group at two sizes of one power of two (BERT base's and BERT-large's FFN
+    products): where they disagree each size keeps its own pick and the rounded key is left
+    to timing; a third size of that power of two is then timed, not given either pick."""
+    labels = ["library", "pingpong"]
+
+    def choice(exact):
+        return {"kind": "choice", "timer": "events", "alternatives": {"library": [], "pingpong": []},
+                "exact": [exact]}
+    tuning = tmp_path / "run" / "tuning"
+    for k, (exact, times) in enumerate([("bfloat16[4096, 3072]", [0.95, 1.0]), ("bfloat16[4096, 4096]", [1.0, 0.8])]):
+        write(tuning, f"c{k}", 0, times, features=choice(exact), labels=labels)
+    out = tmp_path / "sm90.json"
+    assert learn_tuning_table.main([str(tmp_path / "run"), "--family", "sm90", "--out", str(out)]) == 0
+    table = TuningTable.for_family("sm90", tmp_path)
+    assert table.pick(choice("bfloat16[4096, 3072]")) == "library"
+    assert table.pick(choice("bfloat16[4096, 4096]")) == "pingpong"
+    assert table.pick(choice("bfloat16[4096, 3584]")) is None
+    assert "2 entries" in capsys.readouterr().err
+
+
 def test_learns_a_table_the_runtime_reads(tmp_path, capsys):
     run1, run2 = tmp_path / "run1" / "tuning", tmp_path / "run2" / "tuning"
     write(run1, "k1", 128, [1.0, 0.5])  # BLOCK=128 wins twice: learned

@@ -228,3 +228,20 @@ def test_a_cuda_graph_runner_asks_for_graph_clock_picks_from_its_start(monkeypat
     CudaGraphProgram(choice_program(), CompileOptions(runtime="cudagraph"), context)
     ProgramRunner(choice_program(), CompileOptions(runtime="launch"), context)
     assert timers == ["graph", "wall"]
+
+
+def test_a_choice_group_is_refined_by_its_exact_shapes(fake_gpu, tmp_path):
+    """Two sizes of one power of two share a choice group's coarse key but not its refined one:
+    a pick learned on one size does not serve the other unless every size agreed (the coarse
+    entry), and a table learned before the refinement still answers through the coarse key."""
+    def features(n):
+        runner = ProgramRunner(choice_program(n), CompileOptions(runtime="launch"), LoadContext(tuning_cache=False))
+        group = next(step for step, _ in runner._build("cpu", tune=True) if hasattr(step, "known_pick"))
+        return tuning_table.choice_features(runner, group.alternatives, (), "events")
+    small, large = features(96), features(100)
+    assert coarse(small) == coarse(large) and small != large
+    assert small["exact"] == ["float32[96]"] and large["exact"] == ["float32[100]"]
+    assert "float32[128]" in json.dumps(small["alternatives"])  # the coarse shapes, rounded
+    table = TuningTable({feature_key(large): "b", feature_key(coarse(large)): "a"})
+    assert table.pick(large) == "b" and table.pick(small) == "a"
+    assert TuningTable({feature_key(coarse(large)): "a"}).pick(small) == "a"  # a table learned before

@@ -18,7 +18,11 @@ dtypes is the same decision):
   the refined key first: a kernel whose body no run has seen still finds the coarse pick;
 - a choice group: the timer, and per alternative its launches' candidate configs and its
   extern calls' targets, and the shapes (rounded up to powers of two) and dtypes of the
-  values they read and write.
+  values they read and write; and, as a refinement, the *exact* shapes of those values. A
+  GEMM's alternatives (a Triton kernel with the epilogue on its tile, or cuBLAS and a
+  pointwise kernel) cross over within one power of two: BERT base's FFN product (4096, 768) x
+  (768, 3072) rounds to BERT-large's (4096, 1024) x (1024, 4096), and the ping-pong kernel that
+  wins on the larger one lost 7% on the smaller one on an H100 (docs/performance.md, session 38).
 
 The tuning cache stores these features beside each timing (tuning_cache.py), and
 `scripts/learn_tuning_table.py` turns the timings of many runs into a table per GPU family
@@ -98,11 +102,15 @@ def _calls(source: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(Counter(_CALL.findall(source)).items()))
 
 
+# the refining features: a launch's body, a choice group's exact shapes
+REFINEMENTS = ("body", "exact")
+
+
 def coarse(features: dict) -> dict | None:
     """`features` without the refinement, or None where there is none."""
-    if "body" not in features:
+    if not any(k in features for k in REFINEMENTS):
         return None
-    return {k: v for k, v in features.items() if k != "body"}
+    return {k: v for k, v in features.items() if k not in REFINEMENTS}
 
 
 def choice_features(runner, alternatives: dict[str, list], symvals: tuple, timer: str) -> dict:
@@ -110,15 +118,18 @@ def choice_features(runner, alternatives: dict[str, list], symvals: tuple, timer
     types = {b.name: b.type for b in (*runner.program.inputs, *runner.program.buffers)}
     name_of = {i: n for n, i in runner.index.items()}
 
+    exact: set[str] = set()
+
     def value(name) -> str:
         t = types.get(name)
         if t is None:
             return "?"
         try:
-            shape = [pow2(v) for v in compile_ints(list(t.shape), runner.symbols)(*symvals)]
+            sizes = compile_ints(list(t.shape), runner.symbols)(*symvals)
         except (KeyError, TypeError):  # a size no symbol value decides: a feature of its own
             return f"{t.dtype}?"
-        return f"{t.dtype}{shape}"
+        exact.add(f"{t.dtype}{list(sizes)}")
+        return f"{t.dtype}{[pow2(v) for v in sizes]}"
 
     parts = {}
     for alt in sorted(alternatives):
@@ -134,7 +145,7 @@ def choice_features(runner, alternatives: dict[str, list], symvals: tuple, timer
             else:
                 steps.append(["other", type(obj).__name__])
         parts[alt] = steps
-    return {"kind": "choice", "timer": timer, "alternatives": parts}
+    return {"kind": "choice", "timer": timer, "alternatives": parts, "exact": sorted(exact)}
 
 
 class TuningTable:
@@ -185,5 +196,5 @@ def table_for(runner, device) -> TuningTable | None:
     return tables[family]
 
 
-__all__ = ["FORMAT", "MARGIN", "TABLE_DIR", "TuningTable", "choice_features", "describe_config", "feature_key",
+__all__ = ["FORMAT", "MARGIN", "REFINEMENTS", "TABLE_DIR", "TuningTable", "choice_features", "describe_config", "feature_key",
            "gpu_family", "launch_features", "pow2", "table_for"]
