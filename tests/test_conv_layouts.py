@@ -10,6 +10,7 @@ from torch import nn
 
 import pipec
 from pipec_capture import conv_bias, conv_layouts
+from pipec_ir import loads
 
 
 class ResnetBlock(nn.Module):
@@ -182,3 +183,45 @@ def test_up_block_on_cuda_matches_eager_with_its_cat_channels_last(tmp_path):
     (graph,) = [loads(f.read_text()) for f in tmp_path.glob("*.capture.json")]
     cats = [n for n in graph.nodes if n.op == "where" and n.name.startswith("cat")]
     assert cats and all(str(n.type.shape[3]) == "24" for n in cats)  # joined over NHWC
+
+
+class Bottleneck(nn.Module):
+    """ResNet's bottleneck (1 x 1, 3 x 3, 1 x 1 convs with batch norms), its shortcut a 1 x 1 conv
+    where the width changes."""
+
+    def __init__(self, cin, width, cout):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.shortcut = (nn.Sequential(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout))
+                         if cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return torch.relu(self.layers(x) + self.shortcut(x))
+
+
+def test_resnet_stages_store_each_block_output_once(layouts_on_cpu, tmp_path):
+    """Each block's output feeds the next block's first conv and its residual add. The sum is
+    computed over the convs' NHWC results, so it is stored once, NHWC, and the conv reads that
+    (capture `drop_needless_copies`): no kernel also stores an NHWC copy of it (ResNet-50's
+    first block's two 51 MiB stores set its peak). Values as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(Bottleneck(8, 4, 16), Bottleneck(16, 4, 16), Bottleneck(16, 4, 16)).to(torch.bfloat16).eval()
+    for m in model.modules():  # batch norms with statistics of their own, not the identity
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    x = torch.randn(2, 8, 6, 6, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(x)
+        got = pipec.compile(model, cache="none", dump_dir=str(tmp_path))(x)
+    assert layouts_on_cpu == [10]
+    torch.testing.assert_close(got, expected, rtol=3e-2, atol=3e-2)
+    (program,) = tmp_path.glob("*.codegen.json")
+    plan = loads(program.read_text())
+    types = {b.name: b.type for b in (*plan.inputs, *plan.buffers)}
+    twice = [s.target for s in plan.steps if s.kind == "launch" and len(s.outputs) != len({types[o] for o in s.outputs})]
+    assert not twice, f"kernels storing one value twice: {twice}"

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from test_sink_gathers import run_graph, targets, traced
 
-from pipec_capture.conv_layouts import convs_channels_last, output_strides, restore_output_strides
+from pipec_capture.conv_layouts import convs_channels_last, drop_needless_copies, output_strides, restore_output_strides
 from pipec_capture.follow_layouts import follow_layouts
 
 aten = torch.ops.aten
@@ -36,6 +36,7 @@ def _layout_passes(gm):
     before = output_strides(gm)
     rewritten = convs_channels_last(gm, CPU)
     follow_layouts(gm)
+    drop_needless_copies(gm)
     restore_output_strides(gm, before)
     return rewritten
 
@@ -58,6 +59,32 @@ def test_a_resnet_step_convolves_nhwc_operands_and_returns_eager_strides():
     out = run_graph(gm, x, w1, w2)
     torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-2)
     assert out.is_contiguous()  # as eager returns it
+
+
+def test_a_residual_sum_stored_nhwc_is_not_copied_again_for_the_next_conv():
+    """ResNet's bottleneck end: relu(conv(a) + conv(b)) feeds the next block's conv and its
+    residual add. The first pass copies the sum to NHWC (it was traced NCHW); follow_layouts.py
+    then computes the sum over the convs' NHWC results, so the copy would store the same bytes
+    again (the two 51 MiB stores that set ResNet-50's peak). The conv reads the sum's own storage."""
+    # in the order the graph first reads them (Dynamo's order of the graph's inputs)
+    a, w1, b, w2, w3 = _tensors((2, 8, 6, 6), (16, 8, 1, 1), (2, 8, 6, 6), (16, 8, 1, 1), (16, 16, 1, 1))
+
+    def block_end(a, w1, b, w2, w3):
+        s = F.relu(F.conv2d(a, w1) + F.conv2d(b, w2))
+        return F.relu(F.conv2d(s, w3) + s)
+
+    gm = traced(block_end, a, w1, b, w2, w3)
+    expected = block_end(a, w1, b, w2, w3)
+    assert _layout_passes(gm) == 3
+    x3 = _conv_operands(gm)[2][0]
+    assert not _stored_nhwc(x3) and x3.target is aten.permute.default  # the sum's own NCHW view
+    assert x3.args[0].target is aten.relu.default  # ... of the relu, computed over NHWC storage
+    clones = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is aten.clone.default]
+    # a and b copied to NHWC, the output back to row-major (1 x 1 weights are both layouts); the sum never
+    assert len(clones) == 3
+    out = run_graph(gm, a, w1, b, w2, w3)
+    torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-2)
+    assert out.is_contiguous()
 
 
 def test_operands_already_channels_last_are_not_copied():

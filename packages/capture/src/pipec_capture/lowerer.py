@@ -36,7 +36,7 @@ from .portable_attention import LIBRARY_COPY
 from .complex_pairs import complex_as_pairs
 from .conv_bias import split_conv_bias
 from .fold_gelu import fold_tanh_gelu
-from .conv_layouts import convs_channels_last, output_strides, restore_output_strides
+from .conv_layouts import convs_channels_last, drop_needless_copies, output_strides, restore_output_strides
 from .follow_layouts import follow_layouts
 from .sink_gathers import sink_gathers
 
@@ -427,6 +427,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs=None, *, name: str = "g
     if conv_channels_last:
         convs_channels_last(gm)
     follow_layouts(gm)
+    drop_needless_copies(gm)  # the copies to NHWC of what follow_layouts stored NHWC since
     restore_output_strides(gm, traced_strides)
     follow_attention_layouts(gm)
     return Lowerer(gm, name=name, input_specs=input_specs, fullgraph=fullgraph, model_name=model_name,
