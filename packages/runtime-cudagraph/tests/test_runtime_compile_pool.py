@@ -459,3 +459,15 @@ def test_workers_build_each_signatures_launcher_once():
             raise RuntimeError("no C compiler")
     assert build_launcher(add, set(), SimpleNamespace(make_launcher=object(), CudaLauncher=Broken)) is False
     assert built_for == ["add", "one", "half"]
+
+
+def test_the_longest_compiles_go_to_the_workers_first():
+    """Gluon GEMMs, then pipelined kernels (GEMM templates), then the rest; equals in graph order."""
+    from pipec_runtime_cudagraph.compile_pool import longest_first
+
+    def request(name, stages=1, warps=4, gluon=False):
+        return ({"name": name, "gluon": gluon, "options": {"num_stages": stages, "num_warps": warps}}, b"", None)
+    batch = [request("add_0"), request("mm_1", stages=3, warps=8), request("sum_2", warps=8),
+             request("mm_3_pingpong", stages=4, gluon=True), request("add_4"), request("mm_5", stages=4)]
+    assert [r[0]["name"] for r in longest_first(batch)] == ["mm_3_pingpong", "mm_5", "mm_1", "sum_2", "add_0", "add_4"]
+    assert longest_first([]) == []
