@@ -196,7 +196,22 @@ def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
               "attempts": [{k: a[k] for k in ("exit", "error", "seconds", "command")} for a in attempts]}
     if status != "ok":
         print(f"{case['case']}: {status}: {error or 'missing ' + ', '.join(missing)}", flush=True)
+        hint = budget_hint(record, args.budget)
+        if hint:
+            print(hint, flush=True)
     return record
+
+
+def budget_hint(record: dict, budget: float) -> str | None:
+    """What to do about a case the budget stopped before it timed any backend: every later case of
+    the run may end the same way (session 38 spent a 10-minute GPU call on nine such cases, at a
+    55 s budget where a real-size case with both modes needs 60-130 s on an H100)."""
+    if record["status"] != "timed out" or any(row.get("ms") is not None for row in record["rows"].values()):
+        return None
+    compiled = sum(row.get("compile_cold_s") or 0.0 for row in record["rows"].values())
+    return (f"  hint: --budget {budget:.0f} s stopped {record['case']} before any backend was timed "
+            f"(its compiles so far: {compiled:.0f} s); a real-size case with both modes takes 60-130 s "
+            "on an H100: raise --budget")
 
 
 # ---------------------------------------------------------------- the table

@@ -378,6 +378,18 @@ def test_real_models_reruns_split_only_after_a_crash():
     assert not suite._poisoned({"exit": "timed out", "bench": {}})
 
 
+def test_real_models_says_when_the_budget_stopped_a_case_before_any_timing():
+    suite = _load_suite("real_models")
+    stopped = {"case": "bert", "status": "timed out", "rows": {
+        "eager": {"name": "eager", "ms": None}, "pipec": {"name": "pipec", "ms": None, "compile_cold_s": 12.7},
+        "pipec-reduce-overhead": {"name": "pipec-reduce-overhead", "ms": None, "compile_cold_s": 5.8}}}
+    hint = suite.budget_hint(stopped, 55)
+    assert "--budget 55 s stopped bert before any backend was timed" in hint and "18 s" in hint
+    partly = {**stopped, "rows": {**stopped["rows"], "eager": {"name": "eager", "ms": 5.1}}}
+    assert suite.budget_hint(partly, 55) is None  # something was timed: the table has it
+    assert suite.budget_hint({**stopped, "status": "failed"}, 55) is None
+
+
 def test_real_models_smoke_run(tmp_path):
     """benchmarks/real_models.py end to end on one tiny model on the CPU: child `pipec bench`, both pipec modes,
     the JSON and the markdown table."""
