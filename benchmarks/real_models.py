@@ -262,6 +262,9 @@ def table_rows(records: list[dict]) -> list[list[str]]:
         kernel_text = "-" if kernels.get("kernels") is None else (
             f"{kernels['kernels']}" + (f" +{kernels['extern_ops']} extern" if kernels.get("extern_ops") else ""))
         error = "; ".join(f"{LABELS.get(n, n)}: {_short(e)}" for n, e in r["errors"].items()) or _short(r["error"])
+        off = [f"{LABELS.get(n, n)} timed, but {_short(row['numerics'].split(' differs from eager: ', 1)[-1])}"
+               for n, row in r["rows"].items() if row.get("numerics")]  # Inductor off eager's outputs
+        error = "; ".join(filter(None, [error, *off]))
         if r.get("note"):
             error = f"{error} ({r['note']})" if error else r["note"]
         out.append([

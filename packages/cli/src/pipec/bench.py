@@ -129,6 +129,10 @@ class BackendResult:
     # (the runtime's "pipec.tuning" log: every config's time, each choice group's alternatives)
     tuning: list[str] | None = None
     error: str | None = None  # keep_going: why this backend has no time (compile error, mismatch)
+    # an Inductor row whose outputs differ from eager's beyond the tolerances (and from float64 more
+    # than eager's do): timed all the same, with this note, so the table still has its time beside
+    # pipec's (ResNet-50 in bf16: Inductor off on 1.6% of the logits, H200 and H100)
+    numerics: str | None = None
 
     @property
     def is_inductor(self) -> bool:
@@ -287,15 +291,19 @@ class Expected:
     float64: Callable[[], Any]
 
 
-def _check(label: str, outputs, expected: Expected, options: BenchOptions) -> float | None:
+def _compare(outputs, expected: Expected, options: BenchOptions) -> tuple[float | None, str | None]:
+    """(max abs error against eager, why the outputs do not pass or None)."""
     from .api import compare_outputs
 
     def reference():
         run = expected.float64()
         return None if run is None else run.outputs
 
-    max_error, mismatch = compare_outputs(outputs, expected.outputs, atol=options.atol, rtol=options.rtol,
-                                          reference=reference)
+    return compare_outputs(outputs, expected.outputs, atol=options.atol, rtol=options.rtol, reference=reference)
+
+
+def _check(label: str, outputs, expected: Expected, options: BenchOptions) -> float | None:
+    max_error, mismatch = _compare(outputs, expected, options)
     if mismatch:
         raise BenchMismatch(f"{label} differs from eager: {mismatch}")
     return max_error
@@ -420,11 +428,16 @@ def bench_inductor(model, fresh_model, inputs, expected, device: str, options: B
     metrics.reset()
     compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
     result.kernels = metrics.generated_kernel_count
-    result.max_error = _check(label, outputs, expected, options)
+    # Inductor is the reference, not what is under test: outputs off eager's are its row's note
+    # (`numerics`), and it is timed all the same
+    result.max_error, mismatch = _compare(outputs, expected, options)
+    if mismatch:
+        result.numerics = f"{label} differs from eager: {mismatch}"
 
     def warm():
         _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device, reset=True)
-        _check(f"{label} (warm compile)", outputs, expected, options)
+        if _compare(outputs, expected, options)[1] and not result.numerics:
+            raise BenchMismatch(f"{label} (warm compile) differs from eager, where its cold compile did not")
     return _timed(result, compiled, inputs, warm)
 
 
@@ -456,9 +469,9 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     `pipec_modes`), Inductor modes (the slowest compiles last), then timed together
     (`time_rounds`), then their launches counted and peak memory measured, then each is compiled
     again from its caches (warm); `on_update` sees the result after each step. Raises
-    BenchMismatch when a pipec backend's outputs differ from eager (Inductor's mismatch is recorded
-    as its row's `error`, untimed); compile failures propagate; with `keep_going` both are
-    recorded as the backend's `error` instead.
+    BenchMismatch when a pipec backend's outputs differ from eager (Inductor's mismatch is noted
+    as its row's `numerics`, and the row is timed); compile failures propagate; with `keep_going`
+    both are recorded as the backend's `error` instead.
     """
     import torch
 
@@ -516,7 +529,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                     pending[-1].result.held_mib = max(held, 0) / 2**20
             except Exception as exc:
                 failed = BackendResult(backend, backend, error=_error_line(exc))
-                if not (options.keep_going or reference_off_eager(failed)):
+                if not options.keep_going:
                     raise
                 result.backends.append(failed)
                 progress(f"{backend}: failed: {failed.error}")
@@ -555,8 +568,8 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
 
 def reference_off_eager(row: BackendResult) -> bool:
     """An Inductor row whose outputs differed from eager (ResNet-50 in bf16 on the H200: 1.6% of
-    the logits): recorded in its row, untimed, and not fatal: pipec's figures beside it still hold."""
-    return row.name.startswith("inductor") and " differs from eager: " in (row.error or "")
+    the logits): timed, with its `numerics` note, and not fatal: pipec's figures beside it still hold."""
+    return row.is_inductor and row.numerics is not None
 
 
 def _error_line(exc: BaseException) -> str:

@@ -54,6 +54,8 @@ def bench_table(result: BenchResult):
         row += [_fmt(b.compile_cold_s, ".2f"), _fmt(b.compile_warm_s, ".2f"), _fmt(b.max_error, ".3g")]
         table.add_row(*row)
     notes = [f"{b.name} failed: {b.error}" for b in result.backends if b.error]
+    notes += [f"{b.label} timed, but {b.numerics.split(' differs from eager: ', 1)[-1]}"
+              for b in result.backends if b.numerics]
     notes += [f"WARNING, timings may not be trusted: {w}" for w in result.timing_warnings]
     notes += [f"{result.bytes / 1e6:.4g} MB moved per call (inputs, weights, outputs once each)"]
     if result.copy_tb_per_s:
