@@ -436,8 +436,9 @@ def bench_inductor(model, fresh_model, inputs, expected, device: str, options: B
 
     def warm():
         _, outputs, result.compile_warm_s = _first_call(lambda: make(fresh_model), inputs, device, reset=True)
-        if _compare(outputs, expected, options)[1] and not result.numerics:
-            raise BenchMismatch(f"{label} (warm compile) differs from eager, where its cold compile did not")
+        mismatch = _compare(outputs, expected, options)[1]
+        if mismatch and not result.numerics:  # its cold compile passed
+            raise BenchMismatch(f"{label} (warm compile) differs from eager: {mismatch}")
     return _timed(result, compiled, inputs, warm)
 
 

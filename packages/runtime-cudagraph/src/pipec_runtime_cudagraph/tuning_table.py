@@ -21,8 +21,8 @@ dtypes is the same decision):
   values they read and write; and, as a refinement, the *exact* shapes of those values. A
   GEMM's alternatives (a Triton kernel with the epilogue on its tile, or cuBLAS and a
   pointwise kernel) cross over within one power of two: BERT base's FFN product (4096, 768) x
-  (768, 3072) rounds to BERT-large's (4096, 1024) x (1024, 4096), and the ping-pong kernel that
-  wins on the larger one lost 7% on the smaller one on an H100 (docs/performance.md, session 38).
+  (768, 3072) rounds to BERT-large's (4096, 1024) x (1024, 4096), and the table's pick for that
+  key, a ping-pong kernel, lost 7% on BERT base's on an H100 (docs/performance.md, session 38).
 
 The tuning cache stores these features beside each timing (tuning_cache.py), and
 `scripts/learn_tuning_table.py` turns the timings of many runs into a table per GPU family
