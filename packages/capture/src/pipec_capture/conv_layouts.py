@@ -28,14 +28,13 @@ import warnings
 
 import torch
 
-from .fx_edit import call_node, meta_val, recompiled_if, replace_node, stored_permuted
+from .follow_layouts import TO_NCHW, TO_NHWC
+from .fx_edit import call_node, is_permute, meta_val, recompiled_if, replace_node, stored_permuted
 
 aten = torch.ops.aten
 
 LAYOUT_ON = ("cuda",)  # devices whose convolution kernels want channels-last operands
 HALF_TYPES = (torch.float16, torch.bfloat16)
-TO_NHWC = (0, 2, 3, 1)
-TO_NCHW = (0, 3, 1, 2)  # its inverse: permute(nhwc, TO_NCHW) is the NCHW view of NHWC storage
 HINT_BYTES = 64 << 20  # weights copied per call from which `hint_weight_copies` speaks
 
 
@@ -105,14 +104,14 @@ def _copied_in_place(node):
     """`x` where `node` is `permute(clone(permute(x, TO_NHWC)), TO_NCHW)` (fx_edit.stored_permuted)
     and `x` is stored NHWC already (the clone's input is contiguous): the copy's values, strides
     and layout are `x`'s own. Else None."""
-    if not _is_permute(node, TO_NCHW):
+    if not is_permute(node, TO_NCHW):
         return None
     clone = node.args[0]
     if not (isinstance(clone, torch.fx.Node) and clone.op == "call_function" and clone.target is aten.clone.default
             and clone.kwargs.get("memory_format", torch.contiguous_format) == torch.contiguous_format):
         return None
     inner = clone.args[0]
-    if not _is_permute(inner, TO_NHWC):
+    if not is_permute(inner, TO_NHWC):
         return None
     x = inner.args[0]
     val = meta_val(x)
@@ -120,12 +119,7 @@ def _copied_in_place(node):
         return None
     if val.storage_offset() != 0:
         return None  # a part of a larger storage (a chunk): the copy starts the conv's operand aligned
-    return x if _channels_last(val) and val.permute(TO_NHWC).is_contiguous() else None
-
-
-def _is_permute(node, order) -> bool:
-    return (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is aten.permute.default
-            and list(node.args[1]) == list(order))
+    return x if val.permute(TO_NHWC).is_contiguous() else None
 
 
 def _eligible(node, devices: tuple[str, ...]) -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .fx_edit import call_node, meta_val, recompiled_if, replace_node
+from .fx_edit import call_node, is_permute, meta_val, recompiled_if, replace_node
 
 aten = torch.ops.aten
 
@@ -135,10 +135,7 @@ def _channels_last(node, val: torch.Tensor) -> bool:
 
 
 def _is_nchw_view(node) -> bool:
-    if node.op != "call_function" or node.target is not aten.permute.default:
-        return False
-    dims = tuple(d % 4 for d in node.args[1])
-    return dims == TO_NCHW
+    return is_permute(node, TO_NCHW)
 
 
 def _library_result(node) -> bool:

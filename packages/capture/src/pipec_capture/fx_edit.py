@@ -128,6 +128,14 @@ def stored_permuted(graph: torch.fx.Graph, node: torch.fx.Node, order) -> torch.
     return call_node(graph, torch.ops.aten.permute.default, (stored, inverse), {})
 
 
+def is_permute(node, order) -> bool:
+    """Is `node` `permute(x, order)` (dims given negative or not)?"""
+    if not (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is torch.ops.aten.permute.default):
+        return False
+    dims = node.args[1]
+    return len(dims) == len(order) and tuple(d % len(order) for d in dims) == tuple(order)
+
+
 def example_value(node):
     """The value Dynamo recorded for `node` of its graph (`example_value`); None for a non-node."""
     return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
