@@ -225,3 +225,37 @@ def test_resnet_stages_store_each_block_output_once(layouts_on_cpu, tmp_path):
     types = {b.name: b.type for b in (*plan.inputs, *plan.buffers)}
     twice = [s.target for s in plan.steps if s.kind == "launch" and len(s.outputs) != len({types[o] for o in s.outputs})]
     assert not twice, f"kernels storing one value twice: {twice}"
+
+
+def test_a_resnet_stem_pools_its_nhwc_storage_and_matches_eager(layouts_on_cpu, tmp_path):
+    """conv 7 x 7 / 2, batch norm, ReLU, max pool 3 x 3 / 2 with padding, then a bottleneck: the
+    ReLU is stored NHWC, the pool reads it there in one kernel (capture pool_layouts.py: no
+    padded copy, no NCHW result) and the bottleneck's convs read the pool's result as it is
+    stored. Each batch norm's per-channel scale is computed in the kernel that applies it
+    (fusion `cheap_broadcast`), not in a kernel of its own. Values as eager's."""
+    torch.manual_seed(0)
+    stem = nn.Sequential(nn.Conv2d(3, 8, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.MaxPool2d(3, stride=2, padding=1), Bottleneck(8, 4, 16))
+    model = stem.to(torch.bfloat16).eval()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, 22, 22, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(x)
+        got = pipec.compile(model, cache="none", dump_dir=str(tmp_path))(x)
+    torch.testing.assert_close(got, expected, rtol=3e-2, atol=3e-2)
+    (program,) = tmp_path.glob("*.codegen.json")
+    plan = loads(program.read_text())
+    types = {b.name: b.type for b in (*plan.inputs, *plan.buffers)}
+    launches = [s for s in plan.steps if s.kind == "launch"]
+    pools = [s for s in launches if any("max_pool2d_nhwc" in o for o in s.outputs)]
+    assert len(pools) == 1 and types[pools[0].outputs[0]].shape == (2, 6, 6, 8)  # NHWC
+    (relu,) = pools[0].inputs
+    assert types[relu].shape == (2, 11, 11, 8)  # it reads the ReLU as stored, NHWC
+    pooled = pools[0].outputs[0]
+    assert not [s.target for s in launches if pooled in s.inputs], "the pool's result is copied"
+    channels_only = [s.target for s in launches if all(len(types[o].shape) == 1 for o in s.outputs)]
+    assert not channels_only, f"batch norm scales computed on their own: {channels_only}"

@@ -108,3 +108,45 @@ def test_a_cat_with_a_row_major_part_stays():
 
     gm = traced(join, h, skip)
     assert follow_layouts(gm) == 0
+
+
+def _pools(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function" and "max_pool" in str(n.target)]
+
+
+def test_a_max_pool_of_an_nhwc_tensor_pools_its_storage():
+    """ResNet's stem: relu(x') pooled 3 x 3, stride 2, padding 1 becomes
+    permute(pipec.max_pool2d_nhwc(relu(x)), TO_NCHW), values and indices; the graph (run by
+    the op's eager implementation) computes what it did, and the result is channels-last."""
+    (x,) = _inputs((2, 9, 9, 4))
+    x[0, :3, :3, 0] = 0.0  # ties, which the indices must break as eager does
+
+    def stem(x):
+        values, indices = aten.max_pool2d_with_indices.default(torch.relu(x.permute(0, 3, 1, 2)), [3, 3], [2, 2], [1, 1])
+        return values + 1.0, indices
+
+    gm = traced(stem, x)
+    before = gm(x)
+    assert follow_layouts(gm) == 3  # the relu, the pool and the add after it
+    assert _pools(gm) == [torch.ops.pipec.max_pool2d_nhwc.default]
+    after = gm(x)
+    torch.testing.assert_close(after[0], before[0], rtol=0, atol=0)
+    assert torch.equal(after[1], before[1])
+    assert after[0].is_contiguous(memory_format=torch.channels_last)
+
+
+def test_max_pools_the_lowering_cannot_take_over_nhwc_stay():
+    """Left as they are: an NCHW input, and a dilated window reaching into the padding (the
+    channels-last lowering reads clamped taps, which only an undilated window may)."""
+    (x,) = _inputs((2, 9, 9, 4))
+
+    def nchw(x):
+        return aten.max_pool2d_with_indices.default(x.permute(0, 3, 1, 2).contiguous(), [3, 3], [2, 2], [1, 1])[0]
+
+    def dilated(x):
+        return aten.max_pool2d_with_indices.default(x.permute(0, 3, 1, 2), [3, 3], [1, 1], [1, 1], [2, 2])[0]
+
+    for fn in (nchw, dilated):
+        gm = traced(fn, x)
+        follow_layouts(gm)
+        assert _pools(gm) == [aten.max_pool2d_with_indices.default], fn.__name__

@@ -54,7 +54,7 @@ def test_a_nearest_upsamples_source_index_is_recomputed_in_its_gather():
     """`interpolate(scale_factor=2, mode="nearest")`'s source index: iota, + a literal, x a
     literal, cast; three ops, read over a domain 2 x 320 x 64 x 64 times larger. Its literals and
     iota are not work, so the chain counts as cheap (it was a kernel of its own while they
-    counted, SD 1.5's UNet had six), and a fourth real op still makes it not cheap."""
+    counted, SD 1.5's UNet had six), and a seventh real op still makes it not cheap."""
     from pipec_fusion import PRESETS, GroupInfo
 
     def group(ops, domain):
@@ -68,5 +68,29 @@ def test_a_nearest_upsamples_source_index_is_recomputed_in_its_gather():
     gather = group(("iota", "take", "where", "lt", "add"), (2, 320, 64, 64))
     default = PRESETS["default"]()
     assert default.score(index, gather, "recompute") is not None
-    longer = group(("iota", "full", "add", "full", "mul", "cast", "abs", "neg"), (64,))
+    longer = group(("iota", "full", "add", "full", "mul", "cast", "abs", "neg", "sub", "add", "mul"), (64,))
     assert default.score(longer, gather, "recompute") is None
+
+
+def _group(ops, domain):
+    from pipec_fusion import GroupInfo
+
+    numel = 1
+    for d in domain:
+        numel *= d
+    return GroupInfo(kind="pointwise", nodes=tuple(f"n{i}" for i in range(len(ops))), ops=tuple(ops),
+                     domain=domain, reduce_dims=(), numel=numel)
+
+
+def test_a_batch_norms_per_channel_scale_is_recomputed_in_its_reader():
+    """Inference batch norm's scale, weight / sqrt(running_var + eps) over the channels, read by
+    the normalization over [N, C, H, W]: computed there, not as a kernel per norm (ResNet-50 had
+    53 such launches a call). Transcendentals (exp) stay out, and a domain not 16x larger too."""
+    from pipec_fusion import PRESETS
+
+    default = PRESETS["default"]()
+    scale = _group(("identity", "full", "add", "sqrt", "reciprocal", "mul"), (64,))
+    normalize = _group(("sub", "mul", "mul", "add", "relu"), (32, 64, 56, 56))
+    assert default.score(scale, normalize, "recompute") is not None
+    assert default.score(_group(("add", "exp", "mul"), (64,)), normalize, "recompute") is None
+    assert default.score(scale, _group(("mul",), (12, 64)), "recompute") is None  # 12x: neither rule

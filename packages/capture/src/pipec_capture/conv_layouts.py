@@ -28,8 +28,7 @@ import warnings
 
 import torch
 
-from .follow_layouts import TO_NCHW, TO_NHWC
-from .fx_edit import call_node, is_permute, meta_val, recompiled_if, replace_node, stored_permuted
+from .fx_edit import TO_NCHW, TO_NHWC, call_node, is_permute, meta_val, recompiled_if, replace_node, stored_permuted
 
 aten = torch.ops.aten
 

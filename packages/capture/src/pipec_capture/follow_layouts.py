@@ -30,12 +30,11 @@ from __future__ import annotations
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .fx_edit import call_node, is_permute, meta_val, recompiled_if, replace_node
+from . import pool_layouts
+from .fx_edit import TO_NCHW, TO_NHWC, call_node, is_permute, meta_val, recompiled_if, replace_node
 
 aten = torch.ops.aten
 
-TO_NCHW = (0, 3, 1, 2)  # permute(nhwc, TO_NCHW): the NCHW view of NHWC storage
-TO_NHWC = (0, 2, 3, 1)  # its inverse
 
 
 def follow_layouts(gm: torch.fx.GraphModule) -> int:
@@ -55,6 +54,9 @@ def follow_layouts(gm: torch.fx.GraphModule) -> int:
                 inner = call_node(graph, aten.cat.default, (nhwc, TO_NHWC.index(dim % 4)), {})
                 outer = call_node(graph, aten.permute.default, (inner, list(TO_NCHW)), {})
             replace_node(graph, node, outer)
+            rewritten += 1
+            continue
+        if pool_layouts.rewrite(graph, node, _channels_last):  # a max pool: over the NHWC storage
             rewritten += 1
             continue
         full = _channels_last_operands(node)

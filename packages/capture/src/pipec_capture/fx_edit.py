@@ -1,6 +1,6 @@
 """Small edits of fx graphs that capture's rewrite passes share (sink_gathers.py,
 follow_layouts.py, fold_gelu.py, attention_layouts.py, complex_pairs.py, conv_bias.py,
-conv_layouts.py, vocab_padding.py, mask_writes.py): a new call with its fake value, a node replaced, the dead
+conv_layouts.py, pool_layouts.py, vocab_padding.py, mask_writes.py): a new call with its fake value, a node replaced, the dead
 code dropped after a pass, and Dynamo's example values for the nodes a pass adds to its graph."""
 
 from __future__ import annotations
@@ -8,6 +8,9 @@ from __future__ import annotations
 import operator
 
 import torch
+
+TO_NCHW = (0, 3, 1, 2)  # permute(nhwc, TO_NCHW): the NCHW view of NHWC storage
+TO_NHWC = (0, 2, 3, 1)  # its inverse
 
 
 def replace_node(graph: torch.fx.Graph, node: torch.fx.Node, new: torch.fx.Node, keep_meta: bool = False) -> None:

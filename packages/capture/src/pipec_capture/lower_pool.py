@@ -35,11 +35,18 @@ from pipec_ir import Ref, TensorType
 from pipec_ir.symbolic import contiguous_strides
 
 from .dtypes import acc_dtype, is_float
-from .lower_indexing import I64, binop, clamp, flat_position, iota, padded_read, take
+from .lower_indexing import I64, _scalar_size, binop, clamp, flat_position, iota, padded_read, take
 from .lower_reduction import reduce
 from .table import NoLowering, register
 
 MAX_TAPS = 64
+
+
+def reaches_padding(padding, out, stride, kernel, dilation, size) -> bool:
+    """Does some tap of some window lie outside the input (in the padding, or past the end)?
+    Per spatial dim: the padding, the output size, the stride, kernel size, dilation and input size."""
+    return any(p > 0 or (o - 1) * st + (k - 1) * d - p >= n
+               for p, o, st, k, d, n in zip(padding, out, stride, kernel, dilation, size))
 
 
 def _per_dim(value, n: int, what: str) -> tuple[int, ...]:
@@ -56,14 +63,17 @@ class Window:
     """The geometry of one pooling call over the last n dims of x: static spatial sizes; the
     leading (batch, channel) sizes may be symbolic, as a batch is under dynamic shapes."""
 
-    def __init__(self, cx, x, out, n, kernel, stride, padding, dilation=1, *, unrolled=True):
+    def __init__(self, cx, x, out, n, kernel, stride, padding, dilation=1, *, unrolled=True, channels_last=False):
         self.n = n
         shape = tuple(sympy.sympify(s) for s in cx.shape(x))
         if len(shape) not in (n + 1, n + 2):
             raise NoLowering(f"{len(shape)}-D input for {n}-D pooling")
-        self.lead = shape[:-n]
-        self.size = tuple(cx.static(s) for s in shape[-n:])
-        self.out = tuple(cx.static(s) for s in out.shape[-n:])
+        # the spatial dims of x and of the result: the last n, or, channels-last, the n after the
+        # batch ([N, *spatial, C]: pool_layouts.py)
+        self.dims = tuple(range(1, 1 + n)) if channels_last else tuple(range(len(shape) - n, len(shape)))
+        self.lead = tuple(s for d, s in enumerate(shape) if d not in self.dims)
+        self.size = tuple(cx.static(shape[d]) for d in self.dims)
+        self.out = tuple(cx.static(out.shape[d]) for d in self.dims)
         self.kernel = _per_dim(kernel, n, "kernel_size")
         self.stride = _per_dim(stride, n, "stride") if stride else self.kernel
         self.padding = _per_dim(padding, n, "padding")
@@ -85,6 +95,8 @@ class Window:
                                                  self.size, self.padding)]
         if not any(self.padding) and not any(highs):
             return x
+        if self.dims[-1] != len(cx.shape(x)) - 1:
+            raise NoLowering("a padded copy of a channels-last input (pool_layouts.py rewrites only what clamped taps read)")
         shape = self.lead + tuple(sympy.Integer(size + p + h) for size, p, h in zip(self.size, self.padding, highs))
         t = TensorType(shape, cx.dtype(x))
         lows = [0] * len(self.lead) + list(self.padding)
@@ -94,18 +106,64 @@ class Window:
         """The window tap `offset` of every output point: strided slices of the padded input."""
         y = src
         shape = list(cx.shape(src))
-        first = len(self.lead)
-        for k, (j, s, d, o) in enumerate(zip(offset, self.stride, self.dilation, self.out)):
-            shape[first + k] = sympy.Integer(o)
-            y = cx.emit("slice", [y], tuple(shape), cx.dtype(src), dim=first + k, start=j * d, step=s)
+        for dim, j, s, d, o in zip(self.dims, offset, self.stride, self.dilation, self.out):
+            shape[dim] = sympy.Integer(o)
+            y = cx.emit("slice", [y], tuple(shape), cx.dtype(src), dim=dim, start=j * d, step=s)
         return y
 
     def coordinate(self, cx, shape, k: int) -> Ref:
         """The input coordinate of each output point's window start along spatial dim k (may be < 0)."""
-        c = iota(cx, shape, len(shape) - self.n + k)
+        c = iota(cx, shape, self.dims[k])
         if self.stride[k] != 1:
             c = binop(cx, "mul", c, self.stride[k], shape)
         return binop(cx, "sub", c, self.padding[k], shape) if self.padding[k] else c
+
+
+    def clamped_taps(self, cx, x, shape, starts):
+        """Every tap of the window read at its coordinates clamped to the input, in scan order,
+        as (offset, value, per-dim unclamped coordinates or None where no tap leaves the input).
+
+        Gathered from x itself, not from a padded copy: the copy was a kernel of its own and a
+        round trip through memory (ResNet-50's stem: 51 MiB written and read again). Clamping
+        is what a max pool with dilation 1 needs: every window holds at least one input point,
+        and its clamped taps read points of the same window again (torch keeps the padding below
+        half the window, and a ceil_mode window starts inside the input), so the maximum is the
+        same. `starts`: each spatial dim's `coordinate`. Coordinates, offsets and strides are
+        shared between the taps that use them: each tap adds one term per spatial dim to its
+        row's position."""
+        rank, src = len(shape), tuple(cx.shape(x))
+        strides = contiguous_strides(src)
+        lead = None  # the position of each output point's (batch, channel) in x
+        for d in range(rank):
+            if d not in self.dims:
+                term = iota(cx, shape, d)
+                if strides[d] != 1:
+                    term = binop(cx, "mul", term, _scalar_size(strides[d]), shape)
+                lead = term if lead is None else binop(cx, "add", lead, term, shape)
+        terms, coords = [], []  # per spatial dim and window offset: position term, coordinate
+        for k, (d, start) in enumerate(zip(self.dims, starts)):
+            terms.append([]), coords.append([])
+            for j in range(self.kernel[k]):
+                shift = j * self.dilation[k]
+                c = binop(cx, "add", start, shift, shape) if shift else start
+                first = shift - self.padding[k]
+                last = first + (self.out[k] - 1) * self.stride[k]
+                # clamped even where no window leaves the input: a coordinate in range by its
+                # make is one the kernel reads off the position (codegen indexing_ops.py),
+                # without an int64 division and modulo per dim to unflatten it
+                inside = clamp(cx, c, 0, self.size[k] - 1, shape)
+                term = inside if strides[d] == 1 else binop(cx, "mul", inside, _scalar_size(strides[d]), shape)
+                terms[k].append(term)
+                coords[k].append(c if first < 0 or last > self.size[k] - 1 else None)
+        rows = {}  # the position of every offset prefix: taps of one row share it
+        for offset in self.offsets():
+            pos = lead
+            for k, j in enumerate(offset):
+                key = offset[:k + 1]
+                if key not in rows:
+                    rows[key] = terms[k][j] if pos is None else binop(cx, "add", pos, terms[k][j], shape)
+                pos = rows[key]
+            yield offset, take(cx, x, pos, shape), [coords[k][j] for k, j in enumerate(offset)]
 
 
 # ------------------------------------------------------------ average pooling
@@ -236,29 +294,56 @@ def _plane_position(cx, win: Window, coords, shape) -> Ref:
     return pos
 
 
-def _max_pool(n: int):
+def _max_pool(n: int, channels_last: bool = False):
+    """Max pooling with indices over the last n dims (channels_last: over dims 1..n of an
+    [N, *spatial, C] input, pool_layouts.py's op)."""
     def lower(cx, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
         t = cx.result(node, 0)
         if not is_float(t.dtype):
             raise NoLowering(f"{t.dtype} max pooling (no -inf to pad with)")
-        win = Window(cx, x, t, n, kernel_size, stride, padding, dilation)
+        win = Window(cx, x, t, n, kernel_size, stride, padding, dilation, channels_last=channels_last)
         shape, dtype = t.shape, t.dtype
         if win.empty:
             return cx.full(float("-inf"), shape, dtype), cx.full(0, shape, I64)
-        src = win.padded(cx, x, float("-inf"))
         starts = [win.coordinate(cx, shape, k) for k in range(n)]
         base = _plane_position(cx, win, starts, shape)  # plane index of tap (0, ..., 0)
         tap_step = contiguous_strides(win.size)
-        best = cx.full(float("-inf"), shape, dtype)
         where = _plane_position(cx, win, [_first_valid(cx, win, shape, k) for k in range(n)], shape)
-        for offset in win.offsets():
-            value = win.tap(cx, src, offset)
+
+        def position(offset):
             shift = sum(j * d * int(st) for j, d, st in zip(offset, win.dilation, tap_step))
-            position = binop(cx, "add", base, shift, shape) if shift else base
-            best, where = _max_step(cx, value, position, best, where, shape, dtype)
+            return binop(cx, "add", base, shift, shape) if shift else base
+
+        best = cx.full(float("-inf"), shape, dtype)
+        if all(d == 1 for d in win.dilation) and reaches_padding(win.padding, win.out, win.stride, win.kernel, win.dilation, win.size):
+            # clamped taps (Window.clamped_taps): the maximum is NaN-propagating `maximum` over
+            # them; the indices scan masks the clamped ones, so a tie picks the first point
+            # inside the window, as torch does (an inference graph drops that scan)
+            values = None
+            for offset, value, coords in win.clamped_taps(cx, x, shape, starts):
+                values = value if values is None else cx.emit("maximum", [values, value], shape, dtype)
+                inside = _inside(cx, win, coords, shape)
+                best, where = _max_step(cx, value, position(offset), best, where, shape, dtype, inside)
+            return values, where
+        src = win.padded(cx, x, float("-inf"))
+        for offset in win.offsets():
+            best, where = _max_step(cx, win.tap(cx, src, offset), position(offset), best, where, shape, dtype)
         return best, where
-    lower.__name__ = f"lower_max_pool{n}d_with_indices"
+    lower.__name__ = f"lower_max_pool{n}d_with_indices{'_channels_last' if channels_last else ''}"
     return lower
+
+
+def _inside(cx, win: Window, coords, shape) -> Ref | None:
+    """Whether each output point's tap at unclamped `coords` (None: inside for every point) lies
+    in the input; None when it does everywhere."""
+    inside = None
+    for c, size in zip(coords, win.size):
+        if c is None:
+            continue
+        ok = cx.emit("logical_and", [cx.pointwise("ge", [c, 0], shape, "bool", operand_dtype=I64),
+                                     cx.pointwise("lt", [c, size], shape, "bool", operand_dtype=I64)], shape, "bool")
+        inside = ok if inside is None else cx.emit("logical_and", [inside, ok], shape, "bool")
+    return inside
 
 
 def _max_step(cx, value, position, best, where, shape, dtype, inside=None):
@@ -274,6 +359,7 @@ def _max_step(cx, value, position, best, where, shape, dtype, inside=None):
 
 register("aten.max_pool2d_with_indices.default")(_max_pool(2))
 register("aten.max_pool3d_with_indices.default")(_max_pool(3))
+register("pipec.max_pool2d_nhwc.default")(_max_pool(2, channels_last=True))  # pool_layouts.py
 
 
 # ------------------------------------------------------------ adaptive average pooling

@@ -31,7 +31,12 @@ from pipec_ir.ops import CREATION_OPS
 # these over a much smaller domain (a layer_norm weight's cast to fp32, a bias scaled).
 # Reading the small input again is an L1/L2 hit; its own kernel would cost a launch.
 CHEAP_RECOMPUTE_OPS = frozenset({"identity", "cast", "neg", "add", "sub", "mul", "abs"})
-CHEAP_RECOMPUTE_MAX_OPS = 4
+# A per-channel chain broadcast over a large domain may also take a square root or a reciprocal:
+# an inference batch norm's scale, weight / sqrt(running_var + eps), is 5 such ops over C values.
+# As a kernel of its own it was 53 launches of ~1.2 us in ResNet-50's call (H100, session 39),
+# each a host launch in default mode; per element of a memory-bound reader it is a few ALU ops.
+BROADCAST_RECOMPUTE_OPS = CHEAP_RECOMPUTE_OPS | {"sqrt", "rsqrt", "reciprocal"}
+BROADCAST_RECOMPUTE_MAX_OPS = 6
 CHEAP_RECOMPUTE_RATIO = 16  # the consumer's domain is at least this many times larger
 # A pointwise value read only by a few-times-larger pointwise consumer (a broadcast, such as
 # grouped-query attention's repeat_kv expanding 2 key/value heads to 14) is computed there instead
@@ -165,8 +170,8 @@ def cheap_broadcast(first: GroupInfo, second: GroupInfo) -> bool:
     as in `work`: a nearest upsample's source index (iota, + 0.5 as a literal, x scale as
     another, cast) is three ops, and counting its literals kept it a kernel of its own, after
     recompute_stored had offered it and cost a fusion pass (SD 1.5: 6 such, a third pass)."""
-    return (first.kind == "pointwise" and first.work <= CHEAP_RECOMPUTE_MAX_OPS
-            and all(op in CHEAP_RECOMPUTE_OPS or op in CREATION_OPS for op in first.ops)
+    return (first.kind == "pointwise" and first.work <= BROADCAST_RECOMPUTE_MAX_OPS
+            and all(op in BROADCAST_RECOMPUTE_OPS or op in CREATION_OPS for op in first.ops)
             and first.numel * CHEAP_RECOMPUTE_RATIO <= second.numel)
 
 
