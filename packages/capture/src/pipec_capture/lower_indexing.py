@@ -45,7 +45,7 @@ def flat_position(cx: GraphBuilder, coords, src_shape, shape) -> Ref:
     """sum(coord_k * stride_k) over src's dims: coords are Refs of `shape` or ints."""
     pos = None
     for c, stride in zip(coords, contiguous_strides(src_shape)):
-        stride = _scalar_size(stride)
+        stride = scalar_size(stride)
         term = c if stride == 1 else binop(cx, "mul", c, stride, shape)
         pos = term if pos is None else binop(cx, "add", pos, term, shape)
     return pos if pos is not None else cx.full(0, shape, I64)
@@ -202,7 +202,7 @@ def lower_cat(cx, node, tensors, dim=0):
     parts = [cx.cast(x, t.dtype) for x in parts]
     made = producers(cx)
     for x in parts:
-        n = _scalar_size(cx.shape(x)[dim])
+        n = scalar_size(cx.shape(x)[dim])
         local = clamp(cx, binop(cx, "sub", along, start, t.shape), 0, n - 1, t.shape)
         def gather(v, local=local):
             return gather_along(cx, v, dim, local, t.shape)
@@ -219,10 +219,16 @@ def lower_cat(cx, node, tensors, dim=0):
     return result
 
 
-def _scalar_size(size):
+def scalar_size(size):
     """A size as a pointwise scalar operand: an int, or a size expression (a symbolic `full`)."""
     size = sympy.sympify(size)
     return int(size) if size.is_Integer else size
+
+
+def in_range(cx, c: Ref, n, shape) -> Ref:
+    """0 <= c < n, per point (c an int64 coordinate, n a size)."""
+    return cx.emit("logical_and", [cx.pointwise("ge", [c, 0], shape, "bool", operand_dtype=I64),
+                                   cx.pointwise("lt", [c, n], shape, "bool", operand_dtype=I64)], shape, "bool")
 
 
 def padded_read(cx, x, t, lows, fill):
@@ -240,11 +246,9 @@ def padded_read(cx, x, t, lows, fill):
         if sympy.sympify(lo) == 0 and beyond.is_Integer and beyond <= 0:
             coords.append(c)  # no padding on this dim: every output point reads x
             continue
-        n, lo = _scalar_size(size), _scalar_size(lo)
+        n, lo = scalar_size(size), scalar_size(lo)
         j = binop(cx, "sub", c, lo, t.shape)
-        ok = cx.emit("logical_and", [cx.pointwise("ge", [j, 0], t.shape, "bool", operand_dtype=I64),
-                                     cx.pointwise("lt", [j, n], t.shape, "bool", operand_dtype=I64)],
-                     t.shape, "bool")
+        ok = in_range(cx, j, n, t.shape)
         inside = ok if inside is None else cx.emit("logical_and", [inside, ok], t.shape, "bool")
         coords.append(clamp(cx, j, 0, n - 1, t.shape))
     value = take(cx, x, flat_position(cx, coords, src_shape, t.shape), t.shape)
@@ -317,8 +321,8 @@ def lower_slice_scatter(cx, node, x, src, dim=0, start=None, end=None, step=1):
         return cx.emit("identity", [x], t.shape, t.dtype)
     if not cx.symbols.surely_positive(n):
         raise NoLowering(f"slice_scatter of a part whose size {n} may be 0")
-    n = _scalar_size(n)
-    start = _scalar_size(start)
+    n = scalar_size(n)
+    start = scalar_size(start)
     j = binop(cx, "sub", iota(cx, t.shape, dim), start, t.shape)
     ok = cx.emit("logical_and", [cx.pointwise("ge", [j, 0], t.shape, "bool", operand_dtype=I64),
                                  cx.pointwise("lt", [j, n * step], t.shape, "bool", operand_dtype=I64)],
@@ -341,7 +345,7 @@ def lower_select_scatter(cx, node, x, src, dim, index):
     shape = tuple(t.shape)
     dim = wrap_dim(dim, len(shape))
     index = cx.static(index)
-    index = _scalar_size(sympy.sympify(shape[dim]) + index) if index < 0 else index
+    index = scalar_size(sympy.sympify(shape[dim]) + index) if index < 0 else index
     lifted = list(cx.shape(src))
     lifted.insert(dim, sympy.Integer(1))
     value = cx.broadcast(cx.reshape(cx.cast(src, t.dtype), tuple(lifted)), t.shape)

@@ -35,7 +35,7 @@ from pipec_ir import Ref, TensorType
 from pipec_ir.symbolic import contiguous_strides
 
 from .dtypes import acc_dtype, is_float
-from .lower_indexing import I64, _scalar_size, binop, clamp, flat_position, iota, padded_read, take
+from .lower_indexing import I64, binop, clamp, flat_position, in_range, iota, padded_read, scalar_size, take
 from .lower_reduction import reduce
 from .table import NoLowering, register
 
@@ -60,8 +60,9 @@ def _per_dim(value, n: int, what: str) -> tuple[int, ...]:
 
 
 class Window:
-    """The geometry of one pooling call over the last n dims of x: static spatial sizes; the
-    leading (batch, channel) sizes may be symbolic, as a batch is under dynamic shapes."""
+    """The geometry of one pooling call over the last n dims of x (channels_last: dims 1..n of
+    an [N, *spatial, C] x): static spatial sizes; the batch and channel sizes may be symbolic,
+    as a batch is under dynamic shapes."""
 
     def __init__(self, cx, x, out, n, kernel, stride, padding, dilation=1, *, unrolled=True, channels_last=False):
         self.n = n
@@ -118,7 +119,6 @@ class Window:
             c = binop(cx, "mul", c, self.stride[k], shape)
         return binop(cx, "sub", c, self.padding[k], shape) if self.padding[k] else c
 
-
     def clamped_taps(self, cx, x, shape, starts):
         """Every tap of the window read at its coordinates clamped to the input, in scan order,
         as (offset, value, per-dim unclamped coordinates or None where no tap leaves the input).
@@ -138,7 +138,7 @@ class Window:
             if d not in self.dims:
                 term = iota(cx, shape, d)
                 if strides[d] != 1:
-                    term = binop(cx, "mul", term, _scalar_size(strides[d]), shape)
+                    term = binop(cx, "mul", term, scalar_size(strides[d]), shape)
                 lead = term if lead is None else binop(cx, "add", lead, term, shape)
         terms, coords = [], []  # per spatial dim and window offset: position term, coordinate
         for k, (d, start) in enumerate(zip(self.dims, starts)):
@@ -152,7 +152,7 @@ class Window:
                 # make is one the kernel reads off the position (codegen indexing_ops.py),
                 # without an int64 division and modulo per dim to unflatten it
                 inside = clamp(cx, c, 0, self.size[k] - 1, shape)
-                term = inside if strides[d] == 1 else binop(cx, "mul", inside, _scalar_size(strides[d]), shape)
+                term = inside if strides[d] == 1 else binop(cx, "mul", inside, scalar_size(strides[d]), shape)
                 terms[k].append(term)
                 coords[k].append(c if first < 0 or last > self.size[k] - 1 else None)
         rows = {}  # the position of every offset prefix: taps of one row share it
@@ -338,11 +338,9 @@ def _inside(cx, win: Window, coords, shape) -> Ref | None:
     in the input; None when it does everywhere."""
     inside = None
     for c, size in zip(coords, win.size):
-        if c is None:
-            continue
-        ok = cx.emit("logical_and", [cx.pointwise("ge", [c, 0], shape, "bool", operand_dtype=I64),
-                                     cx.pointwise("lt", [c, size], shape, "bool", operand_dtype=I64)], shape, "bool")
-        inside = ok if inside is None else cx.emit("logical_and", [inside, ok], shape, "bool")
+        if c is not None:
+            ok = in_range(cx, c, size, shape)
+            inside = ok if inside is None else cx.emit("logical_and", [inside, ok], shape, "bool")
     return inside
 
 
