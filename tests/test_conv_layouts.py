@@ -202,27 +202,34 @@ class Bottleneck(nn.Module):
         return torch.relu(self.layers(x) + self.shortcut(x))
 
 
+def _conv_net_plan(model, x, tmp_path):
+    """`model` in bf16 with batch-norm statistics of its own (not the identity), compiled and
+    checked against eager on `x`; its plan and the plan's buffer types by name."""
+    model = model.to(torch.bfloat16).eval()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    x = x.to(torch.bfloat16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(x)
+        got = pipec.compile(model, cache="none", dump_dir=str(tmp_path))(x)
+    torch.testing.assert_close(got, expected, rtol=3e-2, atol=3e-2)
+    (program,) = tmp_path.glob("*.codegen.json")
+    plan = loads(program.read_text())
+    return plan, {b.name: b.type for b in (*plan.inputs, *plan.buffers)}
+
+
 def test_resnet_stages_store_each_block_output_once(layouts_on_cpu, tmp_path):
     """Each block's output feeds the next block's first conv and its residual add. The sum is
     computed over the convs' NHWC results, so it is stored once, NHWC, and the conv reads that
     (capture `drop_needless_copies`): no kernel also stores an NHWC copy of it (ResNet-50's
     first block's two 51 MiB stores set its peak). Values as eager's."""
     torch.manual_seed(0)
-    model = nn.Sequential(Bottleneck(8, 4, 16), Bottleneck(16, 4, 16), Bottleneck(16, 4, 16)).to(torch.bfloat16).eval()
-    for m in model.modules():  # batch norms with statistics of their own, not the identity
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.5, 0.5)
-            m.running_var.uniform_(0.5, 1.5)
-    x = torch.randn(2, 8, 6, 6, dtype=torch.bfloat16)
-    torch._dynamo.reset()
-    with torch.no_grad():
-        expected = model(x)
-        got = pipec.compile(model, cache="none", dump_dir=str(tmp_path))(x)
+    model = nn.Sequential(Bottleneck(8, 4, 16), Bottleneck(16, 4, 16), Bottleneck(16, 4, 16))
+    plan, types = _conv_net_plan(model, torch.randn(2, 8, 6, 6), tmp_path)
     assert layouts_on_cpu == [10]
-    torch.testing.assert_close(got, expected, rtol=3e-2, atol=3e-2)
-    (program,) = tmp_path.glob("*.codegen.json")
-    plan = loads(program.read_text())
-    types = {b.name: b.type for b in (*plan.inputs, *plan.buffers)}
     twice = [s.target for s in plan.steps if s.kind == "launch" and len(s.outputs) != len({types[o] for o in s.outputs})]
     assert not twice, f"kernels storing one value twice: {twice}"
 
@@ -236,20 +243,7 @@ def test_a_resnet_stem_pools_its_nhwc_storage_and_matches_eager(layouts_on_cpu, 
     torch.manual_seed(0)
     stem = nn.Sequential(nn.Conv2d(3, 8, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
                          nn.MaxPool2d(3, stride=2, padding=1), Bottleneck(8, 4, 16))
-    model = stem.to(torch.bfloat16).eval()
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.5, 0.5)
-            m.running_var.uniform_(0.5, 1.5)
-    x = torch.randn(2, 3, 22, 22, dtype=torch.bfloat16)
-    torch._dynamo.reset()
-    with torch.no_grad():
-        expected = model(x)
-        got = pipec.compile(model, cache="none", dump_dir=str(tmp_path))(x)
-    torch.testing.assert_close(got, expected, rtol=3e-2, atol=3e-2)
-    (program,) = tmp_path.glob("*.codegen.json")
-    plan = loads(program.read_text())
-    types = {b.name: b.type for b in (*plan.inputs, *plan.buffers)}
+    plan, types = _conv_net_plan(stem, torch.randn(2, 3, 22, 22), tmp_path)
     launches = [s for s in plan.steps if s.kind == "launch"]
     pools = [s for s in launches if any("max_pool2d_nhwc" in o for o in s.outputs)]
     assert len(pools) == 1 and types[pools[0].outputs[0]].shape == (2, 6, 6, 8)  # NHWC

@@ -55,15 +55,9 @@ def test_a_nearest_upsamples_source_index_is_recomputed_in_its_gather():
     literal, cast; three ops, read over a domain 2 x 320 x 64 x 64 times larger. Its literals and
     iota are not work, so the chain counts as cheap (it was a kernel of its own while they
     counted, SD 1.5's UNet had six), and a seventh real op still makes it not cheap."""
-    from pipec_fusion import PRESETS, GroupInfo
+    from pipec_fusion import PRESETS
 
-    def group(ops, domain):
-        numel = 1
-        for d in domain:
-            numel *= d
-        return GroupInfo(kind="pointwise", nodes=tuple(f"n{i}" for i in range(len(ops))), ops=tuple(ops),
-                         domain=domain, reduce_dims=(), numel=numel)
-
+    group = _group
     index = group(("iota", "full", "add", "full", "mul", "cast"), (64,))
     gather = group(("iota", "take", "where", "lt", "add"), (2, 320, 64, 64))
     default = PRESETS["default"]()
@@ -73,6 +67,7 @@ def test_a_nearest_upsamples_source_index_is_recomputed_in_its_gather():
 
 
 def _group(ops, domain):
+    """A pointwise group of `ops` over `domain`, as the engine describes one to the heuristics."""
     from pipec_fusion import GroupInfo
 
     numel = 1
