@@ -29,6 +29,7 @@ from .lower_pool import MAX_TAPS, reaches_padding
 
 aten = torch.ops.aten
 
+DEFAULTS = ((), 0, 1, False)  # max_pool2d_with_indices' stride, padding, dilation, ceil_mode
 SCHEMA = ("max_pool2d_nhwc(Tensor x, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
           "bool ceil_mode) -> (Tensor, Tensor)")
 
@@ -87,7 +88,8 @@ def _eligible(node, channels_last) -> tuple | None:
         return None
     if any(u.op != "call_function" or u.target is not operator.getitem or not isinstance(u.args[1], int) for u in node.users):
         return None
-    kernel, stride, padding, dilation, ceil_mode = (list(node.args[1:]) + [(), 0, 1, False][len(node.args) - 2:])[:5]
+    kernel, *given = node.args[1:]
+    stride, padding, dilation, ceil_mode = (*given, *DEFAULTS[len(given):])
     kernel = _pair(kernel)
     stride = _pair(stride) if stride else list(kernel)
     padding, dilation = _pair(padding), _pair(dilation)
