@@ -253,3 +253,22 @@ def test_a_resnet_stem_pools_its_nhwc_storage_and_matches_eager(layouts_on_cpu, 
     assert not [s.target for s in launches if pooled in s.inputs], "the pool's result is copied"
     channels_only = [s.target for s in launches if all(len(types[o].shape) == 1 for o in s.outputs)]
     assert not channels_only, f"batch norm scales computed on their own: {channels_only}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_resnet_stem_on_cuda_matches_eager(dtype):
+    """On CUDA the layout passes are on by default: the stem's max pool gathers its clamped taps
+    from the ReLU's NHWC storage (the interpreter checks no bounds; compiled Triton does), on an
+    input whose edges the windows overhang (odd sizes, ceil_mode off and on)."""
+    torch.manual_seed(0)
+    for ceil_mode in (False, True):
+        stem = nn.Sequential(nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                             nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=ceil_mode), Bottleneck(64, 16, 64))
+        model = stem.to("cuda", dtype).eval()
+        x = torch.randn(4, 3, 67, 61, device="cuda", dtype=dtype)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            expected = model(x)
+            got = pipec.compile(model, cache="none")(x)
+        torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
