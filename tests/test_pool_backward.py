@@ -1,5 +1,5 @@
 """Pooling backward as generated code: avg_pool2d_backward and max_pool2d_with_indices_backward
-lower to a gather over the output windows that can cover each input point (lower_pool.py).
+lower to a gather over the output windows that can cover each input point (lower_pool_backward.py).
 
 The op-level tests compile the backward op's ATen graph through every pipec stage (Triton's
 interpreter on CPU) and compare with eager, over geometries that exercise each mask: padding,

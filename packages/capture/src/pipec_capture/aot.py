@@ -206,7 +206,7 @@ def pool_inputs_as_shapes(gm: torch.fx.GraphModule) -> int:
     place of the input; returns how many were rewritten.
 
     The backward scatters each gradient to the point its saved index names: it reads the
-    input's sizes and strides, never its values (pipec's lowering, lower_pool.py, as ATen's
+    input's sizes and strides, never its values (pipec's lowering, lower_pool_backward.py, as ATen's
     kernels). Passed the input itself, the partition saves it for the backward: ResNet-50's
     stem activation, [32, 64, 112, 112] in bf16, 49 MiB held from the forward to the end of
     the backward, which Inductor does not keep. Sizes that are symbolic are left alone."""

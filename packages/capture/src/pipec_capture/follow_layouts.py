@@ -31,7 +31,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import pool_layouts
-from .fx_edit import TO_NCHW, TO_NHWC, call_node, is_permute, meta_val, recompiled_if, replace_node
+from .fx_edit import TO_NCHW, TO_NHWC, call_node, is_permute, meta_val, nhwc_storage, recompiled_if, replace_node
 
 aten = torch.ops.aten
 
@@ -86,15 +86,15 @@ def _same_shape(val, shape) -> bool:
     return val.dim() == len(shape) and all(statically_known_true(a == b) for a, b in zip(val.shape, shape))
 
 
-def _channels_last_operands(node) -> dict[int, torch.fx.Node] | None:
-    """{id of a full-size operand: the NHWC tensor it views (None: permute it here)} when every
-    full-size tensor operand of pointwise `node` is channels-last; else None."""
+def _channels_last_operands(node) -> set[int] | None:
+    """The ids of the full-size operands of pointwise `node` when every one of them is
+    channels-last; else None."""
     if not _pointwise(node) or any(isinstance(v, torch.fx.Node) for v in node.kwargs.values()):
         return None
     val = meta_val(node)
     if not isinstance(val, torch.Tensor) or val.dim() != 4:
         return None
-    full: dict[int, torch.fx.Node | None] = {}
+    full: set[int] = set()
     for a in node.args:
         operand = meta_val(a)
         if not isinstance(operand, torch.Tensor):
@@ -107,7 +107,7 @@ def _channels_last_operands(node) -> dict[int, torch.fx.Node] | None:
             continue  # broadcast: permuted to match (or a scalar)
         if not _channels_last(a, operand):
             return None
-        full[id(a)] = a.args[0] if _is_nchw_view(a) else None
+        full.add(id(a))
     return full or None
 
 
@@ -156,13 +156,12 @@ def _channels_last_strides(val: torch.Tensor) -> bool:
         return False
 
 
-def _nhwc(graph: torch.fx.Graph, a, full: dict):
+def _nhwc(graph: torch.fx.Graph, a, full: set):
     """Operand `a` of the rewritten op, over NHWC storage."""
     if not isinstance(a, torch.fx.Node):
         return a
     if id(a) in full:
-        source = full[id(a)]
-        return source if source is not None else call_node(graph, aten.permute.default, (a, list(TO_NHWC)), {})
+        return nhwc_storage(graph, a)
     val = meta_val(a)
     if val.dim() == 0:
         return a

@@ -131,6 +131,15 @@ def stored_permuted(graph: torch.fx.Graph, node: torch.fx.Node, order) -> torch.
     return call_node(graph, torch.ops.aten.permute.default, (stored, inverse), {})
 
 
+def nhwc_storage(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """The NHWC tensor whose NCHW view channels-last `node` is: the input of its permute, or a
+    new `permute(node, TO_NHWC)` (a result stored channels-last, which that permute makes
+    contiguous)."""
+    if is_permute(node, TO_NCHW):
+        return node.args[0]
+    return call_node(graph, torch.ops.aten.permute.default, (node, list(TO_NHWC)), {})
+
+
 def is_permute(node, order) -> bool:
     """Is `node` `permute(x, order)` (dims given negative or not)?"""
     if not (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is torch.ops.aten.permute.default):

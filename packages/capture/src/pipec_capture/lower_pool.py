@@ -1,10 +1,13 @@
-"""Lowerings of average and max pooling as sums / running maxima of strided window slices.
+"""Lowerings of average and max pooling as sums / running maxima of window taps.
 
 A pooling window of k_1 x ... x k_n taps is unrolled: tap (j_1, ..., j_n) of every output
 point reads `slice(padded, start=j*dilation, step=stride)` along each spatial dim, a pure
 view of the (padded) input. Padding (and, with ceil_mode, the overhang of the last windows
 past the input's end) comes from the `take`-based constant pad of lower_indexing: zeros for
-average pooling, -inf for max pooling, so padded taps never win. The divisor of average
+average pooling, -inf for max pooling, so padded taps never win. An undilated max pool whose
+windows reach into the padding reads no padded copy: it gathers each tap from the input at
+clamped coordinates (`Window.clamped_taps`). A channels-last max pool (pool_layouts.py's op)
+pools dims 1..n of an [N, *spatial, C] input. The divisor of average
 pooling and the argmax positions of max pooling are int64 arithmetic on `iota`s of the
 output's coordinates (ceil_mode needs no code of its own: the output sizes, from the
 node's meta, already count the overhanging windows). Adaptive average pooling with windows
@@ -13,15 +16,8 @@ a window's end; adaptive max pooling scans the same taps (masked taps never win)
 each window's first maximum and its flat position within the (N, C) plane, as eager does.
 Windows of more than MAX_TAPS taps stay externs (the graph grows with every tap).
 
-The backward of average and max pooling is a gather, not a scatter: each grad_input point
-sums grad_output over the few output windows that can cover it (at most ceil(reach/stride)
-per spatial dim, reach being the window's span), read with `take` at clamped positions and
-masked where a candidate window is out of range, does not reach the point (average pooling)
-or did not pick it as its maximum (max pooling: its saved index is not this point's). The
-backward of adaptive average pooling gathers the same way: the cells covering an input point
-are a range given by the forward's window formula with the input and output sizes swapped.
-The backward of adaptive max pooling gathers over those same cells, keeping the ones whose
-saved index is this point. No atomics and no scatter: every grad_input point is written once.
+The backward of pooling is a gather, not a scatter (lower_pool_backward.py, and
+lower_pool_adaptive_backward.py for adaptive pooling).
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ def reaches_padding(padding, out, stride, kernel, dilation, size) -> bool:
                for p, o, st, k, d, n in zip(padding, out, stride, kernel, dilation, size))
 
 
-def _per_dim(value, n: int, what: str) -> tuple[int, ...]:
+def per_dim(value, n: int, what: str) -> tuple[int, ...]:
     """An int or an int list of length 1 or n (ATen's int[n] argument) as n ints."""
     vals = [value] if isinstance(value, (int, sympy.Integer)) else list(value)
     if len(vals) == 1:
@@ -75,10 +71,10 @@ class Window:
         self.lead = tuple(s for d, s in enumerate(shape) if d not in self.dims)
         self.size = tuple(cx.static(shape[d]) for d in self.dims)
         self.out = tuple(cx.static(out.shape[d]) for d in self.dims)
-        self.kernel = _per_dim(kernel, n, "kernel_size")
-        self.stride = _per_dim(stride, n, "stride") if stride else self.kernel
-        self.padding = _per_dim(padding, n, "padding")
-        self.dilation = _per_dim(dilation, n, "dilation")
+        self.kernel = per_dim(kernel, n, "kernel_size")
+        self.stride = per_dim(stride, n, "stride") if stride else self.kernel
+        self.padding = per_dim(padding, n, "padding")
+        self.dilation = per_dim(dilation, n, "dilation")
         taps = math.prod(self.kernel)
         if unrolled and taps > MAX_TAPS:
             raise NoLowering(f"pooling window of {taps} taps (more than {MAX_TAPS}: the graph would grow too big)")
@@ -169,7 +165,7 @@ class Window:
 # ------------------------------------------------------------ average pooling
 
 
-def _avg_divisor(cx, win: Window, shape, count_include_pad: bool):
+def avg_divisor(cx, win: Window, shape, count_include_pad: bool):
     """The per-output-point divisor (a number when it is the same everywhere, else int64 Ref).
 
     As torch: the window clipped to the padded input counts when count_include_pad, else
@@ -207,10 +203,10 @@ def _tiled_average(cx, x, t, n, kernel_size, stride, padding, divisor_override) 
     EfficientNet's pooler is a 1280-wide window over a 7 x 7 map), which reduces the whole dim
     and counts its length as torch does. None otherwise (the unrolled taps, or an extern
     beyond MAX_TAPS)."""
-    kernel = _per_dim(kernel_size, n, "kernel_size")
-    if math.prod(kernel) <= MAX_TAPS or any(_per_dim(padding, n, "padding")):
+    kernel = per_dim(kernel_size, n, "kernel_size")
+    if math.prod(kernel) <= MAX_TAPS or any(per_dim(padding, n, "padding")):
         return None
-    strides = _per_dim(stride, n, "stride") if stride else kernel
+    strides = per_dim(stride, n, "stride") if stride else kernel
     shape = tuple(sympy.sympify(s) for s in cx.shape(x))
     if len(shape) not in (n + 1, n + 2):
         return None
@@ -254,7 +250,7 @@ def _avg_pool(n: int):
         if divisor_override:
             divisor = int(divisor_override)
         else:
-            divisor = _avg_divisor(cx, win, t.shape, bool(count_include_pad))
+            divisor = avg_divisor(cx, win, t.shape, bool(count_include_pad))
         if isinstance(divisor, Ref):
             divisor = cx.cast(divisor, acc)
         else:
@@ -285,7 +281,7 @@ def _first_valid(cx, win: Window, shape, k: int) -> Ref:
     return binop(cx, "add", start, binop(cx, "mul", steps, d, shape), shape)
 
 
-def _plane_position(cx, win: Window, coords, shape) -> Ref:
+def plane_position(cx, win: Window, coords, shape) -> Ref:
     """sum(coord_k * stride_k) over the spatial dims: the flat index within one input plane."""
     pos = None
     for c, st in zip(coords, contiguous_strides(win.size)):
@@ -306,9 +302,9 @@ def _max_pool(n: int, channels_last: bool = False):
         if win.empty:
             return cx.full(float("-inf"), shape, dtype), cx.full(0, shape, I64)
         starts = [win.coordinate(cx, shape, k) for k in range(n)]
-        base = _plane_position(cx, win, starts, shape)  # plane index of tap (0, ..., 0)
+        base = plane_position(cx, win, starts, shape)  # plane index of tap (0, ..., 0)
         tap_step = contiguous_strides(win.size)
-        where = _plane_position(cx, win, [_first_valid(cx, win, shape, k) for k in range(n)], shape)
+        where = plane_position(cx, win, [_first_valid(cx, win, shape, k) for k in range(n)], shape)
 
         def position(offset):
             shift = sum(j * d * int(st) for j, d, st in zip(offset, win.dilation, tap_step))
@@ -397,7 +393,7 @@ def _adaptive_avg_pool(n: int):
         if not is_float(t.dtype):
             raise NoLowering(f"{t.dtype} adaptive average pooling (integer division)")
         src_shape = tuple(cx.static(s) for s in cx.shape(x))
-        out = _per_dim(output_size, n, "output_size")
+        out = per_dim(output_size, n, "output_size")
         if 0 in src_shape or 0 in out:
             return cx.full(0.0, t.shape, t.dtype)
         size = src_shape[-n:]
@@ -440,7 +436,7 @@ def _adaptive_max_pool(n: int):
         src_shape = tuple(cx.static(s) for s in cx.shape(x))
         if len(src_shape) not in (n + 1, n + 2):
             raise NoLowering(f"{len(src_shape)}-D input for {n}-D adaptive pooling")
-        out = _per_dim(output_size, n, "output_size")
+        out = per_dim(output_size, n, "output_size")
         shape, dtype = t.shape, t.dtype
         if 0 in src_shape or 0 in out:
             return cx.full(float("-inf"), shape, dtype), cx.full(0, shape, I64)
@@ -474,131 +470,3 @@ def _adaptive_max_pool(n: int):
 
 register("aten.adaptive_max_pool2d.default")(_adaptive_max_pool(2))
 register("aten.adaptive_max_pool3d.default")(_adaptive_max_pool(3))
-
-
-# ------------------------------------------------------------ pooling backward (a gather over windows)
-
-
-def _covering_windows(cx, win: Window, shape, k: int, reach: int, check_reach: bool):
-    """The output windows along spatial dim k that can cover each input point of `shape`.
-
-    Window o starts at o*stride - padding and spans `reach` input positions, so input h is
-    covered iff o*stride - padding <= h < o*stride - padding + reach: o is at most
-    last = (h + padding) // stride, and o = last - t for t < ceil(reach / stride) are the
-    only candidates. Yields (o clamped into the output, mask or None) per candidate; a mask
-    term is emitted only where some point needs it (the ranges are static).
-    """
-    s, p, size, out = win.stride[k], win.padding[k], win.size[k], win.out[k]
-    h = iota(cx, shape, len(shape) - win.n + k)
-    shifted = binop(cx, "add", h, p, shape) if p else h
-    last = binop(cx, "truediv_floor", shifted, s, shape) if s != 1 else shifted
-    for t in range(-(-reach // s)):
-        o = binop(cx, "sub", last, t, shape) if t else last
-        tests = []
-        if p // s - t < 0:  # the first points' candidate lies before the first window
-            tests.append(cx.pointwise("ge", [o, 0], shape, "bool", operand_dtype=I64))
-        if (size - 1 + p) // s - t > out - 1:  # the last points' candidate lies past the last window
-            tests.append(cx.pointwise("lt", [o, out], shape, "bool", operand_dtype=I64))
-        if check_reach and t * s + s - 1 >= reach:  # (h + p) - o*s = (h + p) % s + t*s may be past the span
-            start = binop(cx, "mul", o, s, shape) if s != 1 else o
-            tests.append(cx.pointwise("lt", [binop(cx, "sub", shifted, start, shape), reach], shape, "bool",
-                                      operand_dtype=I64))
-        mask = None
-        for test in tests:
-            mask = test if mask is None else cx.emit("logical_and", [mask, test], shape, "bool")
-        yield (clamp(cx, o, 0, out - 1, shape) if tests else o), mask
-
-
-def _gather_windows(cx, win: Window, grad: Ref, shape, reach, *, check_reach: bool, picked=None) -> Ref:
-    """sum over candidate windows w of grad[w] where w covers the point (and picked(pos) if given)."""
-    candidates = math.prod(-(-r // st) for r, st in zip(reach, win.stride))
-    if candidates > MAX_TAPS:
-        raise NoLowering(f"pooling backward over {candidates} candidate windows (more than {MAX_TAPS})")
-    per_dim = [list(_covering_windows(cx, win, shape, k, reach[k], check_reach)) for k in range(win.n)]
-    return gather_candidates(cx, grad, shape, win.lead, win.out, per_dim, picked)
-
-
-def gather_candidates(cx, grad: Ref, shape, lead_shape, out, per_dim, picked=None) -> Ref:
-    """sum over every combination of one candidate per spatial dim of grad[candidate], masked.
-
-    per_dim[k] lists (output coordinate along dim k, mask or None) as Refs of `shape`; a
-    combination counts where all its masks (and picked(position in grad), if given) hold.
-    """
-    acc = cx.dtype(grad)
-    # grad's flat position: the lead dims' part (computed once) + one term per spatial dim and candidate
-    plane, lead = math.prod(out), len(lead_shape)
-    base = None
-    if lead:
-        base = flat_position(cx, [iota(cx, shape, d) for d in range(lead)], lead_shape, shape)
-        base = binop(cx, "mul", base, plane, shape) if plane != 1 else base
-    terms = []
-    for candidates, stride in zip(per_dim, contiguous_strides(out)):
-        stride = int(stride)
-        terms.append([(o if stride == 1 else binop(cx, "mul", o, stride, shape), mask) for o, mask in candidates])
-    zero = cx.full(0.0, shape, acc)
-    total = None
-    for combo in itertools.product(*terms):
-        pos = base
-        for term, _ in combo:
-            pos = term if pos is None else binop(cx, "add", pos, term, shape)
-        mask = None
-        for test in [m for _, m in combo if m is not None] + ([picked(pos)] if picked else []):
-            mask = test if mask is None else cx.emit("logical_and", [mask, test], shape, "bool")
-        value = take(cx, grad, pos, shape)
-        if mask is not None:  # where, not a product: a NaN gradient of a window that misses stays out
-            value = cx.emit("where", [mask, value, zero], shape, acc)
-        total = value if total is None else cx.emit("add", [total, value], shape, acc)
-    return total
-
-
-def _avg_pool_backward(n: int):
-    def lower(cx, node, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-              divisor_override=None):
-        t = cx.result(node)
-        if not is_float(t.dtype):
-            raise NoLowering(f"{t.dtype} average pooling backward (integer division)")
-        win = Window(cx, x, cx.type(grad_output), n, kernel_size, stride, padding, unrolled=False)
-        if win.empty:
-            return cx.full(0.0, t.shape, t.dtype)
-        acc = acc_dtype(t.dtype)
-        out_shape = cx.shape(grad_output)
-        # each window's share of its gradient (grad / divisor), computed once per output point
-        if divisor_override:
-            divisor = float(divisor_override)
-        else:
-            divisor = _avg_divisor(cx, win, out_shape, bool(count_include_pad))
-            divisor = cx.cast(divisor, acc) if isinstance(divisor, Ref) else float(divisor)
-        share = cx.pointwise("div", [cx.cast(grad_output, acc), divisor], out_shape, acc)
-        total = _gather_windows(cx, win, share, t.shape, win.kernel, check_reach=True)
-        return cx.cast(total, t.dtype)
-    lower.__name__ = f"lower_avg_pool{n}d_backward"
-    return lower
-
-
-def _max_pool_backward(n: int):
-    def lower(cx, node, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-        t = cx.result(node)
-        if not is_float(t.dtype):
-            raise NoLowering(f"{t.dtype} max pooling backward")
-        win = Window(cx, x, cx.type(grad_output), n, kernel_size, stride, padding, dilation, unrolled=False)
-        if win.empty:
-            return cx.full(0.0, t.shape, t.dtype)
-        shape, acc = t.shape, acc_dtype(t.dtype)
-        here = _plane_position(cx, win, [iota(cx, shape, len(shape) - n + k) for k in range(n)], shape)
-        index = cx.cast(indices, I64)
-
-        def picked(pos):  # the window chose this very input point as its maximum
-            return cx.pointwise("eq", [take(cx, index, pos, shape), here], shape, "bool", operand_dtype=I64)
-
-        reach = [(k - 1) * d + 1 for k, d in zip(win.kernel, win.dilation)]
-        # a saved index names a point of its own window: no span test needed
-        total = _gather_windows(cx, win, cx.cast(grad_output, acc), shape, reach, check_reach=False, picked=picked)
-        return cx.cast(total, t.dtype)
-    lower.__name__ = f"lower_max_pool{n}d_with_indices_backward"
-    return lower
-
-
-register("aten.avg_pool2d_backward.default")(_avg_pool_backward(2))
-register("aten.avg_pool3d_backward.default")(_avg_pool_backward(3))
-register("aten.max_pool2d_with_indices_backward.default")(_max_pool_backward(2))
-register("aten.max_pool3d_with_indices_backward.default")(_max_pool_backward(3))

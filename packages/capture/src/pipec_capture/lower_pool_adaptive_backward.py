@@ -1,7 +1,8 @@
 """Backward of adaptive pooling as generated code: each input point gathers the gradient of
 the output cells whose (uneven) windows cover it (`_adaptive_avg_pool*_backward` by its
 cells' sizes, `adaptive_max_pool*_backward` where a cell's argmax is that point). The
-forward ops and the fixed-window backward are in lower_pool.py, whose gather this shares."""
+forward ops are in lower_pool.py; the fixed-window backward is in lower_pool_backward.py, whose
+gather this shares."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pipec_ir import Ref
 
 from .dtypes import acc_dtype, is_float
 from .lower_indexing import I64, binop, flat_position, iota, take
-from .lower_pool import MAX_TAPS, adaptive_windows, gather_candidates
+from .lower_pool import MAX_TAPS, adaptive_windows
+from .lower_pool_backward import gather_candidates
 from .table import NoLowering, register
 
 

@@ -22,7 +22,8 @@ from pipec_ir.ops import COLLECTIVE_OPS, VIEW_OPS
 # Each family module adds its rows to table.LOWERINGS on import.
 from . import (  # noqa: F401
     lower_collectives, lower_functional, lower_indexing, lower_math, lower_matmul, lower_pointwise, lower_pool,
-    lower_pool_adaptive_backward, lower_random, lower_reduction, lower_scan, lower_scatter, lower_views,
+    lower_pool_adaptive_backward, lower_pool_backward, lower_random, lower_reduction, lower_scan, lower_scatter,
+    lower_views,
 )
 from .builder import scalar_value
 from .dtypes import ir_dtype

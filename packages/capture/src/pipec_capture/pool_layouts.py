@@ -24,8 +24,8 @@ import operator
 
 import torch
 
-from .fx_edit import TO_NCHW, TO_NHWC, call_node, is_permute, meta_val
-from .lower_pool import MAX_TAPS, reaches_padding
+from .fx_edit import TO_NCHW, TO_NHWC, call_node, meta_val, nhwc_storage
+from .lower_pool import MAX_TAPS, per_dim, reaches_padding
 
 aten = torch.ops.aten
 
@@ -60,8 +60,7 @@ def rewrite(graph: torch.fx.Graph, node: torch.fx.Node, channels_last) -> bool:
     declare()
     x = node.args[0]
     with graph.inserting_before(node):
-        source = x.args[0] if is_permute(x, TO_NCHW) else call_node(graph, aten.permute.default, (x, list(TO_NHWC)), {})
-        pooled = call_node(graph, torch.ops.pipec.max_pool2d_nhwc.default, (source, *args), {})
+        pooled = call_node(graph, torch.ops.pipec.max_pool2d_nhwc.default, (nhwc_storage(graph, x), *args), {})
         parts = []
         for i in range(2):
             part = call_node(graph, operator.getitem, (pooled, i), {})
@@ -74,7 +73,7 @@ def rewrite(graph: torch.fx.Graph, node: torch.fx.Node, channels_last) -> bool:
 
 
 def _eligible(node, channels_last) -> tuple | None:
-    """(kernel, stride, padding, dilation, ceil_mode) as int pairs when `node` is a 2-d max pool
+    """(kernel, stride, padding, dilation, ceil_mode), the first four as int pairs, when `node` is a 2-d max pool
     with indices of a 4-d floating-point channels-last input, static spatial sizes, read only
     through getitem, and a window the lowering unrolls (dilation 1 where it reaches the padding:
     lower_pool's clamped taps); else None."""
@@ -90,18 +89,13 @@ def _eligible(node, channels_last) -> tuple | None:
         return None
     kernel, *given = node.args[1:]
     stride, padding, dilation, ceil_mode = (*given, *DEFAULTS[len(given):])
-    kernel = _pair(kernel)
-    stride = _pair(stride) if stride else list(kernel)
-    padding, dilation = _pair(padding), _pair(dilation)
+    kernel = per_dim(kernel, 2, "kernel_size")
+    stride = per_dim(stride, 2, "stride") if stride else kernel
+    padding, dilation = per_dim(padding, 2, "padding"), per_dim(dilation, 2, "dilation")
     if math.prod(kernel) > MAX_TAPS or val.shape[0] == 0 or 0 in val.shape[2:]:
         return None
     out = meta_val(node)[0].shape[2:]
-    if dilation != [1, 1] and reaches_padding(padding, out, stride, kernel, dilation, val.shape[2:]):
+    if dilation != (1, 1) and reaches_padding(padding, out, stride, kernel, dilation, val.shape[2:]):
         return None
     return kernel, stride, padding, dilation, bool(ceil_mode)
 
-
-def _pair(value) -> list[int]:
-    """ATen's int[2] argument (an int, or a list of one or two) as two ints."""
-    values = [value] if isinstance(value, int) else list(value)
-    return [int(v) for v in (values * 2 if len(values) == 1 else values)]

@@ -27,9 +27,11 @@ from functools import cached_property
 
 from pipec_ir.ops import CREATION_OPS
 
-# What policy 'default' recomputes per element of a broadcast consumer: a short chain of
-# these over a much smaller domain (a layer_norm weight's cast to fp32, a bias scaled).
-# Reading the small input again is an L1/L2 hit; its own kernel would cost a launch.
+# Cheap ops: a stored value made only of these may be recomputed by its readers
+# (`recompute_stored`), and they, with the square roots and reciprocals below, are what policy
+# 'default' recomputes per element of a broadcast consumer over a much smaller domain (a
+# layer_norm weight's cast to fp32, a bias scaled). Reading the small input again is an L1/L2
+# hit; its own kernel would cost a launch.
 CHEAP_RECOMPUTE_OPS = frozenset({"identity", "cast", "neg", "add", "sub", "mul", "abs"})
 # A per-channel chain broadcast over a large domain may also take a square root or a reciprocal:
 # an inference batch norm's scale, weight / sqrt(running_var + eps), is 5 such ops over C values.

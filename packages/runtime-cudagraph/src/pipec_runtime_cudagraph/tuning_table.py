@@ -20,9 +20,10 @@ dtypes is the same decision):
   extern calls' targets, and the shapes (rounded up to powers of two) and dtypes of the
   values they read and write; and, as a refinement, the *exact* shapes of those values. A
   GEMM's alternatives (a Triton kernel with the epilogue on its tile, or cuBLAS and a
-  pointwise kernel) cross over within one power of two: BERT base's FFN product (4096, 768) x
-  (768, 3072) rounds to BERT-large's (4096, 1024) x (1024, 4096), and the table's pick for that
-  key, a ping-pong kernel, lost 7% on BERT base's on an H100 (docs/performance.md, session 38).
+  pointwise kernel) cross over within one power of two: RoBERTa's query/key/value product
+  (4096, 768) x (768, 768) rounds to (4096, 1024) x (1024, 1024), whose pick was the Triton
+  template, 13.4 us a call in RoBERTa against cuBLAS's 10.4 (H100, session 39); its exact key
+  now holds cuBLAS (benchmarks/results/README.md, session 39).
 
 The tuning cache stores these features beside each timing (tuning_cache.py), and
 `scripts/learn_tuning_table.py` turns the timings of many runs into a table per GPU family
