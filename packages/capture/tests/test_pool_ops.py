@@ -58,18 +58,22 @@ def test_pool_lowering(name):
     fn, x = {**AVG, **MAX}[name]
     graph = check(fn, x)
     assert "extern" not in ops(graph)
-    # window taps are slices of the (padded) input, or, for an undilated max pool reaching into
+    # window taps are slices of the (padded) input, or, for an undilated pool reaching into
     # the padding, gathers of the input at clamped coordinates (no padded copy)
-    assert "slice" in ops(graph) or (name in MAX and "take" in ops(graph))
+    assert "slice" in ops(graph) or "take" in ops(graph)
 
 
-def test_an_undilated_max_pool_with_padding_reads_no_padded_copy():
-    """ResNet's stem pool (3 x 3, stride 2, padding 1): every tap gathers from the input itself;
-    no IR value has the padded input's size."""
-    graph = check(lambda x: F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True), X4)
-    sizes = {tuple(n.type.shape) for n in graph.nodes}
-    padded = tuple(X4.shape[:2]) + tuple(s + 2 for s in X4.shape[2:])
-    assert padded not in sizes and "take" in ops(graph)
+@pytest.mark.parametrize("fn", [
+    lambda x: F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True),  # ResNet's stem
+    lambda x: F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False),  # PoolFormer's token mixer
+    lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True),  # windows past the padding too
+])
+def test_an_undilated_pool_with_padding_reads_no_padded_copy(fn):
+    """Every tap gathers from the input itself; no IR value has the padded input's size."""
+    graph = check(fn, X4)
+    sizes = {tuple(n.type.shape[-2:]) for n in graph.nodes}
+    padded = tuple(s + 2 for s in X4.shape[2:])
+    assert padded not in sizes and "take" in ops(graph) and "slice" not in ops(graph)
 
 
 def test_float16_average_accumulates_in_float32():

@@ -4,9 +4,10 @@ A pooling window of k_1 x ... x k_n taps is unrolled: tap (j_1, ..., j_n) of eve
 point reads `slice(padded, start=j*dilation, step=stride)` along each spatial dim, a pure
 view of the (padded) input. Padding (and, with ceil_mode, the overhang of the last windows
 past the input's end) comes from the `take`-based constant pad of lower_indexing: zeros for
-average pooling, -inf for max pooling, so padded taps never win. An undilated max pool whose
+average pooling, -inf for max pooling, so padded taps never win. An undilated pool whose
 windows reach into the padding reads no padded copy: it gathers each tap from the input at
-clamped coordinates (`Window.clamped_taps`). A channels-last max pool (pool_layouts.py's op)
+clamped coordinates (`Window.clamped_taps`); an average counts the taps outside the input as
+zeros, a max pool masks them in its indices scan. A channels-last max pool (pool_layouts.py's op)
 pools dims 1..n of an [N, *spatial, C] input. The divisor of average
 pooling and the argmax positions of max pooling are int64 arithmetic on `iota`s of the
 output's coordinates (ceil_mode needs no code of its own: the output sizes, from the
@@ -242,11 +243,23 @@ def _avg_pool(n: int):
         if win.empty:
             return cx.full(0.0, t.shape, t.dtype)
         acc = acc_dtype(t.dtype)
-        src = win.padded(cx, cx.cast(x, acc), 0.0)
         total = None
-        for offset in win.offsets():
-            term = win.tap(cx, src, offset)
-            total = term if total is None else cx.emit("add", [total, term], t.shape, acc)
+        if reaches_padding(win.padding, win.out, win.stride, win.kernel, win.dilation, win.size):
+            # the taps gathered from x at clamped coordinates (Window.clamped_taps), those outside
+            # the input counted as the padding's zeros: no padded copy (PoolFormer's 3 x 3 pools)
+            starts = [win.coordinate(cx, t.shape, k) for k in range(n)]
+            zero = cx.full(0.0, t.shape, acc)
+            for _, value, coords in win.clamped_taps(cx, x, t.shape, starts):
+                term = cx.cast(value, acc)
+                inside = _inside(cx, win, coords, t.shape)
+                if inside is not None:
+                    term = cx.emit("where", [inside, term, zero], t.shape, acc)
+                total = term if total is None else cx.emit("add", [total, term], t.shape, acc)
+        else:
+            src = win.padded(cx, cx.cast(x, acc), 0.0)
+            for offset in win.offsets():
+                term = win.tap(cx, src, offset)
+                total = term if total is None else cx.emit("add", [total, term], t.shape, acc)
         if divisor_override:
             divisor = int(divisor_override)
         else:
