@@ -9,7 +9,9 @@ per kernel name its calls and GPU microseconds per model call, the kernels' sum,
 per call measured around the profiled calls. The gap between wall time and kernel sum is launch
 overhead and idle GPU; kernels named like pipec's (`k<n>_...`) or Inductor's (`triton_...`) are
 generated code, the rest are library calls (cuBLAS `*gemm*`, flash attention, ATen copies).
-Prints the top `--top` kernels per backend; writes everything as JSON. `--copies` also records
+Prints the top `--top` kernels per backend; writes everything as JSON. `--gaps` also sums the idle
+time between consecutive kernels by the kinds of the two (library GEMM, attention, generated...):
+where a CUDA Graph's replay loses time its kernels do not account for. `--copies` also records
 where each ATen copy is called from (the host ops `aten::copy_`, `contiguous`, `clone`, with their
 shapes, strides and Python stack): the sites of the copies a kernel profile shows only by name.
 Backend `pipec_timed` compiles with `tuning_table=False` (every launch config and GEMM choice
@@ -82,7 +84,43 @@ def copy_sites(events, calls: int) -> list[dict]:
             for (op, shapes, stack), n in sorted(sites.items(), key=lambda kv: -kv[1])]
 
 
-def profile_backend(fn, inputs, calls: int, copies: bool = False) -> dict:
+def kernel_kind(name: str) -> str:
+    """A GPU activity's kind, for the gaps between kernels: library GEMMs, attention, pipec's
+    Gluon ping-pong GEMMs, its Triton GEMM templates, other generated kernels, memsets, copies."""
+    n = name.lower()
+    for kind, marks in (("memset", ("memset",)), ("memcpy", ("memcpy",)),
+                        ("library gemm", ("nvjet", "gemm", "cutlass")),
+                        ("attention", ("cudnn", "flash", "sdpa", "fmha")), ("gluon gemm", ("pingpong",)),
+                        ("triton gemm", ("mm_epilogue", "_tma", "fused_mm_", "fused_addmm", "fused_bmm"))):
+        if any(m in n for m in marks):
+            return kind
+    return "generated" if n.startswith(("pipec", "triton")) else "other"
+
+
+def kernel_gaps(events, calls: int, boundary_us: float = 30.0) -> dict:
+    """The idle time between consecutive kernels of `calls` profiled calls, by (kind before, kind
+    after): count per call, sum per call, median and minimum. A gap over `boundary_us` is a call
+    boundary or a host stall: listed apart, not summed. A negative gap is an overlap (a kernel
+    launched with programmatic dependent launch starting before the one ahead ended)."""
+    import statistics
+
+    kernels = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    pairs: dict[tuple[str, str], list[float]] = defaultdict(list)
+    long = []
+    for a, b in zip(kernels, kernels[1:]):
+        gap = b.time_range.start - a.time_range.end
+        if gap > boundary_us:
+            long.append({"us": gap, "before": a.name[:80], "after": b.name[:80]})
+        else:
+            pairs[(kernel_kind(a.name), kernel_kind(b.name))].append(gap)
+    rows = sorted(({"before": p, "after": n, "count": len(v) / calls, "us": sum(v) / calls,
+                    "median_us": statistics.median(v), "min_us": min(v)} for (p, n), v in pairs.items()),
+                  key=lambda r: -r["us"])
+    return {"us": sum(r["us"] for r in rows), "pairs": rows, "long": sorted(long, key=lambda r: -r["us"])[:10]}
+
+
+def profile_backend(fn, inputs, calls: int, copies: bool = False, gaps: bool = False) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     with torch.no_grad():
@@ -109,6 +147,8 @@ def profile_backend(fn, inputs, calls: int, copies: bool = False) -> dict:
            "launches": sum(k["calls"] for k in kernels), "kernels": kernels}
     if copies:
         row["copy_sites"] = copy_sites(prof.events(), calls)
+    if gaps:
+        row["gaps"] = kernel_gaps(prof.events(), calls)
     return row
 
 
@@ -123,6 +163,8 @@ def parse_and_load(doc: str, script: str, backends: str, calls: int, top: int):
     parser.add_argument("--out", default=None, help="results JSON path")
     parser.add_argument("--copies", action="store_true",
                         help="also record where ATen copies are called from (host stacks; slower calls)")
+    parser.add_argument("--gaps", action="store_true",
+                        help="also sum the idle time between kernels by the kinds of the kernels around it")
     parser.add_argument("--log-tuning", action="store_true",
                         help="print what pipec's autotuning picks (configs, choice groups) as it times them")
     args = parser.parse_args()
@@ -147,13 +189,17 @@ def main() -> int:
     for backend in args.backends.split(","):
         t0 = time.perf_counter()
         fn = build(backend, model)
-        row = profile_backend(fn, inputs, args.calls, copies=args.copies)
+        row = profile_backend(fn, inputs, args.calls, copies=args.copies, gaps=args.gaps)
         row["setup_s"] = time.perf_counter() - t0
         results["backends"][backend] = row
         print(f"\n== {name} / {backend}: wall {row['wall_us']:.1f} us/call, kernels {row['kernel_us']:.1f} us, "
               f"{row['launches']:.0f} launches (setup {row['setup_s']:.1f} s)", flush=True)
         for k in row["kernels"][: args.top]:
             print(f"  {k['us']:9.1f} us  x{k['calls']:<5g} {k['name'][:110]}")
+        if "gaps" in row:
+            print(f"  gaps between kernels: {row['gaps']['us']:.1f} us/call")
+            for g in row["gaps"]["pairs"][: args.top]:
+                print(f"  {g['us']:9.1f} us  x{g['count']:<5g} median {g['median_us']:5.2f}  {g['before']} -> {g['after']}")
         for site in row.get("copy_sites", [])[: args.top]:
             print(f"  copy x{site['calls']:<5g} {site['op']} {site['shapes'][:80]}")
             for frame in site["stack"]:
