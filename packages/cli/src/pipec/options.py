@@ -17,8 +17,9 @@ from .modes import MODES, mode_options
 from .plugins import get_registry
 
 BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
+PDL_ENV = "PIPEC_PDL"  # set (not 0): pdl=True (programmatic dependent launch between a CUDA Graph's kernels)
 # options off by default that the environment can turn on for a whole process
-OPT_IN_ENVS = {"bounds_check": BOUNDS_CHECK_ENV}
+OPT_IN_ENVS = {"bounds_check": BOUNDS_CHECK_ENV, "pdl": PDL_ENV}
 TUNING_TABLE_ENV = "PIPEC_TUNING_TABLE"  # 0: tuning_table=False (time every decision) unless a compile says otherwise
 STATIC_LAUNCH_ENV = "PIPEC_STATIC_LAUNCH"  # 0: static_launch=False (Triton's own launcher) unless a compile says otherwise
 EARLY_COMPILE_ENV = "PIPEC_EARLY_COMPILE"  # 0: early_compile=False (kernels compiled at the first call, not at load)

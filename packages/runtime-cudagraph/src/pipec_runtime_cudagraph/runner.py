@@ -9,11 +9,12 @@ some sizes, later calls at those sizes take a specialized run (specialize.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 
-from pipec_ir import CompileOptions, CompileProfile, LoadContext, Program
+from pipec_ir import CompileOptions, CompileProfile, LoadContext, Program, TritonKernel
 
 from .autotune import MEMO_KEY, TuningMemo, compile_all, tuning_log
 from .choices import group_choices
@@ -24,6 +25,7 @@ from .kernels import body_digest, kernel_cache_dir, load_kernel
 from .launch_store import LaunchStore
 from .memory import round_up
 from .owned_inputs import input_releases
+from .pdl import grid_dependency_source, pdl_supported
 from .plan import ProgramPlan
 from .profiling import graph_range, profiler_state, range_name, ranged_plan
 from .rounds import PRUNE
@@ -126,6 +128,10 @@ class ProgramRunner(ProgramPlan):
         self.specialize = bool(options.get("specialize", True))
         # launches through torch's C++ launcher where it can describe the kernel (static_launch.py)
         self.static_launch = bool(options.get("static_launch", True))
+        # programmatic dependent launch between the Triton kernels of a CUDA Graph (pdl.py)
+        self.pdl = (choice_timer == "graph" and bool(options.get("pdl", False)) and torch.cuda.is_available()
+                    and not interpreter_active() and pdl_supported(torch.cuda.current_device()))
+        self._pdl_kernels: dict[str, TritonKernel | None] = {}  # kernel name -> its PDL form, or None
         # launches an earlier process compiled, run from their cubins without Triton (launch_store.py);
         # kernel modules are then imported only when something needs them
         self.launch_store = None
@@ -164,19 +170,32 @@ class ProgramRunner(ProgramPlan):
                     raise ProgramLoadError(f"program {self.name}: step {k} launches unknown kernel {s.target!r}")
                 self.profile.distinct("kernels", (self.name, kernel.name))
                 self.profile.distinct("unique_kernels", body_digest(kernel))  # identical layers: one
+                # under CUDA Graphs on sm_90, a Triton kernel waits for the one ahead in its body and
+                # is launched with PDL (pdl.py); `kernel` keeps its source, which digests and tables key on
+                loaded = self._pdl_kernel(kernel) if self.pdl and not interpret else None
+                pdl = loaded is not None
+                loaded = loaded or kernel
                 if self.launch_store is not None and not interpret:  # imported at its first use, if any
-                    load = functools.partial(load_kernel, kernel, interpret=False, cache_dir=self.kernel_dir)
-                    steps.append((LaunchStep(self, s, kernel, None, interpret, tune, load=load), self.release[k]))
+                    load = functools.partial(load_kernel, loaded, interpret=False, cache_dir=self.kernel_dir)
+                    steps.append((LaunchStep(self, s, kernel, None, interpret, tune, load=load, pdl=pdl),
+                                  self.release[k]))
                     continue
-                fn = load_kernel(kernel, interpret=interpret, cache_dir=self.kernel_dir)
+                fn = load_kernel(loaded, interpret=interpret, cache_dir=self.kernel_dir)
                 fn = honour_debug(fn) if interpret else fn
-                steps.append((LaunchStep(self, s, kernel, fn, interpret, tune), self.release[k]))
+                steps.append((LaunchStep(self, s, kernel, fn, interpret, tune, pdl=pdl), self.release[k]))
             elif s.kind == "extern":
                 steps.append((ExternStep(s, self.index, reads_by_launch, self.symbols), self.release[k]))
             else:
                 raise ProgramLoadError(f"program {self.name}: step {k} has unknown kind {s.kind!r}")
         self._launches[device_type] = [step for step, _ in steps if isinstance(step, LaunchStep)]
         return group_choices(self, steps, tune, self.choice)
+
+    def _pdl_kernel(self, kernel: TritonKernel) -> TritonKernel | None:
+        """`kernel` with its body waiting for the kernel ahead (pdl.py); None for a Gluon kernel."""
+        if kernel.name not in self._pdl_kernels:
+            source = grid_dependency_source(kernel.source, kernel.name)
+            self._pdl_kernels[kernel.name] = None if source is None else dataclasses.replace(kernel, source=source)
+        return self._pdl_kernels[kernel.name]
 
     def precompile_once(self, inputs: list, symvals: tuple, device: torch.device) -> None:
         """`_precompile` on the first call of each size bucket (all symbols) on each device type:

@@ -211,12 +211,13 @@ class LaunchStep:
 
     __slots__ = ("runner", "kernel", "_fn", "_load", "ptrs", "interpret", "config", "kwargs", "dims", "static",
                  "skip", "tune", "sym_index", "bucket", "prepared", "compiled", "maybe_unaligned", "writes",
-                 "n_inputs", "tma", "binds", "allocates")
+                 "n_inputs", "tma", "binds", "allocates", "pdl")
 
-    def __init__(self, runner, step, kernel, fn, interpret, tune, load=None):
+    def __init__(self, runner, step, kernel, fn, interpret, tune, load=None, pdl=False):
         """`fn`: the kernel's loaded @triton.jit function; or None and `load`, which loads it
-        when something first needs it (a launch the runner's launch store cannot serve)."""
-        self.runner, self.kernel, self.interpret = runner, kernel, interpret
+        when something first needs it (a launch the runner's launch store cannot serve). `pdl`:
+        `fn` waits for the kernel ahead in its body (pdl.py), so it is launched with PDL."""
+        self.runner, self.kernel, self.interpret, self.pdl = runner, kernel, interpret, pdl
         self._fn, self._load = fn, load
         n = len(step.inputs) + len(step.outputs)
         if kernel.args and len(kernel.args) != n:
@@ -295,6 +296,8 @@ class LaunchStep:
             self.kwargs.update(num_warps=config.num_warps, num_stages=config.num_stages)
             if constants.get(MAXNREG_CONSTANT):  # a warp-specialized kernel's register cap (docs/IR.md)
                 self.kwargs["maxnreg"] = constants[MAXNREG_CONSTANT]
+            if self.pdl:
+                self.kwargs["launch_pdl"] = True
         exprs = [e for _, e in self.kernel.sizes] + [e for e, _ in self.kernel.grid]
         divisors = []
         for _, name in self.kernel.grid:
