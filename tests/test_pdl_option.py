@@ -1,5 +1,5 @@
 """The `pdl` option: programmatic dependent launch between the Triton kernels of a CUDA Graph
-(runtime pdl.py). Off by default; `pdl=True` or PIPEC_PDL=1 turns it on."""
+(runtime pdl.py). On by default on sm_90 GPUs; `pdl=False` or PIPEC_PDL=0 turns it off."""
 
 import pytest
 import torch
@@ -7,12 +7,12 @@ import torch
 import pipec
 
 
-def test_environment_variable_turns_it_on_for_every_compile(monkeypatch):
-    monkeypatch.setenv("PIPEC_PDL", "1")
-    assert pipec.make_options().get("pdl") is True
-    assert pipec.make_options(pdl=False).get("pdl") is False
+def test_environment_variable_turns_it_off_for_every_compile(monkeypatch):
     monkeypatch.setenv("PIPEC_PDL", "0")
-    assert pipec.make_options().get("pdl") is None
+    assert pipec.make_options().get("pdl") is False
+    assert pipec.make_options(pdl=True).get("pdl") is True
+    monkeypatch.setenv("PIPEC_PDL", "1")
+    assert pipec.make_options().get("pdl") is None  # the runtime's default: on
 
 
 def _mlp():
@@ -26,7 +26,7 @@ def test_without_cuda_graphs_the_option_changes_nothing():
     model = _mlp()
     x = torch.randn(8, 64)
     with torch.no_grad():
-        torch.testing.assert_close(pipec.compile(model, pdl=True)(x), model(x))
+        torch.testing.assert_close(pipec.compile(model)(x), model(x))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
@@ -34,7 +34,7 @@ def test_without_cuda_graphs_the_option_changes_nothing():
 def test_a_model_under_cuda_graphs_with_pdl_matches_eager():
     model = _mlp().cuda().to(torch.bfloat16)
     x = torch.randn(4096, 64, device="cuda", dtype=torch.bfloat16)
-    compiled = pipec.compile(model, mode="reduce-overhead", pdl=True)
+    compiled = pipec.compile(model, mode="reduce-overhead")  # on by default
     with torch.no_grad():
         want = model(x)
         for _ in range(3):  # warm-up, capture, replays

@@ -31,21 +31,21 @@ def _body(source: str, name: str) -> list[str]:
     return [ast.unparse(s) for s in fn.body]
 
 
-def test_the_wait_and_signal_open_the_kernels_body_after_its_docstring():
+def test_the_wait_opens_the_kernels_body_after_its_docstring():
     source = ROWSUM_SOURCE.format(name="k").replace(
         "    pid = tl.program_id(0)", '    """rowsum over [rows, cols]; writes out"""\n    pid = tl.program_id(0)')
     got = grid_dependency_source(source, "k")
     body = _body(got, "k")
     assert body[0].startswith("'rowsum over"), "the docstring stays the function's docstring"
-    assert body[1:3] == list(GRID_DEPENDENCY)
-    assert body[3:] == _body(source, "k")[1:], "the rest of the body is unchanged"
+    assert body[1:2] == list(GRID_DEPENDENCY)
+    assert body[2:] == _body(source, "k")[1:], "the rest of the body is unchanged"
 
 
 def test_a_kernel_without_docstring_and_a_multiline_signature():
     source = ADD_SOURCE.format(name="pipec_add_0").replace("in_ptr1, out_ptr0,", "in_ptr1,\n        out_ptr0,")
     body = _body(grid_dependency_source(source, "pipec_add_0"), "pipec_add_0")
-    assert body[:2] == list(GRID_DEPENDENCY)
-    assert body[2:] == _body(source, "pipec_add_0")
+    assert body[:1] == list(GRID_DEPENDENCY)
+    assert body[1:] == _body(source, "pipec_add_0")
 
 
 def test_only_the_named_triton_kernel_changes():
@@ -53,7 +53,7 @@ def test_only_the_named_triton_kernel_changes():
     source = ADD_SOURCE.format(name="main").replace("@triton.jit\ndef main", helper + "@triton.jit\ndef main")
     got = grid_dependency_source(source, "main")
     assert _body(got, "helper") == ["return x + 1"]
-    assert _body(got, "main")[:2] == list(GRID_DEPENDENCY)
+    assert _body(got, "main")[:1] == list(GRID_DEPENDENCY)
 
 
 def test_gluon_and_unknown_kernels_are_loaded_as_written():
@@ -61,12 +61,12 @@ def test_gluon_and_unknown_kernels_are_loaded_as_written():
     assert grid_dependency_source(ADD_SOURCE.format(name="a"), "b") is None
 
 
-def test_no_pdl_without_graphs_or_by_default():
+def test_no_pdl_without_graphs_or_off_by_option():
     if not torch.cuda.is_available():
         pytest.skip("the runner's PDL is CUDA-only; on the CPU every load is the plain one")
     prog = _chain_program(4, 256)
     launch = load_launch(prog, CompileOptions(runtime="launch"))
-    off = load_cudagraph(prog, CompileOptions(runtime="cudagraph"))
+    off = load_cudagraph(prog, CompileOptions(runtime="cudagraph").with_extra(pdl=False))
     for run in (launch, off):
         run([torch.randn(256, device="cuda"), torch.randn(256, device="cuda")])
         assert not any("launch_pdl" in s.kwargs for s in _launch_steps(run))
@@ -93,7 +93,7 @@ def _launch_steps(run) -> list:
 def test_a_chain_of_dependent_kernels_replays_with_pdl_as_launched_without():
     prog = _chain_program(40, 1 << 20)  # 4 MiB a buffer: many programs, so a kernel that ran early would show
     launch = load_launch(prog, CompileOptions(runtime="launch"))
-    graph = load_cudagraph(prog, CompileOptions(runtime="cudagraph").with_extra(pdl=True))
+    graph = load_cudagraph(prog, CompileOptions(runtime="cudagraph"))  # on by default
     torch.manual_seed(0)
     for _ in range(4):
         inputs = [torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")]

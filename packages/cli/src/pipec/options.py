@@ -17,9 +17,8 @@ from .modes import MODES, mode_options
 from .plugins import get_registry
 
 BOUNDS_CHECK_ENV = "PIPEC_BOUNDS_CHECK"  # set (not 0): bounds_check=True unless a compile says otherwise
-PDL_ENV = "PIPEC_PDL"  # set (not 0): pdl=True (programmatic dependent launch between a CUDA Graph's kernels)
 # options off by default that the environment can turn on for a whole process
-OPT_IN_ENVS = {"bounds_check": BOUNDS_CHECK_ENV, "pdl": PDL_ENV}
+OPT_IN_ENVS = {"bounds_check": BOUNDS_CHECK_ENV}
 TUNING_TABLE_ENV = "PIPEC_TUNING_TABLE"  # 0: tuning_table=False (time every decision) unless a compile says otherwise
 STATIC_LAUNCH_ENV = "PIPEC_STATIC_LAUNCH"  # 0: static_launch=False (Triton's own launcher) unless a compile says otherwise
 EARLY_COMPILE_ENV = "PIPEC_EARLY_COMPILE"  # 0: early_compile=False (kernels compiled at the first call, not at load)
@@ -27,11 +26,13 @@ AOT_CACHE_ENV = "PIPEC_AOT_CACHE"  # 0: aot_cache=False (AOTAutograd's cache doe
 LAUNCH_STORE_ENV = "PIPEC_LAUNCH_STORE"  # 0: launch_store=False (every kernel through Triton, warm or not)
 CONV_CHANNELS_LAST_ENV = "PIPEC_CONV_CHANNELS_LAST"  # 0: conv_channels_last=False (convs on NCHW operands)
 TILED_TRANSPOSES_ENV = "PIPEC_TILED_TRANSPOSES"  # 0: tiled_transposes=False (transposing kernels written flat)
+PDL_ENV = "PIPEC_PDL"  # 0: pdl=False (no programmatic dependent launch between a CUDA Graph's kernels)
 # options on by default that the environment can turn off for a whole process (A/B runs in benchmarks:
 # tuning_table=False times every decision, before and after)
 SWITCH_ENVS = {"tuning_table": TUNING_TABLE_ENV, "static_launch": STATIC_LAUNCH_ENV,
                "early_compile": EARLY_COMPILE_ENV, "aot_cache": AOT_CACHE_ENV, "launch_store": LAUNCH_STORE_ENV,
-               "conv_channels_last": CONV_CHANNELS_LAST_ENV, "tiled_transposes": TILED_TRANSPOSES_ENV}
+               "conv_channels_last": CONV_CHANNELS_LAST_ENV, "tiled_transposes": TILED_TRANSPOSES_ENV,
+               "pdl": PDL_ENV}
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(CompileOptions)} - {"extra"}
 
 

@@ -1,17 +1,14 @@
 """Programmatic dependent launch (PDL) for the kernels of a CUDA Graph.
 
 Between two kernels of a replayed graph the GPU idles while the first one's last programs
-drain and the next one's programs are scheduled: on BERT-large's replay (H100, session 39) the
-gaps summed to 550 µs over 247 launches, against 283 over 297 for Inductor's. Hopper
-(sm_90) lets a kernel launched with the PDL attribute start before the kernel ahead of it has
-finished: its programs are scheduled as soon as every program of the one ahead has signalled
-(`griddepcontrol.launch_dependents`) or exited, and wait (`griddepcontrol.wait`) until that
-kernel has completed and its writes are visible.
+drain and the next one's programs are scheduled. Hopper (sm_90) lets a kernel launched with
+the PDL attribute be scheduled before the kernel ahead of it has finished: once every program
+of that kernel has signalled (`griddepcontrol.launch_dependents`) or exited, and it waits
+(`griddepcontrol.wait`) until that kernel has completed and its writes are visible.
 
 So a Triton kernel loaded for PDL (`grid_dependency_source`) starts with
 
-    tl.extra.cuda.gdc_wait()                 # before any load or store: the kernel ahead is done
-    tl.extra.cuda.gdc_launch_dependents()    # the next kernel may be scheduled already
+    tl.extra.cuda.gdc_wait()    # before any load or store: the kernel ahead is done
 
 Waiting first thing keeps every ordering the plan relies on: a kernel reads nothing, and
 overwrites no buffer a kernel ahead still reads (the memory plan reuses slots), before that
@@ -20,9 +17,15 @@ launch order, so a kernel two launches on waits for both. Library kernels (cuBLA
 are launched without the attribute and wait for everything ahead as before. Gluon kernels are
 loaded as written and launched without it.
 
+The kernels do not signal early: the next kernel is scheduled as each program exits. Measured
+on an H100 (session 40, `benchmarks/pdl_ab.py`), under CUDA Graphs: GPT-2 1 x 128 fp32 1.529 ->
+1.451 ms, BERT base 2.098 -> 2.060, BERT-large 5.842 -> 5.809; signalling at the start of each
+kernel gave 1.475, 2.072 and 5.797 (better on BERT-large only, by 0.2%), and in a chain of
+4096-row layer norms it made each kernel 13% slower (the next kernel's programs wait on the SMs).
+
 Only under CUDA Graphs (the runner's `choice_timer == "graph"`): a PDL launch goes through
 Triton's launcher, not torch's C++ one (static_launch.py), which only graph replay makes free.
-Off by default, on with the option `pdl=True` (`PIPEC_PDL=1`), until whole models have measured it.
+Off with the option `pdl=False` (`PIPEC_PDL=0`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import functools
 import re
 
 # what a Triton kernel's body starts with when loaded for PDL (the module imports triton.language as tl)
-GRID_DEPENDENCY = ("tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()")
+GRID_DEPENDENCY = ("tl.extra.cuda.gdc_wait()",)
 
 
 @functools.cache
@@ -50,7 +53,7 @@ def pdl_supported(device_index: int) -> bool:
 
 
 def grid_dependency_source(source: str, name: str) -> str | None:
-    """`source` with the kernel `name`'s body starting with the PDL wait and signal; None when
+    """`source` with the kernel `name`'s body starting with the PDL wait; None when
     `name` is not a `@triton.jit` function of it (a Gluon kernel: launched as written)."""
     header = re.search(rf"^@triton\.jit[^\n]*\ndef {re.escape(name)}\(.*?\):[ \t]*\n", source, re.MULTILINE | re.DOTALL)
     if header is None:

@@ -129,7 +129,7 @@ class ProgramRunner(ProgramPlan):
         # launches through torch's C++ launcher where it can describe the kernel (static_launch.py)
         self.static_launch = bool(options.get("static_launch", True))
         # programmatic dependent launch between the Triton kernels of a CUDA Graph (pdl.py)
-        self.pdl = (choice_timer == "graph" and bool(options.get("pdl", False)) and torch.cuda.is_available()
+        self.pdl = (choice_timer == "graph" and bool(options.get("pdl", True)) and torch.cuda.is_available()
                     and not interpreter_active() and pdl_supported(torch.cuda.current_device()))
         self._pdl_kernels: dict[str, TritonKernel | None] = {}  # kernel name -> its PDL form, or None
         # launches an earlier process compiled, run from their cubins without Triton (launch_store.py);
