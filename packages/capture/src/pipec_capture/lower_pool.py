@@ -230,6 +230,17 @@ def _tiled_average(cx, x, t, n, kernel_size, stride, padding, divisor_override) 
     return cx.cast(cx.pointwise("div", [total, divisor], cx.shape(total), acc), t.dtype)
 
 
+def _clamped_terms(cx, win: Window, x, shape, acc: str):
+    """An average's taps gathered from x at clamped coordinates (Window.clamped_taps), those
+    outside the input counted as the padding's zeros: no padded copy (PoolFormer's 3 x 3 pools)."""
+    starts = [win.coordinate(cx, shape, k) for k in range(len(win.dims))]
+    zero = cx.full(0.0, shape, acc)
+    for _, value, coords in win.clamped_taps(cx, x, shape, starts):
+        term = cx.cast(value, acc)
+        inside = _inside(cx, win, coords, shape)
+        yield term if inside is None else cx.emit("where", [inside, term, zero], shape, acc)
+
+
 def _avg_pool(n: int):
     def lower(cx, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
               divisor_override=None):
@@ -243,23 +254,14 @@ def _avg_pool(n: int):
         if win.empty:
             return cx.full(0.0, t.shape, t.dtype)
         acc = acc_dtype(t.dtype)
-        total = None
         if reaches_padding(win.padding, win.out, win.stride, win.kernel, win.dilation, win.size):
-            # the taps gathered from x at clamped coordinates (Window.clamped_taps), those outside
-            # the input counted as the padding's zeros: no padded copy (PoolFormer's 3 x 3 pools)
-            starts = [win.coordinate(cx, t.shape, k) for k in range(n)]
-            zero = cx.full(0.0, t.shape, acc)
-            for _, value, coords in win.clamped_taps(cx, x, t.shape, starts):
-                term = cx.cast(value, acc)
-                inside = _inside(cx, win, coords, t.shape)
-                if inside is not None:
-                    term = cx.emit("where", [inside, term, zero], t.shape, acc)
-                total = term if total is None else cx.emit("add", [total, term], t.shape, acc)
+            terms = _clamped_terms(cx, win, x, t.shape, acc)
         else:
             src = win.padded(cx, cx.cast(x, acc), 0.0)
-            for offset in win.offsets():
-                term = win.tap(cx, src, offset)
-                total = term if total is None else cx.emit("add", [total, term], t.shape, acc)
+            terms = (win.tap(cx, src, offset) for offset in win.offsets())
+        total = None
+        for term in terms:
+            total = term if total is None else cx.emit("add", [total, term], t.shape, acc)
         if divisor_override:
             divisor = int(divisor_override)
         else:

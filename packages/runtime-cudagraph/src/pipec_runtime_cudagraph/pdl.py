@@ -40,13 +40,13 @@ GRID_DEPENDENCY = ("tl.extra.cuda.gdc_wait()",)
 @functools.cache
 def pdl_supported(device_index: int) -> bool:
     """Whether kernels launched on this CUDA device can use PDL: sm_90 or newer, with a Triton
-    that has the grid-dependency calls and a launcher that sets the attribute."""
+    that has the grid-dependency wait (its launcher sets the attribute from `launch_pdl`)."""
     import torch
 
     if not torch.cuda.is_available() or torch.cuda.get_device_capability(device_index)[0] < 9:
         return False
     try:
-        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
+        from triton.language.extra.cuda import gdc_wait  # noqa: F401
     except ImportError:
         return False
     return True
