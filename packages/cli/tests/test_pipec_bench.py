@@ -470,6 +470,14 @@ def test_profile_counts_say_how_many_kernels_came_from_the_launch_store():
     assert "launch store" not in profile_counts({"counts": {"triton_compiles": 113}})
 
 
+def test_profile_counts_say_how_many_kernels_launched_with_pdl():
+    from pipec.profile import profile_counts
+
+    line = profile_counts({"counts": {"triton_compiles": 20, "pdl_kernels": 17}})
+    assert "Triton compiles 20, launched with PDL 17, kernels timed 0" in line
+    assert "PDL" not in profile_counts({"counts": {"triton_compiles": 20}})
+
+
 def _inductor_off_eager(monkeypatch):
     """Inductor compiled as the identity off by 1 (its outputs differ from eager's beyond any tolerance)."""
     import torch._dynamo

@@ -96,12 +96,14 @@ def profile_counts(data: dict) -> str:
     pooled = f" ({c['triton_compiles_in_workers']} in workers)" if c.get("triton_compiles_in_workers") else ""
     # kernels an earlier process compiled, launched from their cubins without Triton (runtime launch_store.py)
     stored = f", launched from the launch store {c['launches_from_store']}" if c.get("launches_from_store") else ""
+    # kernels of a CUDA Graph launched with programmatic dependent launch (runtime pdl.py), where any were
+    pdl = f", launched with PDL {c['pdl_kernels']}" if c.get("pdl_kernels") else ""
     # decisions the shipped tuning table made without timing (runtime tuning_table.py), where any were
     from_table = c.get("configs_from_table", 0) + c.get("choices_from_table", 0)
     table = (f", from the tuning table {c.get('configs_from_table', 0)} configs and "
              f"{c.get('choices_from_table', 0)} choices") if from_table else ""
     return (f"graphs {c.get('graphs', 0)}, kernels {c.get('kernels', 0)} ({c.get('unique_kernels', 0)} unique), "
-            f"Triton compiles {c.get('triton_compiles', 0)}{pooled}{stored}, kernels timed {c.get('kernels_timed', 0)} "
+            f"Triton compiles {c.get('triton_compiles', 0)}{pooled}{stored}{pdl}, kernels timed {c.get('kernels_timed', 0)} "
             f"({c.get('configs_tried', 0)} configs), choice groups timed {c.get('choice_groups_timed', 0)} "
             f"({c.get('alternatives_timed', 0)} alternatives){table}")
 

@@ -174,6 +174,8 @@ class ProgramRunner(ProgramPlan):
                 # is launched with PDL (pdl.py); `kernel` keeps its source, which digests and tables key on
                 loaded = self._pdl_kernel(kernel) if self.pdl and not interpret else None
                 pdl = loaded is not None
+                if pdl:  # counted, so a compile's profile says whether its graph launches with PDL
+                    self.profile.distinct("pdl_kernels", (self.name, kernel.name))
                 loaded = loaded or kernel
                 if self.launch_store is not None and not interpret:  # imported at its first use, if any
                     load = functools.partial(load_kernel, loaded, interpret=False, cache_dir=self.kernel_dir)
