@@ -102,3 +102,15 @@ def test_a_chain_of_dependent_kernels_replays_with_pdl_as_launched_without():
         assert torch.equal(want, got)
     assert graph.graphs, "no graph was captured"
     assert all(s.kwargs.get("launch_pdl") for s in _launch_steps(graph))
+
+
+def test_pdl_is_off_on_rocm_and_before_sm90(monkeypatch):
+    """ROCm reports MI300 as capability 9.4 through torch.cuda, and its Triton has no grid
+    dependency control: no kernel may be loaded with the wait there, nor below sm_90."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for hip, capability, want in (("6.2", (9, 4), False), (None, (8, 0), False)):
+        pdl_supported.cache_clear()
+        monkeypatch.setattr(torch.version, "hip", hip)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
+        assert pdl_supported(0) is want
+    pdl_supported.cache_clear()

@@ -43,7 +43,9 @@ def pdl_supported(device_index: int) -> bool:
     that has the grid-dependency wait (its launcher sets the attribute from `launch_pdl`)."""
     import torch
 
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability(device_index)[0] < 9:
+    # ROCm reports its own architectures through the same capability call (MI300: 9.4)
+    if not torch.cuda.is_available() or torch.version.hip is not None \
+            or torch.cuda.get_device_capability(device_index)[0] < 9:
         return False
     try:
         from triton.language.extra.cuda import gdc_wait  # noqa: F401
