@@ -269,3 +269,19 @@ def test_old_timings_get_their_kernels_bodies(tmp_path):
     found = json.loads((tmp_path / "out" / "tuning" / f"{key}.json").read_text())["features"]
     assert found == dict(features(128), body=body_features(source)) and ["load", 1] in found["body"]
     assert "body" not in json.loads((tmp_path / "out" / "tuning" / "unknown.json").read_text())["features"]
+
+
+def test_suite_tuning_samples_reads_the_times_a_suite_run_logged(tmp_path):
+    """scripts/suite_tuning_samples.py: a real-model suite row's `pipec.tuning` lines, as
+    pipec.bench records them, give each timed kernel's times by its name without the number."""
+    import suite_tuning_samples
+
+    results = tmp_path / "suite.json"
+    results.write_text(json.dumps({"cases": [{"case": "bert", "rows": {"pipec": {"tuning": [
+        "graph: compiling 292 kernel configs of 42 launches at once",
+        "pipec_fused_add_sum_30: config 1 of 3 (XBLOCK=4 RBLOCK=1024 warps=4 stages=1), 0.0098 ms; all: 0.0119 0.0098 0.0124",
+        "choice pipec_mm_3: cublas from the tuning table",
+    ]}}}]}))
+    assert suite_tuning_samples.logged_times(results, "bert") == {"pipec_fused_add_sum": [0.0119, 0.0098, 0.0124]}
+    with pytest.raises(SystemExit, match="no case 'gpt2'"):
+        suite_tuning_samples.logged_times(results, "gpt2")
