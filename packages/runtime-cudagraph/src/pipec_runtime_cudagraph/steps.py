@@ -271,9 +271,10 @@ class LaunchStep:
         """(the launch store's record of this launch with the current config at `sizes` with
         `ptrs`, its key); (None, None) without a store (launch_store.py), and for a kernel whose
         sizes are symbolic: a record holds one size, and a generation loop's every new length
-        would write one, where Triton's one compile serves them all."""
+        would write one, where Triton's one compile serves them all. A PDL launch is never
+        stored: torch's launcher, which the store's records go through, cannot set the attribute."""
         store = self.runner.launch_store
-        if store is None or self.interpret or device.type != "cuda" or not self.static:
+        if store is None or self.interpret or self.pdl or device.type != "cuda" or not self.static:
             return None, None
         key = store.key(body_digest(self.kernel), self.kwargs, sizes, ptrs, device)
         return store.get(key), key
