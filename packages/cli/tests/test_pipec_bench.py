@@ -102,6 +102,32 @@ def test_backends_are_timed_as_compiled_not_recompiled(monkeypatch):
     assert result.backend("pipec").compile_warm_s is not None  # the warm compile ran, after the timing
 
 
+def test_the_model_is_traced_once_before_any_timed_compile(monkeypatch):
+    """The first trace of the model's own code costs more than later ones (Dynamo's analyses
+    outlive a reset): bench pays it in a Dynamo-only trace, before the first cold compile."""
+    from pipec.api import make_options
+    from pipec.bench import run_bench
+
+    events = []
+    real_trace, real_pipec = bench.trace_model_once, bench.bench_pipec
+    monkeypatch.setattr(bench, "trace_model_once", lambda *a: events.append("trace") or real_trace(*a))
+    monkeypatch.setattr(bench, "bench_pipec", lambda *a, **k: events.append("pipec") or real_pipec(*a, **k))
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: 1.0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
+    options = BenchOptions(pipec=make_options(), inductor=False, rounds=1, warmup_ms=0, rep_ms=1, warm=False)
+    result = run_bench(model, (torch.randn(4, 5),), "seq", options)
+    assert events == ["trace", "pipec"]
+    assert result.first_trace_s > 0 and result.to_dict()["first_trace_s"] == result.first_trace_s
+    assert not hasattr(model, "_orig_mod") and not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+
+
+def test_trace_model_once_is_none_where_dynamo_fails():
+    def broken(x):
+        raise ValueError("not traceable here")
+
+    assert bench.trace_model_once(broken, (torch.randn(2),)) is None
+
+
 def test_timing_warnings_name_a_loaded_machine_and_disagreeing_rounds():
     from pipec.bench_measure import rounds_spread, timing_warnings
 
