@@ -1,5 +1,6 @@
-"""Sibling GEMMs (codegen matmul_siblings.py): Q, K and V of one input as one choice group whose
-`grouped` alternative is a single launch over all three weights; every alternative matches eager."""
+"""Sibling GEMMs (codegen matmul_siblings.py, the codegen option `grouped_matmuls=True`): Q, K and
+V of one input as one choice group whose `grouped` alternative is a single launch over all three
+weights; every alternative matches eager."""
 
 import pytest
 import torch
@@ -42,7 +43,7 @@ def _groups(program) -> dict[str, list[str]]:
 def test_q_k_v_become_one_group_with_a_grouped_launch():
     torch.manual_seed(0)
     model = Attention().eval()
-    program, _ = _program(model, (torch.randn(2, 16, 64),))
+    program, _ = _program(model, (torch.randn(2, 16, 64),), grouped_matmuls=True)
     groups = _groups(program)
     grouped = [g for g, alternatives in groups.items() if "grouped" in alternatives]
     assert len(grouped) == 1 and groups[grouped[0]][:2] == ["template", "grouped"]
@@ -51,7 +52,7 @@ def test_q_k_v_become_one_group_with_a_grouped_launch():
     # the output projection reads another input: a group of its own, without a grouped alternative
     assert sum(1 for alternatives in groups.values() if "grouped" not in alternatives) == 1
     pipec_ir.verify(program)
-    off, _ = _program(model, (torch.randn(2, 16, 64),), grouped_matmuls=False)
+    off, _ = _program(model, (torch.randn(2, 16, 64),))  # off by default
     assert not any("grouped" in a for a in _groups(off).values()) and len(_groups(off)) == 4
 
 
@@ -60,7 +61,7 @@ def test_each_alternative_of_the_siblings_matches_eager(choice):
     torch.manual_seed(0)
     model = Attention().eval()
     x = torch.randn(2, 16, 64)
-    program, args = _program(model, (x,))
+    program, args = _program(model, (x,), grouped_matmuls=True)
     runner = ProgramRunner(program, pipec_ir.CompileOptions().with_extra(choice=choice))
     with torch.no_grad():
         torch.testing.assert_close(runner(args)[0], model(x))
@@ -82,7 +83,7 @@ def test_siblings_with_a_dependency_stay_apart():
     torch.manual_seed(0)
     model = Chain().eval()
     x = torch.randn(32, 64)
-    program, args = _program(model, (x,))
+    program, args = _program(model, (x,), grouped_matmuls=True)
     assert not any("grouped" in a for a in _groups(program).values())
 
 
@@ -91,7 +92,7 @@ def test_gpu_grouped_bf16_matches_eager_and_is_timed():
     torch.manual_seed(0)
     model = Attention(width=1024, heads=16).cuda().to(torch.bfloat16).eval()
     x = torch.randn(8, 512, 1024, device="cuda", dtype=torch.bfloat16)
-    program, args = _program(model, (x,))
+    program, args = _program(model, (x,), grouped_matmuls=True)
     with torch.no_grad():
         want = model(x)
         forced = ProgramRunner(program, pipec_ir.CompileOptions(autotune=True).with_extra(choice="grouped"))

@@ -132,8 +132,10 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     # 10.21 -> 8.52 ms on an H100 (session 34), transformers unchanged
     tiles = _flag_option(options, "tiled_transposes", default=True)
     combos = _flag_option(options, "combo_kernels", default=True)  # small independent launches as one (combo_kernels.py)
-    # products of one left operand (Q, K, V) also as one launch, an alternative the runtime times
-    siblings = _flag_option(options, "grouped_matmuls", default=True)
+    # products of one left operand (Q, K, V) also as one launch, an alternative the runtime times;
+    # off by default: on the H100 it lost to the products one by one (docs/performance.md,
+    # "Sibling GEMMs in one launch"), and its group misses the tuning table (a compile-time cost)
+    siblings = _flag_option(options, "grouped_matmuls", default=False)
     kernels, steps, pointwise = [], [], set()
     written = WrittenKernels(nodes, types)  # a model's layers share their kernels' sources
     for kernel in plan.kernels:

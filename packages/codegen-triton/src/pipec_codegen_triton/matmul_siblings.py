@@ -17,6 +17,13 @@ neither. Sibling groups, here, become one choice group whose alternatives are:
 
 The runtime times them (docs/IR.md, "Choice groups") and keeps `grouped` only where it wins.
 
+Off by default (the codegen option `grouped_matmuls=True` turns it on). On an H100 (session 42)
+the first version, which called the body once per sibling, lost: Triton inlined each call with
+shared memory of its own, so the large configs asked for 288 KiB and failed, and the one left,
+128 x 128, took 47.7 µs for RoBERTa's Q, K and V (4096 x 768 x 768 each) against 36.3 for the
+three template launches. The branches now pick pointers only and the body is inlined once; that
+version has not yet been timed on a GPU (docs/performance.md, "Sibling GEMMs in one launch").
+
 Siblings are choice groups whose `template` alternative is one launch of kernels with the same
 source (up to the kernel's name and docstring), sizes, grid and configs, reading the same left
 operand (`a_ptr`), with static sizes and N a multiple of every pointer config's GRID_N (the
@@ -231,20 +238,22 @@ def grouped_kernel(name: str, siblings: list[TritonKernel]) -> TritonKernel:
     ins = [f"{arg}_{j}" for j in range(len(siblings)) for arg in first.args[1:n_inputs]]
     outs = [f"{arg}_{j}" for j in range(len(siblings)) for arg in first.args[n_inputs:]]
     signature = ", ".join(["a_ptr", *ins, *outs] + [p.strip() for p in params.split(",")][pointers:])
+    # the branches pick pointers only; the body is inlined once (one call per sibling, each
+    # inlined, held three copies of its shared-memory tiles: the 128 x 256 configs did not fit)
+    own_args = list(first.args[1:])
     branches = []
     for j in range(len(siblings)):
-        own = [f"{arg}_{j}" for arg in first.args[1:]]
         keyword = "if" if j == 0 else ("elif" if j < len(siblings) - 1 else "else")
-        condition = f" pid1 < {j + 1} * tiles" if keyword != "else" else ""
-        shifted = "pid1" if j == 0 else f"pid1 - {j} * tiles"
-        branches.append(f"    {keyword}{condition}:\n"
-                        f"        _sibling(pid0, {shifted}, npid0, tiles, a_ptr, {', '.join(own)}, "
-                        f"{', '.join(constants)})")
+        condition = f" sibling == {j}" if keyword != "else" else ""
+        picks = ", ".join(f"{arg}_{j}" for arg in own_args)
+        branches.append(f"    {keyword}{condition}:\n        {', '.join(own_args)} = {picks}")
+    call = (f"    _sibling(pid0, pid1 - sibling * tiles, npid0, tiles, a_ptr, {', '.join(own_args)}, "
+            f"{', '.join(constants)})")
     members = ", ".join(k.name for k in siblings)
     source = (f"{preamble}\n\n\n{function}\n\n\n@triton.jit\ndef {name}({signature}):\n"
               f'    """{len(siblings)} products of one left operand in one launch: {members}"""\n'
               f"    pid0 = tl.program_id(0)\n    pid1 = tl.program_id(1)\n    npid0 = tl.num_programs(0)\n"
-              f"    tiles = tl.cdiv(N, GRID_N)\n" + "\n".join(branches) + "\n")
+              f"    tiles = tl.cdiv(N, GRID_N)\n    sibling = pid1 // tiles\n" + "\n".join(branches) + "\n" + call + "\n")
     (m, m_name), (n, n_name) = first.grid
     return TritonKernel(name=name, source=source, args=("a_ptr", *ins, *outs), sizes=first.sizes,
                         grid=((m, m_name), (n * len(siblings), n_name)),
