@@ -15,6 +15,7 @@ from .configs import (
 )
 from .combo_kernels import combine_launches
 from .matmul_choice import library_target, matmul_with_epilogue
+from .matmul_siblings import group_sibling_matmuls
 from .view_steps import reshape_args
 from .kernel_memo import WrittenKernels
 from .memory_plan import plan_program_memory, writes_in_place
@@ -131,6 +132,10 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
     # 10.21 -> 8.52 ms on an H100 (session 34), transformers unchanged
     tiles = _flag_option(options, "tiled_transposes", default=True)
     combos = _flag_option(options, "combo_kernels", default=True)  # small independent launches as one (combo_kernels.py)
+    # products of one left operand (Q, K, V) also as one launch, an alternative the runtime times;
+    # off by default: on the H100 it lost to the products one by one (docs/performance.md,
+    # "Sibling GEMMs in one launch"), and its group misses the tuning table (a compile-time cost)
+    siblings = _flag_option(options, "grouped_matmuls", default=False)
     kernels, steps, pointwise = [], [], set()
     written = WrittenKernels(nodes, types)  # a model's layers share their kernels' sources
     for kernel in plan.kernels:
@@ -190,6 +195,8 @@ def generate_program(plan: KernelPlan, options: CompileOptions) -> Program:
                     continue
                 shape_strs, dtype = result
                 types[out] = TensorType(tuple(parse_expr(s) for s in shape_strs), dtype)
+    if siblings:
+        steps, kernels = group_sibling_matmuls(steps, kernels)
     graph_outputs = set(graph.results())  # written values live to the end too
     steps, buffers, slots, peak = plan_program_memory(tuple(steps), types, graph_outputs, plan)
     steps, buffers, unlaunched = writes_in_place(steps, buffers, plan)
