@@ -55,10 +55,31 @@ def test_time_rounds_rotates_the_order_and_takes_each_backends_median(monkeypatc
     pending = []
     for name in "abc":
         pending.append(Timed(BackendResult(name, name), lambda n=name: (order.append(n), scripted[n].pop(0))[1]))
-    time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=3))
+    time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=3, extra_rounds=0))
     assert order == list("abc" "bca" "cab")
     assert [t.result.ms for t in pending] == [1.2, 2.1, 3.1]
     assert pending[0].result.ms_rounds == [1.0, 9.0, 1.2]
+
+
+def test_rounds_that_disagree_get_one_more_round_of_every_backend(monkeypatch):
+    """Two rounds 50% apart (one disturbed): a third round of every backend, and the median of
+    three leaves the disturbed round out; rounds that agree get none, and the extra rounds stop
+    at `extra_rounds` even while they still disagree."""
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: call())
+
+    def backends(scripted):
+        order = []
+        timed = [Timed(BackendResult(n, n), lambda n=n: (order.append(n), scripted[n].pop(0))[1]) for n in scripted]
+        return timed, order
+
+    pending, order = backends({"a": [1.0, 1.5, 1.05], "b": [2.0, 2.02, 2.01]})
+    assert time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=2, extra_rounds=1)) == 3
+    assert order == list("ab" "ba" "ab") and [t.result.ms for t in pending] == [1.05, 2.01]
+    pending, order = backends({"a": [1.0, 1.02], "b": [2.0, 2.02]})
+    assert time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=2, extra_rounds=1)) == 2
+    pending, order = backends({"a": [1.0, 1.5, 2.0, 1.1, 9.0], "b": [2.0] * 5})
+    assert time_rounds(pending, "cpu", BenchOptions(pipec=None, rounds=2, extra_rounds=2)) == 4
+    assert pending[0].result.ms == pytest.approx(1.3) and pending[0].result.rounds_spread > 0.1
 
 
 def test_time_rounds_keep_going_drops_a_backend_that_fails_while_timed(monkeypatch):
@@ -157,7 +178,8 @@ def test_run_bench_records_the_load_and_the_rounds_spread(monkeypatch):
     monkeypatch.setattr(bench_measure, "load_average", lambda: next(loads))
     monkeypatch.setattr(bench_measure, "usable_cpus", lambda: 4)
     model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
-    options = BenchOptions(pipec=make_options(), inductor=False, rounds=3, warmup_ms=0, rep_ms=1, warm=False)
+    options = BenchOptions(pipec=make_options(), inductor=False, rounds=3, extra_rounds=0, warmup_ms=0, rep_ms=1,
+                           warm=False)
     result = run_bench(model, (torch.randn(4, 5),), "seq", options)
     data = result.to_dict()
     assert data["load_average"] == {"start": 7.5, "end": 6.25, "cpus": 4}
@@ -302,6 +324,7 @@ def test_bench_tolerance_from_the_model_file(fake_stages, capsys, tmp_path):
     (["--inductor-mode", "fastest"], "unknown --inductor-mode 'fastest'"),
     (["--atol", "1e-3"], "give --atol and --rtol together"),
     (["--rep", "0"], "--rep must be a finite number > 0"),
+    (["--extra-rounds", "-1"], "--extra-rounds must be at least 0"),
 ])
 def test_bench_usage_errors(fake_stages, capsys, model_file, argv, message):
     code, _, err = run(["bench", model_file, *argv], capsys)

@@ -6,7 +6,8 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
 * **time**: on CUDA, the median of `triton.testing.do_bench` (which flushes L2 before every
   call). Every backend is compiled and checked first; then the backends are timed in
   `rounds` rounds, each in a rotated order, and a backend's time is the median of its
-  rounds. Timing each backend right after its own compile let the GPU's state decide: the
+  rounds; while some backend's rounds disagree by more than 10%, up to `extra_rounds` more
+  rounds of every backend are run (`rounds_run`). Timing each backend right after its own compile let the GPU's state decide: the
   same cuBLAS GEMM ran slower right after pipec's GPU-heavy autotuning than in eager's
   profile (docs/performance.md, "`pipec bench` compiles every backend before timing any").
   Without CUDA, the median wall time
@@ -102,6 +103,9 @@ class BenchOptions:
     warmup_ms: float = 25.0
     rep_ms: float = 100.0  # per backend and round
     rounds: int = 3  # timing rounds over all backends, each in a rotated order
+    # more rounds, one at a time, while some backend's rounds still disagree by more than
+    # bench_measure.ROUNDS_SPREAD_LIMIT: the median of three resists one disturbed round
+    extra_rounds: int = 1
     pipec_modes: tuple[tuple[str, CompileOptions], ...] = ()  # extra pipec rows: (mode, its options)
     keep_going: bool = False  # a failing backend keeps its row with `error`; the others are still timed
     warm: bool = True  # compile every backend again from its caches after the timing (compile_warm_s)
@@ -269,13 +273,18 @@ def _timed(result: BackendResult, compiled, inputs, warm: Callable[[], None] = l
 
 
 def time_rounds(pending: list[Timed], device: str, options: BenchOptions,
-                progress: Callable[[str], None] = lambda message: None) -> None:
+                progress: Callable[[str], None] = lambda message: None) -> int:
     """Time every compiled backend in `options.rounds` rounds, round r starting r places further
     along the list, so no backend always runs right after the same neighbour (a GPU heated by
-    one backend's GEMMs clocks down for the next); each backend's time is its rounds' median."""
+    one backend's GEMMs clocks down for the next); each backend's time is its rounds' median.
+    Then up to `options.extra_rounds` more rounds of every backend, one at a time, while some
+    backend's rounds disagree by more than ROUNDS_SPREAD_LIMIT (a round another process or a
+    clock drop disturbed: with two rounds their median is their mean, and one slow round moved
+    a suite row by 25%, session 42). Returns the number of rounds run."""
     rounds = max(1, options.rounds)
-    for r in range(rounds):
-        progress(f"timing round {r + 1} of {rounds}")
+    r = 0
+    while r < rounds or (r < rounds + max(0, options.extra_rounds) and _rounds_disagree(pending)):
+        progress(f"timing round {r + 1} of {rounds}" if r < rounds else f"timing round {r + 1}: rounds disagree")
         for timed in pending[r % len(pending):] + pending[:r % len(pending)]:
             if timed.result.error:
                 continue
@@ -285,12 +294,19 @@ def time_rounds(pending: list[Timed], device: str, options: BenchOptions,
                 if not options.keep_going:
                     raise
                 timed.result.error = f"timing: {_error_line(exc)}"
+        r += 1
     for timed in pending:
         if timed.result.error:
             timed.result.ms_rounds = []
         else:
             timed.result.ms = statistics.median(timed.result.ms_rounds)
             timed.result.rounds_spread = bench_measure.rounds_spread(timed.result.ms_rounds)
+    return r
+
+
+def _rounds_disagree(pending: list[Timed]) -> bool:
+    spreads = (bench_measure.rounds_spread(t.result.ms_rounds) for t in pending if not t.result.error)
+    return any(s is not None and s > bench_measure.ROUNDS_SPREAD_LIMIT for s in spreads)
 
 
 def bench_eager(model, inputs) -> Timed:
@@ -433,7 +449,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     result = BenchResult(
         model=name, device=device,
         device_name=torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
-        timer=timer_label(device, options.warmup_ms, options.rep_ms, options.rounds),
+        timer=timer_label(device, options.warmup_ms, options.rep_ms, options.rounds, options.extra_rounds),
         interpreter=not device.startswith("cuda"), inputs=describe_inputs(inputs),
         bytes=io_bytes(model, inputs, expected.outputs), flops=count_flops(model, inputs),
         tolerance={"atol": options.atol, "rtol": options.rtol} if options.atol is not None else None,
@@ -481,7 +497,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
             result.backends.append(pending[-1].result)
             on_update(result)
         load_start = bench_measure.load_average()
-        time_rounds(pending, device, options, progress)
+        result.rounds_run = time_rounds(pending, device, options, progress)
         result.load_average = {"start": load_start, "end": bench_measure.load_average(),
                                "cpus": bench_measure.usable_cpus()}
         result.timing_warnings = bench_measure.timing_warnings(result.load_average, result.backends)

@@ -96,9 +96,12 @@ def measure_ms(fn: Callable[[], Any], device: str, warmup_ms: float, rep_ms: flo
     return cpu_median_ms(fn, warmup_ms, rep_ms)
 
 
-def timer_label(device: str, warmup_ms: float, rep_ms: float, rounds: int = 1) -> str:
+def timer_label(device: str, warmup_ms: float, rep_ms: float, rounds: int = 1, extra_rounds: int = 0) -> str:
     each = f"warmup {warmup_ms:g} ms, rep {rep_ms:g} ms"
     rounds_text = f", median of {rounds} rounds" if rounds > 1 else ""
+    if extra_rounds > 0:
+        rounds_text += (f" (up to {extra_rounds} more while a backend's rounds disagree by more than "
+                        f"{ROUNDS_SPREAD_LIMIT:.0%})")
     if device.startswith("cuda"):
         return f"triton.testing.do_bench median ({each}){rounds_text}"
     return f"CPU wall time, time.perf_counter median ({each}){rounds_text}"

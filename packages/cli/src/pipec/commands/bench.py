@@ -73,6 +73,9 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
               rounds: Annotated[int, typer.Option(
                   "--rounds", help="Timing rounds over all backends (rotated order); a backend's time "
                   "is its rounds' median.")] = 3,
+              extra_rounds: Annotated[int, typer.Option(
+                  "--extra-rounds", help="Up to this many more rounds, one at a time, while a backend's "
+                  "rounds disagree by more than 10% (a disturbed round).")] = 1,
               dtype: Annotated[BenchDtype | None, typer.Option(
                   "--dtype", help="Cast the model and its floating inputs first.")] = None,
               channels_last: Annotated[bool, typer.Option(
@@ -102,6 +105,8 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     check_finite(rtol, "--rtol")
     if rounds < 1:
         fail("--rounds must be at least 1")
+    if extra_rounds < 0:
+        fail("--extra-rounds must be at least 0")
     options = options_or_exit(mode=mode.value, fusion=fusion, runtime=runtime)
     extra = [m.value for m in dict.fromkeys(pipec_mode or []) if m != mode]
     pipec_modes = tuple((m, options_or_exit(mode=m, fusion=fusion)) for m in extra)  # --runtime: the main row's
@@ -115,7 +120,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     if channels_last:
         name = f"{name} (channels-last)"
     bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
-                                 rep_ms=rep, rounds=rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
+                                 rep_ms=rep, rounds=rounds, extra_rounds=extra_rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
                                  pipec_modes=pipec_modes, keep_going=keep_going, warm=warm)
     step = ["setting up"]
 
