@@ -69,6 +69,16 @@ def test_each_alternative_of_the_siblings_matches_eager(choice):
     assert choices_made(runner)[merged]["forced"] == choice  # the siblings ran as forced
 
 
+def test_explain_says_each_sibling_runs_in_the_first_ones_group():
+    import pipec
+
+    torch.manual_seed(0)
+    report = pipec.explain(Attention().eval(), torch.randn(2, 16, 64), grouped_matmuls=True)
+    runs = [k["runs_as"] for g in report.graphs for k in g["kernels"] if k["kind"] == "matmul"]
+    assert runs[0] == "the fastest of template, grouped, library, library_mm"
+    assert runs[1:3] == [f"in {report.graphs[0]['kernels'][0]['name']}'s group: " + runs[0]] * 2, runs
+
+
 def test_siblings_with_a_dependency_stay_apart():
     """k reads q's result: the second product cannot run beside the first."""
 

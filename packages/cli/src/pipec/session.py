@@ -53,6 +53,7 @@ def kernel_rows(units: list[dict] | None, program: pipec_ir.Program) -> list[dic
     triton = {k.name: k for k in program.kernels}
     alternatives: dict[str, list[str]] = {}
     launched_by: dict[str, str] = {}  # value -> the Triton kernel whose launch writes it
+    sibling_of: dict[str, str] = {}  # a kernel launched in a choice group named after another (codegen's sibling GEMMs)
     for step in program.steps:
         if step.kind == "launch":
             launched_by.update((o, step.target) for o in step.outputs)
@@ -60,6 +61,8 @@ def kernel_rows(units: list[dict] | None, program: pipec_ir.Program) -> list[dic
         name = pipec_ir.get_attr(step.attrs, "alternative")
         if group is not None and name is not None and name not in alternatives.setdefault(group, []):
             alternatives[group].append(name)
+        if group is not None and name == "template" and step.target != group:
+            sibling_of[step.target] = group
     if units is None:
         units = [{"name": k.name, "kind": "", "shape": [], "ops": []} for k in program.kernels]
     rows = []
@@ -67,6 +70,8 @@ def kernel_rows(units: list[dict] | None, program: pipec_ir.Program) -> list[dic
         name = unit["name"]
         if name in alternatives:
             runs = "the fastest of " + ", ".join(alternatives[name])
+        elif name in sibling_of:
+            runs = f"in {sibling_of[name]}'s group: the fastest of " + ", ".join(alternatives[sibling_of[name]])
         elif name in triton:
             held = _row_held(triton[name])
             runs = "Triton" + {True: ", row held in registers", False: ", row looped", None: ""}[held]
