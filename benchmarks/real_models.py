@@ -88,7 +88,7 @@ def bench_command(args: argparse.Namespace, part: Path, pipec_modes: list[str], 
                   inductor: bool) -> list[str]:
     cmd = [sys.executable, "-m", "pipec", "bench", str(MODEL_FILE), "-o", str(part), "--keep-going",
            "--warmup", str(args.warmup), "--rep", str(args.rep), "--rounds", str(args.rounds),
-           "--extra-rounds", str(args.extra_rounds),
+           "--extra-rounds", str(args.extra_rounds), *(f"--option={o}" for o in args.pipec_option),
            "--fusion", args.fusion, "--device", args.device]
     cmd += ["--inductor"] if inductor else ["--no-inductor"]
     cmd += ["--warm"] if args.warm else ["--no-warm"]
@@ -352,6 +352,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms")
     parser.add_argument("--rep", type=float, default=100.0, help="do_bench measuring time, ms")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds over all backends")
+    parser.add_argument("--pipec-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a compile option for every pipec row (pipec bench --option; e.g. grouped_matmuls=true)")
     parser.add_argument("--extra-rounds", type=int, default=1,
                         help="up to this many more rounds while a backend's rounds disagree by > 10%%")
     parser.add_argument("--warm", action="store_true", help="also time warm compiles (from the caches; not in the "

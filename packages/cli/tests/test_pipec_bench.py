@@ -209,10 +209,11 @@ def test_bench_table_on_cpu(capsys, model_file):
 
 def test_bench_json(capsys, model_file, tmp_path):
     saved = tmp_path / "bench.json"
-    code, out, err = run(["bench", model_file, *QUICK, "--json", "-o", saved], capsys)
+    code, out, err = run(["bench", model_file, *QUICK, "--json", "-o", saved, "--option", "combo_kernels=false"], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data == json.loads(saved.read_text())
+    assert data["pipec_options"]["extra"] == {"combo_kernels": False}  # --option reached pipec's rows
     assert data["bytes"] == 3 * 4 * 5 * 4 and data["flops"] == 0  # a, b, output: 4x5 float32 each
     assert data["inputs"] == ["f32[4, 5]", "f32[4, 5]"] and data["interpreter"] is True
     eager, pipec = data["backends"]
@@ -325,6 +326,7 @@ def test_bench_tolerance_from_the_model_file(fake_stages, capsys, tmp_path):
     (["--atol", "1e-3"], "give --atol and --rtol together"),
     (["--rep", "0"], "--rep must be a finite number > 0"),
     (["--extra-rounds", "-1"], "--extra-rounds must be at least 0"),
+    (["--option", "grouped_matmuls"], "--option wants KEY=VALUE, got 'grouped_matmuls'"),
 ])
 def test_bench_usage_errors(fake_stages, capsys, model_file, argv, message):
     code, _, err = run(["bench", model_file, *argv], capsys)

@@ -454,7 +454,8 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
         bytes=io_bytes(model, inputs, expected.outputs), flops=count_flops(model, inputs),
         tolerance={"atol": options.atol, "rtol": options.rtol} if options.atol is not None else None,
         pipec_options={"fusion": options.pipec.fusion, "runtime": options.pipec.runtime,
-                       "capture": options.pipec.capture, "codegen": options.pipec.codegen},
+                       "capture": options.pipec.capture, "codegen": options.pipec.codegen,
+                       "extra": dict(options.pipec.extra)},  # `pipec bench --option`s
         versions=versions())
     caches = contextlib.nullcontext() if options.keep_caches else private_caches()
     with caches:

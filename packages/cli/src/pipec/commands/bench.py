@@ -31,6 +31,7 @@ from .arguments import (
     check_finite,
     check_output_file,
     options_or_exit,
+    parse_compile_options,
     resolve_device,
 )
 
@@ -73,6 +74,9 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
               rounds: Annotated[int, typer.Option(
                   "--rounds", help="Timing rounds over all backends (rotated order); a backend's time "
                   "is its rounds' median.")] = 3,
+              option: Annotated[list[str] | None, typer.Option(
+                  "--option", help="A compile option for every pipec row, KEY=VALUE (repeatable; "
+                  "e.g. grouped_matmuls=true).")] = None,
               extra_rounds: Annotated[int, typer.Option(
                   "--extra-rounds", help="Up to this many more rounds, one at a time, while a backend's "
                   "rounds disagree by more than 10% (a disturbed round).")] = 1,
@@ -107,9 +111,10 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
         fail("--rounds must be at least 1")
     if extra_rounds < 0:
         fail("--extra-rounds must be at least 0")
-    options = options_or_exit(mode=mode.value, fusion=fusion, runtime=runtime)
+    chosen = parse_compile_options(option)
+    options = options_or_exit(mode=mode.value, fusion=fusion, runtime=runtime, **chosen)
     extra = [m.value for m in dict.fromkeys(pipec_mode or []) if m != mode]
-    pipec_modes = tuple((m, options_or_exit(mode=m, fusion=fusion)) for m in extra)  # --runtime: the main row's
+    pipec_modes = tuple((m, options_or_exit(mode=m, fusion=fusion, **chosen)) for m in extra)  # --runtime: the main row's
     device = resolve_device(device)
     check_dynamo_capture(options)
     check_output_file(output, "--output")
