@@ -170,16 +170,14 @@ def summary(row: dict) -> str:
 
 
 def parse_option(text: str):
-    """`KEY=VALUE` (a --pipec-option) -> (key, value as an int, a float or the string)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise SystemExit(f"--pipec-option wants KEY=VALUE, got {text!r}")
-    for cast in (int, float):
-        try:
-            return key, cast(value)
-        except ValueError:
-            pass
-    return key, value
+    """`KEY=VALUE` (a --pipec-option) -> (key, value), as `pipec bench --option` reads it
+    (pipec.options.parse_option: true/false, an int, a float, else the string)."""
+    from pipec.options import parse_option as parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise SystemExit(f"--pipec-option {exc}") from None
 
 
 def main() -> int:

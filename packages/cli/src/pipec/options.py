@@ -87,3 +87,21 @@ def check_stage_names(opts: CompileOptions) -> None:
 
 
 __all__ = ["BOUNDS_CHECK_ENV", "check_stage_names", "make_options"]
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` (`pipec bench --option`, the benchmarks' `--pipec-option`) -> (key, value):
+    true/false as booleans, then an int, a float, else the string. ValueError without `=`; an
+    unknown or ill-typed option is for `make_options` and the stages to refuse."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f"wants KEY=VALUE, got {text!r}")
+    if value.lower() in ("true", "false"):
+        return key, value.lower() == "true"
+    for cast in (int, float):
+        try:
+            return key, cast(value)
+        except ValueError:
+            pass
+    return key, value

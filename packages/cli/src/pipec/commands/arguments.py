@@ -91,24 +91,14 @@ def options_or_exit(**kwargs):
 
 
 def parse_compile_options(pairs: list[str] | None, flag: str = "--option") -> dict:
-    """`KEY=VALUE` strings -> compile options: true/false as booleans, then an int, a float, else
-    the string (`--option grouped_matmuls=true --option persistent_reduction_limit=4096`). A pair
-    without `=` is a usage error; an unknown or ill-typed option is `make_options`'s to refuse."""
-    out: dict = {}
-    for text in pairs or []:
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            fail(f"{flag} wants KEY=VALUE, got {text!r}")
-        if value.lower() in ("true", "false"):
-            out[key.strip()] = value.lower() == "true"
-            continue
-        for cast in (int, float, str):
-            try:
-                out[key.strip()] = cast(value)
-                break
-            except ValueError:
-                continue
-    return out
+    """`KEY=VALUE` strings -> compile options (`pipec.options.parse_option`); a malformed pair is
+    a usage error."""
+    from ..options import parse_option
+
+    try:
+        return dict(parse_option(text) for text in pairs or [])
+    except ValueError as exc:
+        fail(f"{flag} {exc}")
 
 
 def resolve_device(device: str) -> str:
