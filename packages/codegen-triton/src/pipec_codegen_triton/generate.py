@@ -16,7 +16,7 @@ from .configs import (
 from .combo_kernels import combine_launches
 from .matmul_choice import library_target, matmul_with_epilogue
 from .matmul_siblings import group_sibling_matmuls
-from .view_steps import reshape_args
+from .view_steps import VIEW_TARGETS, reshape_args
 from .kernel_memo import WrittenKernels
 from .memory_plan import plan_program_memory, writes_in_place
 from .padding import pad_symbols
@@ -24,17 +24,6 @@ from .scan import ScanWriter
 from .scatter import scatter_launches
 from .kernel_source import CodegenError
 from .writer import KernelWriter
-
-# View ops materialized as torch views (never copies) when a library call or the
-# caller needs them as tensors.
-_VIEW_TARGETS = {
-    "reshape": "aten.reshape.default",
-    "permute": "aten.permute.default",
-    "expand": "aten.expand.default",
-    "slice": "aten.slice.Tensor",
-    "select": "aten.select.int",
-}
-
 
 def _view_args(node, source_type) -> tuple:
     """The ATen arguments of a view step. Symbolic sizes are `Size` leaves the runtime
@@ -62,7 +51,7 @@ def _view_args(node, source_type) -> tuple:
 def _library_step(kernel, nodes, types) -> Step:
     node = nodes[kernel.nodes[0]]
     if kernel.kind == "view":
-        return Step("extern", _VIEW_TARGETS[node.op], (node.inputs[0],), (node.name,),
+        return Step("extern", VIEW_TARGETS[node.op], (node.inputs[0],), (node.name,),
                     make_attrs(args=_view_args(node, types[node.inputs[0]]), kwargs=()))
     if kernel.kind == "matmul":
         return Step("extern", library_target(node, types), tuple(node.inputs), (node.name,),

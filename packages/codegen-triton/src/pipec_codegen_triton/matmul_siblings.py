@@ -40,13 +40,13 @@ from dataclasses import dataclass
 import sympy
 from pipec_ir import TMA_CONSTANT, Step, TritonKernel, get_attr, make_attrs
 
+from .view_steps import VIEW_TARGETS
+
 GROUPED = "grouped"
 MAX_SIBLINGS = 8
 WINDOW = 32  # steps from the first sibling's group to the start of a later one
-_VIEW_TARGETS = frozenset({"aten.permute.default", "aten.t.default", "aten.view.default", "aten.reshape.default",
-                           "aten._unsafe_view.default", "aten.expand.default", "aten.as_strided.default",
-                           "aten.transpose.int", "aten.unsqueeze.default", "aten.squeeze.dim",
-                           "aten.slice.Tensor", "aten.alias.default"})
+# the extern steps codegen makes for views (never copies): they may move up with a sibling
+_VIEW_STEPS = frozenset(VIEW_TARGETS.values())
 
 
 @dataclass
@@ -74,23 +74,25 @@ def group_sibling_matmuls(steps: list[Step], kernels: list[TritonKernel]) -> tup
     group with a `grouped` alternative; everything else as it was."""
     by_name = {k.name: k for k in kernels}
     groups = [g for g in _choice_groups(steps) if _sibling_key(g, by_name) is not None]
-    joined: list[list[_Group]] = []
+    joined: list[tuple[list[_Group], set[int]]] = []  # siblings, and the steps that move up with them
     for i, first in enumerate(groups):
-        if any(s[0].start <= first.start < s[-1].end for s in joined):
+        if any(m[0].start <= first.start < m[-1].end for m, _ in joined):
             continue  # inside the span of siblings already joined (rewritten spans never overlap)
-        members = [first]
+        members, hoisted = [first], set()
         for later in groups[i + 1:]:
             if later.start - first.end > WINDOW or len(members) == MAX_SIBLINGS:
                 break
-            if later.key == first.key and _hoisted(steps, members, later) is not None:
+            moved = _hoisted(steps, members, later) if later.key == first.key else None
+            if moved is not None:
                 members.append(later)
+                hoisted.update(moved)
         if len(members) > 1:
-            joined.append(members)
+            joined.append((members, hoisted))
     kernels = list(kernels)
-    for members in reversed(joined):  # last first: the indices of the earlier spans stay valid
+    for members, hoisted in reversed(joined):  # last first: the indices of the earlier spans stay valid
         kernel = grouped_kernel(f"{members[0].kernel.name}_grouped", [m.kernel for m in members])
         kernels.append(kernel)
-        steps = _rewrite(steps, members, kernel)
+        steps = _rewrite(steps, members, hoisted, kernel)
     return steps, kernels
 
 
@@ -179,7 +181,7 @@ def _hoisted(steps: list[Step], members: list[_Group], later: _Group) -> list[in
         if k in needed:
             continue
         step = steps[k]
-        if step.kind != "extern" or step.target not in _VIEW_TARGETS or get_attr(step.attrs, "inplace"):
+        if step.kind != "extern" or step.target not in _VIEW_STEPS or get_attr(step.attrs, "inplace"):
             return None
         if set(step.inputs) & member_writes:
             return None
@@ -191,12 +193,9 @@ def _hoisted(steps: list[Step], members: list[_Group], later: _Group) -> list[in
     return sorted(needed)
 
 
-def _rewrite(steps: list[Step], members: list[_Group], kernel: TritonKernel) -> list[Step]:
+def _rewrite(steps: list[Step], members: list[_Group], hoisted: set[int], kernel: TritonKernel) -> list[Step]:
     first, last = members[0], members[-1]
     inside = {k for m in members for k in range(m.start, m.end)}
-    hoisted: set[int] = set()
-    for k, member in enumerate(members[1:], 1):
-        hoisted.update(_hoisted(steps, members[:k], member) or ())
     name = first.name
     group: list[Step] = []
     for alternative in first.alternatives:

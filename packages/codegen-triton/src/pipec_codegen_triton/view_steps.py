@@ -1,9 +1,20 @@
-"""ATen arguments of reshape steps (shared by the view kernels and the matmul alternatives)."""
+"""View steps: their ATen targets, and reshape arguments (shared by the view kernels and the matmul alternatives)."""
 
 from __future__ import annotations
 
 import sympy
 from pipec_ir import Ref, size_attr
+
+
+# View ops materialized as torch views (never copies) when a library call or the
+# caller needs them as tensors: IR op -> the ATen target of its extern step.
+VIEW_TARGETS = {
+    "reshape": "aten.reshape.default",
+    "permute": "aten.permute.default",
+    "expand": "aten.expand.default",
+    "slice": "aten.slice.Tensor",
+    "select": "aten.select.int",
+}
 
 
 def reshape_args(ref: Ref, shape) -> tuple:
