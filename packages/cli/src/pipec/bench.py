@@ -182,11 +182,11 @@ def trace_model_once(model, inputs) -> float | None:
     try:
         with torch.no_grad():
             torch.compile(_fresh(model), backend="eager")(*inputs)
+        return time.perf_counter() - start
     except Exception:
         return None
     finally:
         torch._dynamo.reset()
-    return time.perf_counter() - start
 
 
 # ---------------------------------------------------------------- one backend
