@@ -623,3 +623,29 @@ def test_bench_channels_last_times_the_converted_model(fake_stages, capsys, tmp_
     result = json.loads(out)
     assert "(channels-last)" in result["model"]
     assert all(b["error"] is None for b in result["backends"])
+
+
+def test_each_phase_of_a_run_has_its_wall_seconds(monkeypatch):
+    """phase_seconds: the time between progress messages, by message, so a suite case's cost on a
+    GPU lease can be split into its warm-up, trace, compiles and timing rounds."""
+    import time as time_module
+
+    from pipec.api import make_options
+    from pipec.bench import run_bench
+
+    real_pipec = bench.bench_pipec
+
+    def slow_pipec(*a, **k):
+        time_module.sleep(0.2)
+        return real_pipec(*a, **k)
+
+    monkeypatch.setattr(bench, "bench_pipec", slow_pipec)
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: 1.0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
+    options = BenchOptions(pipec=make_options(), inductor=False, rounds=2, warmup_ms=0, rep_ms=1, warm=False)
+    said = []
+    result = run_bench(model, (torch.randn(4, 5),), "seq", options, progress=said.append)
+    phases = result.to_dict()["phase_seconds"]
+    assert list(phases) == list(dict.fromkeys(said))  # every message a phase, in order, messages still passed on
+    assert phases["pipec: compiling (cold)"] >= 0.2
+    assert phases["timing round 1 of 2"] < 0.2 and all(s >= 0 for s in phases.values())

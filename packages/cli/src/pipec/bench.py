@@ -45,7 +45,8 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   model itself is traced once by Dynamo alone (`first_trace_s`), so the first trace of *its*
   code (Dynamo's per-function analyses, which outlive `torch._dynamo.reset()`) lands on no
   backend either: without it the backend compiled first paid it alone (BERT base on the CPU:
-  4.5 s against 2.9 for the same compile second).
+  4.5 s against 2.9 for the same compile second). The JSON's `phase_seconds` splits the run's
+  own wall time by phase (warm-up, trace, each compile, the rounds, launch counts, peaks).
 
 pipec runs in its `--mode`, and again in each extra mode asked for (`pipec_modes`, e.g.
 reduce-overhead), one row each, like Inductor's modes. With `keep_going`, a compiled backend that
@@ -458,6 +459,8 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                        "extra": dict(options.pipec.extra)},  # `pipec bench --option`s
         versions=versions())
     caches = contextlib.nullcontext() if options.keep_caches else private_caches()
+    progress = bench_measure.PhaseClock(progress)
+    result.phase_seconds = progress.seconds
     with caches:
         progress("warming up the process (a tiny compile per backend)")
         warm_up_process(device, options.pipec, inductor)
@@ -523,6 +526,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                 timed.result.error = f"warm compile: {_error_line(exc)}"
             on_update(result)
         torch._dynamo.reset()
+    progress.stop()
     return result
 
 

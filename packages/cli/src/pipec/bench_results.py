@@ -58,6 +58,8 @@ class BenchResult:
     # seconds of the Dynamo-only trace of the model before any timed compile (`bench.trace_model_once`)
     first_trace_s: float | None = None
     rounds_run: int | None = None  # timing rounds run: `rounds`, plus any run while rounds disagreed
+    # wall seconds of each phase of the run, by its progress message (bench_measure.PhaseClock)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
     backends: list[BackendResult] = field(default_factory=list)
     # the 1-minute load average when the timing rounds started and ended, and the usable CPUs
     load_average: dict[str, float | int | None] = field(default_factory=dict)
