@@ -21,6 +21,19 @@ of one call above the memory at rest and the memory each compiled backend holds 
 (CUDA only). Warm compiles (from the caches) are skipped unless --warm: they are not in the
 table and cost a compile per backend. Results are written after every case (an interrupted
 run keeps them): --out (JSON) and the same path with .md.
+
+A GPU lease allows 10 minutes a command, and the whole suite takes about 20: a run split over
+several commands should waste none of them on a case cut off at the command's limit.
+
+    python benchmarks/real_models.py --out a.json --deadline 560 --expect benchmarks/results/real_models_h100_s43.json
+    python benchmarks/real_models.py --out b.json --deadline 560 --expect ... --skip-done a.json
+    python benchmarks/real_models.py --out all.json --combine a.json b.json
+
+--deadline S: the run starts a case only when the case is expected to end within S seconds of the
+run's start (its `seconds` in the --expect results, with a margin; without one, its --budget), so
+it skips a case that would not fit and goes on to shorter ones; every case's budget also ends at
+the deadline. The cases left are printed, and kept in the JSON (`not_started`). --skip-done runs
+none of the cases that finished "ok" in earlier results. With --cases, cases run in that order.
 """
 
 from __future__ import annotations
@@ -301,6 +314,8 @@ def markdown(records: list[dict], meta: dict) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(records)]
     ok = sum(r["status"] == "ok" for r in records)
     lines += ["", f"{ok} of {len(records)} cases ok."]
+    if meta.get("not_started"):
+        lines.append(f"Not started (they would not end before the run's deadline): {', '.join(meta['not_started'])}.")
     return "\n".join(lines) + "\n"
 
 
@@ -326,6 +341,7 @@ def combine(parts: list[Path], out: Path) -> int:
     meta["parts"] = [{"file": p.name, "started": d.get("started"), "host": d.get("host"), "seconds": d.get("seconds")}
                      for p, d in zip(parts, loaded)]
     meta["seconds"] = sum(d.get("seconds") or 0 for d in loaded)
+    meta["not_started"] = list(dict.fromkeys(c for d in loaded for c in d.get("not_started", []) if c not in records))
     out.write_text(json.dumps({"suite": "pipec issue 19 real models", **meta, "cases": list(records.values())},
                               indent=2))
     text = markdown(list(records.values()), meta)
@@ -333,6 +349,49 @@ def combine(parts: list[Path], out: Path) -> int:
     out.with_suffix(".md").write_text(text.replace("\n\nTimer:", f"\n\nCombined from {starts}.\n\nTimer:", 1))
     print(f"{len(records)} cases from {len(parts)} files: {out} and {out.with_suffix('.md')}")
     return 0
+
+
+# ---------------------------------------------------------------- fitting a run into a lease
+
+EXPECT_MARGIN = (1.15, 5.0)  # expected seconds: earlier seconds x 1.15 + 5 (lease hosts differ)
+
+
+def _earlier_cases(files: list[Path]) -> list[dict]:
+    cases = []
+    for path in files:
+        try:
+            cases += json.loads(Path(path).read_text()).get("cases", [])
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"error: cannot read results {path}: {exc}") from None
+    return cases
+
+
+def expected_seconds(files: list[Path]) -> dict[str, float]:
+    """Each case's expected wall seconds from earlier results (a later file's case wins); only
+    cases that finished count, a cut-off case's seconds being its budget, not its need."""
+    scale, extra = EXPECT_MARGIN
+    return {c["case"]: c["seconds"] * scale + extra for c in _earlier_cases(files)
+            if c.get("status") == "ok" and c.get("seconds")}
+
+
+def done_cases(files: list[Path]) -> set[str]:
+    return {c["case"] for c in _earlier_cases(files) if c.get("status") == "ok"}
+
+
+class Deadline:
+    """Which cases a run with a deadline starts, and with what budget (module docstring)."""
+
+    def __init__(self, seconds: float | None, expected: dict[str, float], budget: float, start: float):
+        self.seconds, self.expected, self.budget, self.start = seconds, expected, budget, start
+
+    def left(self) -> float:
+        return float("inf") if self.seconds is None else self.seconds - (time.perf_counter() - self.start)
+
+    def fits(self, case: str) -> bool:
+        return self.expected.get(case, self.budget) <= self.left()
+
+    def case_budget(self) -> float:
+        return max(1.0, min(self.budget, self.left()))
 
 
 # ---------------------------------------------------------------- main
@@ -367,6 +426,12 @@ def main() -> int:
                              "times the CUDA Graph pair and Inductor default alone: one compile fewer a case)")
     parser.add_argument("--atol", type=float, help="numerics check (with --rtol; default: the case's tolerance)")
     parser.add_argument("--rtol", type=float)
+    parser.add_argument("--deadline", type=float, help="seconds the whole run may take: start only the cases "
+                        "expected to end before it (--expect), each case's budget ending there too")
+    parser.add_argument("--expect", nargs="+", type=Path, default=[], metavar="RESULTS_JSON",
+                        help="earlier results whose case seconds predict this run's (for --deadline)")
+    parser.add_argument("--skip-done", nargs="+", type=Path, default=[], metavar="RESULTS_JSON",
+                        help="run none of the cases that finished ok in these results (a split run's next command)")
     parser.add_argument("--combine", nargs="+", type=Path, metavar="RESULTS_JSON",
                         help="run nothing: write one table (--out) from the results of runs split over several "
                              "commands (the device allows 10 minutes a command)")
@@ -392,15 +457,31 @@ def main() -> int:
     out = Path(args.out)
     meta = {"size": args.size, "device": args.device, "host": platform.node(), "clock": time.perf_counter(),
             "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "options": {k: v for k, v in vars(args).items() if k not in ("out", "cases")}}
+            "options": {k: [str(p) for p in v] if k in ("expect", "skip_done") else v
+                        for k, v in vars(args).items() if k not in ("out", "cases", "combine")}}
     records = []
+    by_name = {c["case"]: c for c in cases}
+    done = done_cases(args.skip_done)
+    todo = [by_name[name] for name in dict.fromkeys(chosen) if name not in done]
+    if done & set(chosen):
+        print(f"done in earlier results, not run: {', '.join(n for n in chosen if n in done)}", flush=True)
+    deadline = Deadline(args.deadline, expected_seconds(args.expect), args.budget, meta["clock"])
+    meta["not_started"] = []
     warm_imports()
     with tempfile.TemporaryDirectory(prefix="pipec-real-models-") as workdir:
-        for case in cases:
-            if case["case"] in chosen:
-                records.append(run_case(case, args, Path(workdir)))
-                write_results(out, records, meta)
+        for case in todo:
+            if not deadline.fits(case["case"]):
+                meta["not_started"].append(case["case"])
+                continue
+            records.append(run_case(case, argparse.Namespace(**{**vars(args), "budget": deadline.case_budget()}),
+                                    Path(workdir)))
+            write_results(out, records, meta)
     print()
+    if meta["not_started"]:
+        print(f"not started (they would not end before the {args.deadline:.0f} s deadline): "
+              f"{', '.join(meta['not_started'])}", flush=True)
+    if not records:
+        write_results(out, records, meta)
     print(out.with_suffix(".md").read_text())
     print(f"results: {out} and {out.with_suffix('.md')}  ({time.perf_counter() - meta['clock']:.0f} s in all)")
     return 0 if all(r["status"] == "ok" for r in records) else 1

@@ -158,3 +158,57 @@ def test_breadth_sweep_runs_deepseek_v3():
     record = json.loads(line)
     assert record["status"] == "ok", record
     assert record["max_abs_err"] < 1e-4
+
+
+def test_a_run_with_a_deadline_starts_only_what_fits(tmp_path):
+    """real_models.py --deadline/--expect/--skip-done: a split suite run wastes no command on a case
+    cut off at the command's limit. A case done in earlier results is not run; a case expected to
+    outlast the deadline is not started, and the results say so."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done, measured = tmp_path / "done.json", tmp_path / "measured.json"
+    done.write_text(json.dumps({"cases": [{"case": "bert", "status": "ok", "seconds": 50.0}]}))
+    measured.write_text(json.dumps({"cases": [
+        {"case": "gpt2", "status": "ok", "seconds": 80.0},  # 97 s expected: past a 60 s deadline
+        {"case": "vit", "status": "timed out", "seconds": 20.0}]}))  # cut off: its seconds predict nothing
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "real_models.py"), "--out", str(out),
+                           "--size", "tiny", "--device", "cpu", "--cases", "gpt2,bert", "--deadline", "60",
+                           "--expect", str(measured), "--skip-done", str(done)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "done in earlier results, not run: bert" in proc.stdout
+    assert "not started (they would not end before the 60 s deadline): gpt2" in proc.stdout
+    results = json.loads(out.read_text())
+    assert results["cases"] == [] and results["not_started"] == ["gpt2"]
+    assert "Not started" in out.with_suffix(".md").read_text()
+    assert set(real_models_module().expected_seconds([measured])) == {"gpt2"}
+
+
+def real_models_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "real_models.py"
+    spec = importlib.util.spec_from_file_location("real_models_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_deadline_budgets_and_expectations():
+    import time
+
+    real_models = real_models_module()
+    start = time.perf_counter() - 100  # 100 s into a 400 s run: 300 left
+    deadline = real_models.Deadline(400, {"small": 100.0, "large": 320.0}, 240.0, start)
+    assert deadline.fits("small") and not deadline.fits("large")
+    assert deadline.fits("unknown")  # no expectation: its budget, 240 s, fits in 300
+    assert 230 < deadline.case_budget() <= 240  # the budget, as the deadline is further away
+    late = real_models.Deadline(400, {}, 240.0, time.perf_counter() - 300)
+    assert not late.fits("unknown") and 95 < late.case_budget() <= 100  # a budget never runs past the deadline
+    assert real_models.Deadline(None, {}, 240.0, start).fits("anything")
