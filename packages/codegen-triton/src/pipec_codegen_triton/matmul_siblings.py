@@ -35,7 +35,7 @@ siblings' results stay after the joined group, which takes the first sibling's p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 from pipec_ir import TMA_CONSTANT, Step, TritonKernel, get_attr, make_attrs
@@ -73,7 +73,7 @@ def group_sibling_matmuls(steps: list[Step], kernels: list[TritonKernel]) -> tup
     """(steps, kernels) with each set of sibling matmul groups (module docstring) made one choice
     group with a `grouped` alternative; everything else as it was."""
     by_name = {k.name: k for k in kernels}
-    groups = [g for g in _choice_groups(steps) if _sibling_key(g, by_name) is not None]
+    groups = [keyed for g in _choice_groups(steps) if (keyed := _with_sibling_key(g, by_name)) is not None]
     joined: list[tuple[list[_Group], set[int]]] = []  # siblings, and the steps that move up with them
     for i, first in enumerate(groups):
         if any(m[0].start <= first.start < m[-1].end for m, _ in joined):
@@ -113,8 +113,9 @@ def _choice_groups(steps: list[Step]) -> list[_Group]:
     return out
 
 
-def _sibling_key(group: _Group, by_name: dict[str, TritonKernel]) -> tuple | None:
-    """What two sibling groups share (module docstring), or None where `group` cannot have one."""
+def _with_sibling_key(group: _Group, by_name: dict[str, TritonKernel]) -> _Group | None:
+    """`group` with its template kernel, launch and the key two sibling groups share (module
+    docstring), or None where it cannot have siblings."""
     template = group.alternatives.get("template", [])
     if len(template) != 1 or template[0].kind != "launch" or group.default != "template":
         return None
@@ -132,9 +133,8 @@ def _sibling_key(group: _Group, by_name: dict[str, TritonKernel]) -> tuple | Non
     body = _body(kernel)
     if not configs or body is None:
         return None
-    group.kernel, group.launch = kernel, launch
-    group.key = (body, kernel.args, kernel.sizes, kernel.grid, configs, launch.inputs[0], tuple(group.alternatives))
-    return group.key
+    key = (body, kernel.args, kernel.sizes, kernel.grid, configs, launch.inputs[0], tuple(group.alternatives))
+    return replace(group, kernel=kernel, launch=launch, key=key)
 
 
 def _pointer_configs(kernel: TritonKernel, n: int | None) -> tuple:
