@@ -30,7 +30,7 @@ several commands should waste none of them on a case cut off at the command's li
     python benchmarks/real_models.py --out all.json --combine a.json b.json
 
 --deadline S: the run starts a case only when the case is expected to end within S seconds of the
-run's start (its `seconds` in the --expect results, with a margin; without one, its --budget), so
+run's start (its `seconds` in the --expect results, with a margin; without one, while a minute is left), so
 it skips a case that would not fit and goes on to shorter ones; every case's budget also ends at
 the deadline. The cases left are printed, and kept in the JSON (`not_started`). --skip-done runs
 none of the cases that finished "ok" in earlier results. With --cases, cases run in that order.
@@ -354,6 +354,7 @@ def combine(parts: list[Path], out: Path) -> int:
 # ---------------------------------------------------------------- fitting a run into a lease
 
 EXPECT_MARGIN = (1.15, 5.0)  # expected seconds: earlier seconds x 1.15 + 5 (lease hosts differ)
+UNKNOWN_CASE_SECONDS = 60.0
 
 
 def _earlier_cases(files: list[Path]) -> list[dict]:
@@ -388,7 +389,9 @@ class Deadline:
         return float("inf") if self.seconds is None else self.seconds - (time.perf_counter() - self.start)
 
     def fits(self, case: str) -> bool:
-        return self.expected.get(case, self.budget) <= self.left()
+        """Expected to end in time; a case no earlier results predict starts while a minute is left
+        (the shortest real-size case took 35 s on an H100), its budget ending at the deadline."""
+        return self.expected.get(case, min(self.budget, UNKNOWN_CASE_SECONDS)) <= self.left()
 
     def case_budget(self) -> float:
         return max(1.0, min(self.budget, self.left()))

@@ -207,8 +207,9 @@ def test_deadline_budgets_and_expectations():
     start = time.perf_counter() - 100  # 100 s into a 400 s run: 300 left
     deadline = real_models.Deadline(400, {"small": 100.0, "large": 320.0}, 240.0, start)
     assert deadline.fits("small") and not deadline.fits("large")
-    assert deadline.fits("unknown")  # no expectation: its budget, 240 s, fits in 300
+    assert deadline.fits("unknown")  # no expectation: it starts while a minute is left
     assert 230 < deadline.case_budget() <= 240  # the budget, as the deadline is further away
     late = real_models.Deadline(400, {}, 240.0, time.perf_counter() - 300)
-    assert not late.fits("unknown") and 95 < late.case_budget() <= 100  # a budget never runs past the deadline
+    assert late.fits("unknown") and 95 < late.case_budget() <= 100  # a budget never runs past the deadline
+    assert not real_models.Deadline(400, {}, 240.0, time.perf_counter() - 350).fits("unknown")  # 50 s left
     assert real_models.Deadline(None, {}, 240.0, start).fits("anything")
