@@ -649,3 +649,32 @@ def test_each_phase_of_a_run_has_its_wall_seconds(monkeypatch):
     assert list(phases) == list(dict.fromkeys(said))  # every message a phase, in order, messages still passed on
     assert phases["pipec: compiling (cold)"] >= 0.2
     assert phases["timing round 1 of 2"] < 0.2 and all(s >= 0 for s in phases.values())
+
+
+def test_the_warm_up_waits_for_inductors_compile_workers(monkeypatch):
+    """Inductor's first compile starts its worker processes in the background; the warm-up waits
+    for them, so they do not take the cores from the first timed compile (module docstring of
+    bench.wait_for_inductor_workers)."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    from pipec.api import make_options
+
+    waited = []
+    monkeypatch.setattr(bench, "wait_for_inductor_workers", lambda: waited.append(True))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)  # Inductor's tiny compile, stood in for
+    bench.warm_up_process("cpu", make_options(), inductor=False)
+    assert waited == []
+    bench.warm_up_process("cpu", make_options(), inductor=True)
+    assert waited == [True]
+
+    monkeypatch.undo()
+    calls = []
+    monkeypatch.setattr(AsyncCompile, "wait_pool_ready", classmethod(lambda cls, timeout: calls.append(timeout)))
+    bench.wait_for_inductor_workers(timeout=7.0)
+    assert calls == [7.0]
+
+    def broken(cls, timeout):
+        raise RuntimeError("no pool in this process")
+
+    monkeypatch.setattr(AsyncCompile, "wait_pool_ready", classmethod(broken))
+    bench.wait_for_inductor_workers()  # best effort: never raises

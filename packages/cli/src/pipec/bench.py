@@ -41,7 +41,8 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   served from pipec's compile cache (Inductor: its FX graph cache). Unless `keep_caches`,
   the run uses private, empty cache directories (pipec, Inductor, Triton) so that *cold*
   really is cold. A tiny function is compiled by every backend first, so one-time costs of
-  the process (imports, first Dynamo trace) land on no backend's compile time; then the
+  the process (imports, first Dynamo trace, Inductor's compile workers starting, which are
+  waited for) land on no backend's compile time; then the
   model itself is traced once by Dynamo alone (`first_trace_s`), so the first trace of *its*
   code (Dynamo's per-function analyses, which outlive `torch._dynamo.reset()`) lands on no
   backend either: without it the backend compiled first paid it alone (BERT base on the CPU:
@@ -169,6 +170,25 @@ def warm_up_process(device: str, pipec_options: CompileOptions, inductor: bool) 
         with torch.no_grad(), contextlib.suppress(Exception):
             warm_up()
     torch._dynamo.reset()
+    if inductor:
+        wait_for_inductor_workers()
+
+
+def wait_for_inductor_workers(timeout: float = 120.0) -> None:
+    """Wait until Inductor's compile workers are up. Its first compile starts them in the
+    background (one process per core, each importing torch) and compiles in-process until they
+    answer, so they were still starting while the next compile ran: on the H100 (session 43)
+    pipec's default compile, the one right after, spent 2.26 s of BERT base's in AOTAutograd and
+    its reduce-overhead compile later 1.10. Best effort: a torch without the call, or a pool that
+    cannot start, leaves Inductor compiling as it would."""
+    try:
+        from torch._inductor.async_compile import AsyncCompile
+
+        wait = getattr(AsyncCompile, "wait_pool_ready", None)
+        if wait is not None:
+            wait(timeout=timeout)
+    except Exception:  # noqa: BLE001 - the wait is a courtesy to the timings, never a reason to fail
+        pass
 
 
 def trace_model_once(model, inputs) -> float | None:
