@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from pipec import bench
+from pipec import bench, bench_measure
 from pipec.bench import BackendResult, BenchOptions, Timed, count_flops, cpu_median_ms, io_bytes, time_rounds
 from pipec_cli_testing import HERE, one_error_line, run
 
@@ -678,3 +678,24 @@ def test_the_warm_up_waits_for_inductors_compile_workers(monkeypatch):
 
     monkeypatch.setattr(AsyncCompile, "wait_pool_ready", classmethod(broken))
     bench.wait_for_inductor_workers()  # best effort: never raises
+
+
+def test_every_backends_cold_compile_has_torchs_own_split(monkeypatch):
+    """torch_compile_phases: torch's compile-time counters over each cold compile, pipec's and
+    Inductor's alike (Dynamo's trace, the backend call), so the two can be split the same way."""
+    from pipec.api import make_options
+    from pipec.bench import run_bench
+
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: 1.0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
+    options = BenchOptions(pipec=make_options(), inductor=False, rounds=1, warmup_ms=0, rep_ms=1, warm=False)
+    result = run_bench(model, (torch.randn(4, 5),), "seq", options)
+    phases = result.to_dict()["backends"][1]["torch_compile_phases"]
+    assert result.backends[1].name == "pipec" and phases, phases
+    assert all(seconds >= 0.01 for seconds in phases.values())
+    # the backend call holds pipec's stages; it cannot take longer than the whole first call
+    backend_call = phases.get("OutputGraph.call_user_compiler")
+    assert backend_call is None or backend_call <= result.backends[1].compile_cold_s
+
+    before = bench_measure.torch_compile_seconds()
+    assert bench_measure.torch_compile_seconds_since(before) == {}  # nothing compiled since

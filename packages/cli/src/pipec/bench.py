@@ -47,7 +47,9 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   code (Dynamo's per-function analyses, which outlive `torch._dynamo.reset()`) lands on no
   backend either: without it the backend compiled first paid it alone (BERT base on the CPU:
   4.5 s against 2.9 for the same compile second). The JSON's `phase_seconds` splits the run's
-  own wall time by phase (warm-up, trace, each compile, the rounds, launch counts, peaks).
+  own wall time by phase (warm-up, trace, each compile, the rounds, launch counts, peaks), and
+  each backend's `torch_compile_phases` splits its cold compile by torch's own counters
+  (Dynamo's trace, the backend call, AOTAutograd, Inductor's phases), pipec's and Inductor's alike.
 
 pipec runs in its `--mode`, and again in each extra mode asked for (`pipec_modes`, e.g.
 reduce-overhead), one row each, like Inductor's modes. With `keep_going`, a compiled backend that
@@ -372,7 +374,9 @@ def bench_pipec(model, fresh_model, inputs, expected, device: str, options: Benc
 
     cold = Session()
     with record_tuning() as result.tuning, first_call(cold.profile):
+        before = bench_measure.torch_compile_seconds()
         compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model, cold), inputs, device, reset=False)
+        result.torch_compile_phases = bench_measure.torch_compile_seconds_since(before)
     report = report_from_session(cold)
     result.kernels, result.extern_ops = report.kernel_count, len(report.extern_ops)
     result.compile_profile = report.compile_profile
@@ -403,7 +407,9 @@ def bench_inductor(model, fresh_model, inputs, expected, device: str, options: B
         return torch.compile(m, mode=None if mode == "default" else mode)
 
     metrics.reset()
+    before = bench_measure.torch_compile_seconds()
     compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
+    result.torch_compile_phases = bench_measure.torch_compile_seconds_since(before)
     result.kernels = metrics.generated_kernel_count
     # Inductor is the reference, not what is under test: outputs off eager's are its row's note
     # (`numerics`), and it is timed all the same

@@ -39,6 +39,24 @@ class PhaseClock:
             self._phase = None
 
 
+def torch_compile_seconds() -> dict[str, float]:
+    """torch's own compile-time counters so far in this process, summed per name
+    (`torch._dynamo.utils.compilation_time_metrics`: Dynamo's trace, the backend call, guards,
+    and Inductor's phases; the names vary between torch versions). Empty where torch has none."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return {}
+    return {name: sum(times) for name, times in compilation_time_metrics.items()}
+
+
+def torch_compile_seconds_since(before: dict[str, float], at_least: float = 0.01) -> dict[str, float]:
+    """The counters that grew by `at_least` seconds since `before`: one compile's split, the same
+    for every backend, so Inductor's row shows where its compile went as pipec's profile does."""
+    grown = {name: total - before.get(name, 0.0) for name, total in torch_compile_seconds().items()}
+    return {name: round(seconds, 3) for name, seconds in grown.items() if seconds >= at_least}
+
+
 # ---------------------------------------------------------------- what one call moves and computes
 
 

@@ -27,6 +27,8 @@ class BackendResult:
     # {"wall_s", "seconds": {part: s, ..., "other": s}, "counts": {...}})
     compile_profile: dict | None = None
     compile_profile_warm: dict | None = None
+    # torch's compile-time counters over the cold compile, every backend (bench_measure.torch_compile_seconds)
+    torch_compile_phases: dict[str, float] | None = None
     # pipec's cold compile: what autotuning picked, one line per kernel and choice group timed
     # (the runtime's "pipec.tuning" log: every config's time, each choice group's alternatives)
     tuning: list[str] | None = None
