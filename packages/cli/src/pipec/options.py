@@ -86,9 +86,6 @@ def check_stage_names(opts: CompileOptions) -> None:
             raise ValueError(str(exc)) from None
 
 
-__all__ = ["BOUNDS_CHECK_ENV", "check_stage_names", "make_options"]
-
-
 def parse_option(text: str) -> tuple[str, Any]:
     """`KEY=VALUE` (`pipec bench --option`, the benchmarks' `--pipec-option`) -> (key, value):
     true/false as booleans, then an int, a float, else the string. ValueError without `=`; an
@@ -105,3 +102,7 @@ def parse_option(text: str) -> tuple[str, Any]:
         except ValueError:
             pass
     return key, value
+
+
+__all__ = ["BOUNDS_CHECK_ENV", "check_stage_names", "make_options", "parse_option"]
+
