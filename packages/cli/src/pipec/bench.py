@@ -179,9 +179,10 @@ def warm_up_process(device: str, pipec_options: CompileOptions, inductor: bool) 
 def wait_for_inductor_workers(timeout: float = 120.0) -> None:
     """Wait until Inductor's compile workers are up. Its first compile starts them in the
     background (one process per core, each importing torch) and compiles in-process until they
-    answer, so they were still starting while the next compile ran: on the H100 (session 43)
-    pipec's default compile, the one right after, spent 2.26 s of BERT base's in AOTAutograd and
-    its reduce-overhead compile later 1.10. Best effort: a torch without the call, or a pool that
+    answer, so they would still be starting while the next compile runs. The likely cause, not
+    shown, of what the H100 suite saw (session 43): pipec's default compile, the one right after,
+    spent 2.26 s of BERT base's in AOTAutograd and its reduce-overhead compile later 1.10 (the
+    CPU, with 2 workers, shows no such gap). Best effort: a torch without the call, or a pool that
     cannot start, leaves Inductor compiling as it would."""
     try:
         from torch._inductor.async_compile import AsyncCompile
@@ -241,6 +242,15 @@ def _first_call(make: Callable[[], Callable], inputs, device: str, reset: bool):
         outputs = compiled(*inputs)
     synchronize(device)
     return compiled, outputs, time.perf_counter() - start
+
+
+def _cold_compile(result: BackendResult, make: Callable[[], Callable], inputs, device: str):
+    """(compiled, outputs) of the backend's cold compile, its seconds and torch's own counters over
+    it (`torch_compile_phases`, the same split for every backend) recorded on `result`."""
+    before = bench_measure.torch_compile_seconds()
+    compiled, outputs, result.compile_cold_s = _first_call(make, inputs, device, reset=False)
+    result.torch_compile_phases = bench_measure.torch_compile_seconds_since(before)
+    return compiled, outputs
 
 
 def _reset_dynamo() -> None:
@@ -374,9 +384,7 @@ def bench_pipec(model, fresh_model, inputs, expected, device: str, options: Benc
 
     cold = Session()
     with record_tuning() as result.tuning, first_call(cold.profile):
-        before = bench_measure.torch_compile_seconds()
-        compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model, cold), inputs, device, reset=False)
-        result.torch_compile_phases = bench_measure.torch_compile_seconds_since(before)
+        compiled, outputs = _cold_compile(result, lambda: make(model, cold), inputs, device)
     report = report_from_session(cold)
     result.kernels, result.extern_ops = report.kernel_count, len(report.extern_ops)
     result.compile_profile = report.compile_profile
@@ -407,9 +415,7 @@ def bench_inductor(model, fresh_model, inputs, expected, device: str, options: B
         return torch.compile(m, mode=None if mode == "default" else mode)
 
     metrics.reset()
-    before = bench_measure.torch_compile_seconds()
-    compiled, outputs, result.compile_cold_s = _first_call(lambda: make(model), inputs, device, reset=False)
-    result.torch_compile_phases = bench_measure.torch_compile_seconds_since(before)
+    compiled, outputs = _cold_compile(result, lambda: make(model), inputs, device)
     result.kernels = metrics.generated_kernel_count
     # Inductor is the reference, not what is under test: outputs off eager's are its row's note
     # (`numerics`), and it is timed all the same
