@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from pipec import bench, bench_measure
+from pipec import bench, bench_measure, bench_process
 from pipec.bench import BackendResult, BenchOptions, Timed, count_flops, cpu_median_ms, io_bytes, time_rounds
 from pipec_cli_testing import HERE, one_error_line, run
 
@@ -130,8 +130,8 @@ def test_the_model_is_traced_once_before_any_timed_compile(monkeypatch):
     from pipec.bench import run_bench
 
     events = []
-    real_trace, real_pipec = bench.trace_model_once, bench.bench_pipec
-    monkeypatch.setattr(bench, "trace_model_once", lambda *a: events.append("trace") or real_trace(*a))
+    real_trace, real_pipec = bench_process.trace_model_once, bench.bench_pipec
+    monkeypatch.setattr(bench_process, "trace_model_once", lambda *a: events.append("trace") or real_trace(*a))
     monkeypatch.setattr(bench, "bench_pipec", lambda *a, **k: events.append("pipec") or real_pipec(*a, **k))
     monkeypatch.setattr(bench, "measure_ms", lambda call, *args: 1.0)
     model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
@@ -146,7 +146,7 @@ def test_trace_model_once_is_none_where_dynamo_fails():
     def broken(x):
         raise ValueError("not traceable here")
 
-    assert bench.trace_model_once(broken, (torch.randn(2),)) is None
+    assert bench_process.trace_model_once(broken, (torch.randn(2),)) is None
 
 
 def test_timing_warnings_name_a_loaded_machine_and_disagreeing_rounds():
@@ -654,30 +654,30 @@ def test_each_phase_of_a_run_has_its_wall_seconds(monkeypatch):
 def test_the_warm_up_waits_for_inductors_compile_workers(monkeypatch):
     """Inductor's first compile starts its worker processes in the background; the warm-up waits
     for them, so they do not take the cores from the first timed compile (module docstring of
-    bench.wait_for_inductor_workers)."""
+    bench_process.wait_for_inductor_workers)."""
     from torch._inductor.async_compile import AsyncCompile
 
     from pipec.api import make_options
 
     waited = []
-    monkeypatch.setattr(bench, "wait_for_inductor_workers", lambda: waited.append(True))
+    monkeypatch.setattr(bench_process, "wait_for_inductor_workers", lambda: waited.append(True))
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)  # Inductor's tiny compile, stood in for
-    bench.warm_up_process("cpu", make_options(), inductor=False)
+    bench_process.warm_up_process("cpu", make_options(), inductor=False)
     assert waited == []
-    bench.warm_up_process("cpu", make_options(), inductor=True)
+    bench_process.warm_up_process("cpu", make_options(), inductor=True)
     assert waited == [True]
 
     monkeypatch.undo()
     calls = []
     monkeypatch.setattr(AsyncCompile, "wait_pool_ready", classmethod(lambda cls, timeout: calls.append(timeout)))
-    bench.wait_for_inductor_workers(timeout=7.0)
+    bench_process.wait_for_inductor_workers(timeout=7.0)
     assert calls == [7.0]
 
     def broken(cls, timeout):
         raise RuntimeError("no pool in this process")
 
     monkeypatch.setattr(AsyncCompile, "wait_pool_ready", classmethod(broken))
-    bench.wait_for_inductor_workers()  # best effort: never raises
+    bench_process.wait_for_inductor_workers()  # best effort: never raises
 
 
 def test_every_backends_cold_compile_has_torchs_own_split(monkeypatch):

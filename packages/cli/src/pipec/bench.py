@@ -60,19 +60,16 @@ backends are still timed.
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
-import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pipec_ir import CompileOptions
 
-from . import bench_measure
+from . import bench_measure, bench_process
 from .bench_measure import (
     copy_tb_per_s,
     count_flops,
@@ -91,8 +88,6 @@ from .bench_results import BackendResult, BenchResult, write_json
 from .bench_table import bench_table, profile_table
 
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# pipec's compile cache, its kernel sources and tuning results, Inductor's and Triton's caches
-CACHE_ENV = ("PIPEC_CACHE_DIR", "PIPEC_KERNEL_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
 class BenchMismatch(Exception):
@@ -131,98 +126,7 @@ def _float64_bytes(expected) -> int:
                if t.is_cuda)
 
 
-# ---------------------------------------------------------------- caches and the process
-
-
-@contextlib.contextmanager
-def private_caches() -> Iterator[str]:
-    """pipec's, Inductor's and Triton's caches in a new empty directory, for the duration."""
-    saved = {k: os.environ.get(k) for k in CACHE_ENV}
-    with tempfile.TemporaryDirectory(prefix="pipec-bench-") as root:
-        for k in CACHE_ENV:
-            os.environ[k] = os.path.join(root, k.lower())
-        try:
-            yield root
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-
-
-def warm_up_process(device: str, pipec_options: CompileOptions, inductor: bool) -> None:
-    """Compile a tiny function with every backend, so one-time process costs hit no measurement.
-
-    Best effort: a backend that cannot compile it fails, with its real error, on the model itself.
-    """
-    import torch
-
-    from .api import compile_with_session
-
-    def tiny(x):
-        return torch.sigmoid(x) * x
-
-    x = torch.randn(64, device=device)
-    warm_ups = [lambda: compile_with_session(tiny, replace(pipec_options, cache="none"))[0](x)]
-    if inductor:
-        warm_ups.append(lambda: torch.compile(tiny)(x))
-    for warm_up in warm_ups:
-        torch._dynamo.reset()
-        with torch.no_grad(), contextlib.suppress(Exception):
-            warm_up()
-    torch._dynamo.reset()
-    if inductor:
-        wait_for_inductor_workers()
-
-
-def wait_for_inductor_workers(timeout: float = 120.0) -> None:
-    """Wait until Inductor's compile workers are up. Its first compile starts them in the
-    background (one process per core, each importing torch) and compiles in-process until they
-    answer, so they would still be starting while the next compile runs. The likely cause, not
-    shown, of what the H100 suite saw (session 43): pipec's default compile, the one right after,
-    spent 2.26 s of BERT base's in AOTAutograd and its reduce-overhead compile later 1.10 (the
-    CPU, with 2 workers, shows no such gap). Best effort: a torch without the call, or a pool that
-    cannot start, leaves Inductor compiling as it would."""
-    try:
-        from torch._inductor.async_compile import AsyncCompile
-
-        wait = getattr(AsyncCompile, "wait_pool_ready", None)
-        if wait is not None:
-            wait(timeout=timeout)
-    except Exception:  # noqa: BLE001 - the wait is a courtesy to the timings, never a reason to fail
-        pass
-
-
-def trace_model_once(model, inputs) -> float | None:
-    """Seconds of one Dynamo trace of a copy of `model` with no backend behind it (the graph runs
-    as traced), then Dynamo's caches emptied: what is left warm is what every backend's first
-    compile of this model would otherwise pay alone (module docstring, "compile cold"). None
-    when Dynamo fails on the model: each backend then meets, and reports, that failure itself."""
-    import torch
-
-    torch._dynamo.reset()
-    start = time.perf_counter()
-    try:
-        with torch.no_grad():
-            torch.compile(_fresh(model), backend="eager")(*inputs)
-        return time.perf_counter() - start
-    except Exception:
-        return None
-    finally:
-        torch._dynamo.reset()
-
-
 # ---------------------------------------------------------------- one backend
-
-
-def _fresh(model):
-    """A new model object with the same weights (a function is its own fresh copy). Copies are
-    made before anything is compiled: compiling may leave attributes on a module that cannot
-    be copied (torch.compile's wrapper forwards setattr to the module it wraps)."""
-    import torch
-
-    return copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
 
 
 def _first_call(make: Callable[[], Callable], inputs, device: str, reset: bool):
@@ -472,8 +376,8 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     pipecs = [("pipec", options.pipec)] + [(f"pipec-{mode}", opts) for mode, opts in options.pipec_modes]
     # every compiled backend gets its own copy for the cold compile and one for the warm compile
     backends = [name for name, _ in pipecs] + list(modes)
-    cold = {backend: _fresh(model) for backend in backends}
-    fresh = {backend: _fresh(model) for backend in backends}
+    cold = {backend: bench_process.fresh_copy(model) for backend in backends}
+    fresh = {backend: bench_process.fresh_copy(model) for backend in backends}
     from .reference import lazy_float64_run, no_grad_call
 
     float64 = lazy_float64_run(model, inputs, no_grad_call)  # before the eager run: its starting state
@@ -490,14 +394,14 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                        "capture": options.pipec.capture, "codegen": options.pipec.codegen,
                        "extra": dict(options.pipec.extra)},  # `pipec bench --option`s
         versions=versions())
-    caches = contextlib.nullcontext() if options.keep_caches else private_caches()
+    caches = contextlib.nullcontext() if options.keep_caches else bench_process.private_caches()
     progress = bench_measure.PhaseClock(progress)
     result.phase_seconds = progress.seconds
     with caches:
         progress("warming up the process (a tiny compile per backend)")
-        warm_up_process(device, options.pipec, inductor)
+        bench_process.warm_up_process(device, options.pipec, inductor)
         progress("tracing the model once (Dynamo alone), so no backend pays its first trace alone")
-        result.first_trace_s = trace_model_once(model, inputs)
+        result.first_trace_s = bench_process.trace_model_once(model, inputs)
         progress("measuring the copy bandwidth")
         result.copy_tb_per_s = copy_tb_per_s(result.bytes, device, options.warmup_ms, options.rep_ms)
         progress("eager")

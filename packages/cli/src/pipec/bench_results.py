@@ -57,7 +57,7 @@ class BenchResult:
     pipec_options: dict[str, Any]
     versions: dict[str, str]
     copy_tb_per_s: float | None = None
-    # seconds of the Dynamo-only trace of the model before any timed compile (`bench.trace_model_once`)
+    # seconds of the Dynamo-only trace of the model before any timed compile (`bench_process.trace_model_once`)
     first_trace_s: float | None = None
     rounds_run: int | None = None  # timing rounds run: `rounds`, plus any run while rounds disagreed
     # wall seconds of each phase of the run, by its progress message (bench_measure.PhaseClock)
