@@ -233,6 +233,11 @@ def test_bench_json(capsys, model_file, tmp_path):
     assert pipec["compile_profile"]["wall_s"] >= pipec["compile_cold_s"]  # the window holds the timed call
     assert pipec["compile_profile"]["seconds"]["codegen"] > 0
     assert eager["compile_profile"] is None
+    # the command's clock starts before the model file is loaded: its phases cover the whole run
+    phases = list(data["phase_seconds"])
+    assert phases[:3] == ["loading the model file (building the model, moving it to the device)",
+                          "setting up: copies of the model, eager's outputs, its bytes and FLOPs",
+                          "warming up the process: pipec's tiny compile"]
 
 
 def test_record_tuning_keeps_what_the_runtime_logs_while_it_runs():
@@ -649,6 +654,27 @@ def test_each_phase_of_a_run_has_its_wall_seconds(monkeypatch):
     assert list(phases) == list(dict.fromkeys(said))  # every message a phase, in order, messages still passed on
     assert phases["pipec: compiling (cold)"] >= 0.2
     assert phases["timing round 1 of 2"] < 0.2 and all(s >= 0 for s in phases.values())
+    assert said[0].startswith("setting up") and "warming up the process: pipec's tiny compile" in phases
+    assert not any("Inductor" in phase for phase in phases)  # no Inductor here: neither its warm-up nor its wait
+
+
+def test_warm_copies_are_made_only_when_warm_compiles_are_timed(monkeypatch):
+    """A copy of the model per compiled backend for its cold compile, and one more for its warm
+    compile only when there is one (a real-size model's copies cost device memory and seconds)."""
+    from pipec.api import make_options
+    from pipec.bench import run_bench
+
+    copies = []
+    real_copy = bench_process.fresh_copy
+    monkeypatch.setattr(bench_process, "fresh_copy", lambda m: copies.append(m) or real_copy(m))
+    monkeypatch.setattr(bench_process, "trace_model_once", lambda *a: None)  # it copies the model too
+    monkeypatch.setattr(bench, "measure_ms", lambda call, *args: 1.0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())
+    for warm, expected in ((False, 1), (True, 2)):
+        copies.clear()
+        options = BenchOptions(pipec=make_options(), inductor=False, rounds=1, warmup_ms=0, rep_ms=1, warm=warm)
+        run_bench(model, (torch.randn(4, 5),), "seq", options)
+        assert len(copies) == expected
 
 
 def test_the_warm_up_waits_for_inductors_compile_workers(monkeypatch):

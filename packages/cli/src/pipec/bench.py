@@ -47,7 +47,9 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   code (Dynamo's per-function analyses, which outlive `torch._dynamo.reset()`) lands on no
   backend either: without it the backend compiled first paid it alone (BERT base on the CPU:
   4.5 s against 2.9 for the same compile second). The JSON's `phase_seconds` splits the run's
-  own wall time by phase (warm-up, trace, each compile, the rounds, launch counts, peaks), and
+  own wall time by phase (under `pipec bench` from loading the model file on: the model's copies,
+  each backend's warm-up and the wait for Inductor's workers, trace, each compile, the rounds,
+  launch counts, peaks), and
   each backend's `torch_compile_phases` splits its cold compile by torch's own counters
   (Dynamo's trace, the backend call, AOTAutograd, Inductor's phases), pipec's and Inductor's alike.
 
@@ -369,15 +371,19 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     """
     import torch
 
+    # the caller's clock (`pipec bench` starts one before it loads the model file) goes on timing
+    progress = progress if isinstance(progress, bench_measure.PhaseClock) else bench_measure.PhaseClock(progress)
+    progress("setting up: copies of the model, eager's outputs, its bytes and FLOPs")
     tensors = tensors_in(inputs)
     device = str(tensors[0].device) if tensors else ("cuda" if torch.cuda.is_available() else "cpu")
     inductor = options.inductor if options.inductor is not None else device.startswith("cuda")
     modes = options.inductor_modes if inductor else ()
     pipecs = [("pipec", options.pipec)] + [(f"pipec-{mode}", opts) for mode, opts in options.pipec_modes]
-    # every compiled backend gets its own copy for the cold compile and one for the warm compile
+    # every compiled backend gets its own copy for the cold compile and, when warm compiles are
+    # timed, one for the warm compile (a real-size model's copies cost device memory and seconds)
     backends = [name for name, _ in pipecs] + list(modes)
     cold = {backend: bench_process.fresh_copy(model) for backend in backends}
-    fresh = {backend: bench_process.fresh_copy(model) for backend in backends}
+    fresh = {backend: bench_process.fresh_copy(model) if options.warm else None for backend in backends}
     from .reference import lazy_float64_run, no_grad_call
 
     float64 = lazy_float64_run(model, inputs, no_grad_call)  # before the eager run: its starting state
@@ -395,11 +401,9 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                        "extra": dict(options.pipec.extra)},  # `pipec bench --option`s
         versions=versions())
     caches = contextlib.nullcontext() if options.keep_caches else bench_process.private_caches()
-    progress = bench_measure.PhaseClock(progress)
     result.phase_seconds = progress.seconds
     with caches:
-        progress("warming up the process (a tiny compile per backend)")
-        bench_process.warm_up_process(device, options.pipec, inductor)
+        bench_process.warm_up_process(device, options.pipec, inductor, progress)
         progress("tracing the model once (Dynamo alone), so no backend pays its first trace alone")
         result.first_trace_s = bench_process.trace_model_once(model, inputs)
         progress("measuring the copy bandwidth")

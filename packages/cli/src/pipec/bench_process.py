@@ -10,7 +10,7 @@ import copy
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from pipec_ir import CompileOptions
@@ -36,8 +36,10 @@ def private_caches() -> Iterator[str]:
                     os.environ[k] = v
 
 
-def warm_up_process(device: str, pipec_options: CompileOptions, inductor: bool) -> None:
-    """Compile a tiny function with every backend, so one-time process costs hit no measurement.
+def warm_up_process(device: str, pipec_options: CompileOptions, inductor: bool,
+                    progress: Callable[[str], None] = lambda message: None) -> None:
+    """Compile a tiny function with every backend, so one-time process costs hit no measurement;
+    each backend's warm-up, and the wait for Inductor's workers, is a phase of its own (`progress`).
 
     Best effort: a backend that cannot compile it fails, with its real error, on the model itself.
     """
@@ -49,15 +51,17 @@ def warm_up_process(device: str, pipec_options: CompileOptions, inductor: bool) 
         return torch.sigmoid(x) * x
 
     x = torch.randn(64, device=device)
-    warm_ups = [lambda: compile_with_session(tiny, replace(pipec_options, cache="none"))[0](x)]
+    warm_ups = [("pipec", lambda: compile_with_session(tiny, replace(pipec_options, cache="none"))[0](x))]
     if inductor:
-        warm_ups.append(lambda: torch.compile(tiny)(x))
-    for warm_up in warm_ups:
+        warm_ups.append(("Inductor", lambda: torch.compile(tiny)(x)))
+    for backend, warm_up in warm_ups:
+        progress(f"warming up the process: {backend}'s tiny compile")
         torch._dynamo.reset()
         with torch.no_grad(), contextlib.suppress(Exception):
             warm_up()
     torch._dynamo.reset()
     if inductor:
+        progress("warming up the process: waiting for Inductor's compile workers")
         wait_for_inductor_workers()
 
 

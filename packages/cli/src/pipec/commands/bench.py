@@ -97,6 +97,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     """Time eager, TorchInductor and pipec on MODEL.py, after checking their outputs against eager."""
 
     from ..bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, reference_off_eager, run_bench, write_json
+    from ..bench_measure import PhaseClock
     from ..bench_table import bench_table, profile_table
 
     modes = ["default"] + [m for m in (inductor_mode or []) if m != "default"]
@@ -118,6 +119,17 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     device = resolve_device(device)
     check_dynamo_capture(options)
     check_output_file(output, "--output")
+    step, status_line = ["setting up"], []
+
+    def progress(message: str) -> None:
+        step[0] = message.split(":")[0]
+        for status in status_line:
+            status.update(f"pipec bench · {name} · {message}")
+
+    # the run's phase clock starts here, so its phase_seconds cover loading the model too
+    name = model_file.name  # until the file names its model
+    clock = PhaseClock(progress)
+    clock("loading the model file (building the model, moving it to the device)")
     model_obj, example, name, module = load_model_module(model_file, model, inputs)
     atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
     model_obj, example = ready_to_check(model_obj, example, name, device, dtype.value if dtype is not None else None,
@@ -127,7 +139,6 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
                                  rep_ms=rep, rounds=rounds, extra_rounds=extra_rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
                                  pipec_modes=pipec_modes, keep_going=keep_going, warm=warm)
-    step = ["setting up"]
 
     def save(result) -> None:
         if output is not None:
@@ -138,11 +149,8 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
 
     try:
         with stderr.status("pipec bench") as status:
-            def progress(message: str) -> None:
-                step[0] = message.split(":")[0]
-                status.update(f"pipec bench · {name} · {message}")
-
-            result = run_bench(model_obj, example, name, bench_options, progress=progress, on_update=save)
+            status_line.append(status)
+            result = run_bench(model_obj, example, name, bench_options, progress=clock, on_update=save)
     except BenchMismatch as exc:
         fail(f"{name}: {exc}", 1)
     except typer.Exit:
