@@ -342,3 +342,24 @@ def test_without_a_directory_the_verdict_lives_only_in_the_process(fake_gpu, tmp
     attention._CUDNN_CHECKED.clear()
     assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, None)
     assert len(runs) == 2 and not list(tmp_path.iterdir())
+
+
+def test_the_cudnn_check_is_its_own_part_of_the_compile_profile(fake_gpu, tmp_path, monkeypatch):
+    """The check runs inside torch.compile's backend call: without a part of its own its seconds
+    (0.3-0.4 s a process on an H100, 2.6 s the first time on a machine) read as AOTAutograd's."""
+    import time
+
+    from pipec_ir import CompileProfile
+
+    attention, runs, _ = fake_gpu
+    monkeypatch.setattr(attention, "_cudnn_check_problem", lambda device, dtype: time.sleep(0.05) or runs.append(dtype))
+    profile = CompileProfile()
+    with profile.measure(), profile.part("aot_autograd"):
+        assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, str(tmp_path))
+    assert runs == [torch.bfloat16]
+    assert profile.parts()["device_checks"] >= 0.05 > profile.parts()["aot_autograd"]
+    attention._CUDNN_CHECKED.clear()  # a new process reads the verdict: no check, no time
+    profile = CompileProfile()
+    with profile.measure():
+        assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, str(tmp_path))
+    assert profile.parts()["device_checks"] == 0.0 and runs == [torch.bfloat16]

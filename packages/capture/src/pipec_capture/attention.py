@@ -28,6 +28,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from pipec_ir.profile import open_part
 
 from .fx_edit import drop_dead_code, example_value
 
@@ -172,8 +173,8 @@ def cudnn_attention_checked(device: torch.device, dtype: torch.dtype, verdicts_d
         stored = _read_verdicts(verdicts_dir).get(identity)
         if isinstance(stored, dict) and isinstance(stored.get("ok"), bool):
             problem = None if stored["ok"] else str(stored.get("problem") or "failed") + " (a stored verdict)"
-        else:
-            with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        else:  # its own part of the compile-time profile: a one-time cost, not AOTAutograd's
+            with torch._subclasses.fake_tensor.unset_fake_temporarily(), open_part("device_checks"):
                 problem = _cudnn_check_problem(torch.device("cuda", key[0]), dtype)
             _store_verdict(verdicts_dir, identity, problem)
         if problem:

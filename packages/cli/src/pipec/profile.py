@@ -28,6 +28,7 @@ PART_LABELS = {
     "imports": "imports (Dynamo, once per process)",
     "dynamo": "Dynamo (tracing, guards)",
     "aot_autograd": "AOTAutograd",
+    "device_checks": "device checks (cuDNN attention, once per process)",
     "capture": "capture (lowering to the IR)",
     "fusion": "fusion",
     "codegen": "codegen",

@@ -16,8 +16,11 @@ the autograd engine's on a GPU: a training step's backward graph is compiled the
 first `loss.backward()`, while the window's thread waits for it (BERT base's backward compile
 was 10-20 s of "other" before). Counts are kept from any thread while the window is open.
 
-Parts written by pipec (README, "Compile-time profile"): imports, dynamo, aot_autograd, capture,
-fusion, codegen, runtime_load, triton_compile, autotune, first_run. Counts: graphs,
+A stage handed no recorder (the capture's graph rewrites before AOTAutograd, which run inside
+torch.compile's backend call) times its work in whichever window is open with `open_part(name)`.
+
+Parts written by pipec (README, "Compile-time profile"): imports, dynamo, aot_autograd,
+device_checks, capture, fusion, codegen, runtime_load, triton_compile, autotune, first_run. Counts: graphs,
 kernels, unique_kernels, triton_compiles, kernels_timed, configs_tried,
 choice_groups_timed, alternatives_timed, configs_from_table, choices_from_table (decisions the
 runtime's shipped tuning table made without timing).
@@ -30,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-PARTS = ("imports", "dynamo", "aot_autograd", "capture", "fusion", "codegen", "runtime_load", "triton_compile",
+PARTS = ("imports", "dynamo", "aot_autograd", "device_checks", "capture", "fusion", "codegen", "runtime_load", "triton_compile",
          "autotune", "first_run")
 COUNTS = ("graphs", "kernels", "unique_kernels", "triton_compiles", "kernels_timed", "configs_tried",
           "choice_groups_timed", "alternatives_timed", "configs_from_table", "choices_from_table")
@@ -72,10 +75,12 @@ class CompileProfile:
     @contextlib.contextmanager
     def measure(self) -> Iterator[CompileProfile]:
         """Open the window for the block (nested windows add nothing: the outermost measures)."""
+        global _open_window
         if self._owner is not None:
             yield self
             return
         self._owner = threading.get_ident()
+        outer, _open_window = _open_window, self
         start = time.perf_counter()
         try:
             yield self
@@ -84,6 +89,7 @@ class CompileProfile:
             self.windows += 1
             self._stacks.clear()
             self._owner = self._guest = None
+            _open_window = outer
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -166,4 +172,20 @@ class CompileProfile:
         return "CompileProfile()"
 
 
-__all__ = ["COUNTS", "PARTS", "CompileProfile"]
+_open_window: CompileProfile | None = None  # the profile whose window opened last and is still open
+
+
+@contextlib.contextmanager
+def open_part(name: str) -> Iterator[None]:
+    """Time the block as `name` in the window open now (a no-op when none is): for code that is
+    handed no recorder, e.g. the capture's one-time device checks inside torch.compile's backend
+    call, which would otherwise count as AOTAutograd's time."""
+    profile = _open_window
+    if profile is None:
+        yield
+        return
+    with profile.part(name):
+        yield
+
+
+__all__ = ["COUNTS", "PARTS", "CompileProfile", "open_part"]
