@@ -129,6 +129,7 @@ def run_bench_process(cmd: list[str], env: dict, budget: float, part: Path) -> d
         _, err = proc.communicate()
         exit_status = "timed out"
     bench = json.loads(part.read_text()) if part.exists() else {}
+    seconds = time.perf_counter() - start
     errors = [ln.removeprefix("error: ") for ln in err.splitlines() if ln.startswith("error: ")]
     if exit_status == "timed out":
         error = f"stopped after {budget:.0f} s"
@@ -139,8 +140,20 @@ def run_bench_process(cmd: list[str], env: dict, budget: float, part: Path) -> d
         error = f"exit {exit_status}: " + (tail[-1] if tail else "no output")
     else:
         error = None
-    return {"bench": bench, "exit": exit_status, "error": error, "seconds": time.perf_counter() - start,
-            "command": cmd}
+    return {"bench": bench, "exit": exit_status, "error": error, "seconds": seconds, "command": cmd,
+            "outside_bench_s": outside_bench(bench, seconds, time.time() - part.stat().st_mtime if part.exists() else None)}
+
+
+def outside_bench(bench: dict, seconds: float, after_last_write: float | None) -> dict | None:
+    """The process's seconds that bench's phase clock does not see: before its first phase (the
+    interpreter, imports) and after its results were last written (printing the tables, exiting:
+    compile workers stopped, CUDA torn down). Session 44's lease: 22.5 s a case of ~86, both
+    together; this splits them. None where the child wrote no phases."""
+    phases = bench.get("phase_seconds") or {}
+    if not phases or after_last_write is None:
+        return None
+    after = max(0.0, after_last_write)
+    return {"start": round(max(0.0, seconds - sum(phases.values()) - after), 2), "exit": round(after, 2)}
 
 
 def _rows(bench: dict) -> dict[str, dict]:
@@ -207,7 +220,8 @@ def run_case(case: dict, args: argparse.Namespace, workdir: Path) -> dict:
     record = {**case, "size": args.size, "status": status, "error": error, "errors": errors, "note": note,
               "missing": missing, "seconds": sum(a["seconds"] for a in attempts), "rows": rows,
               "bench": {k: v for k, v in bench.items() if k != "backends"},
-              "attempts": [{k: a[k] for k in ("exit", "error", "seconds", "command")} for a in attempts]}
+              "attempts": [{k: a[k] for k in ("exit", "error", "seconds", "outside_bench_s", "command")}
+                           for a in attempts]}
     if status != "ok":
         print(f"{case['case']}: {status}: {error or 'missing ' + ', '.join(missing)}", flush=True)
         hint = budget_hint(record, args.budget)

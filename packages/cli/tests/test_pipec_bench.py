@@ -474,6 +474,11 @@ def test_real_models_smoke_run(tmp_path):
     assert set(case["rows"]) == {"eager", "pipec", "pipec-reduce-overhead"}
     assert case["rows"]["pipec"]["max_error"] < 1e-4
     assert "| resnet | resnet-50 (conv) | 2 × 32 float32 | ok |" in out.with_suffix(".md").read_text()
+    # the child's seconds outside bench's phases, split into its start and its exit
+    outside = case["attempts"][0]["outside_bench_s"]
+    phases = sum(case["bench"]["phase_seconds"].values())
+    assert outside["start"] > 0 and outside["exit"] >= 0
+    assert outside["start"] + outside["exit"] + phases == pytest.approx(case["seconds"], abs=0.1)
 
 
 def test_check_judges_a_low_precision_miss_against_float64():
