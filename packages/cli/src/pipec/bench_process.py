@@ -68,11 +68,11 @@ def warm_up_process(device: str, pipec_options: CompileOptions, inductor: bool,
 def wait_for_inductor_workers(timeout: float = 120.0) -> None:
     """Wait until Inductor's compile workers are up. Its first compile starts them in the
     background (one process per core, each importing torch) and compiles in-process until they
-    answer, so they would still be starting while the next compile runs. The likely cause, not
-    shown, of what the H100 suite saw (session 43): pipec's default compile, the one right after,
-    spent 2.26 s of BERT base's in AOTAutograd and its reduce-overhead compile later 1.10 (the
-    CPU, with 2 workers, shows no such gap). Best effort: a torch without the call, or a pool that
-    cannot start, leaves Inductor compiling as it would."""
+    answer, so they would still be starting while the next compile runs; with the wait, Inductor's
+    timed compiles use its workers, as in a process that has compiled before. (Session 43 suspected
+    the starting workers of slowing pipec's default compile, the one right after, in AOTAutograd;
+    session 44's lease still showed that gap with the wait: docs/performance.md.) Best effort: a
+    torch without the call, or a pool that cannot start, leaves Inductor compiling as it would."""
     try:
         from torch._inductor.async_compile import AsyncCompile
 
@@ -86,7 +86,7 @@ def wait_for_inductor_workers(timeout: float = 120.0) -> None:
 def trace_model_once(model, inputs) -> float | None:
     """Seconds of one Dynamo trace of a copy of `model` with no backend behind it (the graph runs
     as traced), then Dynamo's caches emptied: what is left warm is what every backend's first
-    compile of this model would otherwise pay alone (module docstring, "compile cold"). None
+    compile of this model would otherwise pay alone (pipec.bench's docstring, "compile cold"). None
     when Dynamo fails on the model: each backend then meets, and reports, that failure itself."""
     import torch
 
@@ -100,8 +100,6 @@ def trace_model_once(model, inputs) -> float | None:
         return None
     finally:
         torch._dynamo.reset()
-
-
 
 
 def fresh_copy(model):

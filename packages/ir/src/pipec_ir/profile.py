@@ -20,8 +20,8 @@ A stage handed no recorder (the capture's graph rewrites before AOTAutograd, whi
 torch.compile's backend call) times its work in whichever window is open with `open_part(name)`.
 
 Parts written by pipec (README, "Compile-time profile"): imports, dynamo, aot_autograd,
-device_checks, capture, fusion, codegen, runtime_load, triton_compile, autotune, first_run. Counts: graphs,
-kernels, unique_kernels, triton_compiles, kernels_timed, configs_tried,
+device_checks, capture, fusion, codegen, runtime_load, triton_compile, autotune, first_run.
+Counts: graphs, kernels, unique_kernels, triton_compiles, kernels_timed, configs_tried,
 choice_groups_timed, alternatives_timed, configs_from_table, choices_from_table (decisions the
 runtime's shipped tuning table made without timing).
 """
@@ -33,8 +33,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-PARTS = ("imports", "dynamo", "aot_autograd", "device_checks", "capture", "fusion", "codegen", "runtime_load", "triton_compile",
-         "autotune", "first_run")
+PARTS = ("imports", "dynamo", "aot_autograd", "device_checks", "capture", "fusion", "codegen", "runtime_load",
+         "triton_compile", "autotune", "first_run")
 COUNTS = ("graphs", "kernels", "unique_kernels", "triton_compiles", "kernels_timed", "configs_tried",
           "choice_groups_timed", "alternatives_timed", "configs_from_table", "choices_from_table")
 
@@ -172,7 +172,9 @@ class CompileProfile:
         return "CompileProfile()"
 
 
-_open_window: CompileProfile | None = None  # the profile whose window opened last and is still open
+# the profile whose window opened last and is still open (one compile at a time in a process, in
+# practice; a part from a thread not the window's follows `part`'s rule for such threads)
+_open_window: CompileProfile | None = None
 
 
 @contextlib.contextmanager
