@@ -690,13 +690,16 @@ def test_the_warm_up_waits_for_inductors_compile_workers(monkeypatch):
 
     from pipec.api import make_options
 
-    waited = []
+    waited, said = [], []
     monkeypatch.setattr(bench_process, "wait_for_inductor_workers", lambda: waited.append(True))
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)  # Inductor's tiny compile, stood in for
     bench_process.warm_up_process("cpu", make_options(), inductor=False)
     assert waited == []
-    bench_process.warm_up_process("cpu", make_options(), inductor=True)
+    bench_process.warm_up_process("cpu", make_options(), inductor=True, progress=said.append)
     assert waited == [True]
+    # Inductor's warm-up first, so its workers start while pipec's runs; the wait last
+    assert said == ["warming up the process: Inductor's tiny compile", "warming up the process: pipec's tiny compile",
+                    "warming up the process: waiting for Inductor's compile workers"]
 
     monkeypatch.undo()
     calls = []
