@@ -355,11 +355,11 @@ def test_the_cudnn_check_is_its_own_part_of_the_compile_profile(fake_gpu, tmp_pa
     monkeypatch.setattr(attention, "_cudnn_check_problem", lambda device, dtype: time.sleep(0.05) or runs.append(dtype))
     profile = CompileProfile()
     with profile.measure(), profile.part("aot_autograd"):
-        assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, str(tmp_path))
+        assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, str(tmp_path), profile)
     assert runs == [torch.bfloat16]
     assert profile.parts()["device_checks"] >= 0.05 > profile.parts()["aot_autograd"]
     attention._CUDNN_CHECKED.clear()  # a new process reads the verdict: no check, no time
     profile = CompileProfile()
     with profile.measure():
-        assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, str(tmp_path))
+        assert attention.cudnn_attention_checked(torch.device("cuda", 0), torch.bfloat16, str(tmp_path), profile)
     assert profile.parts()["device_checks"] == 0.0 and runs == [torch.bfloat16]

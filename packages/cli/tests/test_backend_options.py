@@ -32,6 +32,28 @@ def test_a_capture_whose_dynamo_backend_takes_no_options_still_works():
         return "backend"
 
     assert aten_backend(old_style, "compile", options=None) == "backend" and seen == ["compile"]
+    assert aten_backend(old_style, "compile", None, profile="recorder") == "backend"  # a profile it cannot take
+
+
+def test_a_capture_that_takes_a_profile_gets_the_sessions():
+    """The built-in capture times its device checks in the session's compile-time profile (their
+    own part, not AOTAutograd's); one taking options but no profile is called as before."""
+    from pipec.backend import aten_backend
+
+    seen = []
+
+    def with_profile(compile_aten_graph, options=None, profile=None):
+        seen.append(profile)
+        return "backend"
+
+    def with_options(compile_aten_graph, options=None):
+        seen.append(options)
+        return "backend"
+
+    aten_backend(with_profile, "compile", "opts", profile="recorder")
+    aten_backend(with_profile, "compile", "opts")
+    aten_backend(with_options, "compile", "opts", profile="recorder")
+    assert seen == ["recorder", None, "opts"]
 
 
 def test_the_runtime_is_warmed_when_a_graph_reaches_pipec():

@@ -119,22 +119,3 @@ def test_load_with_passes_the_context_only_to_a_load_that_takes_it():
     assert load_with(Wrapper(Old()), "p", "o", context) == ("old", "p", "o")
     assert load_with(Wrapper(New()), "p", "o", context) == ("new", context)
 
-
-def test_open_part_times_the_block_in_the_window_open_now():
-    """For code handed no recorder (the capture's device checks inside torch.compile's backend):
-    its part lands in whichever window is open, the innermost of two profiles', and nowhere else."""
-    from pipec_ir.profile import open_part
-
-    with open_part("device_checks"):  # no window: nothing to record in, and no error
-        pass
-    outer, inner = CompileProfile(), CompileProfile()
-    with outer.measure():
-        with inner.measure(), open_part("device_checks"):
-            time.sleep(0.02)
-        with open_part("device_checks"):
-            time.sleep(0.01)
-    assert inner.parts()["device_checks"] == pytest.approx(0.02, abs=0.015)
-    assert outer.parts()["device_checks"] == pytest.approx(0.01, abs=0.008)
-    with open_part("device_checks"):  # both closed again
-        time.sleep(0.01)
-    assert outer.parts()["device_checks"] < 0.02

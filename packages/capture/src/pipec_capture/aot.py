@@ -305,7 +305,7 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
                         *, decompositions: dict | None = None, fused_attention: bool = True,
                         partition: str = "min_cut", pad_classes: bool = True,
                         backward_with_forward: bool = True, cache_tag: str | None = None,
-                        verdicts_dir: str | None = None):
+                        verdicts_dir: str | None = None, profile=None):
     """A torch.compile backend: Dynamo -> AOTAutograd (core decompositions) -> compile_aten_graph.
 
     With `pad_classes` (option `pad_classes`, default on), a classifier trained with cross
@@ -328,7 +328,8 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
     is compiled lazily (`backward_with_forward` off), nothing changes.
 
     `verdicts_dir`: where checks of the device's libraries keep their verdicts across processes
-    (attention.cudnn_attention_checked); None checks once per process.
+    (attention.cudnn_attention_checked); None checks once per process. `profile`: the front end's
+    compile-time recorder (or None), which times that check as its own part.
     """
     from torch._dynamo.backends.common import aot_autograd
 
@@ -372,7 +373,7 @@ def make_dynamo_backend(compile_aten_graph: Callable[[torch.fx.GraphModule, list
         if pad_classes:  # a cross-entropy head over an unaligned class count (vocab_padding.py)
             pad_class_dims(gm)
         if fused_attention:
-            gm = choose_attention_kernels(gm, verdicts_dir)
+            gm = choose_attention_kernels(gm, verdicts_dir, profile)
         with backward_compiled_with_forward(backward_with_forward), graph_logs_when_read(), effect_tokens_inside(), \
                 cache_scope(cache_tag) if cached else contextlib.nullcontext():
             return aot_backend(gm, example_inputs)

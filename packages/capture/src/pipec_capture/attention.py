@@ -28,7 +28,6 @@ import warnings
 from pathlib import Path
 
 import torch
-from pipec_ir.profile import open_part
 
 from .fx_edit import drop_dead_code, example_value
 
@@ -155,7 +154,8 @@ CUDNN_CHECK_VERSION = f"masked-bias-v1-tol{CUDNN_CHECK_TOLERANCE}"
 VERDICTS_FILE = "cudnn_attention.json"
 
 
-def cudnn_attention_checked(device: torch.device, dtype: torch.dtype, verdicts_dir: str | None = None) -> bool:
+def cudnn_attention_checked(device: torch.device, dtype: torch.dtype, verdicts_dir: str | None = None,
+                            profile=None) -> bool:
     """Whether cuDNN's attention with a bias runs and matches fp32 math, forward and backward, on a
     small masked call of `dtype` on `device` (the layout masked_attention passes: a bias expanded
     over heads, rows padded to BIAS_ALIGNMENT, the last 9 keys of one sequence masked as padding). The
@@ -164,7 +164,10 @@ def cudnn_attention_checked(device: torch.device, dtype: torch.dtype, verdicts_d
     With `verdicts_dir` (the front end's, beside its compile cache) the answer is also kept on disk,
     named by the GPU, torch, cuDNN and the check's version: the check costs 0.3-0.4 s in every
     process on an H100 (the math reference, cuDNN's plans for its shape), and 2.6 s the first time
-    on a machine (cuDNN compiling its kernels); a new process reads the verdict instead."""
+    on a machine (cuDNN compiling its kernels); a new process reads the verdict instead.
+
+    `profile` (the front end's compile-time recorder, or None) times the check as its own part,
+    `device_checks`: it runs inside torch.compile's backend call, where it would read as AOTAutograd's."""
     if device.type != "cuda" or dtype not in CUDNN_DTYPES:
         return False
     key = (device.index if device.index is not None else torch.cuda.current_device(), dtype)
@@ -173,8 +176,9 @@ def cudnn_attention_checked(device: torch.device, dtype: torch.dtype, verdicts_d
         stored = _read_verdicts(verdicts_dir).get(identity)
         if isinstance(stored, dict) and isinstance(stored.get("ok"), bool):
             problem = None if stored["ok"] else str(stored.get("problem") or "failed") + " (a stored verdict)"
-        else:  # its own part of the compile-time profile: a one-time cost, not AOTAutograd's
-            with torch._subclasses.fake_tensor.unset_fake_temporarily(), open_part("device_checks"):
+        else:
+            timed = profile.part("device_checks") if profile is not None else contextlib.nullcontext()
+            with torch._subclasses.fake_tensor.unset_fake_temporarily(), timed:
                 problem = _cudnn_check_problem(torch.device("cuda", key[0]), dtype)
             _store_verdict(verdicts_dir, identity, problem)
         if problem:
@@ -255,12 +259,13 @@ def _cudnn_check_problem(device: torch.device, dtype: torch.dtype) -> str | None
 _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
 
 
-def choose_attention_kernels(gm: torch.fx.GraphModule, verdicts_dir: str | None = None) -> torch.fx.GraphModule:
+def choose_attention_kernels(gm: torch.fx.GraphModule, verdicts_dir: str | None = None,
+                             profile=None) -> torch.fx.GraphModule:
     """Send every scaled_dot_product_attention call of a Dynamo graph through masked_attention
     (which decides per call, when AOTAutograd traces it), after dropping masks that are
     constants letting every position through; a masked call on a device and dtype where cuDNN's
     attention with a bias passed its check may go to cuDNN (`verdicts_dir`: where the check's
-    verdicts are kept, `cudnn_attention_checked`). Returns `gm`, changed in place."""
+    verdicts are kept, `cudnn_attention_checked`; `profile` times the check). Returns `gm`, changed in place."""
     changed = False
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target in _SDPA_TARGETS:
@@ -268,7 +273,7 @@ def choose_attention_kernels(gm: torch.fx.GraphModule, verdicts_dir: str | None 
             node.target = masked_attention
             query = example_value(node.args[0]) if node.args else None
             if _mask_arg(node) is not None and isinstance(query, torch.Tensor) \
-                    and cudnn_attention_checked(query.device, query.dtype, verdicts_dir):
+                    and cudnn_attention_checked(query.device, query.dtype, verdicts_dir, profile):
                 node.kwargs = {**node.kwargs, "cudnn_checked": True}
             changed = True
     if changed:

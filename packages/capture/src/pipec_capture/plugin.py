@@ -33,8 +33,9 @@ class DynamoCapture:
         caller of the compiled graph does not pass them, so whoever runs it binds these."""
         return constant_bindings(gm, graph)
 
-    def dynamo_backend(self, compile_aten_graph, options: CompileOptions | None = None):
-        """A torch.compile backend calling compile_aten_graph(aten_gm, example_inputs, kind)."""
+    def dynamo_backend(self, compile_aten_graph, options: CompileOptions | None = None, profile=None):
+        """A torch.compile backend calling compile_aten_graph(aten_gm, example_inputs, kind); `profile`
+        (the front end's compile-time recorder, or None) times the capture's device checks."""
         decompose = bool(options.get("decompose_attention", False)) if options is not None else False
         table = self._decompositions.get(decompose)
         if table is None:
@@ -46,7 +47,7 @@ class DynamoCapture:
         verdicts = options.get("device_checks_dir") if options is not None else None  # set by the front end
         return make_dynamo_backend(compile_aten_graph, decompositions=table, fused_attention=not decompose,
                                    partition=partition, pad_classes=pad_classes, backward_with_forward=early,
-                                   cache_tag=tag, verdicts_dir=verdicts)
+                                   cache_tag=tag, verdicts_dir=verdicts, profile=profile)
 
 
 class ExportCapture:

@@ -140,7 +140,7 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
         first_graph, bypasses = len(session.graphs), lookup_bypasses() if tag is not None else 0
         try:
             with loading(load_cached), cache_events_logged(f"{prefix}_{index}"):
-                return aten_backend(dynamo_backend, compile_aten_graph, aten_options)(gm, example_inputs)
+                return aten_backend(dynamo_backend, compile_aten_graph, aten_options, profile)(gm, example_inputs)
         except RecompileLimitError:
             raise
         except Exception as exc:
@@ -200,17 +200,20 @@ def break_reason(gm) -> str | None:
     return (text[0] if text else "graph break") + where
 
 
-def aten_backend(dynamo_backend, compile_aten_graph, options: CompileOptions):
+def aten_backend(dynamo_backend, compile_aten_graph, options: CompileOptions, profile=None):
     """`capture.dynamo_backend(compile_aten_graph, options)`; a capture whose dynamo_backend takes
     no options (the older form) is called without them. The options carry what the capture
-    needs before AOTAutograd runs (decompose_attention)."""
+    needs before AOTAutograd runs (decompose_attention). A dynamo_backend with a `profile`
+    parameter also gets the session's compile-time recorder (its device checks are timed apart)."""
     import inspect
 
     try:
-        takes_options = len(inspect.signature(dynamo_backend).parameters) >= 2
+        parameters = inspect.signature(dynamo_backend).parameters
     except (TypeError, ValueError):
-        takes_options = False
-    return dynamo_backend(compile_aten_graph, options) if takes_options else dynamo_backend(compile_aten_graph)
+        parameters = {}
+    if "profile" in parameters and profile is not None:
+        return dynamo_backend(compile_aten_graph, options, profile=profile)
+    return dynamo_backend(compile_aten_graph, options) if len(parameters) >= 2 else dynamo_backend(compile_aten_graph)
 
 
 def _compile_id() -> tuple[int, int] | None:

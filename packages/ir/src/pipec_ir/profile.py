@@ -16,9 +16,6 @@ the autograd engine's on a GPU: a training step's backward graph is compiled the
 first `loss.backward()`, while the window's thread waits for it (BERT base's backward compile
 was 10-20 s of "other" before). Counts are kept from any thread while the window is open.
 
-A stage handed no recorder (the capture's graph rewrites before AOTAutograd, which run inside
-torch.compile's backend call) times its work in whichever window is open with `open_part(name)`.
-
 Parts written by pipec (README, "Compile-time profile"): imports, dynamo, aot_autograd,
 device_checks, capture, fusion, codegen, runtime_load, triton_compile, autotune, first_run.
 Counts: graphs, kernels, unique_kernels, triton_compiles, kernels_timed, configs_tried,
@@ -75,12 +72,10 @@ class CompileProfile:
     @contextlib.contextmanager
     def measure(self) -> Iterator[CompileProfile]:
         """Open the window for the block (nested windows add nothing: the outermost measures)."""
-        global _open_window
         if self._owner is not None:
             yield self
             return
         self._owner = threading.get_ident()
-        outer, _open_window = _open_window, self
         start = time.perf_counter()
         try:
             yield self
@@ -89,7 +84,6 @@ class CompileProfile:
             self.windows += 1
             self._stacks.clear()
             self._owner = self._guest = None
-            _open_window = outer
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -172,22 +166,4 @@ class CompileProfile:
         return "CompileProfile()"
 
 
-# the profile whose window opened last and is still open (one compile at a time in a process, in
-# practice; a part from a thread not the window's follows `part`'s rule for such threads)
-_open_window: CompileProfile | None = None
-
-
-@contextlib.contextmanager
-def open_part(name: str) -> Iterator[None]:
-    """Time the block as `name` in the window open now (a no-op when none is): for code that is
-    handed no recorder, e.g. the capture's one-time device checks inside torch.compile's backend
-    call, which would otherwise count as AOTAutograd's time."""
-    profile = _open_window
-    if profile is None:
-        yield
-        return
-    with profile.part(name):
-        yield
-
-
-__all__ = ["COUNTS", "PARTS", "CompileProfile", "open_part"]
+__all__ = ["COUNTS", "PARTS", "CompileProfile"]

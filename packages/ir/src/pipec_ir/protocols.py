@@ -17,7 +17,9 @@ from .types import Graph, KernelPlan, Program
 @runtime_checkable
 class Capture(Protocol):
     """ATen fx graph (or model) -> `Graph`. The torch.compile path also needs
-    `dynamo_backend(compile_aten_graph)`; tensor constants need `constants(gm, graph)`."""
+    `dynamo_backend(compile_aten_graph[, options[, profile]])` (the front end passes what the
+    signature takes; `profile`, the compile-time recorder, times the capture's own device checks);
+    tensor constants need `constants(gm, graph)`."""
 
     def capture(self, gm: Any, example_inputs: list, options: CompileOptions) -> Graph: ...
 
