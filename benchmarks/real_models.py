@@ -140,8 +140,9 @@ def run_bench_process(cmd: list[str], env: dict, budget: float, part: Path) -> d
         error = f"exit {exit_status}: " + (tail[-1] if tail else "no output")
     else:
         error = None
+    since_last_write = time.time() - part.stat().st_mtime if part.exists() else None
     return {"bench": bench, "exit": exit_status, "error": error, "seconds": seconds, "command": cmd,
-            "outside_bench_s": outside_bench(bench, seconds, time.time() - part.stat().st_mtime if part.exists() else None)}
+            "outside_bench_s": outside_bench(bench, seconds, since_last_write)}
 
 
 def outside_bench(bench: dict, seconds: float, after_last_write: float | None) -> dict | None:

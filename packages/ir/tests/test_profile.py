@@ -118,4 +118,3 @@ def test_load_with_passes_the_context_only_to_a_load_that_takes_it():
     assert load_with(New(), "p", "o") == ("new", None)
     assert load_with(Wrapper(Old()), "p", "o", context) == ("old", "p", "o")
     assert load_with(Wrapper(New()), "p", "o", context) == ("new", context)
-
