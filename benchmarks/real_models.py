@@ -30,7 +30,8 @@ several commands should waste none of them on a case cut off at the command's li
     python benchmarks/real_models.py --out all.json --combine a.json b.json
 
 --deadline S: the run starts a case only when the case is expected to end within S seconds of the
-run's start (its `seconds` in the --expect results, with a margin; without one, while a minute is left), so
+run's start (its `seconds` in the --expect results, scaled by this host's pace so far, with a margin; without
+one, while a minute is left), so
 it skips a case that would not fit and goes on to shorter ones; every case's budget also ends at
 the deadline. The cases left are printed, and kept in the JSON (`not_started`). --skip-done runs
 none of the cases that finished "ok" in earlier results. With --cases, cases run in that order.
@@ -368,7 +369,8 @@ def combine(parts: list[Path], out: Path) -> int:
 
 # ---------------------------------------------------------------- fitting a run into a lease
 
-EXPECT_MARGIN = (1.15, 5.0)  # expected seconds: earlier seconds x 1.15 + 5 (lease hosts differ)
+EXPECT_MARGIN = (1.15, 5.0)  # expected seconds: earlier seconds x pace x 1.15 + 5 (lease hosts differ)
+PACE_LIMITS = (0.5, 3.0)  # how far this host's pace may move the earlier seconds
 UNKNOWN_CASE_SECONDS = 60.0
 
 
@@ -382,12 +384,10 @@ def _earlier_cases(files: list[Path]) -> list[dict]:
     return cases
 
 
-def expected_seconds(files: list[Path]) -> dict[str, float]:
-    """Each case's expected wall seconds from earlier results (a later file's case wins); only
-    cases that finished count, a cut-off case's seconds being its budget, not its need."""
-    scale, extra = EXPECT_MARGIN
-    return {c["case"]: c["seconds"] * scale + extra for c in _earlier_cases(files)
-            if c.get("status") == "ok" and c.get("seconds")}
+def earlier_seconds(files: list[Path]) -> dict[str, float]:
+    """Each case's wall seconds in earlier results (a later file's case wins); only cases that
+    finished count, a cut-off case's seconds being its budget, not its need."""
+    return {c["case"]: c["seconds"] for c in _earlier_cases(files) if c.get("status") == "ok" and c.get("seconds")}
 
 
 def done_cases(files: list[Path]) -> set[str]:
@@ -395,18 +395,42 @@ def done_cases(files: list[Path]) -> set[str]:
 
 
 class Deadline:
-    """Which cases a run with a deadline starts, and with what budget (module docstring)."""
+    """Which cases a run with a deadline starts, and with what budget (module docstring).
 
-    def __init__(self, seconds: float | None, expected: dict[str, float], budget: float, start: float):
-        self.seconds, self.expected, self.budget, self.start = seconds, expected, budget, start
+    Lease hosts differ by up to 2x in the seconds a case takes (session 44's host against
+    session 43's), so the earlier seconds are scaled by this host's pace: the median, over the
+    cases this run has finished, of their seconds against their earlier seconds. A fast host
+    then fits more cases into a command, and a slow one starts none it cannot finish."""
+
+    def __init__(self, seconds: float | None, earlier: dict[str, float], budget: float, start: float):
+        self.seconds, self.earlier, self.budget, self.start = seconds, earlier, budget, start
+        self.paces: list[float] = []
 
     def left(self) -> float:
         return float("inf") if self.seconds is None else self.seconds - (time.perf_counter() - self.start)
 
+    def pace(self) -> float:
+        if not self.paces:
+            return 1.0
+        ordered = sorted(self.paces)
+        middle = len(ordered) // 2
+        median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        return min(max(median, PACE_LIMITS[0]), PACE_LIMITS[1])
+
+    def finished(self, case: str, seconds: float) -> None:
+        """A case of this run ended ok after `seconds`: it tells this host's pace."""
+        if self.earlier.get(case):
+            self.paces.append(seconds / self.earlier[case])
+
+    def expected(self, case: str) -> float | None:
+        scale, extra = EXPECT_MARGIN
+        return self.earlier[case] * self.pace() * scale + extra if case in self.earlier else None
+
     def fits(self, case: str) -> bool:
         """Expected to end in time; a case no earlier results predict starts while a minute is left
         (the shortest real-size case took 35 s on an H100), its budget ending at the deadline."""
-        return self.expected.get(case, min(self.budget, UNKNOWN_CASE_SECONDS)) <= self.left()
+        expected = self.expected(case)
+        return (min(self.budget, UNKNOWN_CASE_SECONDS) if expected is None else expected) <= self.left()
 
     def case_budget(self) -> float:
         return max(1.0, min(self.budget, self.left()))
@@ -483,7 +507,7 @@ def main() -> int:
     todo = [by_name[name] for name in dict.fromkeys(chosen) if name not in done]
     if done & set(chosen):
         print(f"done in earlier results, not run: {', '.join(n for n in chosen if n in done)}", flush=True)
-    deadline = Deadline(args.deadline, expected_seconds(args.expect), args.budget, meta["clock"])
+    deadline = Deadline(args.deadline, earlier_seconds(args.expect), args.budget, meta["clock"])
     meta["not_started"] = []
     warm_imports()
     with tempfile.TemporaryDirectory(prefix="pipec-real-models-") as workdir:
@@ -493,6 +517,8 @@ def main() -> int:
                 continue
             records.append(run_case(case, argparse.Namespace(**{**vars(args), "budget": deadline.case_budget()}),
                                     Path(workdir)))
+            if records[-1]["status"] == "ok":
+                deadline.finished(case["case"], records[-1]["seconds"])
             write_results(out, records, meta)
     print()
     if meta["not_started"]:

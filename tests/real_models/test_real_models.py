@@ -186,7 +186,7 @@ def test_a_run_with_a_deadline_starts_only_what_fits(tmp_path):
     results = json.loads(out.read_text())
     assert results["cases"] == [] and results["not_started"] == ["gpt2"]
     assert "Not started" in out.with_suffix(".md").read_text()
-    assert set(real_models_module().expected_seconds([measured])) == {"gpt2"}
+    assert real_models_module().earlier_seconds([measured]) == {"gpt2": 80.0}
 
 
 def real_models_module():
@@ -205,11 +205,28 @@ def test_deadline_budgets_and_expectations():
 
     real_models = real_models_module()
     start = time.perf_counter() - 100  # 100 s into a 400 s run: 300 left
-    deadline = real_models.Deadline(400, {"small": 100.0, "large": 320.0}, 240.0, start)
-    assert deadline.fits("small") and not deadline.fits("large")
+    deadline = real_models.Deadline(400, {"small": 100.0, "large": 270.0}, 240.0, start)
+    assert deadline.fits("small") and not deadline.fits("large")  # 120 s and 315.5 s with the margin
     assert deadline.fits("unknown")  # no expectation: it starts while a minute is left
     assert 230 < deadline.case_budget() <= 240  # the budget, as the deadline is further away
     late = real_models.Deadline(400, {}, 240.0, time.perf_counter() - 300)
     assert late.fits("unknown") and 95 < late.case_budget() <= 100  # a budget never runs past the deadline
     assert not real_models.Deadline(400, {}, 240.0, time.perf_counter() - 350).fits("unknown")  # 50 s left
     assert real_models.Deadline(None, {}, 240.0, start).fits("anything")
+
+
+def test_deadline_follows_the_hosts_pace():
+    import time
+
+    real_models = real_models_module()
+    deadline = real_models.Deadline(400, {"a": 100.0, "b": 50.0, "c": 300.0}, 240.0,
+                                    time.perf_counter() - 100)  # 300 s left
+    assert not deadline.fits("c")  # 350 s with the margin, on a host as fast as the earlier one
+    deadline.finished("a", 50.0)
+    deadline.finished("b", 30.0)  # this host takes 0.5x and 0.6x: pace 0.55
+    assert abs(deadline.pace() - 0.55) < 1e-9 and deadline.fits("c")  # 194.75 s
+    deadline.finished("unknown", 10.0)  # no earlier seconds: says nothing of the pace
+    assert abs(deadline.pace() - 0.55) < 1e-9
+    slow = real_models.Deadline(400, {"a": 100.0, "b": 150.0}, 240.0, time.perf_counter())
+    slow.finished("a", 900.0)  # a pace past the limit is held to it
+    assert slow.pace() == real_models.PACE_LIMITS[1] and not slow.fits("b")  # 522.5 s, not 177.5
