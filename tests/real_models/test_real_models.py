@@ -58,8 +58,19 @@ THROUGH_EXPORT = ("bert", "gpt2", "llama", "vit", "convnext")
 @pytest.mark.parametrize("name", THROUGH_EXPORT)
 def test_exported_artifact_matches_eager(name, tmp_path):
     built = hf_models.build(name, hf_models.TINY)
-    pipec.export(built.model, built.inputs, tmp_path / f"{name}.pipec")
+    exported = pipec.export(built.model, built.inputs, tmp_path / f"{name}.pipec")
     _run_inference(built, pipec.load(tmp_path / f"{name}.pipec"))
+    # issue 19: what a user deploys fuses as what they measured with pipec.compile
+    compiled = pipec.compile(copy.deepcopy(built.model))
+    _run_inference(built, compiled)
+    assert _plan_summary(exported.session.graphs) == _plan_summary(compiled.pipec_session.graphs)
+
+
+def _plan_summary(graphs) -> tuple[int, list[str]]:
+    """Generated kernels and library calls of `graphs`; attention is one library call either way
+    (the artifact keeps the portable op, compile the tracing device's kernel)."""
+    externs = ["attention" if "scaled_dot_product" in op else op for g in graphs for op, _ in g.extern_ops]
+    return sum(g.kernel_count for g in graphs), sorted(externs)
 
 
 @pytest.mark.parametrize("name", hf_models.TRAINING)
