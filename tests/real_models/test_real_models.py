@@ -200,6 +200,34 @@ def test_a_run_with_a_deadline_starts_only_what_fits(tmp_path):
     assert real_models_module().earlier_seconds([measured]) == {"gpt2": 80.0}
 
 
+def test_cases_left_after_the_last_case_run_are_in_the_results(tmp_path, monkeypatch):
+    """Session 45's second part printed the seven cases it left, but its JSON listed none: the
+    results were written only after each case run."""
+    import json
+    import sys
+
+    real_models = real_models_module()
+    measured = tmp_path / "earlier.json"
+    measured.write_text(json.dumps({"cases": [{"case": "gpt2", "status": "ok", "seconds": 500.0}]}))
+    ran = []
+
+    def run_case(case, args, workdir):
+        ran.append(case["case"])
+        return {"case": case["case"], "status": "ok", "seconds": 1.0, "bench": {}, "rows": {}, "attempts": [],
+                "what": case["what"], "shape": case["shape"], "error": None, "errors": {}, "note": None,
+                "missing": [], "arch": case["case"], "family": "encoder", "size": "tiny"}
+
+    monkeypatch.setattr(real_models, "run_case", run_case)
+    monkeypatch.setattr(real_models, "warm_imports", lambda: None)
+    out = tmp_path / "run.json"
+    monkeypatch.setattr(sys, "argv", ["real_models.py", "--out", str(out), "--size", "tiny", "--device", "cpu",
+                                      "--cases", "bert,gpt2", "--deadline", "100", "--expect", str(measured)])
+    real_models.main()
+    assert ran == ["bert"]
+    assert json.loads(out.read_text())["not_started"] == ["gpt2"]
+    assert "Not started" in out.with_suffix(".md").read_text()
+
+
 def real_models_module():
     import importlib.util
     from pathlib import Path
