@@ -30,11 +30,11 @@ several commands should waste none of them on a case cut off at the command's li
     python benchmarks/real_models.py --out all.json --combine a.json b.json
 
 --deadline S: the run starts a case only when the case is expected to end within S seconds of the
-run's start (its `seconds` in the --expect results, scaled by this host's pace so far, with a margin; without
-one, while a minute is left), so
-it skips a case that would not fit and goes on to shorter ones; every case's budget also ends at
-the deadline. The cases left are printed, and kept in the JSON (`not_started`). --skip-done runs
-none of the cases that finished "ok" in earlier results. With --cases, cases run in that order.
+run's start (its `seconds` in the --expect results, scaled by this host's pace so far, with a margin;
+without earlier seconds, while a minute is left), so it skips a case that would not fit and goes on
+to shorter ones; every case's budget also ends at the deadline. The cases left are printed, and
+kept in the JSON (`not_started`). --skip-done runs none of the cases that finished "ok" in earlier
+results. With --cases, cases run in that order.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -412,10 +413,7 @@ class Deadline:
     def pace(self) -> float:
         if not self.paces:
             return 1.0
-        ordered = sorted(self.paces)
-        middle = len(ordered) // 2
-        median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-        return min(max(median, PACE_LIMITS[0]), PACE_LIMITS[1])
+        return min(max(statistics.median(self.paces), PACE_LIMITS[0]), PACE_LIMITS[1])
 
     def finished(self, case: str, seconds: float) -> None:
         """A case of this run ended ok after `seconds`: it tells this host's pace."""
