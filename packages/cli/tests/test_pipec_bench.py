@@ -572,9 +572,19 @@ def test_an_inductor_mismatch_is_noted_in_its_row_and_still_timed(monkeypatch):
 
 
 def test_bench_command_warns_of_an_inductor_mismatch_and_exits_0(fake_stages, capsys, model_file, monkeypatch):
+    import os
+
     _inductor_off_eager(monkeypatch)
+    started = []  # Inductor's workers start before the model is loaded, inside bench's private caches
+    monkeypatch.setattr(bench_process, "start_inductor_workers",
+                        lambda: started.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR")))
     code, out, err = run(["bench", model_file, *QUICK, "--inductor", "--no-warm", "--json"], capsys)
     assert code == 0, err
+    assert len(started) == 1 and started[0] and started[0].endswith("torchinductor_cache_dir")
+    assert started[0] != os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # the private caches are gone again
+    phases = list(json.loads(out)["phase_seconds"])
+    assert phases[:2] == ["starting Inductor's compile workers (in the background)",
+                          "loading the model file (building the model, moving it to the device)"]
     assert "warning: tiny: inductor (default) differs from eager" in err and "timed all the same" in err
     rows = {b["name"]: b for b in json.loads(out)["backends"]}
     assert rows["pipec"]["ms"] > 0 and rows["inductor"]["ms"] > 0 and rows["inductor"]["numerics"]
@@ -712,6 +722,39 @@ def test_the_warm_up_waits_for_inductors_compile_workers(monkeypatch):
 
     monkeypatch.setattr(AsyncCompile, "wait_pool_ready", classmethod(broken))
     bench_process.wait_for_inductor_workers()  # best effort: never raises
+
+
+def test_private_caches_nest_and_workers_start_inside_them(monkeypatch):
+    """`pipec bench` enters its private caches before it loads the model file and starts Inductor's
+    workers there (bench_process.process_caches); run_bench's own private_caches then keeps them, so
+    the workers and the timed compiles share one set of empty caches."""
+    import os
+
+    from torch._inductor.async_compile import AsyncCompile
+
+    before = {k: os.environ.get(k) for k in bench_process.CACHE_ENV}
+    seen = []
+    monkeypatch.setattr(bench_process, "start_inductor_workers",
+                        lambda: seen.append(os.environ.get("TRITON_CACHE_DIR")))
+    with bench_process.process_caches(keep_caches=False, inductor=True), bench_process.private_caches() as inner:
+        assert seen == [os.path.join(inner, "triton_cache_dir")]  # started inside the caches the compiles use
+        assert os.environ["PIPEC_CACHE_DIR"] == os.path.join(inner, "pipec_cache_dir")
+    assert {k: os.environ.get(k) for k in bench_process.CACHE_ENV} == before
+    assert bench_process.PRIVATE_ROOT_ENV not in os.environ
+    with bench_process.process_caches(keep_caches=True, inductor=False):  # --keep-caches, no Inductor
+        assert {k: os.environ.get(k) for k in bench_process.CACHE_ENV} == before and len(seen) == 1
+
+    monkeypatch.undo()
+    calls = []
+    monkeypatch.setattr(AsyncCompile, "use_process_pool", classmethod(lambda cls: calls.append(True)))
+    bench_process.start_inductor_workers()
+    assert calls == [True]
+
+    def broken(cls):
+        raise RuntimeError("no pool in this process")
+
+    monkeypatch.setattr(AsyncCompile, "use_process_pool", classmethod(broken))
+    bench_process.start_inductor_workers()  # best effort: never raises
 
 
 def test_every_backends_cold_compile_has_torchs_own_split(monkeypatch):

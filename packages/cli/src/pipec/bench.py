@@ -42,7 +42,8 @@ dtype's tolerance, or the model file's `tolerance`) before it is timed. What is 
   the run uses private, empty cache directories (pipec, Inductor, Triton) so that *cold*
   really is cold. A tiny function is compiled by every backend first, so one-time costs of
   the process (imports, first Dynamo trace, Inductor's compile workers starting, which are
-  waited for) land on no backend's compile time; then the
+  waited for; `pipec bench` starts them before it loads the model file, inside its private
+  caches, so they start while the model builds) land on no backend's compile time; then the
   model itself is traced once by Dynamo alone (`first_trace_s`), so the first trace of *its*
   code (Dynamo's per-function analyses, which outlive `torch._dynamo.reset()`) lands on no
   backend either: without it the backend compiled first paid it alone (BERT base on the CPU:

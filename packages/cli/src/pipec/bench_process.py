@@ -17,15 +17,23 @@ from pipec_ir import CompileOptions
 
 # pipec's compile cache, its kernel sources and tuning results, Inductor's and Triton's caches
 CACHE_ENV = ("PIPEC_CACHE_DIR", "PIPEC_KERNEL_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# the root of the private caches in use (set by private_caches): a nested private_caches keeps them,
+# so compile workers started under the outer one and compiles made under the inner one share them
+PRIVATE_ROOT_ENV = "PIPEC_BENCH_PRIVATE_CACHES"
 
 
 @contextlib.contextmanager
 def private_caches() -> Iterator[str]:
-    """pipec's, Inductor's and Triton's caches in a new empty directory, for the duration."""
-    saved = {k: os.environ.get(k) for k in CACHE_ENV}
+    """pipec's, Inductor's and Triton's caches in a new empty directory, for the duration; inside
+    private caches already in place, those."""
+    if os.environ.get(PRIVATE_ROOT_ENV):
+        yield os.environ[PRIVATE_ROOT_ENV]
+        return
+    saved = {k: os.environ.get(k) for k in (*CACHE_ENV, PRIVATE_ROOT_ENV)}
     with tempfile.TemporaryDirectory(prefix="pipec-bench-") as root:
         for k in CACHE_ENV:
             os.environ[k] = os.path.join(root, k.lower())
+        os.environ[PRIVATE_ROOT_ENV] = root
         try:
             yield root
         finally:
@@ -34,6 +42,36 @@ def private_caches() -> Iterator[str]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+def process_caches(keep_caches: bool, inductor: bool) -> contextlib.ExitStack:
+    """What `pipec bench` enters before it loads the model file: its private caches (unless
+    `keep_caches`) and, when Inductor is measured, Inductor's compile workers started in the
+    background, so they import torch while the model is built. Started inside the private caches,
+    the workers compile into them, and Inductor's compiles stay cold. (Session 45's lease: the
+    warm-up waited 4.8 s a case for workers started only by its tiny compile.)"""
+    stack = contextlib.ExitStack()
+    if not keep_caches:
+        stack.enter_context(private_caches())
+    if inductor:
+        start_inductor_workers()
+    return stack
+
+
+def start_inductor_workers() -> None:
+    """Have Inductor start its compile workers now, in the background (torch's
+    `AsyncCompile.use_process_pool`: the pool and a first job that says when they answer). The
+    import of Inductor's compile module (about 2 s on the CPU machine) is paid here, where the
+    warm-up paid it before. Best effort, like the wait for them: a torch without the call starts
+    them at its first compile."""
+    try:
+        from torch._inductor.async_compile import AsyncCompile
+
+        start = getattr(AsyncCompile, "use_process_pool", None)
+        if start is not None:
+            start()
+    except Exception:  # noqa: BLE001 - a head start for the workers, never a reason to fail
+        pass
 
 
 def warm_up_process(device: str, pipec_options: CompileOptions, inductor: bool,

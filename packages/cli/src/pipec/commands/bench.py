@@ -98,6 +98,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
 
     from ..bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, reference_off_eager, run_bench, write_json
     from ..bench_measure import PhaseClock
+    from ..bench_process import process_caches
     from ..bench_table import bench_table, profile_table
 
     modes = ["default"] + [m for m in (inductor_mode or []) if m != "default"]
@@ -126,20 +127,6 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
         for status in status_line:
             status.update(f"pipec bench · {name} · {message}")
 
-    # the run's phase clock starts here, so its phase_seconds cover loading the model too
-    name = model_file.name  # until the file names its model
-    clock = PhaseClock(progress)
-    clock("loading the model file (building the model, moving it to the device)")
-    model_obj, example, name, module = load_model_module(model_file, model, inputs)
-    atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
-    model_obj, example = ready_to_check(model_obj, example, name, device, dtype.value if dtype is not None else None,
-                                        channels_last)
-    if channels_last:
-        name = f"{name} (channels-last)"
-    bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
-                                 rep_ms=rep, rounds=rounds, extra_rounds=extra_rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
-                                 pipec_modes=pipec_modes, keep_going=keep_going, warm=warm)
-
     def save(result) -> None:
         if output is not None:
             try:
@@ -147,19 +134,38 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
             except OSError as exc:
                 fail(f"cannot write {str(output)!r}: {exc.strerror or exc}")
 
-    try:
-        with stderr.status("pipec bench") as status:
-            status_line.append(status)
-            result = run_bench(model_obj, example, name, bench_options, progress=clock, on_update=save)
-    except BenchMismatch as exc:
-        fail(f"{name}: {exc}", 1)
-    except typer.Exit:
-        raise
-    except Exception as exc:
-        if os.environ.get("PIPEC_TRACEBACK"):
-            traceback.print_exc()
-        found = find_pipec_error(exc)
-        fail(f"{name}: {step[0]} failed: {found if found else one_line(exc)}", 1)
+    # the run's phase clock starts here, so its phase_seconds cover loading the model too
+    name = model_file.name  # until the file names its model
+    clock = PhaseClock(progress)
+    measure_inductor = inductor if inductor is not None else device.startswith("cuda")
+    if measure_inductor:
+        clock("starting Inductor's compile workers (in the background)")
+    # private caches from here (unless --keep-caches), and Inductor's workers importing torch while the model builds
+    with process_caches(keep_caches, measure_inductor):
+        clock("loading the model file (building the model, moving it to the device)")
+        model_obj, example, name, module = load_model_module(model_file, model, inputs)
+        atol, rtol = _bench_tolerance(module, model_file.name, atol, rtol)
+        model_obj, example = ready_to_check(model_obj, example, name, device, dtype.value if dtype is not None else None,
+                                            channels_last)
+        if channels_last:
+            name = f"{name} (channels-last)"
+        bench_options = BenchOptions(pipec=options, inductor=inductor, inductor_modes=tuple(modes), warmup_ms=warmup,
+                                     rep_ms=rep, rounds=rounds, extra_rounds=extra_rounds, atol=atol, rtol=rtol, keep_caches=keep_caches,
+                                     pipec_modes=pipec_modes, keep_going=keep_going, warm=warm)
+
+        try:
+            with stderr.status("pipec bench") as status:
+                status_line.append(status)
+                result = run_bench(model_obj, example, name, bench_options, progress=clock, on_update=save)
+        except BenchMismatch as exc:
+            fail(f"{name}: {exc}", 1)
+        except typer.Exit:
+            raise
+        except Exception as exc:
+            if os.environ.get("PIPEC_TRACEBACK"):
+                traceback.print_exc()
+            found = find_pipec_error(exc)
+            fail(f"{name}: {step[0]} failed: {found if found else one_line(exc)}", 1)
     save(result)
     if json_out:
         print(json.dumps(result.to_dict(), indent=2))
