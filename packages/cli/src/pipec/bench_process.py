@@ -44,18 +44,17 @@ def private_caches() -> Iterator[str]:
                     os.environ[k] = v
 
 
-def process_caches(keep_caches: bool, inductor: bool) -> contextlib.ExitStack:
+@contextlib.contextmanager
+def process_caches(keep_caches: bool, inductor: bool) -> Iterator[None]:
     """What `pipec bench` enters before it loads the model file: its private caches (unless
     `keep_caches`) and, when Inductor is measured, Inductor's compile workers started in the
     background, so they import torch while the model is built. Started inside the private caches,
     the workers compile into them, and Inductor's compiles stay cold. (Session 45's lease: the
     warm-up waited 4.8 s a case for workers started only by its tiny compile.)"""
-    stack = contextlib.ExitStack()
-    if not keep_caches:
-        stack.enter_context(private_caches())
-    if inductor:
-        start_inductor_workers()
-    return stack
+    with contextlib.nullcontext() if keep_caches else private_caches():
+        if inductor:
+            start_inductor_workers()
+        yield
 
 
 def start_inductor_workers() -> None:
