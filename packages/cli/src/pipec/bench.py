@@ -166,6 +166,11 @@ def _reset_dynamo() -> None:
     torch._dynamo.reset()
 
 
+def measures_inductor(inductor: bool | None, device: str) -> bool:
+    """Whether a run times Inductor: as asked, else only on CUDA (`BenchOptions.inductor`)."""
+    return inductor if inductor is not None else device.startswith("cuda")
+
+
 @dataclass(frozen=True)
 class Expected:
     """Eager's outputs, and the float64 run of the model (computed on the first output outside
@@ -377,7 +382,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
     progress("setting up: copies of the model, eager's outputs, its bytes and FLOPs")
     tensors = tensors_in(inputs)
     device = str(tensors[0].device) if tensors else ("cuda" if torch.cuda.is_available() else "cpu")
-    inductor = options.inductor if options.inductor is not None else device.startswith("cuda")
+    inductor = measures_inductor(options.inductor, device)
     modes = options.inductor_modes if inductor else ()
     pipecs = [("pipec", options.pipec)] + [(f"pipec-{mode}", opts) for mode, opts in options.pipec_modes]
     # every compiled backend gets its own copy for the cold compile and, when warm compiles are

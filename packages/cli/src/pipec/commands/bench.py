@@ -96,7 +96,8 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
               json_out: JsonOpt = False) -> None:
     """Time eager, TorchInductor and pipec on MODEL.py, after checking their outputs against eager."""
 
-    from ..bench import INDUCTOR_MODES, BenchMismatch, BenchOptions, reference_off_eager, run_bench, write_json
+    from ..bench import (INDUCTOR_MODES, BenchMismatch, BenchOptions, measures_inductor, reference_off_eager,
+                         run_bench, write_json)
     from ..bench_measure import PhaseClock
     from ..bench_process import process_caches
     from ..bench_table import bench_table, profile_table
@@ -137,7 +138,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
     # the run's phase clock starts here, so its phase_seconds cover loading the model too
     name = model_file.name  # until the file names its model
     clock = PhaseClock(progress)
-    measure_inductor = inductor if inductor is not None else device.startswith("cuda")
+    measure_inductor = measures_inductor(inductor, device)
     if measure_inductor:
         clock("starting Inductor's compile workers (in the background)")
     # private caches from here (unless --keep-caches), and Inductor's workers importing torch while the model builds
