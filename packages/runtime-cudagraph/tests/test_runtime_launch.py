@@ -499,6 +499,9 @@ def _binding_cases():
         "aten.cat.default": (([a, r(2, 6)], 0), {}),
         "aten.view.default": ((m3, [8, 6]), {}),
         "aten.expand.default": ((r(4, 1), [4, 7]), {"implicit": False}),
+        # grouped, strided and padded, with a bias: the arguments ResNet's and ConvNeXt's carry
+        "aten.convolution.default": ((r(2, 4, 7, 7), r(6, 2, 3, 3), r(6), [2, 2], [1, 1], [1, 1], False, [0, 0], 2),
+                                     {}),
     }
 
 

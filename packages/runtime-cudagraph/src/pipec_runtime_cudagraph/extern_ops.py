@@ -107,8 +107,10 @@ def direct_call(target: str, device_type: str):
 # what Inductor's `extern_kernels.mm` is) instead of the overload's own entry (`OpOverload._op`),
 # which parses its arguments against the schema in Python-facing C++: 1-3 us more per call on a
 # 2-core host, and a BERT base training step makes ~330 such calls (docs/performance.md,
-# "Session 18"). Each binding takes the overload's arguments in its order and names, reaches
-# that same overload, and is checked against it in tests/test_runtime_launch.py.
+# "Session 18"); ResNet-50's 53 convolutions took 23.8 us each through `_op` on an H100's host,
+# Inductor's 19.3 through `torch.convolution` (benchmarks/results/resnet_host_h100_s46.txt).
+# Each binding takes the overload's arguments in its order and names, reaches that same
+# overload, and is checked against it in tests/test_runtime_launch.py.
 _VF = torch._C._VariableFunctions
 PYTHON_BINDINGS = {
     "aten.mm.default": _VF.mm, "aten.bmm.default": _VF.bmm, "aten.addmm.default": _VF.addmm,
@@ -116,7 +118,7 @@ PYTHON_BINDINGS = {
     "aten.permute.default": _VF.permute, "aten.reshape.default": _VF.reshape, "aten.t.default": _VF.t,
     "aten.transpose.int": _VF.transpose, "aten.unsqueeze.default": _VF.unsqueeze, "aten.squeeze.dim": _VF.squeeze,
     "aten.select.int": _VF.select, "aten.narrow.default": _VF.narrow, "aten.as_strided.default": _VF.as_strided,
-    "aten.clone.default": _VF.clone, "aten.cat.default": _VF.cat,
+    "aten.clone.default": _VF.clone, "aten.cat.default": _VF.cat, "aten.convolution.default": _VF.convolution,
     "aten.view.default": torch.Tensor.view, "aten.expand.default": torch.Tensor.expand,
 }
 
