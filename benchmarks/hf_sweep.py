@@ -11,6 +11,7 @@
     python benchmarks/hf_sweep.py NAME --train --checkpointing   # with gradient checkpointing on, both sides
     python benchmarks/hf_sweep.py --list              # the architectures (--list-extra: the second batch)
     python benchmarks/hf_sweep.py --list-third        # the third batch (session 31)
+    python benchmarks/hf_sweep.py --list-fourth       # the fourth batch (session 46)
     for a in $(python benchmarks/hf_sweep.py --list); do timeout 240 python benchmarks/hf_sweep.py $a; done
 
 Prints one JSON line per run: status (ok / mismatch / error / build-failed: the model itself
@@ -43,7 +44,7 @@ import warnings
 import numpy as np
 import torch
 
-from hf_sweep_archs import ARCHS, EXTRA, REINIT, THIRD, make_inputs
+from hf_sweep_archs import ARCHS, EXTRA, FOURTH, REINIT, THIRD, make_inputs
 
 PKG_ROOT = str(Path(__file__).resolve().parents[1] / "packages") + "/"  # pipec's frames in tracebacks
 
@@ -172,6 +173,7 @@ def parse_args(argv):
     ap.add_argument("--list", action="store_true", help="the first batch of architectures")
     ap.add_argument("--list-extra", action="store_true", help="the second batch")
     ap.add_argument("--list-third", action="store_true", help="the third batch")
+    ap.add_argument("--list-fourth", action="store_true", help="the fourth batch")
     ap.add_argument("--strict", action="store_true",
                     help="pipec.compile(model, eager_fallback=False): a graph that fails raises")
     ap.add_argument("--backend", default="pipec", help="torch.compile backend (default pipec)")
@@ -188,25 +190,28 @@ def parse_args(argv):
     ap.add_argument("--device", default="cpu",
                     help="cpu (default: Triton's interpreter) or cuda (compiled kernels, fp32 as on the CPU)")
     args = ap.parse_args(argv)
-    if args.arch is None and not args.list_extra and not args.list_third:
+    if args.arch is None and not args.list_extra and not args.list_third and not args.list_fourth:
         args.list = True
     if args.checkpointing and not args.train:
         ap.error("--checkpointing needs --train")
     if args.arch is not None and args.arch not in ARCHS:
-        ap.error(f"unknown architecture {args.arch!r} (see --list, --list-extra and --list-third)")
+        ap.error(f"unknown architecture {args.arch!r} (see --list, --list-extra, --list-third and --list-fourth)")
     return args
 
 
 def main():
     args = parse_args(sys.argv[1:])
     if args.list:
-        print("\n".join(a for a in ARCHS if a not in EXTRA and a not in THIRD))
+        print("\n".join(a for a in ARCHS if a not in EXTRA and a not in THIRD and a not in FOURTH))
         return
     if args.list_extra:
         print("\n".join(EXTRA))
         return
     if args.list_third:
         print("\n".join(THIRD))
+        return
+    if args.list_fourth:
+        print("\n".join(FOURTH))
         return
     name, strict, backend, eager_only = args.arch, args.strict, args.backend, args.eager_only
     device = torch.device(args.device)

@@ -1,7 +1,7 @@
 """The architectures `hf_sweep.py` builds (transformers config class, its tiny kwargs, model
 class, inputs kind) and their example inputs: 2 x 8 tokens with a padding mask, 32 x 32 images,
-and so on. A first batch (`ARCHS` without `EXTRA` and `THIRD`), a second (`EXTRA`) and a third
-(`THIRD`)."""
+and so on. A first batch (`ARCHS` without `EXTRA`, `THIRD` and `FOURTH`), a second (`EXTRA`),
+a third (`THIRD`) and a fourth (`FOURTH`)."""
 
 from __future__ import annotations
 
@@ -456,6 +456,84 @@ THIRD = {
                   "MoonshineForConditionalGeneration", "audio-seq2seq"),
 }
 ARCHS.update(THIRD)
+
+
+# ---- a fourth batch, session 46
+FOURTH = {
+    # decoders
+    "olmo3": ("Olmo3Config", dict(LLAMA_LIKE, pad_token_id=0, sliding_window=4, layer_types=SLIDING_FULL),
+              "Olmo3ForCausalLM", "lm"),
+    "glm": ("GlmConfig", dict(LLAMA_LIKE, head_dim=8, pad_token_id=0), "GlmForCausalLM", "lm"),
+    "glm4_moe": ("Glm4MoeConfig", dict(LLAMA_LIKE, moe_intermediate_size=32, n_shared_experts=1, n_routed_experts=4,
+                                       num_experts_per_tok=2, first_k_dense_replace=1, use_qk_norm=True),
+                 "Glm4MoeForCausalLM", "lm"),
+    "ernie4_5": ("Ernie4_5Config", dict(LLAMA_LIKE, head_dim=8), "Ernie4_5ForCausalLM", "lm"),
+    "ernie4_5_moe": ("Ernie4_5_MoeConfig", dict(LLAMA_LIKE, moe_intermediate_size=32, moe_k=2, moe_num_experts=4,
+                                                moe_num_shared_experts=1, moe_layer_start_index=1),
+                     "Ernie4_5_MoeForCausalLM", "lm"),
+    "hunyuan_v1_dense": ("HunYuanDenseV1Config", dict(LLAMA_LIKE, head_dim=8), "HunYuanDenseV1ForCausalLM", "lm"),
+    "hunyuan_v1_moe": ("HunYuanMoEV1Config", dict(LLAMA_LIKE, head_dim=8, num_experts=4, moe_topk=2),
+                       "HunYuanMoEV1ForCausalLM", "lm"),
+    "seed_oss": ("SeedOssConfig", dict(LLAMA_LIKE, head_dim=8, attention_dropout=0.0, residual_dropout=0.0),
+                 "SeedOssForCausalLM", "lm"),
+    "dots1": ("Dots1Config", dict(LLAMA_LIKE, moe_intermediate_size=32, n_shared_experts=1, n_routed_experts=4,
+                                  num_experts_per_tok=2, first_k_dense_replace=1, sliding_window=4,
+                                  layer_types=SLIDING_FULL), "Dots1ForCausalLM", "lm"),
+    "helium": ("HeliumConfig", dict(LLAMA_LIKE, head_dim=8), "HeliumForCausalLM", "lm"),
+    "apertus": ("ApertusConfig", dict(LLAMA_LIKE), "ApertusForCausalLM", "lm"),  # xIELU activation
+    "arcee": ("ArceeConfig", dict(LLAMA_LIKE), "ArceeForCausalLM", "lm"),  # relu^2 MLP
+    "ministral": ("MinistralConfig", dict(LLAMA_LIKE, head_dim=8, sliding_window=4, layer_types=SLIDING_FULL),
+                  "MinistralForCausalLM", "lm"),
+    "vaultgemma": ("VaultGemmaConfig", dict(LLAMA_LIKE, head_dim=8, query_pre_attn_scalar=8, sliding_window=4,
+                                            layer_types=SLIDING_FULL), "VaultGemmaForCausalLM", "lm"),
+    "minicpm3": ("MiniCPM3Config", dict(LLAMA_LIKE, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16,
+                                        qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=8, dim_model_base=32),
+                 "MiniCPM3ForCausalLM", "lm"),
+    "granitemoeshared": ("GraniteMoeSharedConfig", dict(LLAMA_LIKE, num_local_experts=4, num_experts_per_tok=2,
+                                                        shared_intermediate_size=32),
+                         "GraniteMoeSharedForCausalLM", "lm"),
+    "cohere2_moe": ("Cohere2MoeConfig", dict(LLAMA_LIKE, head_dim=8, sliding_window=4, layer_types=SLIDING_FULL,
+                                             num_experts=4, num_experts_per_tok=2, num_shared_experts=1),
+                    "Cohere2MoeForCausalLM", "lm"),
+    "lfm2_moe": ("Lfm2MoeConfig", dict(LLAMA_LIKE, moe_intermediate_size=32, num_dense_layers=1, num_experts=4,
+                                       num_experts_per_tok=2, layer_types=["conv", "full_attention"]),
+                 "Lfm2MoeForCausalLM", "lm"),
+    "nemotron_h": ("NemotronHConfig", dict(vocab_size=128, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                           head_dim=8, intermediate_size=64, max_position_embeddings=64,
+                                           layers_block_type=["linear_attention", "full_attention", "moe"],
+                                           ssm_state_size=8, mamba_num_heads=8, mamba_head_dim=8, n_groups=1,
+                                           chunk_size=4, n_routed_experts=4, num_experts_per_tok=2,
+                                           moe_intermediate_size=32, moe_shared_expert_intermediate_size=32,
+                                           use_mamba_kernels=False),
+                   "NemotronHForCausalLM", "lm"),
+    # one transformer block shared by the hybrid layers: two of them (the weight tying needs a second)
+    "zamba": ("ZambaConfig", dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                  num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                                  layers_block_type=["mamba", "hybrid", "hybrid"], n_mamba_heads=2, mamba_d_state=8,
+                                  use_mamba_kernels=False), "ZambaForCausalLM", "lm"),
+    "granitemoehybrid": ("GraniteMoeHybridConfig", dict(LLAMA_LIKE, num_local_experts=4, num_experts_per_tok=2,
+                                                        shared_intermediate_size=32, layer_types=["mamba", "attention"],
+                                                        mamba_n_heads=8, mamba_d_state=8, mamba_d_head=8,
+                                                        mamba_chunk_size=4),
+                         "GraniteMoeHybridForCausalLM", "lm"),
+    "modernbert-decoder": ("ModernBertDecoderConfig", dict(BERT_LIKE, local_attention=4, pad_token_id=0, eos_token_id=2,
+                                                           bos_token_id=1, cls_token_id=1, sep_token_id=2,
+                                                           layer_types=SLIDING_FULL),
+                           "ModernBertDecoderForCausalLM", "lm"),
+    # the recurrent state's cache rounds the q/k and v widths up to 64: make them 64 (2 x 32)
+    "xlstm": ("xLSTMConfig", dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_heads=2, chunk_size=4,
+                                  qk_dim_factor=2.0, v_dim_factor=2.0, ffn_round_up_to_multiple_of=16,
+                                  autocast_kernel_dtype="float32"),
+              "xLSTMForCausalLM", "lm"),
+    # encoders
+    "eurobert": ("EuroBertConfig", dict(LLAMA_LIKE, pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=2),
+                 "EuroBertModel", "text"),
+    "nomic_bert": ("NomicBertConfig", dict(BERT_LIKE), "NomicBertModel", "text"),
+    "roberta-prelayernorm": ("RobertaPreLayerNormConfig", dict(BERT_LIKE), "RobertaPreLayerNormModel", "text"),
+    "xmod": ("XmodConfig", dict(BERT_LIKE, languages=["en_XX", "de_DE"], default_language="en_XX"),
+             "XmodModel", "text"),
+}
+ARCHS.update(FOURTH)
 
 
 def padded_mask():
