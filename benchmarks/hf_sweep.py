@@ -12,6 +12,7 @@
     python benchmarks/hf_sweep.py --list              # the architectures (--list-extra: the second batch)
     python benchmarks/hf_sweep.py --list-third        # the third batch (session 31)
     python benchmarks/hf_sweep.py --list-fourth       # the fourth batch (session 46)
+    python benchmarks/hf_sweep.py --list-fifth        # the fifth batch (session 46: vision, detection, audio, time series)
     for a in $(python benchmarks/hf_sweep.py --list); do timeout 240 python benchmarks/hf_sweep.py $a; done
 
 Prints one JSON line per run: status (ok / mismatch / error / build-failed: the model itself
@@ -22,7 +23,7 @@ deepest pipec frame, pipec's warnings (fallbacks, extern calls), graph breaks an
 compile and first call. One process per architecture keeps one failure from poisoning the next.
 Session 15's run: benchmarks/results/hf_sweep_cpu_s15.md; session 16's, inference and training:
 benchmarks/results/hf_sweep_cpu_s16.jsonl, hf_sweep_train_cpu_s16.jsonl. The architectures and
-their inputs: hf_sweep_archs.py.
+their inputs: hf_sweep_archs.py and hf_sweep_inputs.py.
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ import warnings
 import numpy as np
 import torch
 
-from hf_sweep_archs import ARCHS, EXTRA, FOURTH, REINIT, THIRD, make_inputs
+from hf_sweep_archs import ARCHS, EXTRA, FIFTH, FOURTH, REINIT, THIRD
+from hf_sweep_inputs import make_inputs
+
+# the batches after the first, each listed by --list-NAME; --list lists the first batch (the rest)
+LATER_BATCHES = {"extra": EXTRA, "third": THIRD, "fourth": FOURTH, "fifth": FIFTH}
 
 PKG_ROOT = str(Path(__file__).resolve().parents[1] / "packages") + "/"  # pipec's frames in tracebacks
 
@@ -171,9 +176,8 @@ def parse_args(argv):
                                              "with eager (one JSON line).")
     ap.add_argument("arch", nargs="?", help="the architecture (see --list)")
     ap.add_argument("--list", action="store_true", help="the first batch of architectures")
-    ap.add_argument("--list-extra", action="store_true", help="the second batch")
-    ap.add_argument("--list-third", action="store_true", help="the third batch")
-    ap.add_argument("--list-fourth", action="store_true", help="the fourth batch")
+    for name, ordinal in zip(LATER_BATCHES, ("second", "third", "fourth", "fifth")):
+        ap.add_argument(f"--list-{name}", action="store_true", help=f"the {ordinal} batch")
     ap.add_argument("--strict", action="store_true",
                     help="pipec.compile(model, eager_fallback=False): a graph that fails raises")
     ap.add_argument("--backend", default="pipec", help="torch.compile backend (default pipec)")
@@ -190,28 +194,24 @@ def parse_args(argv):
     ap.add_argument("--device", default="cpu",
                     help="cpu (default: Triton's interpreter) or cuda (compiled kernels, fp32 as on the CPU)")
     args = ap.parse_args(argv)
-    if args.arch is None and not args.list_extra and not args.list_third and not args.list_fourth:
+    args.batch = next((name for name in LATER_BATCHES if getattr(args, f"list_{name}")), None)
+    if args.arch is None and args.batch is None:
         args.list = True
     if args.checkpointing and not args.train:
         ap.error("--checkpointing needs --train")
     if args.arch is not None and args.arch not in ARCHS:
-        ap.error(f"unknown architecture {args.arch!r} (see --list, --list-extra, --list-third and --list-fourth)")
+        later = ", ".join(f"--list-{name}" for name in LATER_BATCHES)
+        ap.error(f"unknown architecture {args.arch!r} (see --list and {later})")
     return args
 
 
 def main():
     args = parse_args(sys.argv[1:])
     if args.list:
-        print("\n".join(a for a in ARCHS if a not in EXTRA and a not in THIRD and a not in FOURTH))
+        print("\n".join(a for a in ARCHS if not any(a in batch for batch in LATER_BATCHES.values())))
         return
-    if args.list_extra:
-        print("\n".join(EXTRA))
-        return
-    if args.list_third:
-        print("\n".join(THIRD))
-        return
-    if args.list_fourth:
-        print("\n".join(FOURTH))
+    if args.batch is not None:
+        print("\n".join(LATER_BATCHES[args.batch]))
         return
     name, strict, backend, eager_only = args.arch, args.strict, args.backend, args.eager_only
     device = torch.device(args.device)

@@ -1,11 +1,8 @@
 """The architectures `hf_sweep.py` builds (transformers config class, its tiny kwargs, model
-class, inputs kind) and their example inputs: 2 x 8 tokens with a padding mask, 32 x 32 images,
-and so on. A first batch (`ARCHS` without `EXTRA`, `THIRD` and `FOURTH`), a second (`EXTRA`),
-a third (`THIRD`) and a fourth (`FOURTH`)."""
+class, inputs kind; hf_sweep_inputs.py makes each kind's inputs). A first batch (`ARCHS` without
+the others), a second (`EXTRA`), a third (`THIRD`), a fourth (`FOURTH`) and a fifth (`FIFTH`)."""
 
 from __future__ import annotations
-
-import torch
 
 B, T, IMG = 2, 8, 32
 
@@ -536,49 +533,118 @@ FOURTH = {
 ARCHS.update(FOURTH)
 
 
-def padded_mask():
-    mask = torch.ones(B, T, dtype=torch.long)
-    mask[-1, T - T // 4:] = 0
-    return mask
-
-
-def make_inputs(kind, config, g):
-    def ids(vocab=128, n=T):
-        return torch.randint(3, vocab, (B, n), generator=g)
-    if kind in ("lm", "text"):
-        return {"input_ids": ids(config.vocab_size), "attention_mask": padded_mask()}
-    if kind == "seq2seq":
-        return {"input_ids": ids(config.vocab_size), "attention_mask": padded_mask(),
-                "decoder_input_ids": ids(config.vocab_size)}
-    if kind == "image":
-        return {"pixel_values": torch.randn(B, 3, IMG, IMG, generator=g)}
-    if kind == "text+image":
-        # CLIP's text model pools at the eos token (argmax of the ids when eos_token_id == 2): ids are 3+
-        return {"input_ids": ids(config.text_config.vocab_size), "attention_mask": padded_mask(),
-                "pixel_values": torch.randn(B, 3, IMG, IMG, generator=g)}
-    if kind == "image+noise":  # ViTMAE shuffles patches by random noise: pass it
-        return {"pixel_values": torch.randn(B, 3, IMG, IMG, generator=g),
-                "noise": torch.rand(B, (IMG // config.patch_size) ** 2, generator=g)}
-    if kind == "ids":
-        return {"input_ids": ids(config.vocab_size)}
-    if kind == "ast":
-        return {"input_values": torch.randn(B, config.max_length, config.num_mel_bins, generator=g)}
-    if kind == "speech2text":
-        return {"input_features": torch.randn(B, 32, config.input_feat_per_channel, generator=g),
-                "attention_mask": torch.ones(B, 32, dtype=torch.long), "decoder_input_ids": ids(config.vocab_size)}
-    if kind == "video":
-        return {"pixel_values": torch.randn(B, config.num_frames, 3, config.image_size, config.image_size, generator=g)}
-    if kind == "audio":
-        return {"input_values": torch.randn(B, 400, generator=g)}
-    if kind == "chars":  # CANINE: unicode code points (no vocabulary), hashed into buckets
-        return {"input_ids": ids(), "attention_mask": padded_mask()}
-    if kind == "audio-features":  # Wav2Vec2-BERT: 16 frames of features, the last sample's last 4 padded
-        mask = torch.ones(B, 16, dtype=torch.long)
-        mask[-1, -4:] = 0
-        return {"input_features": torch.randn(B, 16, config.feature_projection_input_dim, generator=g),
-                "attention_mask": mask}
-    if kind == "codec":  # neural audio codecs: a mono waveform, (batch, channels, samples)
-        return {"input_values": torch.randn(B, 1, 64, generator=g)}
-    if kind == "audio-seq2seq":  # Moonshine: a raw waveform (1600 samples: 2 encoder frames) and decoder tokens
-        return {"input_values": torch.randn(B, 1600, generator=g), "decoder_input_ids": ids(config.vocab_size)}
-    raise ValueError(kind)
+# ---- a fifth batch, session 46: vision, detection, audio, time series
+NO_DROP = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+# RT-DETR's detectors on a tiny transformers ResNet: stages 2-4 at strides 8, 16, 32 (4 x 4, 2 x 2, 1 x 1 features);
+# two decoder layers (the box heads of layers 2+ are tied to the first's: one layer has none to tie)
+RT_DETR_LIKE = dict(backbone_config=dict(model_type="resnet", embedding_size=8, hidden_sizes=[8, 16, 16, 16],
+                                         depths=[1, 1, 1, 1], layer_type="basic",
+                                         out_features=["stage2", "stage3", "stage4"]),
+                    encoder_in_channels=[16, 16, 16], encoder_hidden_dim=16, encoder_ffn_dim=32,
+                    encoder_attention_heads=2, d_model=16, decoder_in_channels=[16, 16, 16], decoder_ffn_dim=32,
+                    decoder_layers=2, decoder_attention_heads=2, num_queries=4, num_denoising=0, num_labels=10,
+                    dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+TS_LIKE = dict(prediction_length=4, context_length=8, lags_sequence=[1, 2], num_time_features=1, d_model=16,
+               encoder_layers=1, decoder_layers=1, encoder_ffn_dim=32, decoder_ffn_dim=32, encoder_layerdrop=0.0,
+               decoder_layerdrop=0.0, **NO_DROP)
+FIFTH = {
+    # vision backbones
+    # pos_embed_rescale off: in training it rescales the RoPE coordinates by a random draw (like dropout)
+    "dinov3_vit": ("DINOv3ViTConfig", dict(image_size=IMG, patch_size=8, hidden_size=32, intermediate_size=64,
+                                           num_hidden_layers=2, num_attention_heads=2, num_register_tokens=2,
+                                           pos_embed_rescale=None),
+                   "DINOv3ViTModel", "image"),
+    "dinov3_convnext": ("DINOv3ConvNextConfig", dict(image_size=IMG, hidden_sizes=[8, 16], depths=[1, 1]),
+                        "DINOv3ConvNextModel", "image"),
+    "aimv2_vision": ("Aimv2VisionConfig", dict(image_size=IMG, patch_size=8, hidden_size=32, intermediate_size=64,
+                                               num_hidden_layers=2, num_attention_heads=2),
+                     "Aimv2VisionModel", "image"),
+    "siglip2_vision": ("Siglip2VisionConfig", dict(patch_size=8, hidden_size=32, intermediate_size=64,
+                                                   num_hidden_layers=2, num_attention_heads=2, num_patches=16),
+                       "Siglip2VisionModel", "siglip2"),
+    "mlcd_vision": ("MLCDVisionConfig", dict(image_size=IMG, patch_size=8, hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=2, num_attention_heads=2),
+                    "MLCDVisionModel", "image"),
+    "pixtral_vision": ("PixtralVisionConfig", dict(image_size=IMG, patch_size=8, hidden_size=32, intermediate_size=64,
+                                                   num_hidden_layers=2, num_attention_heads=2, head_dim=16),
+                       "PixtralVisionModel", "pixtral"),
+    "pvt": ("PvtConfig", dict(image_size=IMG, num_encoder_blocks=2, depths=[1, 1], sequence_reduction_ratios=[2, 1],
+                              hidden_sizes=[16, 32], patch_sizes=[4, 2], strides=[4, 2], num_attention_heads=[1, 2],
+                              mlp_ratios=[2, 2], num_labels=10), "PvtForImageClassification", "image"),
+    "sam2_vision": ("Sam2VisionConfig", dict(backbone_config=dict(model_type="sam2_hiera_det_model", hidden_size=8,
+                                                                  image_size=[IMG, IMG], blocks_per_stage=[1, 1, 2, 1],
+                                                                  embed_dim_per_stage=[8, 16, 32, 64],
+                                                                  num_attention_heads_per_stage=[1, 1, 2, 2],
+                                                                  window_size_per_stage=[4, 2, 2, 1],
+                                                                  global_attention_blocks=[3],
+                                                                  window_positional_embedding_background_size=[2, 2]),
+                                             backbone_channel_list=[64, 32, 16, 8],
+                                             backbone_feature_sizes=[[8, 8], [4, 4], [2, 2]], fpn_hidden_size=16),
+                    "Sam2VisionModel", "image"),
+    "vjepa2": ("VJEPA2Config", dict(patch_size=8, crop_size=16, frames_per_clip=4, tubelet_size=2, hidden_size=32,
+                                    num_attention_heads=2, num_hidden_layers=1, mlp_ratio=2.0, num_pooler_layers=1,
+                                    pred_hidden_size=32, pred_num_attention_heads=2, pred_num_hidden_layers=1),
+               "VJEPA2Model", "video-vjepa2"),
+    # detectors
+    "rt_detr_v2": ("RTDetrV2Config", dict(RT_DETR_LIKE), "RTDetrV2ForObjectDetection", "image"),
+    "d_fine": ("DFineConfig", dict(RT_DETR_LIKE), "DFineForObjectDetection", "image"),
+    "deimv2": ("Deimv2Config", dict(RT_DETR_LIKE), "Deimv2ForObjectDetection", "image"),
+    # a plain ViT backbone (window attention in its first block), one projector level
+    "lw_detr": ("LwDetrConfig", dict(backbone_config=dict(model_type="lw_detr_vit", image_size=IMG, pretrain_image_size=IMG,
+                                                          patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                                          num_attention_heads=2, mlp_ratio=2, window_block_indices=[0],
+                                                          num_windows=4, out_indices=[1, 2]),
+                                     projector_scale_factors=[1.0], d_model=32, decoder_layers=2, decoder_ffn_dim=64,
+                                     decoder_self_attention_heads=2, decoder_cross_attention_heads=2, num_queries=4,
+                                     group_detr=2, c2f_num_blocks=1, num_labels=10),
+                "LwDetrForObjectDetection", "image"),
+    # time series
+    "patchtst": ("PatchTSTConfig", dict(num_input_channels=2, context_length=16, patch_length=4, patch_stride=4,
+                                        num_hidden_layers=1, d_model=16, num_attention_heads=2, ffn_dim=32,
+                                        prediction_length=4), "PatchTSTForPrediction", "past-values"),
+    "patchtsmixer": ("PatchTSMixerConfig", dict(num_input_channels=2, context_length=16, patch_length=4,
+                                                patch_stride=4, d_model=16, num_layers=1, dropout=0.0,
+                                                head_dropout=0.0, prediction_length=4, self_attn=True),
+                     "PatchTSMixerForPrediction", "past-values"),
+    "informer": ("InformerConfig", dict(TS_LIKE), "InformerForPrediction", "time-series"),
+    "autoformer": ("AutoformerConfig", dict(TS_LIKE, label_length=4, moving_average=3), "AutoformerForPrediction",
+                   "time-series"),
+    "timesfm": ("TimesFmConfig", dict(patch_length=4, context_length=16, horizon_length=4, num_hidden_layers=1,
+                                      hidden_size=32, intermediate_size=64, head_dim=16, num_attention_heads=2),
+                "TimesFmModelForPrediction", "timesfm"),
+    # speech / audio
+    "parakeet_ctc": ("ParakeetCTCConfig", dict(vocab_size=32, pad_token_id=31,
+                                               encoder_config=dict(hidden_size=32, num_hidden_layers=1,
+                                                                   num_attention_heads=2, intermediate_size=64,
+                                                                   conv_kernel_size=3, subsampling_conv_channels=8,
+                                                                   num_mel_bins=16, dropout=0.0, layerdrop=0.0,
+                                                                   activation_dropout=0.0, attention_dropout=0.0,
+                                                                   max_position_embeddings=64)),
+                     "ParakeetForCTC", "mel"),
+    "lasr_ctc": ("LasrCTCConfig", dict(vocab_size=32, encoder_config=dict(hidden_size=32, num_hidden_layers=1,
+                                                                          num_attention_heads=2, intermediate_size=64,
+                                                                          conv_kernel_size=3,
+                                                                          subsampling_conv_channels=8, num_mel_bins=16,
+                                                                          dropout=0.0, layerdrop=0.0,
+                                                                          activation_dropout=0.0, attention_dropout=0.0,
+                                                                          max_position_embeddings=64)),
+                 "LasrForCTC", "mel"),
+    "moonshine_streaming": ("MoonshineStreamingConfig", dict(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                                             num_hidden_layers=1, num_attention_heads=2,
+                                                             num_key_value_heads=2, head_dim=16,
+                                                             max_position_embeddings=64,
+                                                             encoder_config=dict(hidden_size=32, intermediate_size=64,
+                                                                                 num_hidden_layers=2,
+                                                                                 num_attention_heads=2,
+                                                                                 num_key_value_heads=2, head_dim=16,
+                                                                                 max_position_embeddings=64,
+                                                                                 sliding_windows=[[4, 1], [4, 0]])),
+                            "MoonshineStreamingForConditionalGeneration", "audio-seq2seq-streaming"),
+    "univnet": ("UnivNetConfig", dict(model_in_channels=8, model_hidden_channels=8, num_mel_bins=16,
+                                      resblock_kernel_sizes=[3, 3], resblock_stride_sizes=[2, 2],
+                                      resblock_dilation_sizes=[[1, 3], [1, 3]], kernel_predictor_num_blocks=1,
+                                      kernel_predictor_hidden_channels=8),
+                "UnivNetModel", "univnet"),
+}
+ARCHS.update(FIFTH)
+REINIT += ("parakeet_ctc", "univnet")  # the fifth batch's: logits ~1e-4, a waveform ~3e-4
