@@ -543,10 +543,13 @@ RT_DETR_LIKE = dict(backbone_config=dict(model_type="resnet", embedding_size=8, 
                     encoder_in_channels=[16, 16, 16], encoder_hidden_dim=16, encoder_ffn_dim=32,
                     encoder_attention_heads=2, d_model=16, decoder_in_channels=[16, 16, 16], decoder_ffn_dim=32,
                     decoder_layers=2, decoder_attention_heads=2, num_queries=4, num_denoising=0, num_labels=10,
-                    dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+                    **NO_DROP)
 TS_LIKE = dict(prediction_length=4, context_length=8, lags_sequence=[1, 2], num_time_features=1, d_model=16,
                encoder_layers=1, decoder_layers=1, encoder_ffn_dim=32, decoder_ffn_dim=32, encoder_layerdrop=0.0,
                decoder_layerdrop=0.0, **NO_DROP)
+# the CTC speech encoders' (Parakeet's, LASR's): one conformer layer over 16 mel bins
+CTC_ENCODER = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, conv_kernel_size=3,
+                   subsampling_conv_channels=8, num_mel_bins=16, layerdrop=0.0, max_position_embeddings=64, **NO_DROP)
 FIFTH = {
     # vision backbones
     # pos_embed_rescale off: in training it rescales the RoPE coordinates by a random draw (like dropout)
@@ -613,22 +616,9 @@ FIFTH = {
                                       hidden_size=32, intermediate_size=64, head_dim=16, num_attention_heads=2),
                 "TimesFmModelForPrediction", "timesfm"),
     # speech / audio
-    "parakeet_ctc": ("ParakeetCTCConfig", dict(vocab_size=32, pad_token_id=31,
-                                               encoder_config=dict(hidden_size=32, num_hidden_layers=1,
-                                                                   num_attention_heads=2, intermediate_size=64,
-                                                                   conv_kernel_size=3, subsampling_conv_channels=8,
-                                                                   num_mel_bins=16, dropout=0.0, layerdrop=0.0,
-                                                                   activation_dropout=0.0, attention_dropout=0.0,
-                                                                   max_position_embeddings=64)),
+    "parakeet_ctc": ("ParakeetCTCConfig", dict(vocab_size=32, pad_token_id=31, encoder_config=dict(CTC_ENCODER)),
                      "ParakeetForCTC", "mel"),
-    "lasr_ctc": ("LasrCTCConfig", dict(vocab_size=32, encoder_config=dict(hidden_size=32, num_hidden_layers=1,
-                                                                          num_attention_heads=2, intermediate_size=64,
-                                                                          conv_kernel_size=3,
-                                                                          subsampling_conv_channels=8, num_mel_bins=16,
-                                                                          dropout=0.0, layerdrop=0.0,
-                                                                          activation_dropout=0.0, attention_dropout=0.0,
-                                                                          max_position_embeddings=64)),
-                 "LasrForCTC", "mel"),
+    "lasr_ctc": ("LasrCTCConfig", dict(vocab_size=32, encoder_config=dict(CTC_ENCODER)), "LasrForCTC", "mel"),
     "moonshine_streaming": ("MoonshineStreamingConfig", dict(vocab_size=128, hidden_size=32, intermediate_size=64,
                                                              num_hidden_layers=1, num_attention_heads=2,
                                                              num_key_value_heads=2, head_dim=16,
