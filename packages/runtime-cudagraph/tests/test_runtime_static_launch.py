@@ -159,9 +159,10 @@ def _bound(monkeypatch, static: bool, check=()):
 
 class _Ptr:
     def __init__(self, address):
-        self.address = address
+        self.address, self.reads = address, 0
 
     def data_ptr(self):
+        self.reads += 1
         return self.address
 
 
@@ -186,6 +187,8 @@ def test_an_inlined_launch_makes_the_call_its_launcher_makes(monkeypatch, static
     assert len(calls) == 2 and calls[0] == calls[1], calls
     kind = calls[0][0]
     assert kind == ("slow" if address % 16 else "static" if static else "triton")
+    if kind == "static":  # the checked address is read once a launch and is what the kernel gets
+        assert (address, 128, 8) in calls[0][1] and x.reads == 2 and out.reads == 2, (calls, x.reads)
 
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9

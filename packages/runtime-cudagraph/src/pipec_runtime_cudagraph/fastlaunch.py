@@ -28,7 +28,7 @@ from .static_launch import SCRATCH_SLOT, static_launch_call
 
 ALIGN_MASK = 15
 _NAMES = r"\b[A-Z][A-Z_]*\b"  # the namespace entries a generated launch names
-_TOKENS = r"\b(?:p\d+|[A-Z][A-Z_]*)\b"  # those and the pointer placeholders
+_TOKENS = r"\b(?:[pq]\d+|[A-Z][A-Z_]*)\b"  # those, the pointer placeholders and their checked addresses
 
 
 _MISSING = object()
@@ -143,7 +143,11 @@ def launch_function(namespace: dict, call: str, nptrs: int, check: tuple[int, ..
     namespace = {**namespace, "SLOW": slow}
     params = ", ".join(f"p{i}" for i in range(nptrs))
     if check:
-        test = " | ".join(f"p{i}.data_ptr()" for i in check)
+        # each checked address is read once (`q<i>`) and passed on from there: `data_ptr()` is a
+        # method call, and a convolution net checks a hundred pointers a call
+        test = " | ".join(f"(q{i} := p{i}.data_ptr())" for i in check)
+        for i in check:
+            call = re.sub(rf"\bp{i}\.data_ptr\(\)", f"q{i}", call)
         call = f"SLOW({params}) if ({test}) & {ALIGN_MASK} else {call}"
     exec(compile(f"def launch(stream, {params}):\n    {call}\n", f"<pipec launch {name}>",
                  "exec"), namespace)  # noqa: S102 - generated above
@@ -165,14 +169,16 @@ class InlineLaunch:
         self.namespace, self.call = namespace, call
 
     def statement(self, pointers: list[str], const) -> str:
-        """The call with `pointers` for p0.. and each namespace entry renamed to `const(name,
-        value)` (a name unique in the caller's namespace)."""
+        """The call with `pointers` (names) for p0.., `<pointer>_addr` for the checked addresses
+        q0.., and each namespace entry renamed to `const(name, value)` (a name unique in the
+        caller's namespace)."""
         names = {k: const(k, v) for k, v in self.namespace.items()}
 
         def name(m):
             token = m.group(0)
-            if token[0] == "p" and token[1:].isdigit():
-                return pointers[int(token[1:])]
+            if token[0] in "pq" and token[1:].isdigit():
+                pointer = pointers[int(token[1:])]
+                return pointer if token[0] == "p" else f"{pointer}_addr"
             return names.get(token, token)
         return re.sub(_TOKENS, name, self.call)
 
