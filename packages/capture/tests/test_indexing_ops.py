@@ -28,6 +28,10 @@ CASES = {
     "slice_scatter": (lambda x: torch.slice_scatter(x, x[:, :3] * 3, 1, 1, 6, 2), X),
     "select_scatter": (lambda x: torch.select_scatter(x, x[1] * 10, 0, -2), X),
     "diagonal": (lambda x: torch.diagonal(x, 1) + 1, X),
+    # overlapping windows (step < size) along the last dim, strided ones along the first, and
+    # windows of a transposed value (its row-major IR value, not eager's storage, is read)
+    "unfold": (lambda x: x.unfold(1, 3, 2) * 2 + x.t().unfold(1, 2, 1).sum(-1)[:4, :2, None], X),
+    "unfold_rows": (lambda x: x.unfold(0, 2, 2).unfold(1, 4, 1) - 1, X),
 }
 
 

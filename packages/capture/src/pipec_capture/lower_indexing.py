@@ -3,8 +3,8 @@
 Every op here reads its source at a computed position: `take(src, pos)` with `pos` the
 row-major flat position in `src`, built from `iota`s (the output's coordinates) and index
 tensors with int64 pointwise ops. gather / index_select / embedding / index.Tensor replace
-one coordinate by an index tensor; cat, constant_pad_nd, flip, slice_scatter and diagonal
-compute the coordinate from the output's own. Positions are always in range: where an
+one coordinate by an index tensor; cat, constant_pad_nd, flip, slice_scatter, diagonal and
+unfold compute the coordinate from the output's own. Positions are always in range: where an
 output point has no source element (padding, another cat input), the position is clamped
 and the value replaced by `where`.
 """
@@ -369,6 +369,24 @@ def lower_diagonal(cx, node, x, offset=0, dim1=0, dim2=1):
             coords.append(binop(cx, "add", diag, max(offset, 0), t.shape))
         else:
             coords.append(iota(cx, t.shape, rest.index(d)))
+    return take(cx, x, flat_position(cx, coords, src_shape, t.shape), t.shape)
+
+
+@register("aten.unfold.default")
+def lower_unfold(cx, node, x, dimension, size, step):
+    """Sliding windows: out[..., w, ..., j] = x[..., w * step + j, ...], the window's own index j
+    last (PatchTST's patches, UnivNet's kernel predictor). A view in eager; here a gather from the
+    row-major value, which fuses into its readers. Static sizes only (else an extern call, which
+    is right on any layout)."""
+    t = cx.result(node)
+    src_shape = static_shape(cx, cx.shape(x))
+    if not src_shape:
+        raise NoLowering("unfold of a 0-d tensor")
+    d, last = wrap_dim(dimension, len(src_shape)), len(t.shape) - 1
+    step = cx.static(step)
+    window = binop(cx, "mul", iota(cx, t.shape, d), step, t.shape) if step != 1 else iota(cx, t.shape, d)
+    coords = [binop(cx, "add", window, iota(cx, t.shape, last), t.shape) if k == d else iota(cx, t.shape, k)
+              for k in range(len(src_shape))]
     return take(cx, x, flat_position(cx, coords, src_shape, t.shape), t.shape)
 
 
