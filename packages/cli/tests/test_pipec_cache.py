@@ -225,6 +225,38 @@ def test_source_file_digests_are_memoized_by_mtime_and_size(tmp_path, monkeypatc
     assert keys.file_digest(str(path)) != first and reads == [path]
 
 
+def test_the_implementations_package_as_imported_is_in_its_fingerprint(tmp_path, monkeypatch):
+    """A stage implementation imported from a source tree whose distribution metadata lists other
+    files (a setuptools .egg-info beside it, ahead of the install on sys.path): a change to any
+    module of its package, not only the one defining the class, changes the fingerprint."""
+    import importlib
+    import sys
+
+    from pipec.cache import keys
+
+    pkg = tmp_path / "src" / "pipec_stale_probe"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .impl import Stage\n")
+    (pkg / "impl.py").write_text("from .helpers import TABLE\n\nclass Stage:\n    table = TABLE\n")
+    (pkg / "helpers.py").write_text("TABLE = {'a': 1}\n")
+    info = tmp_path / "src" / "pipec_stale_probe.egg-info"  # lists paths that resolve nowhere
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: pipec-stale-probe\nVersion: 0.1.0\n")
+    (info / "SOURCES.txt").write_text("src/pipec_stale_probe/impl.py\nsrc/pipec_stale_probe/helpers.py\n")
+    (info / "top_level.txt").write_text("pipec_stale_probe\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    importlib.invalidate_caches()
+    monkeypatch.delitem(sys.modules, "pipec_stale_probe", raising=False)
+    module = importlib.import_module("pipec_stale_probe")
+    entry = pipec_ir.Entry("fusion", "probe", module.Stage(), "pipec-stale-probe", "0.1.0")
+    keys._package_files.cache_clear()
+    before = keys.implementation_fingerprint(entry)
+    (pkg / "helpers.py").write_text("TABLE = {'a': 2}\n")
+    assert keys.implementation_fingerprint(entry) != before
+    (pkg / "helpers.py").write_text("TABLE = {'a': 1}\n")
+    assert keys.implementation_fingerprint(entry) == before  # the same code: the same key
+
+
 def test_graph_module_digest_is_stable_and_sees_code_inputs_and_constants():
     gm, inputs = traced()
     d = graph_module_digest(gm, inputs)

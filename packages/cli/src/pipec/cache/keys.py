@@ -62,13 +62,12 @@ def implementation_fingerprint(entry: pipec_ir.Entry, *, torch: bool = False) ->
     ships the implementation's class and pipec-ir (and torch for capture), its version and a
     digest of its source files, for every install kind (a plugin reinstalled at the same version
     with changed code gets new keys); code outside any distribution: its module file's digest."""
-    shipped_by = _shipped_by(type(entry.impl).__module__)
+    module = type(entry.impl).__module__
+    shipped_by = _shipped_by(module)
     dists = {entry.distribution, shipped_by, "pipec-ir"} | ({"torch"} if torch else set())
     out = tuple((d, distribution_fingerprint(d)) for d in sorted(dists) if d != "unknown")
-    if shipped_by == "unknown":  # code outside any distribution (a test, a script)
-        module = type(entry.impl).__module__
-        out += ((module, module_fingerprint(module)),)
-    return out
+    # and the package the implementation was imported from, as loaded: the code that runs
+    return out + ((module.split(".")[0], package_fingerprint(module)),)
 
 
 @functools.cache
@@ -197,6 +196,30 @@ def module_fingerprint(module: str) -> str:
     mod = sys.modules.get(module)
     path = getattr(mod, "__file__", None)
     return file_digest(path)[:16] if path else "0"
+
+
+def package_fingerprint(module: str) -> str:
+    """A digest of the source files of the top-level package `module` was imported from (its
+    directory, as `_tree_files` lists it), or of the module's own file where it is no package.
+
+    A distribution's metadata can describe other files than the ones imported: a source tree put
+    on `sys.path` ahead of the install carries a setuptools `.egg-info` whose file list resolves
+    nowhere, so the distribution's digest stayed the same while the code changed, and
+    AOTAutograd's cache gave graphs lowered by the old code."""
+    top = module.split(".")[0]
+    paths = list(getattr(sys.modules.get(top), "__path__", None) or [])
+    if not paths:
+        return module_fingerprint(module)
+    root = Path(paths[0])
+    h = hashlib.sha256()
+    for rel in _package_files(root):
+        h.update(f"{rel.as_posix()}\0{file_digest(str(root / rel))}\0".encode())
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def _package_files(root: Path) -> tuple[Path, ...]:
+    return tuple(_tree_files(root))  # listed once per process, as a RECORD-less distribution's
 
 
 # ---------------------------------------------------------------- the capture stage's input
