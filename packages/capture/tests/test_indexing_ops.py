@@ -13,6 +13,8 @@ IDX = torch.tensor([[0, 3, 1, 1, 2, 0], [3, 3, 0, 1, 2, 2]])
 ROWS = torch.tensor([2, -1, 0])
 W = torch.randn(7, 5, generator=g)
 TOKENS = torch.tensor([[1, 6, 0], [2, 2, 5]])
+IMAGE = torch.randn(2, 3, 5, 7, generator=g)
+GRID = torch.rand(2, 4, 6, 2, generator=g) * 2.4 - 1.2  # some points outside the image
 
 CASES = {
     "gather": (lambda x, i: torch.gather(x, 0, i), X, IDX),
@@ -32,6 +34,11 @@ CASES = {
     # windows of a transposed value (its row-major IR value, not eager's storage, is read)
     "unfold": (lambda x: x.unfold(1, 3, 2) * 2 + x.t().unfold(1, 2, 1).sum(-1)[:4, :2, None], X),
     "unfold_rows": (lambda x: x.unfold(0, 2, 2).unfold(1, 4, 1) - 1, X),
+    # torch's decomposition (aot.DECOMPOSE_CORE): its corner pixels gathered with their weights
+    "grid_sample": (lambda x, p: F.grid_sample(x, p, align_corners=False), IMAGE, GRID),
+    "grid_sample_bicubic": (lambda x, p: F.grid_sample(x, p, mode="bicubic", padding_mode="reflection",
+                                                       align_corners=True), IMAGE, GRID),
+    "grid_sample_nearest": (lambda x, p: F.grid_sample(x, p, mode="nearest", padding_mode="border"), IMAGE, GRID),
 }
 
 

@@ -106,6 +106,10 @@ DECOMPOSE_CORE = (
     # not Core ATen, but what functionalization makes of training batch norm (running stats
     # updated out of place): without it, every BatchNorm in training mode would be an extern
     "aten._native_batch_norm_legit_functional.default",
+    # not Core ATen either: grid_sample (deformable attention's sampling in RT-DETR and the other
+    # detectors) as gathers of its corner pixels with their weights, which fuse; its backward
+    # becomes their index_put sums
+    "aten.grid_sampler_2d.default",
 )
 
 
