@@ -35,6 +35,11 @@ CASES = {
     "index_put_unique": (lambda x, s, r: aten.index_put(x, [r[1:4]], s[:3]), X, SRC, ROWS),
     "embedding_backward_padding": (lambda g_, t: aten.embedding_dense_backward(g_, t, 7, 2, False), GRAD, TOKENS),
     "embedding_backward_by_freq": (lambda g_, t: aten.embedding_dense_backward(g_, t, 7, -1, True), GRAD, TOKENS),
+    # every other column of rows 1-2; and through a transposed value, whose storage eager's
+    # strides address (its row-major IR value is written at the decoded points)
+    "as_strided_scatter": (lambda x, s: torch.as_strided_scatter(x * 2, s[:2, :3], (2, 3), (6, 2), 7), X, SRC),
+    "as_strided_scatter_transposed": (lambda x, s: torch.as_strided_scatter(x.t() + 1, s[:3, :2], (3, 2), (5, 1), 6),
+                                      X, SRC),
 }
 
 
@@ -49,7 +54,8 @@ def test_scatter_lowering(name):
 @pytest.mark.parametrize("fn", [
     lambda x, s, i: x.scatter_reduce(0, i, s, "prod"),  # no atomic multiply
     lambda x, s, i: aten.index_put(x, [x[:, 0] > 0], s[0, 0]),  # a mask: data-dependent positions
-], ids=["prod", "bool_mask"])
+    lambda x, s, i: torch.as_strided_scatter(x, s[:2, :3], (2, 3), (2, 1), 0),  # rows overlap: no one answer
+], ids=["prod", "bool_mask", "overlapping_view"])
 def test_what_stays_extern(fn):
     graph = check(fn, X, SRC, DUP)
     assert "extern" in ops(graph) and "scatter" not in ops(graph)

@@ -392,30 +392,36 @@ def lower_unfold(cx, node, x, dimension, size, step):
 
 @register("aten.as_strided.default")
 def lower_as_strided(cx, node, x, size, stride, storage_offset=None):
-    """A strided read of x's memory. `stride` and `storage_offset` address the storage as eager
-    lays x out (its traced strides and offset: a transposed view's, say), while every IR value is
-    row-major; so a storage position is decoded into x's coordinates through x's traced strides
-    and read at that point of the row-major value. Longformer chunks a transposed query this
-    way: read as if row-major, LED's attention scores were off by 0.08."""
+    """A strided read of x's memory (`strided_positions`). Longformer chunks a transposed query
+    this way: read as if row-major, LED's attention scores were off by 0.08."""
     t = cx.result(node)
+    return take(cx, x, strided_positions(cx, node.args[0], x, t.shape, stride, storage_offset), t.shape)
+
+
+def strided_positions(cx, arg, x: Ref, shape, stride, storage_offset=None) -> Ref:
+    """The row-major flat positions in x of the points of `x.as_strided(shape, stride,
+    storage_offset)`. `stride` and `storage_offset` address the storage as eager lays x out
+    (`arg`'s traced strides and offset: a transposed view's, say), while every IR value is
+    row-major; so a storage position is decoded into x's coordinates through x's traced strides
+    and read at that point of the row-major value."""
     strides = [cx.static(s) for s in stride]
-    base_strides, base_offset = _traced_layout(cx, node.args[0])
+    base_strides, base_offset = _traced_layout(cx, arg)
     start = cx.static(storage_offset) if storage_offset is not None else base_offset
-    pos = cx.full(start - base_offset, t.shape, I64)
+    pos = cx.full(start - base_offset, shape, I64)
     for d, st in enumerate(strides):
         if st:
-            pos = binop(cx, "add", pos, binop(cx, "mul", iota(cx, t.shape, d), st, t.shape), t.shape)
+            pos = binop(cx, "add", pos, binop(cx, "mul", iota(cx, shape, d), st, shape), shape)
     if base_strides is None:
-        return take(cx, x, pos, t.shape)
-    shape = static_shape(cx, cx.shape(x))
-    row_major = [int(v) for v in contiguous_strides(list(shape))]
+        return pos
+    x_shape = static_shape(cx, cx.shape(x))
+    row_major = [int(v) for v in contiguous_strides(list(x_shape))]
     flat = None  # x's coordinates from the storage position, largest traced stride first
-    for d in sorted((d for d, n in enumerate(shape) if n > 1), key=lambda d: -base_strides[d]):
-        coord = binop(cx, "truediv_floor", pos, base_strides[d], t.shape)
-        pos = binop(cx, "remainder", pos, base_strides[d], t.shape)
-        term = binop(cx, "mul", coord, row_major[d], t.shape)
-        flat = term if flat is None else binop(cx, "add", flat, term, t.shape)
-    return take(cx, x, flat if flat is not None else pos, t.shape)
+    for d in sorted((d for d, n in enumerate(x_shape) if n > 1), key=lambda d: -base_strides[d]):
+        coord = binop(cx, "truediv_floor", pos, base_strides[d], shape)
+        pos = binop(cx, "remainder", pos, base_strides[d], shape)
+        term = binop(cx, "mul", coord, row_major[d], shape)
+        flat = term if flat is None else binop(cx, "add", flat, term, shape)
+    return flat if flat is not None else pos
 
 
 def _traced_layout(cx, arg) -> tuple[list[int] | None, int]:

@@ -5,7 +5,8 @@ accumulated ("sum", "amax", "amin") at the row-major flat position `pos[p]` of s
 Positions are int64 arithmetic on `iota`s and index tensors, as for `take`:
 scatter / scatter_add / scatter_reduce replace the `dim` coordinate of the index's own
 point by the index value; index_put writes where index.Tensor would read;
-embedding_dense_backward adds each gradient row into the row its token selects.
+embedding_dense_backward adds each gradient row into the row its token selects;
+as_strided_scatter writes where as_strided would read (a backward's gradient of a strided view).
 
 Accumulation runs as atomics, which exist for 32- and 64-bit types only: float16 and
 bfloat16 accumulate in float32 (one rounding at the end, where eager on CUDA rounds at
@@ -23,7 +24,7 @@ from pipec_ir.ops import SCATTER_REDUCES
 
 from .builder import GraphBuilder, wrap_dim
 from .dtypes import torch_dtype
-from .lower_indexing import I64, advanced_index_coords, flat_position, iota, static_shape, take
+from .lower_indexing import I64, advanced_index_coords, flat_position, iota, static_shape, strided_positions, take
 from .table import NoLowering, register
 
 # eager's reduce names -> the IR's
@@ -202,6 +203,23 @@ def lower_index_put(cx, node, x, indices, values, accumulate=False):
         return cx.emit("identity", [x], t.shape, t.dtype)
     pos = flat_position(cx, coords, src_shape, shape)
     return scatter(cx, cx.cast(x, t.dtype), pos, cx.operand(values, shape, t.dtype), "sum" if accumulate else "none")
+
+
+@register("aten.as_strided_scatter.default")
+def lower_as_strided_scatter(cx, node, x, src, size, stride, storage_offset=None):
+    """x with src written over `x.as_strided(size, stride, storage_offset)`: one write per
+    element of src, at the row-major position in x that as_strided reads it from
+    (`strided_positions`). A view that covers an element twice has no one answer (eager's
+    copy into it picks one): it stays an extern call."""
+    sizes, strides = [cx.static(n) for n in size], [cx.static(s) for s in stride]
+    reach = 0  # the farthest storage offset the smaller strides' dims reach
+    for n, st in sorted(((n, st) for n, st in zip(sizes, strides) if n > 1), key=lambda p: p[1]):
+        if st <= reach:
+            raise NoLowering(f"as_strided_scatter into an overlapping view (sizes {sizes}, strides {strides})")
+        reach += (n - 1) * st
+    shape = tuple(cx.shape(src))
+    pos = strided_positions(cx, node.args[0], x, shape, stride, storage_offset)
+    return scatter(cx, x, pos, cx.cast(src, cx.dtype(x)), "none")
 
 
 @register("aten.embedding_dense_backward.default")
