@@ -228,6 +228,26 @@ def test_cases_left_after_the_last_case_run_are_in_the_results(tmp_path, monkeyp
     assert "Not started" in out.with_suffix(".md").read_text()
 
 
+@pytest.mark.parametrize("failed", [False, True])
+def test_a_child_whose_results_are_complete_is_not_waited_for(tmp_path, failed):
+    """A `pipec bench` child spent 3-4 s a case exiting after its last write (session 46): once its
+    results say `complete`, the suite kills it, and reports what bench's own exit would have said."""
+    import json
+    import sys
+    import time
+
+    real_models = real_models_module()
+    part = tmp_path / "case.json"
+    row = {"name": "pipec", "error": "compile failed" if failed else None}
+    result = {"model": "m", "complete": True, "backends": [{"name": "eager", "error": None}, row]}
+    child = f"import json, pathlib, time; pathlib.Path({str(part)!r}).write_text({json.dumps(result)!r}); time.sleep(60)"
+    start = time.perf_counter()
+    got = real_models.run_bench_process([sys.executable, "-c", child], {}, 120, part)
+    assert time.perf_counter() - start < 20 and got["reaped"]
+    assert got["exit"] == (1 if failed else 0)
+    assert got["error"] == ("m: 1 backend(s) failed; pipec: compile failed" if failed else None)
+
+
 def real_models_module():
     import importlib.util
     from pathlib import Path

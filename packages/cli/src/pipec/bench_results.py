@@ -67,6 +67,8 @@ class BenchResult:
     load_average: dict[str, float | int | None] = field(default_factory=dict)
     # why the timings may not be trusted (bench_measure.timing_warnings); empty: no reason found
     timing_warnings: list[str] = field(default_factory=list)
+    # the run is over: nothing more will be written (a harness may stop the process from here on)
+    complete: bool = False
 
     def backend(self, name: str) -> BackendResult | None:
         return next((b for b in self.backends if b.name == name), None)

@@ -167,6 +167,7 @@ def bench_cmd(model_file: ModelFile, fusion: FusionOpt = "default", runtime: Run
                 traceback.print_exc()
             found = find_pipec_error(exc)
             fail(f"{name}: {step[0]} failed: {found if found else one_line(exc)}", 1)
+    result.complete = True
     save(result)
     if json_out:
         print(json.dumps(result.to_dict(), indent=2))
