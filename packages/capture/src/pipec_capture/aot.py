@@ -107,8 +107,8 @@ DECOMPOSE_CORE = (
     # updated out of place): without it, every BatchNorm in training mode would be an extern
     "aten._native_batch_norm_legit_functional.default",
     # not Core ATen either: grid_sample (deformable attention's sampling in RT-DETR and the other
-    # detectors) as gathers of its corner pixels with their weights, which fuse; its backward
-    # becomes their index_put sums
+    # detectors) as gathers of its corner pixels with their weights, which fuse. Its backward
+    # stays `grid_sampler_2d_backward` (autograd's formula, taken before decompositions), an extern
     "aten.grid_sampler_2d.default",
 )
 
