@@ -2,7 +2,8 @@
 
 A stage's key is built from the stage, the implementation's registry name, the
 distribution that registered it and its version, a digest of the source files of
-the distributions whose code makes the output (any install kind), the pipec-ir version, `CompileOptions.key()`
+the distributions whose code makes the output (any install kind) and of the implementation's
+package as imported, the pipec-ir version, `CompileOptions.key()`
 (without the runtime's `load_options`) and the digest
 of the stage's input: an IR document's canonical JSON, or for the capture stage
 `graph_module_digest` of the ATen fx GraphModule it lowers.
@@ -61,7 +62,8 @@ def implementation_fingerprint(entry: pipec_ir.Entry, *, torch: bool = False) ->
     """The code that produces a stage's output: for the registering distribution, the one that
     ships the implementation's class and pipec-ir (and torch for capture), its version and a
     digest of its source files, for every install kind (a plugin reinstalled at the same version
-    with changed code gets new keys); code outside any distribution: its module file's digest."""
+    with changed code gets new keys); and a digest of the implementation's top-level package as
+    imported (`package_fingerprint`), which also covers code outside any distribution."""
     module = type(entry.impl).__module__
     shipped_by = _shipped_by(module)
     dists = {entry.distribution, shipped_by, "pipec-ir"} | ({"torch"} if torch else set())
