@@ -23,7 +23,8 @@ deepest pipec frame, pipec's warnings (fallbacks, extern calls), graph breaks an
 compile and first call. One process per architecture keeps one failure from poisoning the next.
 Session 15's run: benchmarks/results/hf_sweep_cpu_s15.md; session 16's, inference and training:
 benchmarks/results/hf_sweep_cpu_s16.jsonl, hf_sweep_train_cpu_s16.jsonl. The architectures and
-their inputs: hf_sweep_archs.py and hf_sweep_inputs.py.
+their inputs: hf_sweep_archs.py (the fourth and fifth batches in hf_sweep_later_archs.py, the shared
+tiny configs in hf_sweep_configs.py) and hf_sweep_inputs.py.
 """
 
 from __future__ import annotations
