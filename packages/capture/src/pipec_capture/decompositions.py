@@ -119,6 +119,69 @@ def weight_norm_backward(grad_w: torch.Tensor, saved_v: torch.Tensor, saved_g: t
     return grad_v.to(saved_v.dtype), grad_g.to(saved_g.dtype)
 
 
+def _source_index(coord: torch.Tensor, size: int, padding_mode: int, align_corners: bool):
+    """(a grid coordinate as a pixel index along a dim of `size`, d index / d coordinate)."""
+    if align_corners:
+        scale = (size - 1) / 2
+        index = (coord + 1) * scale
+    else:
+        scale = size / 2
+        index = ((coord + 1) * size - 1) / 2
+    if padding_mode == 1:  # border: clipped to the image, no gradient where clipped
+        inside = (index >= 0) & (index <= size - 1)
+        return index.clamp(0, size - 1), torch.where(inside, scale, 0.0)
+    return index, torch.full_like(index, scale)
+
+def grid_sampler_2d_backward(grad_output: torch.Tensor, input: torch.Tensor, grid: torch.Tensor,  # noqa: A002
+                             interpolation_mode: int, padding_mode: int, align_corners: bool, output_mask):
+    """The gradients (of input, of grid) of grid_sample in bilinear and nearest mode, with zeros or
+    border padding (ATen's GridSampler backward): each corner's gradient added into the input with
+    index_put sums (scatters), the grid's from the corners' differences, as gathers. Autograd takes
+    the op's own backward before decompositions run, so without this every training step of the
+    detectors (RT-DETR, D-FINE, DEIMv2, LW-DETR) called ATen's kernel. Bicubic and reflection stay
+    extern calls."""
+    if interpolation_mode not in (0, 1) or padding_mode not in (0, 1):
+        return NotImplemented
+    math = torch.promote_types(input.dtype, torch.float32)
+    go, x, g = grad_output.to(math), input.to(math), grid.to(math)
+    n, c, h, w = x.shape
+    ix, dx = _source_index(g[..., 0], w, padding_mode, align_corners)  # [N, Ho, Wo]
+    iy, dy = _source_index(g[..., 1], h, padding_mode, align_corners)
+    batch = torch.arange(n, device=x.device).view(n, 1, 1, 1)
+    chan = torch.arange(c, device=x.device).view(1, c, 1, 1)
+    grad_input = torch.zeros_like(x)
+
+    def corner(xs, ys, weight):
+        """(the input at the corner, zero outside the image, and its gradient added)."""
+        inside = ((xs >= 0) & (xs <= w - 1) & (ys >= 0) & (ys <= h - 1)).unsqueeze(1)
+        xi = xs.clamp(0, w - 1).to(torch.int64).unsqueeze(1)
+        yi = ys.clamp(0, h - 1).to(torch.int64).unsqueeze(1)
+        value = torch.where(inside, x[batch, chan, yi, xi], 0.0)
+        return value, (batch, chan, yi, xi), torch.where(inside, go * weight.unsqueeze(1), 0.0)
+
+    if interpolation_mode == 1:  # nearest: no gradient for the grid
+        _, at, contribution = corner(ix.round(), iy.round(), torch.ones_like(ix))
+        grad_input = aten.index_put(grad_input, list(at), contribution, True)
+        grad_grid = torch.zeros_like(g)
+    else:
+        x0, y0 = ix.floor(), iy.floor()
+        x1, y1 = x0 + 1, y0 + 1
+        corners = ((x0, y0, (x1 - ix) * (y1 - iy)), (x1, y0, (ix - x0) * (y1 - iy)),
+                   (x0, y1, (x1 - ix) * (iy - y0)), (x1, y1, (ix - x0) * (iy - y0)))
+        values = []
+        for xs, ys, weight in corners:
+            value, at, contribution = corner(xs, ys, weight)
+            grad_input = aten.index_put(grad_input, list(at), contribution, True)
+            values.append(value)
+        nw, ne, sw, se = values
+        wx1, wx0 = (x1 - ix).unsqueeze(1), (ix - x0).unsqueeze(1)
+        wy1, wy0 = (y1 - iy).unsqueeze(1), (iy - y0).unsqueeze(1)
+        gix = ((ne - nw) * wy1 + (se - sw) * wy0) * go
+        giy = ((sw - nw) * wx1 + (se - ne) * wx0) * go
+        grad_grid = torch.stack([gix.sum(1) * dx, giy.sum(1) * dy], -1)
+    return ((grad_input.to(input.dtype) if output_mask[0] else None), grad_grid.to(grid.dtype))
+
+
 def histc(self: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:  # noqa: A002
     """torch.histc: how many elements fall in each of `bins` equal-width bins over [min, max]
     (the data's own range where min == max; widened by 1 each way where that is one value).
@@ -150,6 +213,7 @@ def histc(self: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -
 
 
 DECOMPOSITIONS = {
+    aten.grid_sampler_2d_backward.default: grid_sampler_2d_backward,
     aten.histc.default: histc,
     aten._weight_norm_interface_backward.default: weight_norm_backward,
     aten.masked_scatter.default: masked_scatter,
