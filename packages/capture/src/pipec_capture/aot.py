@@ -107,8 +107,8 @@ DECOMPOSE_CORE = (
     # updated out of place): without it, every BatchNorm in training mode would be an extern
     "aten._native_batch_norm_legit_functional.default",
     # not Core ATen either: grid_sample (deformable attention's sampling in RT-DETR and the other
-    # detectors) as gathers of its corner pixels with their weights, which fuse. Its backward
-    # stays `grid_sampler_2d_backward` (autograd's formula, taken before decompositions), an extern
+    # detectors) as gathers of its corner pixels with their weights, which fuse. Autograd takes
+    # `grid_sampler_2d_backward` before any decomposition: decompositions.py has its own for it
     "aten.grid_sampler_2d.default",
 )
 
