@@ -132,6 +132,7 @@ def _source_index(coord: torch.Tensor, size: int, padding_mode: int, align_corne
         return index.clamp(0, size - 1), torch.where(inside, scale, 0.0)
     return index, torch.full_like(index, scale)
 
+
 def grid_sampler_2d_backward(grad_output: torch.Tensor, input: torch.Tensor, grid: torch.Tensor,  # noqa: A002
                              interpolation_mode: int, padding_mode: int, align_corners: bool, output_mask):
     """The gradients (of input, of grid) of grid_sample in bilinear and nearest mode, with zeros or
@@ -152,7 +153,8 @@ def grid_sampler_2d_backward(grad_output: torch.Tensor, input: torch.Tensor, gri
     grad_input = torch.zeros_like(x)
 
     def corner(xs, ys, weight):
-        """(the input at the corner, zero outside the image, and its gradient added)."""
+        """(the input at this corner of every sample, zero outside the image; the corner's indices;
+        grad_output times the corner's weight, zero outside the image)."""
         inside = ((xs >= 0) & (xs <= w - 1) & (ys >= 0) & (ys <= h - 1)).unsqueeze(1)
         xi = xs.clamp(0, w - 1).to(torch.int64).unsqueeze(1)
         yi = ys.clamp(0, h - 1).to(torch.int64).unsqueeze(1)
