@@ -225,10 +225,11 @@ def test_source_file_digests_are_memoized_by_mtime_and_size(tmp_path, monkeypatc
     assert keys.file_digest(str(path)) != first and reads == [path]
 
 
-def test_the_implementations_package_as_imported_is_in_its_fingerprint(tmp_path, monkeypatch):
+def test_a_distribution_without_a_record_is_digested_where_its_package_is_imported(tmp_path, monkeypatch):
     """A stage implementation imported from a source tree whose distribution metadata lists other
-    files (a setuptools .egg-info beside it, ahead of the install on sys.path): a change to any
-    module of its package, not only the one defining the class, changes the fingerprint."""
+    files (a setuptools .egg-info beside it, ahead of the install on sys.path): its distribution is
+    digested where its package is imported from, so a change to any module of the package, not
+    only the one defining the class, changes the fingerprint."""
     import importlib
     import sys
 
@@ -249,7 +250,7 @@ def test_the_implementations_package_as_imported_is_in_its_fingerprint(tmp_path,
     monkeypatch.delitem(sys.modules, "pipec_stale_probe", raising=False)
     module = importlib.import_module("pipec_stale_probe")
     entry = pipec_ir.Entry("fusion", "probe", module.Stage(), "pipec-stale-probe", "0.1.0")
-    keys._package_files.cache_clear()
+    keys._SOURCES.pop("pipec-stale-probe", None)  # as a new process would list it
     before = keys.implementation_fingerprint(entry)
     (pkg / "helpers.py").write_text("TABLE = {'a': 2}\n")
     assert keys.implementation_fingerprint(entry) != before

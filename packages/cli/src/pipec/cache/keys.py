@@ -2,8 +2,8 @@
 
 A stage's key is built from the stage, the implementation's registry name, the
 distribution that registered it and its version, a digest of the source files of
-the distributions whose code makes the output (any install kind) and of the implementation's
-package as imported, the pipec-ir version, `CompileOptions.key()`
+the distributions whose code makes the output (any install kind; a distribution without a RECORD
+where its packages are imported from), the pipec-ir version, `CompileOptions.key()`
 (without the runtime's `load_options`) and the digest
 of the stage's input: an IR document's canonical JSON, or for the capture stage
 `graph_module_digest` of the ATen fx GraphModule it lowers.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import sys
@@ -62,14 +63,14 @@ def implementation_fingerprint(entry: pipec_ir.Entry, *, torch: bool = False) ->
     """The code that produces a stage's output: for the registering distribution, the one that
     ships the implementation's class and pipec-ir (and torch for capture), its version and a
     digest of its source files, for every install kind (a plugin reinstalled at the same version
-    with changed code gets new keys); and a digest of the implementation's top-level package as
-    imported (`package_fingerprint`), which also covers code outside any distribution."""
+    with changed code gets new keys); code outside any distribution: its module file's digest."""
     module = type(entry.impl).__module__
     shipped_by = _shipped_by(module)
     dists = {entry.distribution, shipped_by, "pipec-ir"} | ({"torch"} if torch else set())
     out = tuple((d, distribution_fingerprint(d)) for d in sorted(dists) if d != "unknown")
-    # and the package the implementation was imported from, as loaded: the code that runs
-    return out + ((module.split(".")[0], package_fingerprint(module)),)
+    if shipped_by == "unknown":  # code outside any distribution (a test, a script)
+        out += ((module, module_fingerprint(module)),)
+    return out
 
 
 @functools.cache
@@ -118,10 +119,35 @@ def _distribution_sources(dist: str) -> tuple[str, list[tuple[str, str]]] | None
     elif stamp is not None and stamp[1] > _LARGE_RECORD:
         files = [("RECORD", record)]  # not parsed: torch's lists ~15000 files
     else:
-        files = sorted((f.as_posix(), str(d.locate_file(f))) for f in d.files or [] if _is_source(f))
+        files = (_imported_files(d) if stamp is None else None) \
+            or sorted((f.as_posix(), str(d.locate_file(f))) for f in d.files or [] if _is_source(f))
     # without a RECORD (stamp None) nothing says when to look again: once per process
     _SOURCES[dist] = (record, stamp, d.version or "0", files)
     return d.version or "0", files
+
+
+def _imported_files(d: importlib.metadata.Distribution) -> list[tuple[str, str]] | None:
+    """The source files of the top-level packages a distribution without a RECORD names
+    (top_level.txt), where Python imports them from; None where it names none found.
+
+    Such a distribution is most often a setuptools `.egg-info` beside a source tree put on
+    `sys.path`: its SOURCES.txt lists paths relative to the project, which resolve nowhere from
+    the .egg-info, so digesting them gave a key that never changed while the code did, and
+    AOTAutograd's cache served graphs lowered by old code."""
+    files = []
+    for name in (d.read_text("top_level.txt") or "").split():
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            root = Path(next(iter(spec.submodule_search_locations)))
+            files += [(f"{name}/{rel.as_posix()}", str(root / rel)) for rel in _tree_files(root)]
+        elif spec.origin:
+            files.append((Path(spec.origin).name, spec.origin))
+    return sorted(files) or None
 
 
 def _record_path(d: importlib.metadata.Distribution) -> str:
@@ -198,30 +224,6 @@ def module_fingerprint(module: str) -> str:
     mod = sys.modules.get(module)
     path = getattr(mod, "__file__", None)
     return file_digest(path)[:16] if path else "0"
-
-
-def package_fingerprint(module: str) -> str:
-    """A digest of the source files of the top-level package `module` was imported from (its
-    directory, as `_tree_files` lists it), or of the module's own file where it is no package.
-
-    A distribution's metadata can describe other files than the ones imported: a source tree put
-    on `sys.path` ahead of the install carries a setuptools `.egg-info` whose file list resolves
-    nowhere, so the distribution's digest stayed the same while the code changed, and
-    AOTAutograd's cache gave graphs lowered by the old code."""
-    top = module.split(".")[0]
-    paths = list(getattr(sys.modules.get(top), "__path__", None) or [])
-    if not paths:
-        return module_fingerprint(module)
-    root = Path(paths[0])
-    h = hashlib.sha256()
-    for rel in _package_files(root):
-        h.update(f"{rel.as_posix()}\0{file_digest(str(root / rel))}\0".encode())
-    return h.hexdigest()[:16]
-
-
-@functools.cache
-def _package_files(root: Path) -> tuple[Path, ...]:
-    return tuple(_tree_files(root))  # listed once per process, as a RECORD-less distribution's
 
 
 # ---------------------------------------------------------------- the capture stage's input
