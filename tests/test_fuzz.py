@@ -173,10 +173,11 @@ def test_gemm_of_one_element_with_a_reshaped_epilogue():
 
 
 def test_scatter_add_run_by_aten_with_an_expanded_index():
-    """Under dynamic shapes pipec runs `scatter_add` as an ATen extern call; its index is an
-    expanded view (strides (1, 0, 0)), which torch 2.13's CPU kernel misplaces (72 of 192
-    elements wrong, outside the scattered positions; found by `scripts/fuzz.py --seed 401`).
-    The runtime passes such an index materialized (extern_ops.DenseIndexCall)."""
+    """`scatter_add` under dynamic shapes with an expanded index (strides (1, 0, 0)). When pipec
+    ran it as an ATen extern call, torch 2.13's CPU kernel misplaced such an index (72 of 192
+    elements wrong, outside the scattered positions; found by `scripts/fuzz.py --seed 401`), so
+    the runtime passes it materialized (extern_ops.DenseIndexCall, still used by the scatter_reduce
+    that stays extern: test_runtime_launch.py). Now it is generated at symbolic sizes."""
     from fuzz_graphs import Program, Step
 
     prog = Program(input_shapes=((3, 2, 32), (8, 32), (8,), (3, 2, 8)),

@@ -119,3 +119,33 @@ def test_embedding_backward_lowers_with_symbolic_sizes(by_freq):
     grad, tokens = torch.randn(3, 4, 5, generator=g), torch.randint(0, 7, (3, 4), generator=g)
     (got,) = run_graph(graph, [grad, tokens])
     torch.testing.assert_close(got, fn(grad, tokens))
+
+
+SYMBOLIC = {
+    # a detector's backward: gradients summed into a box count a symbol sizes, src larger than the index
+    "scatter_add": lambda x, s, i: torch.scatter_add(x, 0, i, s),
+    "scatter_add_larger_src": lambda x, s, i: torch.scatter_add(x, 0, i[:2], s),
+    "reduce_amax": lambda x, s, i: x.scatter_reduce(0, i, s, "amax"),
+    "reduce_mean": lambda x, s, i: x.scatter_reduce(0, i, s, "mean", include_self=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYMBOLIC))
+def test_scatter_lowers_with_symbolic_sizes(name):
+    """scatter_add / scatter_reduce with several writes per line at symbolic sizes: an atomic
+    scatter at positions from size expressions, not an extern, and right at sizes other than the
+    traced ones."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
+
+    fn = SYMBOLIC[name]
+    gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(X, SRC, DUP)
+    graph = lower_graph(gm, name="t")
+    assert "scatter" in ops(graph) and "extern" not in ops(graph) and graph.symbols
+    for rows, cols in ((7, 3), (9, 8)):
+        x, s = torch.randn(rows, cols, generator=g), torch.randn(rows - 1, cols, generator=g)
+        i = torch.randint(0, rows, (rows - 1, cols), generator=g)  # duck-sized as src (both 4 when traced)
+        (got,) = run_graph(graph, [x, s, i])
+        torch.testing.assert_close(got, fn(x, s, i))

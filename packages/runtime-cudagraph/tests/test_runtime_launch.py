@@ -559,3 +559,22 @@ def test_an_output_viewing_the_runs_own_buffer_is_reinterpreted(options, tmp_pat
         torch.testing.assert_close(av, (x + x).t())
     assert run.specialized, "the second call ran specialized"
     assert not av._is_view() and xt._is_view() and xt._base is x
+
+
+def test_an_extern_scatter_gets_its_expanded_cpu_index_materialized():
+    """scatter_reduce "prod" stays an extern call (no atomic multiply). Its index may be an
+    expanded view (strides with zeros), which torch 2.13's CPU kernel misplaced (tests/test_fuzz.py):
+    the runtime's guarded call passes it contiguous, with the result of a dense index."""
+    import torch
+
+    from pipec_runtime_cudagraph.extern_ops import DenseIndexCall, guarded
+
+    op = torch.ops.aten.scatter_reduce.two
+    call = guarded("aten.scatter_reduce.two", op)
+    assert isinstance(call, DenseIndexCall) and guarded("aten.mm.default", torch.ops.aten.mm.default) is not call
+    g = torch.Generator().manual_seed(0)
+    x, src = torch.randn(4, 2, 8, generator=g), torch.randn(3, 2, 8, generator=g)
+    index = torch.randint(0, 4, (3, 1, 1), generator=g).expand(3, 2, 8)
+    assert 0 in index.stride()
+    got = call(x, 0, index, src, "prod")
+    torch.testing.assert_close(got, op(x, 0, index.contiguous(), src, "prod"), rtol=0, atol=0)

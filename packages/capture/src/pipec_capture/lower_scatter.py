@@ -24,7 +24,7 @@ from pipec_ir.ops import SCATTER_REDUCES
 
 from .builder import GraphBuilder, wrap_dim
 from .dtypes import torch_dtype
-from .lower_indexing import I64, advanced_index_coords, flat_position, iota, static_shape, strided_positions, take
+from .lower_indexing import I64, advanced_index_coords, flat_position, iota, strided_positions, take
 from .table import NoLowering, register
 
 # eager's reduce names -> the IR's
@@ -75,22 +75,32 @@ def _src_at_index_points(cx: GraphBuilder, src, index: Ref, dtype: str) -> Ref:
     if not isinstance(src, Ref):
         return cx.full(src, shape, dtype)
     src = cx.cast(src, dtype)
-    src_shape = static_shape(cx, cx.shape(src))
-    if src_shape == static_shape(cx, shape):
+    src_shape = _sizes(cx.shape(src))
+    if _same_sizes(cx, src_shape, _sizes(shape)):
         return src
     coords = [iota(cx, shape, d) for d in range(len(src_shape))]
     return take(cx, src, flat_position(cx, coords, src_shape, shape), shape)
 
 
+def _sizes(shape) -> tuple[sympy.Expr, ...]:
+    return tuple(sympy.sympify(s) for s in shape)
+
+
+def _same_sizes(cx: GraphBuilder, a: tuple, b: tuple) -> bool:
+    """Equal shapes, as expressions or as sizes the trace's guards made equal."""
+    return len(a) == len(b) and all(x == y or cx.symbols.provably_equal(x, y) for x, y in zip(a, b))
+
+
 def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: bool = True) -> Ref:
-    """scatter / scatter_add / scatter_reduce of src into x along dim, in x's dtype."""
+    """scatter / scatter_add / scatter_reduce of src into x along dim, in x's dtype. Sizes may be
+    symbolic (a detector's box count): positions are then arithmetic on size expressions."""
     shape, dtype = cx.shape(x), cx.dtype(x)
     if include_self and reduce in ("none", "sum") and _one_write_per_line(cx, shape, dim, index):
-        values = _values_per_line(cx, src, index, dtype)  # no static sizes needed: symbolic shapes too
+        values = _values_per_line(cx, src, index, dtype)
         if values is not None:
             return _select_along(cx, x, wrap_dim(dim, len(shape)), index, values, reduce)
-    self_shape = static_shape(cx, shape)
-    if 0 in static_shape(cx, cx.shape(index)):
+    self_shape = _sizes(shape)
+    if any(s.is_zero for s in _sizes(cx.shape(index))):  # symbolic sizes are never 0 (Dynamo specializes 0 and 1)
         return cx.emit("identity", [x], shape, dtype)
     if len(cx.shape(index)) != len(self_shape):
         raise NoLowering("index rank differs from self's")
@@ -177,7 +187,7 @@ def _scatter_mean(cx, node, x, dim, index, src, include_self: bool) -> Ref:
     t = cx.result(node)
     if t.dtype not in ("float16", "bfloat16", "float32", "float64"):
         raise NoLowering(f"scatter_reduce mean on {t.dtype} (integer division rounding)")
-    if 0 in static_shape(cx, cx.shape(index)):
+    if any(s.is_zero for s in _sizes(cx.shape(index))):
         return cx.emit("identity", [x], t.shape, t.dtype)
     work = _ACCUMULATE_IN[t.dtype]
     total = _scatter_along(cx, cx.cast(x, work), dim, index, src, "sum", include_self)
