@@ -227,8 +227,7 @@ def test_extern_with_a_symbolic_argument():
         return torch.topk(x, x.shape[0], dim=1).values * 2  # an extern taking a size expression
 
     compiled = pipec.compile(f, dynamic=True)
-    with pytest.warns(pipec.PipecFallbackWarning, match="topk"):
-        check(compiled, f, torch.randn(3, 5))
+    check(compiled, f, torch.randn(3, 5))  # topk of a symbolic k is ATen's kernel: a library call
     for shape in ((1, 2), (6, 7)):
         check(compiled, f, torch.randn(shape))
     assert compiled.pipec_session.dynamo_graphs == 2  # the symbolic graph, and (1, 2)'s

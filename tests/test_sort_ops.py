@@ -2,6 +2,8 @@
 scatter to the ranks (pipec_capture.decompositions.sort). Values and indices must equal eager's
 exactly (the inputs have no ties except where eager's order is the stable one too)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -36,13 +38,24 @@ def test_stable_sort_keeps_the_order_of_ties():
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
-def test_long_rows_stay_one_extern_call():
+@pytest.mark.parametrize("op", ["sort", "topk"])
+def test_long_rows_are_one_library_call(op):
+    """A row over SORT_MAX_ROW is ATen's kernel (radix sort / radix select), as Inductor calls it:
+    a library call, so no fallback warning, allowed under fullgraph; the math around it is generated."""
     from pipec_capture.decompositions import SORT_MAX_ROW
 
-    x = torch.randn(SORT_MAX_ROW + 1, generator=g)
-    f = lambda t: torch.sort(t)[0]  # noqa: E731
-    with pytest.warns(pipec.PipecFallbackWarning, match="aten.sort"):
-        torch.testing.assert_close(pipec.compile(f)(x), f(x))
+    x = torch.randn(2, SORT_MAX_ROW + 1, generator=g)
+    if op == "sort":
+        f = lambda t: torch.sort(t * 2)[0] + 1  # noqa: E731
+    else:
+        f = lambda t: torch.topk(t * 2, 5).values + 1  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pipec.PipecFallbackWarning)
+        got = pipec.compile(f, fullgraph=True)(x)
+        report = pipec.explain(f, x)
+    torch.testing.assert_close(got, f(x))
+    assert report.extern_ops == {f"aten.{op}.default": "library"}, report.extern_ops
+    assert any(k["runs_as"] == "Triton" for gr in report.graphs for k in gr["kernels"])
 
 
 @pytest.mark.parametrize("largest,is_sorted", [(True, True), (False, True), (True, False)])

@@ -12,7 +12,7 @@ from __future__ import annotations
 EXTERN, XFAIL = "extern", "error"
 
 EXPECTED: dict[str, tuple[str, str]] = {
-    'argsort': (EXTERN, 'aten.sort.default: a row over 1024 elements (op_db has one of 8,000) stays an extern call; shorter rows are generated'),
+    'argsort': (EXTERN, 'aten.sort.default: library: a row over 1024 elements (op_db has one of 8,000) is ATen\'s radix sort; shorter rows are generated'),
     'argwhere': (XFAIL, 'data-dependent output shape'),
     'cdist': (EXTERN, 'aten._cdist_forward.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
     'cdouble': (XFAIL, "complex dtypes are not in pipec's IR"),
@@ -51,7 +51,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     'linalg.tensorsolve': (XFAIL, 'an op with a non-tensor result (error check) cannot be compiled'),
     'logdet': (EXTERN, 'aten._linalg_slogdet.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
     'masked.median': (EXTERN, 'aten.nanmedian.dim: sorting: pipec has no sort kernel'),
-    'msort': (EXTERN, 'aten.sort.default: a row over 1024 elements (op_db has one of 8,000) stays an extern call; shorter rows are generated'),
+    'msort': (EXTERN, 'aten.sort.default: library: a row over 1024 elements (op_db has one of 8,000) is ATen\'s radix sort; shorter rows are generated'),
     'nn.functional.bilinear': (EXTERN, 'aten._trilinear.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
     'nn.functional.conv1d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
     'nn.functional.conv2d': (EXTERN, 'aten.convolution.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
@@ -72,7 +72,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     'pinverse': (EXTERN, 'aten.linalg_pinv.atol_rtol_tensor: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
     'resize_as_': (EXTERN, 'aten.resize.default: no lowering for aten.resize.default'),
     'scatter_reduce.prod': (EXTERN, 'aten.scatter_reduce.two: scatter: writes to data-dependent positions; pipec generates no atomic scatter kernel yet'),
-    'sort': (EXTERN, 'aten.sort.default: a row over 1024 elements (op_db has one of 8,000) stays an extern call; shorter rows are generated'),
+    'sort': (EXTERN, 'aten.sort.default: library: a row over 1024 elements (op_db has one of 8,000) is ATen\'s radix sort; shorter rows are generated'),
     'stft': (XFAIL, "complex dtypes are not in pipec's IR"),
     'svd_lowrank': (EXTERN, "aten._linalg_svd.default, aten.linalg_qr.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer"),
     'tensor_split': (XFAIL, "the sample's op reads tensor data while tracing (tensor_split by a tensor of indices)"),

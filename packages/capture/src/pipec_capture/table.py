@@ -71,6 +71,11 @@ LIBRARY_OPS = frozenset({
     # raises as eager does (it reads `info` on the host; a CUDA Graph capture leaves such a program
     # to plain launches)
     "_linalg_check_errors",
+    # sorts and selections that decompositions.sort leaves alone: rows over SORT_MAX_ROW (its rank
+    # sort compares every pair of a row), symbolic lengths, bool and complex values. ATen's
+    # kernels (a segmented radix sort, a radix select for topk) are the right answer there, and
+    # Inductor calls them too: a detector's topk of 300 out of 8,400 anchors x 80 classes
+    "sort", "topk",
 })
 
 def op_name(target) -> str:
