@@ -47,15 +47,18 @@ def kind(statement: str) -> str:
 def instrument(runner, key, run, totals: dict, label: str):
     """`run` rebuilt with a clock reading after each top-level statement, adding to `totals`."""
     lines = run.source.splitlines()
-    body, kinds = [lines[0], "    _T0 = _NOW()"], collections.Counter()
+    statements: list[list[str]] = []  # each top-level statement with the block it opens (the guards' `if`)
     for line in lines[1:]:
-        if not line.startswith("    ") or line.startswith("     "):
-            body.append(line)
-            continue
-        k = kind(line)
+        if line.startswith("    ") and not line.startswith("     ") or not statements:
+            statements.append([line])
+        else:
+            statements[-1].append(line)
+    body, kinds = [lines[0], "    _T0 = _NOW()"], collections.Counter()
+    for statement in statements:
+        k = kind(statement[0])
         kinds[k] += 1
         tick = f"    _T = _NOW(); _ACC[{f'{label}:{k}'!r}] += _T - _T0; _T0 = _T"
-        body.extend([tick, line] if line.strip().startswith("return") else [line, tick])
+        body.extend([tick, *statement] if statement[0].strip().startswith("return") else [*statement, tick])
     namespace = run.__globals__
     namespace["_NOW"], namespace["_ACC"] = time.perf_counter_ns, totals
     exec(compile("\n".join(body) + "\n", f"<instrumented {label}>", "exec"), namespace)  # noqa: S102
