@@ -4,6 +4,11 @@ every top-level statement, then the step runs `--steps` times.
 
     python benchmarks/host_statements.py --case bert                 # H200: ms per step by kind
     python benchmarks/host_statements.py --case bert --tiny          # CPU smoke test (interpreter)
+    python benchmarks/host_statements.py --inference qwen2           # an inference call of a suite case
+
+`--inference CASE`: a case of the real-model suite (tests/real_models/hf_models.py: qwen2, bert,
+gpt2-4x1024-bf16, ...), one call under `torch.compile(backend="pipec")` in inference mode instead
+of a training step; its plain call time is printed before the instrumented one.
 
 Kinds: guards (input checks and copies), alloc (a fresh storage), bind (a buffer bound to its
 storage), launch (a kernel launch), mm (a library GEMM), sdpa (attention), extern (another ATen
@@ -67,19 +72,43 @@ def instrument(runner, key, run, totals: dict, label: str):
     return timed, kinds
 
 
+def training_step(args, device: str):
+    net, inputs, autocast = train_step.build(args.case, args.tiny, device)
+    fn = train_step.compiled("pipec", net)
+    return train_step.make_step(fn, net, inputs, autocast, device)[0]
+
+
+def inference_call(case: str, tiny: bool, device: str):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "real_models"))
+    import hf_models
+
+    built = hf_models.build(case, hf_models.TINY if tiny else "real", device=device)
+    fn = torch.compile(built.model, backend="pipec")
+
+    def call():
+        with torch.inference_mode():
+            return fn(*built.inputs)
+
+    return call
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", default="bert", choices=("bert", "gpt2", "vocab_loss") + train_step.suite_training_cases())
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--inference", metavar="CASE", help="an inference call of this real-model suite case instead")
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    net, inputs, autocast = train_step.build(args.case, args.tiny, device)
-    fn = train_step.compiled("pipec", net)
-    step, _ = train_step.make_step(fn, net, inputs, autocast, device)
+    step = inference_call(args.inference, args.tiny, device) if args.inference else training_step(args, device)
     for _ in range(4):  # compile, then specialize every program
         step()
     train_step.sync(device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    train_step.sync(device)
+    print(f"plain step {(time.perf_counter() - start) * 1e3 / args.steps:.2f} ms")
     totals = collections.defaultdict(int)
     runners = [o for o in gc.get_objects() if type(o).__name__ == "ProgramRunner"]
     for n, runner in enumerate(r for r in runners if r.specialized):
