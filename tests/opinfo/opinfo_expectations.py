@@ -14,7 +14,6 @@ EXTERN, XFAIL = "extern", "error"
 EXPECTED: dict[str, tuple[str, str]] = {
     'argsort': (EXTERN, 'aten.sort.default: library: a row over 1024 elements (op_db has one of 8,000) is ATen\'s radix sort; shorter rows are generated'),
     'argwhere': (XFAIL, 'data-dependent output shape'),
-    'cdist': (EXTERN, 'aten._cdist_forward.default: library: a vendor library (cuBLAS/cuDNN/LAPACK) is the right answer'),
     'cdouble': (XFAIL, "complex dtypes are not in pipec's IR"),
     'cfloat': (XFAIL, "complex dtypes are not in pipec's IR"),
     'chalf': (XFAIL, "complex dtypes are not in pipec's IR"),

@@ -214,7 +214,56 @@ def histc(self: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -
     return hits.sum(0).to(self.dtype)
 
 
+def cdist_forward(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode=None):
+    """torch.cdist's kernel: the p-norm distance of every row of x1 to every row of x2, as one
+    reduction over the rows' pairwise differences (the [..., P, R, M] differences fuse into it,
+    never stored). p = 2 goes through the matrix product where ATen's does (`_euclidean_dist`:
+    compute_mode 1, or 0 with either side over 25 rows), so the results are eager's; p = 0 counts
+    the differing coordinates, p = inf takes their largest."""
+    r1, r2 = x1.shape[-2], x2.shape[-2]
+    mode = 0 if compute_mode is None else compute_mode
+    if p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25))):
+        return aten._euclidean_dist(x1, x2)
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    if p == 0:
+        return (diff != 0).sum(-1).to(x1.dtype)
+    if p == float("inf"):
+        return diff.abs().amax(-1) if diff.shape[-1] else diff.sum(-1)
+    if p == 1:
+        return diff.abs().sum(-1)
+    if p == 2:
+        return (diff * diff).sum(-1).sqrt()
+    return diff.abs().pow(p).sum(-1).pow(1.0 / p)
+
+
+def cdist_backward(grad: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, p: float, dist: torch.Tensor):
+    """The gradient of cdist's distances with respect to x1 (ATen's formulas, per p): each pair's
+    d dist / d x1 from the pair's difference, weighted by the pair's gradient and summed over x2's
+    rows, one reduction. A pair at distance 0 passes no gradient (nor, for p < 1, a coordinate
+    that does not differ), as in ATen; p = inf passes it to the coordinates that reach the
+    maximum. (x2's gradient is this with the two sides swapped: autograd's own call.)"""
+    if p == 0:
+        return torch.zeros_like(x1)
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    pair = dist.unsqueeze(-1)
+    zero = torch.zeros((), dtype=diff.dtype, device=diff.device)
+    if p == 1:
+        term = diff.sign()
+    elif p == 2:
+        term = torch.where(pair == 0, zero, diff / pair)
+    elif p == float("inf"):
+        term = diff.sign() * (diff.abs() == pair)
+    else:
+        term = diff.sign() * diff.abs().pow(p - 1) / pair.pow(p - 1)
+        dead = (pair == 0) | (diff == 0) if p < 1 else pair == 0
+        term = torch.where(dead, zero, term)
+    out = (grad.unsqueeze(-1) * term).sum(-2)
+    return out.sum_to_size(x1.shape) if out.shape != x1.shape else out
+
+
 DECOMPOSITIONS = {
+    aten._cdist_forward.default: cdist_forward,
+    aten._cdist_backward.default: cdist_backward,
     aten.grid_sampler_2d_backward.default: grid_sampler_2d_backward,
     aten.histc.default: histc,
     aten._weight_norm_interface_backward.default: weight_norm_backward,
