@@ -9,7 +9,7 @@ from pipec_capture.decompositions import digamma, lgamma
 
 from conftest import dynamo_capture
 
-SPECIAL = [0.0, -0.0, -1.0, -2.0, -2.5, 1e-8, -1e-8, 3e-4, 0.5, 1.0, 2.0, 30.0, -7.3, -100.5, 1e6, 1e30,
+SPECIAL = [0.0, -0.0, -1.0, -2.0, -2.5, 1e-8, -1e-8, 3e-4, -3.0001, -0.9999, 4.9999, 0.5, 1.0, 2.0, 30.0, -7.3, -100.5, 1e6, 1e30,
            float("inf"), float("-inf"), float("nan")]
 
 
