@@ -327,3 +327,17 @@ def test_true_divide_lowers_as_div_with_integer_operands_promoted():
         graph = lower_graph(torch.fx.GraphModule(torch.nn.Module(), fx), example, name="t")
         assert "extern" not in ops(graph) and "div" in ops(graph)
         torch.testing.assert_close(run_graph(graph, example)[0], op(*args))
+
+
+def test_arange_from_a_size_expression():
+    """`arange` starting at a size (Autoformer's lags from a symbolic length): an iota from 0 plus
+    the start the runtime evaluates, not an extern; integer and float, with a step."""
+    def f(a):
+        n = a.shape[0]
+        return torch.arange(n, n + 5) * 2, torch.arange(n - 1, 2 * n + 3, 2, dtype=torch.float32)
+    gm = make_fx(f, decomposition_table=core_decompositions(), tracing_mode="symbolic")(A)
+    graph = lower_graph(gm)
+    assert "extern" not in ops(graph) and graph.symbols
+    for x in (A, torch.randn(3, 7, generator=g), torch.randn(6, 2, generator=g)):
+        for got, want in zip(run_graph(graph, [x]), f(x)):
+            torch.testing.assert_close(got, want)

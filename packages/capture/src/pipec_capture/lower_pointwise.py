@@ -250,5 +250,10 @@ def lower_arange(cx, node, *args, **kwargs):
     else:
         start = args[0]
         step = args[2] if name == "aten.arange.start_step" and len(args) > 2 else kwargs.get("step", 1)
+    if isinstance(start, sympy.Expr) and not start.is_Number:  # a size expression (Autoformer's
+        # lags from a symbolic length): an iota from 0, plus the start the runtime evaluates
+        ramp = cx.emit("iota", [], t.shape, t.dtype, dim=0, start=scalar_value(0, t.dtype),
+                       step=scalar_value(step, t.dtype))
+        return cx.emit("add", [ramp, cx.full(start, t.shape, t.dtype)], t.shape, t.dtype)
     return cx.emit("iota", [], t.shape, t.dtype, dim=0, start=scalar_value(start, t.dtype),
                    step=scalar_value(step, t.dtype))
