@@ -99,3 +99,37 @@ def test_wrong_inputs_still_get_eagers_own_error():
             compiled(torch.randn(4, 5))
         torch.testing.assert_close(compiled(torch.randn(4, 8).fill_(1)), model(torch.ones(4, 8)))
     assert compiled.pipec_session.graphs  # the right input was compiled
+
+
+def _pad_reflect(x, paddings):
+    """transformers' EncodecConv1d._pad1d: a graph break on the data-dependent branch, then a
+    reflect pad whose right padding is a tensor, which AOTAutograd reads with `.item()`."""
+    length = x.shape[-1]
+    left, right = paddings
+    max_pad = max(left, right)
+    extra = 0
+    if length <= max_pad:
+        extra = max_pad - length + 1
+        x = torch.nn.functional.pad(x, (0, extra))
+    padded = torch.nn.functional.pad(x, paddings, "reflect")
+    return padded[..., :padded.shape[-1] - extra]
+
+
+def _encodec_padding(x):
+    length = x.shape[-1]
+    frames = torch.ceil(torch.tensor((length - 4 + 3) / 2 + 1)).to(torch.int64) - 1
+    return _pad_reflect(x * 2, (3, frames * 2 + 4 - 3 - length)).sin() + 1
+
+
+def test_a_data_dependent_op_in_aot_autograd_is_a_graph_break_not_an_eager_graph():
+    """AOTAutograd meets a data-dependent `.item()` (DataDependentOutputException) in a graph
+    Dynamo traced: pipec lets Dynamo split the graph there, as Inductor does, instead of running the
+    whole graph eagerly (EnCodec's and Mimi's convolution padding ran that way)."""
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0))
+    compiled = pipec.compile(_encodec_padding)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PipecFallbackWarning)
+        got = compiled(x)
+    torch.testing.assert_close(got, _encodec_padding(x))
+    session = compiled.pipec_session
+    assert session.eager_graphs == 0 and session.graphs

@@ -17,7 +17,7 @@ from pipec_ir import CompileOptions, RecompileLimitError
 from .aot_cache import (TAG_OPTION, cache_events_logged, cache_tag, in_cache_scope, loading, lookup_bypasses,
                         stats_snapshot, unpickle_layers)
 from .cache import PipecCacheWarning, device_checks_dir
-from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error
+from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error, graph_break_error
 from .gc_pause import gc_paused
 from .graph_call import tensors_only, with_object_outputs, with_size_outputs
 from .graph_devices import compute_device, on_graph_devices
@@ -144,6 +144,13 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
         except RecompileLimitError:
             raise
         except Exception as exc:
+            splittable = None if options.fullgraph else graph_break_error(exc)
+            if splittable is not None:
+                # an op fake tensors cannot trace (AOTAutograd reading data: EnCodec's and Mimi's
+                # padding from a `.item()`): Dynamo splits the graph there and compiles the parts,
+                # as it does for Inductor, so only that op runs eagerly, not the whole graph
+                session.forget(session.graphs[first_graph:])
+                raise splittable from None
             # outside fullgraph a graph pipec cannot compile runs as Dynamo traced it, eagerly,
             # with one warning naming it; `pipec compile` and `explain` report it instead
             found = find_pipec_error(exc)

@@ -41,6 +41,16 @@ def find_error(exc: BaseException | None, kind: type) -> BaseException | None:
     return None
 
 
+def graph_break_error(exc: BaseException | None) -> BaseException | None:
+    """The error inside `exc` that Dynamo answers with a graph break when a backend raises it
+    (`torch._dynamo.exc.exceptions_allowed_to_be_fallback`: a fake tensor's data-dependent output
+    or unsupported op), or None."""
+    import torch._dynamo.exc
+
+    kinds = getattr(torch._dynamo.exc, "exceptions_allowed_to_be_fallback", ())
+    return find_error(exc, kinds) if kinds else None
+
+
 def find_pipec_error(exc: BaseException | None) -> PipecError | None:
     """The PipecError inside `exc` (Dynamo wraps backend errors in BackendCompilerFailed)."""
     return find_error(exc, PipecError)
