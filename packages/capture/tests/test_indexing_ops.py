@@ -118,19 +118,27 @@ def test_cat_lowers_with_symbolic_sizes():
         torch.testing.assert_close(got, want)
 
 
-def test_a_cat_part_that_may_be_empty_stays_extern():
+def test_a_cat_part_that_may_be_empty_is_written_part_by_part():
     """A part sized by a difference of sizes (it may be 0 at run time) would be read out of bounds
-    by the clamped gather: that cat stays an ATen call."""
+    by the clamped gather: that cat writes each part at its place instead (one scatter per part over
+    the part's own points, so an empty one reads nothing), right when the part is empty too."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from pipec_capture import core_decompositions, lower_graph
+    from pipec_capture.reference import run_graph
 
     def fn(a, b):
-        return torch.cat([a, b[: b.shape[0] - a.shape[0]]], dim=0)
+        return torch.cat([a * 2, b[: b.shape[0] - a.shape[0]] + 1, a], dim=0)
 
     gm = make_fx(fn, decomposition_table=core_decompositions(), tracing_mode="symbolic")(torch.randn(3, 2), torch.randn(7, 2))
     graph = lower_graph(gm, name="t")
-    assert "extern" in [n.op for n in graph.nodes]
+    ops = [n.op for n in graph.nodes]
+    assert "extern" not in ops and ops.count("scatter") == 3
+    g = torch.Generator().manual_seed(3)
+    for rows_a, rows_b in ((3, 7), (4, 4), (2, 9)):  # (4, 4): the middle part is empty
+        inputs = [torch.randn(rows_a, 2, generator=g), torch.randn(rows_b, 2, generator=g)]
+        (got,) = run_graph(graph, inputs)
+        torch.testing.assert_close(got, fn(*inputs))
 
 
 def test_slice_scatter_lowers_with_symbolic_sizes():

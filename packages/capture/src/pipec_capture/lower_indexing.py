@@ -190,9 +190,9 @@ def lower_cat(cx, node, tensors, dim=0):
         raise NoLowering("0-dim cat")
     dim = wrap_dim(dim, len(shape))
     parts = [x for x in parts if not sympy.sympify(cx.shape(x)[dim]).is_zero]
-    for x in parts:  # a part empty at run time would be read out of bounds (its clamp reaches -1)
-        if not cx.symbols.surely_positive(cx.shape(x)[dim]):
-            raise NoLowering(f"cat of a part whose size {cx.shape(x)[dim]} may be 0")
+    if not all(cx.symbols.surely_positive(cx.shape(x)[dim]) for x in parts):
+        # a part empty at run time would be read out of bounds (its clamp reaches -1)
+        return _cat_by_writes(cx, parts, dim, t)
     if len(parts) == 1:
         return cx.emit("identity", [cx.cast(parts[0], t.dtype)], t.shape, t.dtype)
     if not parts:
@@ -217,6 +217,24 @@ def lower_cat(cx, node, tensors, dim=0):
         inside = cx.pointwise("lt", [along, end], t.shape, "bool", operand_dtype=I64)
         result = cx.emit("where", [inside, value, result], t.shape, t.dtype)
     return result
+
+
+def _cat_by_writes(cx, parts, dim: int, t) -> Ref:
+    """A cat with a part that may be empty at run time (JetMoE's router: tokens per expert): each
+    part written at its place in the result, one scatter per part over the part's own points, so an
+    empty part launches nothing and reads nothing. The parts cover the result, so the zeros it starts
+    from are all overwritten."""
+    out = cx.full(0, t.shape, t.dtype)
+    start = sympy.Integer(0)
+    for x in parts:
+        shape = tuple(cx.shape(x))
+        coords = [iota(cx, shape, d) for d in range(len(shape))]
+        if start != 0:
+            coords[dim] = binop(cx, "add", coords[dim], scalar_size(start), shape)
+        pos = flat_position(cx, coords, tuple(sympy.sympify(s) for s in t.shape), shape)
+        out = cx.emit("scatter", [out, pos, cx.cast(x, t.dtype)], t.shape, t.dtype, reduce="none")
+        start += sympy.sympify(shape[dim])
+    return out
 
 
 def scalar_size(size):
