@@ -299,9 +299,9 @@ def _lgamma_from_half(x: torch.Tensor) -> torch.Tensor:
 
 def lgamma(self: torch.Tensor):
     """log |Gamma(x)| as arithmetic on x (Lanczos' series, the reflection formula below 0.5),
-    which fuses into its neighbours' kernels; the codegen's libdevice call it replaces could not
-    run in Triton's CPU interpreter, so it was an extern call. Poles (0 and the negative integers)
-    and +-inf give inf, as eager."""
+    which fuses into its neighbours' kernels. Inductor calls libdevice's lgamma, which Triton's
+    CPU interpreter cannot run, so pipec had no lowering and lgamma was an extern call. Poles (0
+    and the negative integers) and +-inf give inf, as eager."""
     if not self.is_floating_point():
         return NotImplemented
     x, dtype = _special_math(self)
