@@ -28,6 +28,13 @@ def test_values_of_eager(fn, ref, dtype):
     torch.testing.assert_close(got, ref(x), equal_nan=True)
 
 
+def test_subnormal_arguments():
+    """lgamma(x) ~ -log|x| for a subnormal x: the reflection's pi / sin(pi x) would overflow float32."""
+    x = torch.tensor([1e-39, 2e-39, -1e-39, 1e-44])
+    torch.testing.assert_close(lgamma(x), torch.lgamma(x))
+    torch.testing.assert_close(digamma(x), torch.digamma(x))
+
+
 def test_integer_arguments_stay_with_torch():
     assert lgamma(torch.arange(3)) is NotImplemented and digamma(torch.arange(3)) is NotImplemented
 

@@ -274,17 +274,18 @@ def _special_math(self: torch.Tensor):
     return self.to(torch.promote_types(self.dtype, torch.float32)), self.dtype
 
 
-def _sin_cos_pi(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sin(pi r), cos(pi r)) for |r| <= 0.5 as Taylor polynomials (error below 1e-9 there),
-    accurate relative to sin's value however small r is: the reflection formulas divide by it near
-    the poles, where a GPU's fast sine is accurate only in absolute terms."""
+def _sinc_cos_pi(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sin(pi r) / (pi r), cos(pi r)) for |r| <= 0.5 as Taylor polynomials in (pi r)^2 (error below
+    1e-9 there). The reflection formulas divide by sin(pi r) near the poles: written as pi r times
+    this quotient, it stays accurate relative to its value however small r is (a GPU's fast sine
+    is accurate only in absolute terms), subnormal r included."""
     y = torch.pi * r
     y2 = y * y
-    sin = y * (1 + y2 * (-1 / 6 + y2 * (1 / 120 + y2 * (-1 / 5040 + y2 * (1 / 362880 + y2 * (-1 / 39916800
-                                                                                          + y2 / 6227020800))))))
+    sinc = 1 + y2 * (-1 / 6 + y2 * (1 / 120 + y2 * (-1 / 5040 + y2 * (1 / 362880 + y2 * (-1 / 39916800
+                                                                                    + y2 / 6227020800)))))
     cos = 1 + y2 * (-1 / 2 + y2 * (1 / 24 + y2 * (-1 / 720 + y2 * (1 / 40320 + y2 * (-1 / 3628800 + y2 * (
         1 / 479001600 - y2 / 87178291200))))))
-    return sin, cos
+    return sinc, cos
 
 
 def _lgamma_from_half(x: torch.Tensor) -> torch.Tensor:
@@ -308,7 +309,9 @@ def lgamma(self: torch.Tensor):
     left = x < 0.5
     right = _lgamma_from_half(torch.where(left, 1 - x, x))
     r = x - torch.round(x)  # |sin(pi x)| = |sin(pi r)|, exact where pi * x would not be
-    reflected = torch.log(torch.pi / _sin_cos_pi(r)[0].abs()) - right
+    # log(pi / |sin(pi r)|) = -log|r| - log(sin(pi r) / (pi r)): no quotient to overflow, and r is
+    # exact where pi r would round (a subnormal x)
+    reflected = -torch.log(r.abs()) - torch.log(_sinc_cos_pi(r)[0]) - right
     out = torch.where(left, reflected, right)
     return torch.where(x.isinf(), torch.inf, out).to(dtype)
 
@@ -327,9 +330,9 @@ def digamma(self: torch.Tensor):
     w2 = 1 / (w * w)
     series = torch.log(w) - 0.5 / w - w2 * (1 / 12 - w2 * (1 / 120 - w2 * (1 / 252 - w2 * (1 / 240 - w2 / 132))))
     psi = series - steps
-    r = x - torch.round(x)  # x's distance to an integer: pi / tan(pi x) = pi cos(pi r) / sin(pi r)
-    sin, cos = _sin_cos_pi(r)
-    out = torch.where(left, psi - torch.pi * cos / sin, psi)
+    r = x - torch.round(x)  # x's distance to an integer: pi / tan(pi x) = cos(pi r) / (r sinc(pi r))
+    sinc, cos = _sinc_cos_pi(r)
+    out = torch.where(left, psi - cos / (r * sinc), psi)
     out = torch.where((x < 0) & (r == 0), torch.nan, out)  # the negative integers (and -inf)
     out = torch.where(x == 0, torch.where(1 / x < 0, torch.inf, -torch.inf), out)  # 1 / -0 is -inf
     return torch.where(x == torch.inf, torch.inf, out).to(dtype)
