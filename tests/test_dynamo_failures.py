@@ -127,9 +127,34 @@ def test_a_data_dependent_op_in_aot_autograd_is_a_graph_break_not_an_eager_graph
     whole graph eagerly (EnCodec's and Mimi's convolution padding ran that way)."""
     x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0))
     compiled = pipec.compile(_encodec_padding)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", PipecFallbackWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PipecFallbackWarning)
         got = compiled(x)
     torch.testing.assert_close(got, _encodec_padding(x))
+    messages = [str(w.message) for w in caught if issubclass(w.category, PipecFallbackWarning)]
+    assert len(messages) == 1 and "DataDependentOutputException" in messages[0] and "splits the graph" in messages[0]
     session = compiled.pipec_session
-    assert session.eager_graphs == 0 and session.graphs
+    assert session.eager_graphs == 0
+    # the pad's graph was split: the sine and the add after it are a compiled graph of their own
+    assert any(g.op_count == 2 for g in session.graphs[1:]), [(g.name, g.op_count) for g in session.graphs]
+
+
+@torch._dynamo.allow_in_graph
+def _doubled(t):
+    return t * 2
+
+
+def _padding_after_an_allowed_function(x, right):
+    return torch.nn.functional.pad(_doubled(x.exp()), (3, right), "reflect").sin()
+
+
+def test_with_an_allow_in_graph_function_the_graph_runs_eagerly_as_before():
+    """Dynamo raises a backend's data-dependent error when the graph holds a function the user
+    marked allow_in_graph, instead of splitting the graph: there pipec runs the graph eagerly, with
+    its warning, as before."""
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(1))
+    compiled = pipec.compile(_padding_after_an_allowed_function)
+    with pytest.warns(PipecFallbackWarning, match="runs eagerly"):
+        got = compiled(x, torch.tensor(2))
+    torch.testing.assert_close(got, _padding_after_an_allowed_function(x, torch.tensor(2)))
+    assert compiled.pipec_session.eager_graphs == 1

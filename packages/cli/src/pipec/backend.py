@@ -17,7 +17,8 @@ from pipec_ir import CompileOptions, RecompileLimitError
 from .aot_cache import (TAG_OPTION, cache_events_logged, cache_tag, in_cache_scope, loading, lookup_bypasses,
                         stats_snapshot, unpickle_layers)
 from .cache import PipecCacheWarning, device_checks_dir
-from .errors import PipecConfigError, PipecError, PipecFallbackWarning, find_pipec_error, graph_break_error
+from .errors import (PipecConfigError, PipecError, PipecFallbackWarning, dynamo_splits_on_backend_errors,
+                     find_pipec_error, graph_break_error)
 from .gc_pause import gc_paused
 from .graph_call import tensors_only, with_object_outputs, with_size_outputs
 from .graph_devices import compute_device, on_graph_devices
@@ -144,18 +145,23 @@ def make_backend(options: CompileOptions, session: Session | None = None, prefix
         except RecompileLimitError:
             raise
         except Exception as exc:
-            splittable = None if options.fullgraph else graph_break_error(exc)
-            if splittable is not None:
-                # an op fake tensors cannot trace (AOTAutograd reading data: EnCodec's and Mimi's
-                # padding from a `.item()`): Dynamo splits the graph there and compiles the parts,
-                # as it does for Inductor, so only that op runs eagerly, not the whole graph
-                session.forget(session.graphs[first_graph:])
-                raise splittable from None
-            # outside fullgraph a graph pipec cannot compile runs as Dynamo traced it, eagerly,
-            # with one warning naming it; `pipec compile` and `explain` report it instead
             found = find_pipec_error(exc)
             if options.fullgraph or not options.get("eager_fallback", True) or isinstance(found, PipecConfigError):
                 raise
+            splittable = graph_break_error(exc) if found is None else None  # torch's own, not a stage's
+            if splittable is not None and dynamo_splits_on_backend_errors():
+                # an op fake tensors cannot trace (AOTAutograd reading data: EnCodec's and Mimi's
+                # padding from a `.item()`): Dynamo splits the graph there and compiles the parts,
+                # as it does for Inductor, instead of the whole graph running eagerly
+                session.forget(session.graphs[first_graph:])
+                what = f"{type(splittable).__name__}: {(str(splittable).splitlines() or [''])[0]}"
+                warnings.warn(PipecFallbackWarning(
+                    f"pipec: graph {prefix}_{index} reads data where AOTAutograd traces it ({what}); Dynamo "
+                    "splits the graph there: that op runs eagerly, and so does the rest of its function "
+                    "where Dynamo cannot resume after it"), stacklevel=2)
+                raise splittable from None
+            # outside fullgraph a graph pipec cannot compile runs as Dynamo traced it, eagerly,
+            # with one warning naming it; `pipec compile` and `explain` report it instead
             why = str(found) if found is not None else f"{type(exc).__name__}: {exc}"
             warnings.warn(PipecFallbackWarning(
                 f"pipec: graph {prefix}_{index} could not be compiled and runs eagerly: {why.splitlines()[0]}"),

@@ -51,6 +51,18 @@ def graph_break_error(exc: BaseException | None) -> BaseException | None:
     return find_error(exc, kinds) if kinds else None
 
 
+def dynamo_splits_on_backend_errors() -> bool:
+    """Will Dynamo answer a `graph_break_error` from the backend it is calling now with a graph
+    break? Not when the graph holds a function the user marked `allow_in_graph` (Dynamo then
+    raises BackendCompilerFailed), nor when this cannot be told (another torch): False."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return not InstructionTranslator.current_tx().output.has_user_defined_allowed_in_graph
+    except Exception:  # noqa: BLE001 - no translator, or another torch's internals
+        return False
+
+
 def find_pipec_error(exc: BaseException | None) -> PipecError | None:
     """The PipecError inside `exc` (Dynamo wraps backend errors in BackendCompilerFailed)."""
     return find_error(exc, PipecError)
