@@ -100,7 +100,9 @@ def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: 
         if values is not None:
             return _select_along(cx, x, wrap_dim(dim, len(shape)), index, values, reduce)
     self_shape = _sizes(shape)
-    if any(s.is_zero for s in _sizes(cx.shape(index))):  # symbolic sizes are never 0 (Dynamo specializes 0 and 1)
+    # an index empty when traced writes nothing; one that is empty only at run time (a difference
+    # of sizes) gives the scatter an empty grid, which the runtime skips
+    if any(s.is_zero for s in _sizes(cx.shape(index))):
         return cx.emit("identity", [x], shape, dtype)
     if len(cx.shape(index)) != len(self_shape):
         raise NoLowering("index rank differs from self's")
@@ -209,7 +211,7 @@ def lower_index_put(cx, node, x, indices, values, accumulate=False):
     if any(i is not None and cx.dtype(i) == "bool" for i in indices):
         raise NoLowering("boolean mask index (data-dependent shape)")
     coords, shape = advanced_index_coords(cx, src_shape, indices)
-    if any(sympy.sympify(s).is_zero for s in shape):  # symbolic sizes are never 0 (Dynamo specializes 0 and 1)
+    if any(sympy.sympify(s).is_zero for s in shape):  # empty when traced; empty at run time: an empty grid
         return cx.emit("identity", [x], t.shape, t.dtype)
     pos = flat_position(cx, coords, src_shape, shape)
     return scatter(cx, cx.cast(x, t.dtype), pos, cx.operand(values, shape, t.dtype), "sum" if accumulate else "none")
