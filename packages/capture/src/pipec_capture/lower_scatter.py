@@ -86,9 +86,14 @@ def _sizes(shape) -> tuple[sympy.Expr, ...]:
     return tuple(sympy.sympify(s) for s in shape)
 
 
+def _same_size(cx: GraphBuilder, a, b) -> bool:
+    """Equal sizes, as expressions or as sizes the trace's guards made equal (labels and logits
+    are sized by different symbols)."""
+    return a == b or cx.symbols.provably_equal(a, b)
+
+
 def _same_sizes(cx: GraphBuilder, a: tuple, b: tuple) -> bool:
-    """Equal shapes, as expressions or as sizes the trace's guards made equal."""
-    return len(a) == len(b) and all(x == y or cx.symbols.provably_equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(_same_size(cx, x, y) for x, y in zip(a, b))
 
 
 def _scatter_along(cx, x: Ref, dim, index: Ref, src, reduce: str, include_self: bool = True) -> Ref:
@@ -123,8 +128,7 @@ def _one_write_per_line(cx: GraphBuilder, self_shape, dim: int, index: Ref) -> b
     if not self_shape or len(shape) != len(self_shape):
         return False
     dim = wrap_dim(dim, len(self_shape))
-    return shape[dim] == 1 and all(shape[d] == self_shape[d] or cx.symbols.provably_equal(shape[d], self_shape[d])
-                                   for d in range(len(self_shape)) if d != dim)
+    return shape[dim] == 1 and all(_same_size(cx, shape[d], self_shape[d]) for d in range(len(self_shape)) if d != dim)
 
 
 def _values_per_line(cx: GraphBuilder, src, index: Ref, dtype: str) -> Ref | None:
