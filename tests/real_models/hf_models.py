@@ -366,6 +366,16 @@ def build(name: str, size: str = TINY, device: str | torch.device = "cpu", seed:
     return Built(case, size, model, tensors, names, shape.dtype, None if tiny else REAL_TOLERANCE[shape.dtype])
 
 
+def causal_lm(name: str, size: str = TINY, device: str | torch.device = "cpu", seed: int = 0) -> nn.Module:
+    """The bare transformers model of decoder architecture `name` (its `...ForCausalLM`, which
+    `generate` needs) at `size`, in eval mode and the size's dtype: what benchmarks/decode.py runs."""
+    arch, shape = _arch_and_shape(name, size)
+    if arch.family != "decoder":
+        decoders = ", ".join(a.name for a in ARCHS if a.family == "decoder")
+        raise KeyError(f"{name!r} is not a decoder-only architecture (those: {decoders})")
+    return _make(arch, arch.model_class, size == TINY, device, seed).to(shape.dtype).eval()
+
+
 def build_training(name: str, device: str | torch.device = "cpu", seed: int = 0, size: str = TINY) -> Built:
     """The model `name` in train mode with its training head; `model(*inputs)` is the loss.
     Tiny: the tiny config and shape. Real: the published config at the main real case's shape,
