@@ -294,20 +294,25 @@ def test_past_every_record_limit_calls_run_as_launches(options, monkeypatch):
     assert len([w for w in caught if "still holds outputs" in str(w.message)]) == 1
 
 
-def test_records_per_key_are_bounded(options):
+def test_moved_static_inputs_re_record_up_to_their_limit(options, monkeypatch):
     """A parameter at a new address every call (outputs dropped): graphs are recorded up to
-    MAX_RECORDS, then copying ones up to MAX_PRIVATE, then the calls run as launches."""
+    MAX_RECORDS, then each move replaces a graph (re-records, as Inductor's CUDA Graph trees do)
+    up to MAX_STATIC_MOVES; past that the calls run as launches, with one warning saying why.
+    None of it copies outputs: the caller holds none."""
+    monkeypatch.setattr(cudagraph, "MAX_STATIC_MOVES", 3)
     run = Sim(add_program(10), options)
     y = torch.randn(10)
-    with warnings.catch_warnings(record=True):
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         params = [torch.nn.Parameter(torch.randn(10), requires_grad=False)  # all alive: new addresses
-                  for _ in range(MAX_RECORDS + cudagraph.MAX_PRIVATE + 2)]
+                  for _ in range(MAX_RECORDS + 3 + 2)]
         for w in params:
             torch.testing.assert_close(run([y, w])[0], y + w)
     slot = run.slot()
-    assert slot.records == MAX_RECORDS and slot.private_records == cudagraph.MAX_PRIVATE
-    assert len(slot.shared) <= MAX_SHARED
+    assert slot.records == MAX_RECORDS + 3 and slot.moves == 3 and slot.private_records == 0
+    assert len(slot.shared) <= MAX_SHARED and len(run.graphs) == MAX_RECORDS + 3
+    messages = [str(w.message) for w in caught if "cudagraph runtime" in str(w.message)]
+    assert len(messages) == 1 and "static inputs (parameters, tensors marked static) moved 3 times" in messages[0]
 
 
 def test_one_element_outputs_are_copies(options):

@@ -5,6 +5,7 @@ general path, the specialized path and the `cudagraph` runtime's (simulated) rep
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -84,3 +85,34 @@ def test_cudagraph_replays_apply_each_update_once(monkeypatch, pinned):
         run([x, y])
         torch.testing.assert_close(x.detach(), torch.full((N,), float(k)))
     assert run.graphs and sum(g.replays for g in run.graphs) >= 4  # replayed, not run as launches
+
+
+def test_a_new_static_cache_each_generate_re_records_once_and_replays(monkeypatch):
+    """transformers' `generate` with a static cache makes new cache tensors (marked static,
+    unguarded) for every call and writes them in place each decoding step. Each generate's first
+    step records a graph pinning its cache; the other steps replay it, the writes landing in that
+    generate's cache; no copies of the cache, no plain launches, no warning, however many generates."""
+    monkeypatch.setattr(cudagraph, "_current_device", lambda: -1)
+    run = Sim(accumulate_program(True), CompileOptions(runtime="cudagraph"))
+
+    def record_writing(graph_inputs, values, device, warmups):
+        g = WritingFakeGraph(run.prog.runner, graph_inputs, values, device)
+        run.graphs.append(g)
+        return g, g.outputs
+
+    run.prog._record_graph = record_writing
+    generates, steps = cudagraph.MAX_RECORDS + cudagraph.MAX_PRIVATE + 3, 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        caches = [torch.zeros(N) for _ in range(generates)]  # all alive: each at a new address
+        for cache in caches:
+            cache._dynamo_static_input_type = "unguarded"  # torch._dynamo.mark_static_address(cache)
+            tokens = [torch.ones(N) for _ in range(steps)]  # all alive: a new address each step, copied
+            for k in range(1, steps + 1):
+                run([cache, tokens[k - 1]])
+                torch.testing.assert_close(cache, torch.full((N,), float(k)))
+    slot = run.slot()
+    assert len(run.graphs) == generates and slot.private_records == 0
+    assert all(not g.buffers.keys() & {0} for g in run.graphs)  # the cache is read in place, never copied
+    assert sum(g.replays for g in run.graphs) == generates * steps  # every call replays (a capture runs nothing)
+    assert run.general == generates  # one general call a generate (its record); the fast path for the rest

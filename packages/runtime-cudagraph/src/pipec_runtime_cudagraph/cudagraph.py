@@ -22,7 +22,13 @@ Inputs. A variant reads each input either
   graph was recorded at a larger bucket), unless the call passes that very buffer.
 A call whose input would be copied although it stayed where it was in the previous call
 records a variant that pins it; a call whose pinned address moved takes another variant or
-records one (at most MAX_RECORDS per key; past that, inputs are copied).
+records one (at most MAX_RECORDS per key; past that, inputs are copied). A *static* input that
+moved re-records past MAX_RECORDS too, replacing a variant whose outputs the caller no longer
+holds: transformers makes a new static KV cache (tensors marked static) for every `generate`, so
+each generate's first decoding step records once and the rest replay; copying the cache in and
+back instead would cost two copies of it a step. At most MAX_STATIC_MOVES such re-records per key
+(the limit Inductor's CUDA Graph trees set for theirs); past it, calls whose static inputs moved
+run as plain launches, with one warning.
 
 Outputs are not copied: the caller gets aliases (`detach()`) of the graph's own output memory.
 A variant replays only when the caller holds nothing of its previous outputs: the use count
@@ -92,6 +98,9 @@ COLLECTIVE_PREFIX = "_c10d_functional."
 MAX_SHARED = 2  # variants per key whose outputs go to the caller: two serve a `y = model(x)` loop
 MAX_RECORDS = 6  # shared variants recorded per key in all (pins that moved, double buffers)
 MAX_PRIVATE = 2  # private (output-copying) variants recorded per key
+# re-records per key past MAX_RECORDS for static inputs that moved (Inductor's CUDA Graph trees
+# allow as many: `cudagraph_unexpected_rerecord_limit`)
+MAX_STATIC_MOVES = 128
 
 _use_count = torch._C._storage_Use_Count
 
@@ -168,6 +177,10 @@ class _Graph:
         finds every pinned input where this graph reads it."""
         return all(ptrs[i] == p and strides[i] == s for i, (p, s) in self.pinned.items())
 
+    def statics_moved(self, call: _Call) -> bool:
+        """Whether a static input this graph pins is somewhere else in `call`."""
+        return any(i in self.pinned and self.pinned[i] != (call.ptrs[i], call.strides[i]) for i in call.static)
+
     def held(self) -> bool:
         """Whether the caller still holds a tensor on one of this graph's outputs."""
         return any(_use_count(s._cdata) > n for s, n in self.tracked)
@@ -199,13 +212,14 @@ class _Slot:
     were recorded, and `last`: each input's address at the key's previous call (a list the
     generated replays update in place)."""
 
-    __slots__ = ("shared", "private", "records", "private_records", "last")
+    __slots__ = ("shared", "private", "records", "private_records", "moves", "last")
 
     def __init__(self, n_inputs: int):
         self.shared: list[_Graph] = []
         self.private: _Graph | None = None
         self.records = 0
         self.private_records = 0
+        self.moves = 0  # re-records past MAX_RECORDS because static inputs moved
         self.last: list = [None] * n_inputs
 
     def graphs(self) -> list[_Graph]:
@@ -259,7 +273,7 @@ class CudaGraphProgram:
         self.fallback: str | None = None  # why we run as launch, once capture failed
         self.replays: dict[tuple, Callable] = {}  # exact symbol values -> generated replay
         self._warmed: set[tuple] = set()  # graph keys whose kernels the warm-up compiled and tuned
-        self._warned = False  # the one warning about copied outputs or plain launches
+        self._warned: set[str] = set()  # the warnings given: "held" (outputs copied or plain launches), "moves"
         sync = [st.target for st in program.steps if st.kind == "extern" and st.target in HOST_SYNC_TARGETS]
         self._not_capturable = f"{sync[0]} synchronizes with the host" if sync else None
         # collectives run as launched: gloo cannot be captured at all, and NCCL under capture (its
@@ -338,6 +352,16 @@ class CudaGraphProgram:
                 return self._record(slot, call, call.want, private=False)
         if free:
             return self._touch(slot, free[0])
+        moved = next((g for g in reversed(slot.shared) if not g.held() and g.statics_moved(call)), None)
+        if moved is not None:  # a new static cache each `generate`, new weights: re-record, as Inductor does
+            if slot.moves < MAX_STATIC_MOVES:
+                slot.moves += 1
+                self._drop(slot, moved)
+                return self._record(slot, call, call.want, private=False)
+            self._warn_once("moves", f"cudagraph runtime: program {self.name!r}: its static inputs (parameters, "
+                            f"tensors marked static) moved {MAX_STATIC_MOVES} times at these sizes, each a new "
+                            "CUDA Graph record; calls whose static inputs moved run as plain launches from now on")
+            return None
         return self._private(slot, call)
 
     def _private(self, slot: _Slot, call: _Call) -> _Graph | None:
@@ -356,12 +380,14 @@ class CudaGraphProgram:
         return g
 
     def _warn(self, consequence: str) -> None:
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"cudagraph runtime: program {self.name!r}: the caller still holds outputs of its last "
-                f"{MAX_SHARED} calls at these sizes, which a replay would overwrite; {consequence}. Drop the "
-                "outputs you no longer need, or clone those you keep, to avoid it", RuntimeWarning, stacklevel=5)
+        self._warn_once("held", f"cudagraph runtime: program {self.name!r}: the caller still holds outputs of its last "
+                        f"{MAX_SHARED} calls at these sizes, which a replay would overwrite; {consequence}. Drop the "
+                        "outputs you no longer need, or clone those you keep, to avoid it")
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(message, RuntimeWarning, stacklevel=6)
 
     @staticmethod
     def _touch(slot: _Slot, g: _Graph) -> _Graph:
