@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "real_models"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_step (--profile)
 
 BACKENDS = {  # row -> (torch.compile backend, mode); eager: no compile
     "eager": None,
@@ -90,6 +91,12 @@ def compare(got, expected) -> dict:
     return row
 
 
+def _ours(w: warnings.WarningMessage) -> bool:
+    """A warning of pipec's (its fallbacks, its runtimes': "cudagraph runtime: ...")."""
+    text = str(w.message)
+    return type(w.message).__name__.startswith("Pipec") or "pipec" in text or text.startswith("cudagraph runtime")
+
+
 def _reset(model) -> None:
     torch._dynamo.reset()
     if hasattr(model, "_compiled_call"):  # generate's compiled __call__, cached across calls
@@ -107,6 +114,16 @@ def time_rounds(generate, device: str, rounds: int) -> tuple[float, float]:
             sync(device)
             out.append((time.perf_counter() - start) * 1e3)
     return statistics.median(long_ms), statistics.median(short_ms)
+
+
+def kernel_profile(generate, new_tokens: int) -> dict:
+    """--profile: GPU time of a decoding step (kernel time of a long generate minus a one-token
+    one, over the steps between) and the long generate's heaviest kernels ([name, us, calls])."""
+    from train_step import gpu_time  # torch.profiler's kernel sums
+
+    long_gpu, kernels = gpu_time(lambda: generate("long"), 1)
+    short_gpu, _ = gpu_time(lambda: generate("short"), 1)
+    return {"step_gpu_ms": round((long_gpu - short_gpu) / (new_tokens - 1), 4), "kernels": kernels[:30]}
 
 
 def run_backend(model, prompt, backend: str, args, expected, eager_wall: float | None) -> dict:
@@ -133,10 +150,12 @@ def run_backend(model, prompt, backend: str, args, expected, eager_wall: float |
         generate("long")  # warm: CUDA Graph recording of the decoding step, the one-token path
         generate("short")
         long_ms, short_ms = time_rounds(generate, args.device, args.rounds)
+        if args.profile:
+            row.update(kernel_profile(generate, args.new_tokens))
     row.update(generate_ms=round(long_ms, 3), prefill_ms=round(short_ms, 3),
                step_ms=round((long_ms - short_ms) / (args.new_tokens - 1), 4),
                graphs=counters["stats"].get("unique_graphs", 0),
-               warnings=sorted({str(w.message)[:200] for w in caught if "pipec" in str(w.message)}))
+               warnings=sorted({str(w.message)[:240] for w in caught if _ours(w)}))
     return row, checked
 
 
@@ -178,7 +197,8 @@ def _line(row: dict) -> str:
     check = "" if "tokens_equal" not in row else (
         "tokens = eager" if row["tokens_equal"] else
         f"tokens part at step {row['first_divergence']} ({'near tie' if row['near_tie'] else 'NOT a tie'})")
-    return (f"step {row['step_ms']:.3f} ms, generate {row['generate_ms']:.1f} ms, prefill+1 {row['prefill_ms']:.1f} ms, "
+    gpu = f" (GPU {row['step_gpu_ms']:.3f} ms)" if "step_gpu_ms" in row else ""
+    return (f"step {row['step_ms']:.3f} ms{gpu}, generate {row['generate_ms']:.1f} ms, prefill+1 {row['prefill_ms']:.1f} ms, "
             f"first {row['first_generate_s']:.1f} s, graphs {row['graphs']}  {check}")
 
 
@@ -219,6 +239,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", type=int, help="prompt tokens (default 32; --tiny: 8, the tiny configs know 32 positions)")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", action="store_true", help="CUDA: each row's GPU time per step and its heaviest kernels")
     ap.add_argument("--out", help="results JSON (and the same path with .md)")
     args = ap.parse_args(argv)
     args.prompt = args.prompt or (8 if args.tiny else 32)
