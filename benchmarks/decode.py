@@ -20,6 +20,12 @@ rows may reuse their caches). Models are the
 suite's decoders (tests/real_models/hf_models.py) with random weights at their published configs,
 in the dtype of the architecture's main real case (GPT-2: fp32; `--cases gpt2-4x1024-bf16` for
 bf16); prompts of `--prompt` random tokens, `--batch` rows.
+
+transformers (5.x) makes a new StaticCache for every `generate`: new tensors, marked static, so a
+CUDA Graph backend (Inductor's trees, pipec's `cudagraph` runtime) records its decoding graph
+again at each generate's first step, and the step time above includes that record spread over
+the steps. `--reuse-cache` times generates that share one StaticCache (reset each time, passed as
+`past_key_values`, as a server reusing its cache would): the steady state, with no record.
 """
 
 from __future__ import annotations
@@ -52,12 +58,18 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def settings(backend: str, new_tokens: int, device: str, scores: bool) -> dict:
-    """`generate`'s arguments for one row: greedy, a fixed number of new tokens, a static cache."""
+def settings(backend: str, new_tokens: int, device: str, scores: bool, cache=None) -> dict:
+    """`generate`'s arguments for one row: greedy, a fixed number of new tokens, a static cache
+    (`cache`: the caller's own StaticCache, reset here, instead of a new one per generate)."""
     from transformers import CompileConfig
 
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
-              cache_implementation="static", return_dict_in_generate=True, output_scores=scores)
+              return_dict_in_generate=True, output_scores=scores)
+    if cache is None:
+        kw["cache_implementation"] = "static"
+    else:
+        cache.reset()
+        kw["past_key_values"] = cache
     if BACKENDS[backend] is None:
         kw["disable_compile"] = True
     else:
@@ -143,9 +155,15 @@ def run_backend(model, prompt, backend: str, args, expected, eager_wall: float |
             row.update(compare(checked, expected))
             row["compile_s"] = round(row["first_generate_s"] - eager_wall, 3)
         lengths = {"long": args.new_tokens, "short": 1}
+        cache = None
+        if args.reuse_cache:  # one cache for every timed generate: its tensors stay where they are
+            from transformers import StaticCache
+
+            # the length transformers gives its own (the last new token is never fed back): one graph
+            cache = StaticCache(config=model.config, max_cache_len=prompt.shape[1] + args.new_tokens - 1)
 
         def generate(which):
-            return model.generate(prompt, **settings(backend, lengths[which], args.device, False))
+            return model.generate(prompt, **settings(backend, lengths[which], args.device, False, cache))
 
         generate("long")  # warm: CUDA Graph recording of the decoding step, the one-token path
         generate("short")
@@ -166,7 +184,7 @@ def run_case(case: str, args) -> dict:
     model = hf_models.causal_lm(case, size, device=args.device)
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(3, model.config.vocab_size, (args.batch, args.prompt), generator=g).to(args.device)
-    record = {"case": case, "size": size, "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+    record = {"case": case, "size": size, "reuse_cache": args.reuse_cache, "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
               "batch": args.batch, "prompt": args.prompt, "new_tokens": args.new_tokens, "rows": {}}
     expected, eager_wall = None, None
     for backend in args.backends:
@@ -203,7 +221,10 @@ def _line(row: dict) -> str:
 
 
 def markdown(records: list[dict], meta: dict) -> str:
+    cache = ("one StaticCache shared by every timed generate (--reuse-cache)" if meta["args"]["reuse_cache"]
+             else "a new StaticCache per generate, as transformers makes (a CUDA Graph record per generate included)")
     lines = [f"# Greedy decoding through generate ({meta['device_name']}, torch {meta['torch']})", "",
+             f"Cache: {cache}.", "",
              "ms per decoding step (static cache; the eager prefill excluded); ratio: Inductor's step / pipec's in "
              "the same mode (> 1: pipec faster); compile: the default-mode row's first generate minus eager's (the "
              "RO rows follow it and may reuse its caches).", "",
@@ -239,6 +260,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", type=int, help="prompt tokens (default 32; --tiny: 8, the tiny configs know 32 positions)")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reuse-cache", action="store_true",
+                    help="time generates that share one StaticCache (reset each time) instead of transformers' "
+                         "new cache per generate, whose new tensors cost CUDA Graph backends a record each")
     ap.add_argument("--profile", action="store_true", help="CUDA: each row's GPU time per step and its heaviest kernels")
     ap.add_argument("--out", help="results JSON (and the same path with .md)")
     args = ap.parse_args(argv)

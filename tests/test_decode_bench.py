@@ -9,10 +9,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import decode  # noqa: E402
 
 
-def test_pipec_decodes_eagers_tokens_through_generates_compile(tmp_path):
+import pytest
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["cache_per_generate", "reused_cache"])
+def test_pipec_decodes_eagers_tokens_through_generates_compile(tmp_path, reuse):
     out = tmp_path / "decode.json"
     rc = decode.main(["--cases", "llama", "--tiny", "--device", "cpu", "--backends", "eager,pipec,pipec-ro",
-                      "--new-tokens", "3", "--rounds", "1", "--out", str(out)])
+                      "--new-tokens", "3", "--rounds", "1", "--out", str(out)] + (["--reuse-cache"] if reuse else []))
     assert rc == 0
     (record,) = json.loads(out.read_text())["cases"]
     for name in ("pipec", "pipec-ro"):
@@ -23,8 +27,6 @@ def test_pipec_decodes_eagers_tokens_through_generates_compile(tmp_path):
 
 
 def test_backends_must_start_with_eager(capsys):
-    import pytest
-
     with pytest.raises(SystemExit):
         decode.main(["--backends", "pipec,eager"])
     assert "eager first" in capsys.readouterr().err
