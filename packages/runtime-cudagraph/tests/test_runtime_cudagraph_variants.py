@@ -192,7 +192,7 @@ def test_views_of_pinned_inputs_are_rebuilt_from_the_call(options):
         assert (xt.data_ptr() == x.data_ptr()) == (k > 0)  # first call: a view of the graph's own copy
     for variant in run.slot().shared:  # two: the caller held the last outputs at each call
         assert variant.pinned.keys() == {0, 1, 2}
-        assert isinstance(variant.outputs[1], cudagraph._InputView)
+        assert isinstance(variant.outputs[1], cudagraph.InputView)
         assert all(not isinstance(t, torch.Tensor) or t.untyped_storage().data_ptr() != x.data_ptr()
                    for t in variant.outputs)
 
@@ -313,6 +313,40 @@ def test_moved_static_inputs_re_record_up_to_their_limit(options, monkeypatch):
     assert len(slot.shared) <= MAX_SHARED and len(run.graphs) == MAX_RECORDS + 3
     messages = [str(w.message) for w in caught if "cudagraph runtime" in str(w.message)]
     assert len(messages) == 1 and "static inputs (parameters, tensors marked static) moved 3 times" in messages[0]
+
+
+def test_static_sets_taking_turns_do_not_re_record_each_call(options):
+    """Three live parameter sets used in turn (three modules sharing one compiled graph): past the
+    first record of each set, a move is no new cache but a set seen before, so it does not
+    re-record on every call (with MAX_SHARED = 2 each call would drop the variant the next needs);
+    the calls go on as before the re-records existed: copying variants, then launches."""
+    run = Sim(add_program(10), options)
+    y = torch.randn(10)
+    sets = [torch.nn.Parameter(torch.randn(10), requires_grad=False) for _ in range(3)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(30):
+            w = sets[k % 3]
+            torch.testing.assert_close(run([y, w])[0], y + w)
+    slot = run.slot()
+    assert slot.moves == 0 and len(run.graphs) <= MAX_RECORDS + cudagraph.MAX_PRIVATE
+    messages = [str(w.message) for w in caught if "cudagraph runtime" in str(w.message)]
+    assert len(messages) == 1 and "keep moving between calls" in messages[0], messages
+
+
+def test_inputs_that_keep_moving_are_not_blamed_on_held_outputs(options):
+    """Inputs pinned because they stayed put, then moved, past every record (outputs dropped):
+    the warning says the inputs move, not that the caller holds outputs (it holds none)."""
+    run = Sim(add_program(10), options)
+    y = torch.randn(10)
+    xs = [torch.randn(10) for _ in range(12)]  # all alive: each its own address
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x in xs:
+            for _ in range(3):  # the same tensor three calls running: pinned, then it moves on
+                torch.testing.assert_close(run([x, y])[0], x + y)
+    messages = [str(w.message) for w in caught if "cudagraph runtime" in str(w.message)]
+    assert messages and not any("still holds outputs" in m for m in messages), messages
 
 
 def test_one_element_outputs_are_copies(options):

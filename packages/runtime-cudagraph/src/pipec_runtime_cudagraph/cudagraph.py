@@ -24,11 +24,15 @@ A call whose input would be copied although it stayed where it was in the previo
 records a variant that pins it; a call whose pinned address moved takes another variant or
 records one (at most MAX_RECORDS per key; past that, inputs are copied). A *static* input that
 moved re-records past MAX_RECORDS too, replacing a variant whose outputs the caller no longer
-holds: transformers makes a new static KV cache (tensors marked static) for every `generate`, so
-each generate's first decoding step records once and the rest replay; copying the cache in and
-back instead would cost two copies of it a step. At most MAX_STATIC_MOVES such re-records per key
-(the limit Inductor's CUDA Graph trees set for theirs); past it, calls whose static inputs moved
-run as plain launches, with one warning.
+holds, when the static input that variant pins is gone or the call's static inputs sit where no
+record of the key found them before: transformers makes a new static KV cache (tensors marked
+static) for every `generate`, so each generate's first decoding step records once and the rest
+replay; copying the cache in and back instead would cost two copies of it a step. Static sets
+that take turns, all alive (modules sharing one compiled graph), are no new cache: they go on as
+other moved inputs do. At most MAX_STATIC_MOVES such re-records per key (the limit Inductor's
+CUDA Graph trees set for theirs); past it, calls whose static inputs moved run as plain launches,
+with one warning. The variants themselves, and what a call brings to the choice, are in
+variants.py.
 
 Outputs are not copied: the caller gets aliases (`detach()`) of the graph's own output memory.
 A variant replays only when the caller holds nothing of its previous outputs: the use count
@@ -67,10 +71,10 @@ cannot be captured), it runs as ``launch``, with one warning naming the reason.
 from __future__ import annotations
 
 import warnings
-import weakref
 from collections.abc import Callable
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from pipec_ir import CompileOptions, LoadContext, Program
 
@@ -79,6 +83,7 @@ from .capture_support import capture_stream, clear_cublas_workspaces, preserved_
 from .profiling import graph_range, profiler_state
 from .pysource import Source, compile_source
 from .runner import ProgramRunner
+from .variants import Call, InputView, Slot, Variant, is_static_input, use_count
 from .writes import written_inputs
 
 NO_CUDA_MESSAGE = "cudagraph runtime: no CUDA device, running as 'launch'"
@@ -102,12 +107,6 @@ MAX_PRIVATE = 2  # private (output-copying) variants recorded per key
 # allow as many: `cudagraph_unexpected_rerecord_limit`)
 MAX_STATIC_MOVES = 128
 
-_use_count = torch._C._storage_Use_Count
-
-# storage address -> the variant whose output lives there (inputs found there are pinned)
-_OWNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
-
 def _current_device() -> int:
     """The current CUDA device's index (what `Tensor.get_device()` gives for a tensor on it)."""
     return torch._C._cuda_getDevice()
@@ -115,145 +114,6 @@ def _current_device() -> int:
 
 def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else (-1 if device.type == "cpu" else _current_device())
-
-
-def is_static_input(t: torch.Tensor) -> bool:
-    """Always pinned: parameters, and tensors Dynamo marked static."""
-    return isinstance(t, torch.nn.Parameter) or getattr(t, "_dynamo_static_input_type", None) is not None
-
-
-class _InputView:
-    """An output that is a view of a pinned input (`x.T` returned as it is): rebuilt from the
-    call's tensor, so that no graph keeps a reference to memory it does not own (a reference
-    to another graph's output would count as the caller's and keep that graph `held`)."""
-
-    __slots__ = ("index", "size", "stride", "offset")
-
-    def __init__(self, index: int, view: torch.Tensor, base: torch.Tensor):
-        self.index, self.size, self.stride = index, tuple(view.shape), tuple(view.stride())
-        self.offset = view.storage_offset() - base.storage_offset()
-
-    def of(self, x: torch.Tensor) -> torch.Tensor:
-        return x.detach().as_strided_(self.size, self.stride, x.storage_offset() + self.offset)
-
-
-class _Graph:
-    """One recorded variant of a key.
-
-    `pinned`: input index -> (address, strides) it reads in place; `buffers`: input index ->
-    its own input tensor (graph-sized); `outputs`: the graph's outputs at the key's sizes (an
-    `_InputView` for a view of a pinned input); `tracked`: (storage, use count the runtime
-    accounts for) of each output storage the graph writes: the caller holds a tensor on it
-    while the count is above that."""
-
-    __slots__ = ("graph", "pinned", "buffers", "outputs", "private", "copied", "tracked", "__weakref__")
-
-    def __init__(self, graph, pinned: dict, buffers: dict, outputs: list, private: bool, pinned_inputs: dict):
-        self.graph, self.pinned, self.buffers, self.private = graph, pinned, buffers, private
-        views: dict[int, object] = {}
-        storages: dict[int, object] = {}
-        self.outputs = []
-        self.copied: set[int] = set()  # ids of the outputs handed out as clones
-        for t in outputs:
-            if t is not None and id(t) not in views:
-                s = t.untyped_storage()  # kept: one Python storage object per storage, counted below
-                base = pinned_inputs.get(s.data_ptr()) if s.data_ptr() else None
-                if base is not None and base[1].dtype == t.dtype:  # the caller's memory: no replay writes it
-                    views[id(t)] = _InputView(base[0], t, base[1])
-                else:
-                    views[id(t)] = t
-                    if private or t.numel() <= 1:  # a loss: callers keep those (a list of losses), for free
-                        self.copied.add(id(t))
-                    else:
-                        storages.setdefault(s._cdata, s)
-            self.outputs.append(None if t is None else views[id(t)])
-        self.tracked = [(s, _use_count(s._cdata)) for s in storages.values()]
-        for s, _ in self.tracked:
-            if s.data_ptr():
-                _OWNED[s.data_ptr()] = self
-
-    def accepts(self, ptrs: list, strides: list) -> bool:
-        """Whether a call with these input addresses and strides (None: not usable in place)
-        finds every pinned input where this graph reads it."""
-        return all(ptrs[i] == p and strides[i] == s for i, (p, s) in self.pinned.items())
-
-    def statics_moved(self, call: _Call) -> bool:
-        """Whether a static input this graph pins is somewhere else in `call`."""
-        return any(i in self.pinned and self.pinned[i] != (call.ptrs[i], call.strides[i]) for i in call.static)
-
-    def held(self) -> bool:
-        """Whether the caller still holds a tensor on one of this graph's outputs."""
-        return any(_use_count(s._cdata) > n for s, n in self.tracked)
-
-    def hand_out(self, real: list, inputs: list) -> list:
-        """The caller's outputs from the graph's (`real`: the same at the call's sizes): aliases,
-        clones of the `copied` ones; an output returned twice is one tensor twice."""
-        made: dict[int, torch.Tensor] = {}
-        out = []
-        for t, r in zip(self.outputs, real):
-            if t is None:
-                out.append(None)
-                continue
-            a = made.get(id(r))
-            if a is None:
-                a = r.of(inputs[r.index]) if isinstance(r, _InputView) else r.detach()
-                made[id(r)] = a = a.clone() if self.private or id(t) in self.copied else a
-            out.append(a)
-        return out
-
-    def release(self) -> None:
-        for s, _ in self.tracked:
-            if _OWNED.get(s.data_ptr()) is self:
-                del _OWNED[s.data_ptr()]
-
-
-class _Slot:
-    """The variants of one graph key: `shared` (most recently used first) and `private`, how many
-    were recorded, and `last`: each input's address at the key's previous call (a list the
-    generated replays update in place)."""
-
-    __slots__ = ("shared", "private", "records", "private_records", "moves", "last")
-
-    def __init__(self, n_inputs: int):
-        self.shared: list[_Graph] = []
-        self.private: _Graph | None = None
-        self.records = 0
-        self.private_records = 0
-        self.moves = 0  # re-records past MAX_RECORDS because static inputs moved
-        self.last: list = [None] * n_inputs
-
-    def graphs(self) -> list[_Graph]:
-        return self.shared + ([self.private] if self.private is not None else [])
-
-
-class _Call:
-    """One call on the general path: the prepared inputs, sizes, and per input its address and
-    strides where the caller's tensor can be read in place (else None), the inputs a new
-    variant should pin (`want`) and the static ones."""
-
-    __slots__ = ("prepared", "symvals", "values", "device", "ptrs", "strides", "want", "static")
-
-    def __init__(self, runner, slot: _Slot, inputs, prepared, symvals, values, device):
-        self.prepared, self.symvals, self.values, self.device = prepared, symvals, values, device
-        self.ptrs, self.strides, self.want, self.static = [], [], set(), set()
-        own = set(map(id, slot.graphs()))
-        for i, (t, p, shape) in enumerate(zip(inputs, prepared, runner.input_shapes)):
-            if p is not t or tuple(p.shape) != tuple(shape(*values)):  # copied by `prepare`, or padded
-                self.ptrs.append(None)
-                self.strides.append(None)
-                continue
-            ptr = p.data_ptr()
-            self.ptrs.append(ptr)
-            self.strides.append(tuple(p.stride()))
-            if is_static_input(p):
-                self.static.add(i)
-                self.want.add(i)
-            elif ptr == slot.last[i]:
-                self.want.add(i)
-            else:
-                producer = _OWNED.get(p.untyped_storage().data_ptr())
-                if producer is not None and id(producer) not in own:  # not fed back: `x = f(x)` alternates
-                    self.want.add(i)
 
 
 class CudaGraphProgram:
@@ -322,10 +182,10 @@ class CudaGraphProgram:
         key = (device.index, values)
         slot = self.graphs.get(key)
         if slot is None:
-            slot = self.graphs.record(key, lambda: _Slot(len(prepared)))  # a new size: charged
+            slot = self.graphs.record(key, lambda: Slot(len(prepared)))  # a new size: charged
             if slot is None:  # over budget
                 return runner.run(prepared, symvals, device, originals=originals)
-        call = _Call(runner, slot, inputs, prepared, symvals, values, device)
+        call = Call(runner, slot, inputs, prepared, symvals, values, device)
         slot.last[:] = call.ptrs
         graph = self._pick(slot, call)
         if graph is None:  # every variant's outputs held and no record left, or capture failed
@@ -336,7 +196,7 @@ class CudaGraphProgram:
         return out
 
     # ------------------------------------------------------------------ picking a variant
-    def _pick(self, slot: _Slot, call: _Call) -> _Graph | None:
+    def _pick(self, slot: Slot, call: Call) -> Variant | None:
         """A variant this call can replay, recorded if needed (see the module docstring)."""
         free = [g for g in slot.shared if g.accepts(call.ptrs, call.strides) and not g.held()]
         for g in free:
@@ -353,56 +213,66 @@ class CudaGraphProgram:
         if free:
             return self._touch(slot, free[0])
         moved = next((g for g in reversed(slot.shared) if not g.held() and g.statics_moved(call)), None)
-        if moved is not None:  # a new static cache each `generate`, new weights: re-record, as Inductor does
+        # a new static cache each `generate` (the old one gone, or at addresses never seen here): re-record,
+        # as Inductor does; static sets that take turns (all alive, each seen before) go on as before
+        if moved is not None and (moved.statics_gone() or call.placement() not in slot.placements):
             if slot.moves < MAX_STATIC_MOVES:
                 slot.moves += 1
                 self._drop(slot, moved)
                 return self._record(slot, call, call.want, private=False)
             self._warn_once("moves", f"cudagraph runtime: program {self.name!r}: its static inputs (parameters, "
                             f"tensors marked static) moved {MAX_STATIC_MOVES} times at these sizes, each a new "
-                            "CUDA Graph record; calls whose static inputs moved run as plain launches from now on")
+                            "CUDA Graph record; calls whose static inputs moved run as plain launches from now on",
+                            stacklevel=3)
             return None
         return self._private(slot, call)
 
-    def _private(self, slot: _Slot, call: _Call) -> _Graph | None:
+    def _private(self, slot: Slot, call: Call) -> Variant | None:
         """The variant whose outputs are cloned, for a caller that holds the shared ones' outputs."""
         g = slot.private
+        held = any(g.held() for g in slot.shared)
         if g is None or not g.accepts(call.ptrs, call.strides):
             if slot.private_records >= MAX_PRIVATE:
-                self._warn("this call and others like it run as plain launches")
+                self._warn(held, "this call and others like it run as plain launches")
                 return None
             if g is not None:
                 g.release()
                 slot.private = None
             g = self._record(slot, call, call.static, private=True)
         if g is not None:
-            self._warn("while it does, outputs are copies (a clone each)")
+            self._warn(held, "while it does, outputs are copies (a clone each)")
         return g
 
-    def _warn(self, consequence: str) -> None:
-        self._warn_once("held", f"cudagraph runtime: program {self.name!r}: the caller still holds outputs of its last "
-                        f"{MAX_SHARED} calls at these sizes, which a replay would overwrite; {consequence}. Drop the "
-                        "outputs you no longer need, or clone those you keep, to avoid it")
+    def _warn(self, held: bool, consequence: str) -> None:
+        if held:
+            self._warn_once("held", f"cudagraph runtime: program {self.name!r}: the caller still holds outputs of its "
+                            f"last {MAX_SHARED} calls at these sizes, which a replay would overwrite; {consequence}. "
+                            "Drop the outputs you no longer need, or clone those you keep, to avoid it", stacklevel=5)
+        else:
+            self._warn_once("moved", f"cudagraph runtime: program {self.name!r}: inputs it reads in place (static ones, "
+                            f"or ones that stayed where the previous call had them) keep moving between calls at these "
+                            f"sizes, past its {MAX_RECORDS} records; {consequence}", stacklevel=5)
 
-    def _warn_once(self, what: str, message: str) -> None:
+    def _warn_once(self, what: str, message: str, stacklevel: int) -> None:
+        """`message` once per program and kind; `stacklevel` counts from the caller (all point at `__call__`)."""
         if what not in self._warned:
             self._warned.add(what)
-            warnings.warn(message, RuntimeWarning, stacklevel=6)
+            warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
 
     @staticmethod
-    def _touch(slot: _Slot, g: _Graph) -> _Graph:
+    def _touch(slot: Slot, g: Variant) -> Variant:
         if slot.shared[0] is not g:
             slot.shared.remove(g)
             slot.shared.insert(0, g)
         return g
 
-    def _drop(self, slot: _Slot, g: _Graph) -> None:
+    def _drop(self, slot: Slot, g: Variant) -> None:
         slot.shared.remove(g)
         g.release()
         self.replays.clear()
 
     # ------------------------------------------------------------------ recording
-    def _record(self, slot: _Slot, call: _Call, pin: set, private: bool) -> _Graph | None:
+    def _record(self, slot: Slot, call: Call, pin: set, private: bool) -> Variant | None:
         if self._not_capturable:
             self._give_up(self._not_capturable)
             return None
@@ -411,6 +281,7 @@ class CudaGraphProgram:
         if g is None:
             return None
         self._warmed.add(call.values)
+        slot.placements.add(call.placement())
         if private:
             slot.private_records += 1
             slot.private = g
@@ -426,7 +297,7 @@ class CudaGraphProgram:
         warnings.warn(f"cudagraph runtime: capturing program {self.name!r} failed ({reason}); "
                       f"running as 'launch'", RuntimeWarning, stacklevel=6)
 
-    def _capture(self, call: _Call, pin: set, private: bool, warmups: int) -> _Graph | None:
+    def _capture(self, call: Call, pin: set, private: bool, warmups: int) -> Variant | None:
         """Record a graph at the call's graph key, reading the inputs in `pin` in place and the
         others from buffers of its own; None (and the program runs as launch) if it fails."""
         graph_inputs, buffers, pinned = [], {}, {}
@@ -444,7 +315,8 @@ class CudaGraphProgram:
             self._give_up(f"{type(e).__name__}: {e}".splitlines()[0])
             return None
         caller = {call.prepared[i].untyped_storage().data_ptr(): (i, call.prepared[i]) for i in pinned}
-        return _Graph(graph, pinned, buffers, outputs, private, caller)
+        statics = {i: StorageWeakRef(call.prepared[i].untyped_storage()) for i in pinned if i in call.static}
+        return Variant(graph, pinned, buffers, outputs, private, caller, statics)
 
     def _record_graph(self, graph_inputs: list, values: tuple, device, warmups: int):
         """(CUDA graph, its outputs) of the program run on `graph_inputs` at `values`: warm-up
@@ -471,7 +343,7 @@ class CudaGraphProgram:
         return graph, outputs
 
     # ------------------------------------------------------------------ replaying
-    def _replay(self, g: _Graph, prepared: list, symvals: tuple, values: tuple, callers: list) -> list:
+    def _replay(self, g: Variant, prepared: list, symvals: tuple, values: tuple, callers: list) -> list:
         for i, buf in g.buffers.items():
             copy_input(buf, prepared[i])
         g.graph.replay()
@@ -481,7 +353,7 @@ class CudaGraphProgram:
         real = self.padding.real_outputs(graph_outputs, symvals, values)
         return g.hand_out([v if r is None else r for r, v in zip(real, g.outputs)], prepared)
 
-    def _build_replay(self, slot: _Slot, symvals: tuple, values: tuple, device):
+    def _build_replay(self, slot: Slot, symvals: tuple, values: tuple, device):
         """`replay(inputs) -> outputs | None` for calls at exactly `symvals`, generated: the input
         guards, then per variant (in the order the general path would pick them) the pinned
         addresses, whether the caller holds its outputs, the input copies, the replay and the
@@ -506,10 +378,10 @@ class CudaGraphProgram:
         for k in range(0, len(checks), 4):
             lines.append(f"    if {' or '.join(checks[k:k + 4])}: return None")
         lines.append(f"    if {src.const('DEVICE', _current_device)}() != {index}: return None")
-        use, last = src.const("USE", _use_count), src.const("LAST", slot.last)
+        use, last = src.const("USE", use_count), src.const("LAST", slot.last)
         promote = slot.records < MAX_RECORDS
 
-        def held(g: _Graph) -> str:
+        def held(g: Variant) -> str:
             return " or ".join(f"{use}({s._cdata}) > {count}" for s, count in g.tracked)
 
         shared = [g for g in slot.shared if all(in_place[i] for i in g.pinned)]
@@ -519,7 +391,9 @@ class CudaGraphProgram:
                                promote, last)
         priv = slot.private
         if priv is not None and all(in_place[i] for i in priv.pinned):
-            if not promote:  # the general path would take it once no shared variant serves
+            # the general path takes it once no shared variant serves, unless it may still re-record
+            # one (`promote`, or static inputs that moved while re-records are left: `_pick`)
+            if not promote and slot.moves >= MAX_STATIC_MOVES:
                 self._emit_variant(lines, src, priv, "", symvals, values, call_shapes, in_place, False, last)
             elif len(slot.shared) >= MAX_SHARED and len(shared) == len(slot.shared) \
                     and all(g.tracked for g in shared):  # it takes it when every shared one is held
@@ -528,7 +402,7 @@ class CudaGraphProgram:
         lines.append("    return None")
         return compile_source(lines, src.namespace, f"<pipec replay {self.name} {symvals}>")
 
-    def _emit_variant(self, lines, src, g: _Graph, condition: str, symvals, values, call_shapes,
+    def _emit_variant(self, lines, src, g: Variant, condition: str, symvals, values, call_shapes,
                       in_place, promote: bool, last: str) -> None:
         runner = self.runner
         conds = [f"x{i}.data_ptr() == {p} and x{i}.stride() == {src.const('T', s)}" for i, (p, s) in g.pinned.items()]
@@ -557,7 +431,7 @@ class CudaGraphProgram:
             if t is None:
                 outs.append("None")
                 continue
-            if isinstance(t, _InputView):
+            if isinstance(t, InputView):
                 key = (id(t), None)
                 expr = f"{src.const('VIEW', t.of)}(x{t.index})"
             else:
