@@ -367,8 +367,9 @@ def build(name: str, size: str = TINY, device: str | torch.device = "cpu", seed:
 
 
 def causal_lm(name: str, size: str = TINY, device: str | torch.device = "cpu", seed: int = 0) -> nn.Module:
-    """The bare transformers model of decoder architecture `name` (its `...ForCausalLM`, which
-    `generate` needs) at `size`, in eval mode and the size's dtype: what benchmarks/decode.py runs."""
+    """The transformers model of decoder architecture `name` with its LM head (the class the
+    suite runs, e.g. GPT2LMHeadModel, LlamaForCausalLM: what `generate` needs) at `size`, in eval
+    mode and the size's dtype: what benchmarks/decode.py runs."""
     arch, shape = _arch_and_shape(name, size)
     if arch.family != "decoder":
         decoders = ", ".join(a.name for a in ARCHS if a.family == "decoder")
