@@ -107,6 +107,7 @@ MAX_PRIVATE = 2  # private (output-copying) variants recorded per key
 # allow as many: `cudagraph_unexpected_rerecord_limit`)
 MAX_STATIC_MOVES = 128
 
+
 def _current_device() -> int:
     """The current CUDA device's index (what `Tensor.get_device()` gives for a tensor on it)."""
     return torch._C._cuda_getDevice()

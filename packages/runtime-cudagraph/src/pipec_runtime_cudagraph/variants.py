@@ -112,8 +112,9 @@ class Variant:
 
 class Slot:
     """The variants of one graph key: `shared` (most recently used first) and `private`, how many
-    were recorded, and `last`: each input's address at the key's previous call (a list the
-    generated replays update in place)."""
+    were recorded (`moves`: those for static inputs that moved, past MAX_RECORDS), where the
+    static inputs were at each record (`placements`), and `last`: each input's address at the
+    key's previous call (a list the generated replays update in place)."""
 
     __slots__ = ("shared", "private", "records", "private_records", "moves", "placements", "last")
 
@@ -137,10 +138,6 @@ class Call:
 
     __slots__ = ("prepared", "symvals", "values", "device", "ptrs", "strides", "want", "static")
 
-    def placement(self) -> tuple:
-        """Where this call's static inputs are (index, address, strides)."""
-        return tuple((i, self.ptrs[i], self.strides[i]) for i in sorted(self.static))
-
     def __init__(self, runner, slot: Slot, inputs, prepared, symvals, values, device):
         self.prepared, self.symvals, self.values, self.device = prepared, symvals, values, device
         self.ptrs, self.strides, self.want, self.static = [], [], set(), set()
@@ -162,3 +159,7 @@ class Call:
                 producer = OWNED.get(p.untyped_storage().data_ptr())
                 if producer is not None and id(producer) not in own:  # not fed back: `x = f(x)` alternates
                     self.want.add(i)
+
+    def placement(self) -> tuple:
+        """Where this call's static inputs are (index, address, strides)."""
+        return tuple((i, self.ptrs[i], self.strides[i]) for i in sorted(self.static))
