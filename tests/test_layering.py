@@ -42,7 +42,7 @@ ALLOWED_STATE = {
     "pipec_runtime_cudagraph.interpreter._twins": "debt: interpreter twins of Triton kernels",
     "pipec_runtime_cudagraph.interpreter._announced": "debt: the once-per-process interpreter note",
     "pipec_runtime_cudagraph.fastlaunch._runtime": "debt: the fast launcher, found once",
-    "pipec_runtime_cudagraph.cudagraph._OWNED": "debt: live CUDA Graph outputs",
+    "pipec_runtime_cudagraph.variants.OWNED": "debt: live CUDA Graph outputs",
     "pipec_runtime_cudagraph.capture_support._CAPTURE_STREAMS": "debt: a capture stream per device",
 }
 
