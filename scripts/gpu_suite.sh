@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,temperature.gpu --format=csv,noheader 
 expect=${EXPECT:-benchmarks/results/real_models_h100_s41.json benchmarks/results/real_models_h100_s42_b.json \
 benchmarks/results/real_models_h100_s43.json benchmarks/results/real_models_h100_s44.json \
 benchmarks/results/real_models_h100_s45.json benchmarks/results/real_models_h100_s46.json benchmarks/results/real_models_h100_s47.json \
-benchmarks/results/real_models_h100_s48.json}
+benchmarks/results/real_models_h100_s48.json benchmarks/results/real_models_h100_s49.json}
 args=(--out "$out/real_models_$part.json" --deadline $(( ${DEADLINE:-560} - ($(date +%s) - start) )) --expect $expect)
 [ -n "${DONE:-}" ] && args+=(--skip-done $DONE)
 [ -n "${CASES:-}" ] && args+=(--cases "$CASES")
