@@ -1,6 +1,7 @@
 """What users do with a compiled transformers model beyond one forward: decode with `generate`
 (its KV cache dynamic, or the static cache of transformers' torch.compile recipe with
-fullgraph), train with gradient checkpointing, and compile the optimizer's step. Tiny configs of
+fullgraph, or transformers' own compile of the decoding step under CUDA Graphs, simulated on the
+CPU), train with gradient checkpointing, and compile the optimizer's step. Tiny configs of
 hf_models.py, float32, on the CPU, checked against eager."""
 
 import copy
@@ -76,3 +77,71 @@ def test_compiled_adamw_step_on_a_decoder():
                     p.grad = g.clone()
                 step()
     torch.testing.assert_close(dict(models[1].named_parameters()), dict(models[0].named_parameters()))
+
+
+class _RecordedRun:
+    """A CUDA Graph as the runtime's CPU tests simulate one: a replay runs the program again on
+    the inputs it pinned (checked to be at their recorded addresses) or on its own buffers, and
+    copies the results into the outputs it had at record time."""
+
+    def __init__(self, runner, graph_inputs, values, device, call_inputs):
+        self.runner, self.values, self.device, self.call_inputs = runner, values, device, call_inputs
+        self.pinned = {i: t.data_ptr() for i, t in enumerate(graph_inputs) if t is call_inputs[0][i]}
+        written = {k for k, _ in runner.write_index}  # a record runs nothing on the caller's memory
+        self.buffers = {i: t for i, t in enumerate(graph_inputs) if i not in self.pinned}
+        self.outputs = runner.run([t.clone() if i in written else t for i, t in enumerate(graph_inputs)], values, device)
+
+    def replay(self):
+        inputs = self.call_inputs[0]
+        assert all(inputs[i].data_ptr() == p for i, p in self.pinned.items()), "a pinned input moved"
+        live = [inputs[i] if i in self.pinned else self.buffers[i] for i in range(len(inputs))]
+        for dst, src in zip(self.outputs, self.runner.run(live, self.values, self.device)):
+            if dst is not None and dst.data_ptr() != src.data_ptr():
+                dst.copy_(src)
+
+
+def test_decoding_under_cuda_graphs_records_once_per_generate(monkeypatch):
+    """transformers' own compile of the decoding step (`compile_config`, mode reduce-overhead)
+    with pipec, over the `cudagraph` runtime with simulated graphs: every `generate` makes a new
+    static cache (tensors marked static), so its first step records a graph pinning that cache and
+    the others replay it on the fast path. Past the runtime's record limits too (10 generates):
+    no plain launches, no warning, eager's tokens every time."""
+    from pipec_runtime_cudagraph import cudagraph
+
+    calls = {"general": 0, "records": 0}
+    current: list = [None]
+
+    class Simulated(cudagraph.CudaGraphProgram):
+        device_type = "cpu"
+
+        def __call__(self, inputs, in_range=False):
+            current[0] = list(inputs)
+            return super().__call__(inputs, in_range)
+
+        def _call(self, inputs):
+            calls["general"] += 1
+            return super()._call(inputs)
+
+        def _record_graph(self, graph_inputs, values, device, warmups):
+            calls["records"] += 1
+            run = _RecordedRun(self.runner, graph_inputs, values, device, current)
+            return run, run.outputs
+
+    monkeypatch.setattr(cudagraph, "_current_device", lambda: -1)
+    monkeypatch.setattr(cudagraph, "load_cudagraph", lambda program, options=None, context=None:
+                        Simulated(program, options, context))
+    model = causal_lm("llama")
+    ids = torch.randint(3, model.config.vocab_size, (1, 5), generator=torch.Generator().manual_seed(2))
+    config = transformers.CompileConfig(backend="pipec", mode="reduce-overhead")
+    config._compile_all_devices = True  # transformers compiles the decoding step on CUDA only otherwise
+    settings = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0, cache_implementation="static")
+    torch._dynamo.reset()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", PipecFallbackWarning)
+        warnings.filterwarnings("error", message="cudagraph runtime")
+        expected = model.generate(ids, disable_compile=True, **settings)
+        generates = 10
+        for _ in range(generates):
+            assert torch.equal(model.generate(ids, compile_config=config, **settings), expected)
+    assert calls["records"] == generates  # one a generate: four decoding steps each, the first records
+    assert calls["general"] == generates  # the other three took the generated fast path
