@@ -178,6 +178,10 @@ def run_backend(model, prompt, backend: str, args, expected, eager_wall: float |
         long_ms, short_ms = time_rounds(generate, args.device, args.rounds)
         if args.profile:
             row.update(kernel_profile(generate, args.new_tokens))
+        if args.host_profile:  # where a long generate's host time goes (a record's parts, if it records)
+            from train_step import host_profile
+
+            row["host_profile"] = host_profile(lambda: generate("long"), 1, top=40)
     step = (long_ms - short_ms) / (args.new_tokens - 1)
     if step <= 0:  # the long generate no slower than the one-token one: noise swamped the steps
         row["note"] = f"no step time: {long_ms:.3f} ms for {args.new_tokens} tokens against {short_ms:.3f} for one"
@@ -282,6 +286,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="CUDA: each row's GPU time per step and its heaviest kernels (with --reuse-cache, no CUDA Graph "
                          "record's warm-up run in them)")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="CUDA: cProfile one long generate per row (top 40 functions by own time, in the JSON)")
     ap.add_argument("--out", help="results JSON (and the same path with .md)")
     args = ap.parse_args(argv)
     args.prompt = args.prompt or (8 if args.tiny else 32)
@@ -289,8 +295,8 @@ def main(argv=None) -> int:
     unknown = sorted(set(args.backends) - set(BACKENDS))
     if unknown or not args.backends or args.backends[0] != "eager":
         ap.error(f"--backends: eager first, then any of {', '.join(BACKENDS)} (unknown: {', '.join(unknown) or 'none'})")
-    if args.profile and args.device != "cuda":
-        ap.error("--profile reads CUDA kernel times: it needs --device cuda")
+    if (args.profile or args.host_profile) and args.device != "cuda":
+        ap.error("--profile and --host-profile time CUDA work: they need --device cuda")
     if args.new_tokens < 2:
         ap.error("--new-tokens must be at least 2 (a step's time is the difference from one new token)")
     meta = {"device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
