@@ -13,6 +13,7 @@
     python benchmarks/hf_sweep.py --list-third        # the third batch (session 31)
     python benchmarks/hf_sweep.py --list-fourth       # the fourth batch (session 46)
     python benchmarks/hf_sweep.py --list-fifth        # the fifth batch (session 46: vision, detection, audio, time series)
+    python benchmarks/hf_sweep.py --list-sixth        # the sixth batch (session 49: causal LMs new in transformers 5.x)
     for a in $(python benchmarks/hf_sweep.py --list); do timeout 240 python benchmarks/hf_sweep.py $a; done
 
 Prints one JSON line per run: status (ok / mismatch / error / build-failed: the model itself
@@ -23,8 +24,8 @@ deepest pipec frame, pipec's warnings (fallbacks, extern calls), graph breaks an
 compile and first call. One process per architecture keeps one failure from poisoning the next.
 Session 15's run: benchmarks/results/hf_sweep_cpu_s15.md; session 16's, inference and training:
 benchmarks/results/hf_sweep_cpu_s16.jsonl, hf_sweep_train_cpu_s16.jsonl. The architectures and
-their inputs: hf_sweep_archs.py (the fourth and fifth batches in hf_sweep_later_archs.py, the shared
-tiny configs in hf_sweep_configs.py) and hf_sweep_inputs.py.
+their inputs: hf_sweep_archs.py (the fourth and fifth batches in hf_sweep_later_archs.py, the sixth in
+hf_sweep_sixth.py, the shared tiny configs in hf_sweep_configs.py) and hf_sweep_inputs.py.
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ import warnings
 import numpy as np
 import torch
 
-from hf_sweep_archs import ARCHS, EXTRA, FIFTH, FOURTH, REINIT, THIRD
+from hf_sweep_archs import ARCHS, EXTRA, FIFTH, FOURTH, REINIT, SIXTH, THIRD
 from hf_sweep_inputs import make_inputs
 
 # the batches after the first, each listed by --list-NAME; --list lists the first batch (the rest)
-LATER_BATCHES = {"extra": EXTRA, "third": THIRD, "fourth": FOURTH, "fifth": FIFTH}
+LATER_BATCHES = {"extra": EXTRA, "third": THIRD, "fourth": FOURTH, "fifth": FIFTH, "sixth": SIXTH}
 
 PKG_ROOT = str(Path(__file__).resolve().parents[1] / "packages") + "/"  # pipec's frames in tracebacks
 
@@ -177,7 +178,7 @@ def parse_args(argv):
                                              "with eager (one JSON line).")
     ap.add_argument("arch", nargs="?", help="the architecture (see --list)")
     ap.add_argument("--list", action="store_true", help="the first batch of architectures")
-    for name, ordinal in zip(LATER_BATCHES, ("second", "third", "fourth", "fifth")):
+    for name, ordinal in zip(LATER_BATCHES, ("second", "third", "fourth", "fifth", "sixth")):
         ap.add_argument(f"--list-{name}", action="store_true", help=f"the {ordinal} batch")
     ap.add_argument("--strict", action="store_true",
                     help="pipec.compile(model, eager_fallback=False): a graph that fails raises")

@@ -1,7 +1,8 @@
 """The architectures `hf_sweep.py` builds (transformers config class, its tiny kwargs, model
 class, inputs kind; hf_sweep_inputs.py makes each kind's inputs). A first batch (`ARCHS` without
 the others), a second (`EXTRA`), a third (`THIRD`); the fourth (`FOURTH`) and fifth (`FIFTH`) are
-in hf_sweep_later_archs.py, the configs batches share in hf_sweep_configs.py."""
+in hf_sweep_later_archs.py, the sixth (`SIXTH`) in hf_sweep_sixth.py, the configs batches share in
+hf_sweep_configs.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hf_sweep_configs import (  # noqa: F401 - B, T, IMG: hf_sweep_inputs.py imp
     BART_LIKE, BERT_LIKE, DEEPSEEK_LIKE, IMG, LLAMA_LIKE, NO_DROP_BERT, SLIDING_FULL, W2V_LIKE, B, T)
 from hf_sweep_later_archs import FIFTH, FOURTH
 from hf_sweep_later_archs import REINIT as LATER_REINIT
+from hf_sweep_sixth import SIXTH
 
 # name -> (config class, kwargs, model class, inputs kind)
 ARCHS = {
@@ -439,4 +441,5 @@ THIRD = {
 ARCHS.update(THIRD)
 ARCHS.update(FOURTH)
 ARCHS.update(FIFTH)
+ARCHS.update(SIXTH)
 REINIT += LATER_REINIT
