@@ -29,7 +29,9 @@ SIXTH = {
                                                                  llama_4_scaling_beta=0.1)),
                    "Ministral3ForCausalLM", "lm"),
     "nanochat": ("NanoChatConfig", dict(LLAMA_LIKE, num_key_value_heads=4), "NanoChatForCausalLM", "lm"),
-    "doge": ("DogeConfig", dict(LLAMA_LIKE, keep_window_size=4), "DogeForCausalLM", "lm"),  # dynamic mask attention
+    # dynamic mask attention: a top-k of exp(A * softplus(dt)) over the keys; A starts at 0, so every score is
+    # 1.0 and the top-k picks among ties (pipec's topk: the earliest index; eager's CPU kernel: another)
+    "doge": ("DogeConfig", dict(LLAMA_LIKE, keep_window_size=4), "DogeForCausalLM", "lm"),
     "youtu": ("YoutuConfig", dict(LLAMA_LIKE, num_key_value_heads=4, **MLA), "YoutuForCausalLM", "lm"),
     "gpt_neox_japanese": ("GPTNeoXJapaneseConfig", dict(vocab_size=128, hidden_size=32, num_hidden_layers=2,
                                                         num_attention_heads=4, max_position_embeddings=64,
@@ -42,7 +44,7 @@ SIXTH = {
     "hrm_text": ("HrmTextConfig", dict(LLAMA_LIKE, num_key_value_heads=4, head_dim=8, num_hidden_layers=2,
                                        num_layers_per_stack=1, H_cycles=1, L_cycles=1, L_bp_cycles=[1]),
                  "HrmTextForCausalLM", "lm"),
-    # mixtures of experts
+    # mixtures of experts (afmoe's router gate starts at zero: ties in its top-k, as doge's)
     "afmoe": ("AfmoeConfig", dict(LLAMA_LIKE, head_dim=8, num_dense_layers=1, num_shared_experts=1, sliding_window=4,
                                   layer_types=SLIDING_FULL, **MOE), "AfmoeForCausalLM", "lm"),
     "exaone_moe": ("ExaoneMoeConfig", dict(LLAMA_LIKE, head_dim=8, sliding_window=4, layer_types=SLIDING_FULL,
@@ -72,7 +74,7 @@ SIXTH = {
                                                  expert_ffn_hidden_size=32, moe_topk=2, n_routed_experts=4,
                                                  zero_expert_num=2, head_dim=4, qk_head_dim=8, **MLA),
                       "LongcatFlashForCausalLM", "lm"),
-    # sparse attention (an indexer), linear attention, hybrids
+    # sparse attention (an indexer; glm_moe_dsa's scores are a relu's, exact zeros tie), linear attention, hybrids
     "deepseek_v32": ("DeepseekV32Config", dict(DEEPSEEK_LIKE, head_dim=4, qk_head_dim=8, **INDEXED),
                      "DeepseekV32ForCausalLM", "lm"),
     "glm_moe_dsa": ("GlmMoeDsaConfig", dict(DEEPSEEK_LIKE, n_group=1, head_dim=4, **INDEXED),
