@@ -74,19 +74,6 @@ def sort_stable(self: torch.Tensor, *, stable=None, dim: int = -1, descending: b
     return sort(self, dim, descending)  # the rank order is the stable one either way
 
 
-def topk(self: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
-    """The first k of `sort` (descending for the largest): values in order, and among equal
-    values the earliest index first, one valid answer where torch leaves the order of ties
-    unspecified (and the order of all of them when sorted=False). NaN counts as the largest."""
-    if self.dim() == 0:  # k is 0 or 1 (torch checks): the element itself, or nothing
-        return (self.clone(), torch.zeros((), dtype=torch.int64, device=self.device)) if k == 1 else NotImplemented
-    result = sort(self, dim, descending=largest)
-    if result is NotImplemented:
-        return NotImplemented
-    values, indices = result
-    return values.narrow(dim, 0, k).contiguous(), indices.narrow(dim, 0, k).contiguous()
-
-
 def matmul_folded(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     """torch.matmul, with [..., m, k] @ [k, n] always folded into one [(...)*m, k] @ [k, n] mm.
 
@@ -349,5 +336,4 @@ DECOMPOSITIONS = {
     aten.masked_scatter.default: masked_scatter,
     aten.sort.default: sort,
     aten.sort.stable: sort_stable,
-    aten.topk.default: topk,
 }

@@ -71,11 +71,17 @@ LIBRARY_OPS = frozenset({
     # raises as eager does (it reads `info` on the host; a CUDA Graph capture leaves such a program
     # to plain launches)
     "_linalg_check_errors",
-    # sorts and selections that decompositions.sort leaves alone: rows over SORT_MAX_ROW (its rank
-    # sort compares every pair of a row), symbolic lengths, bool and complex values. ATen's
-    # kernels (a segmented radix sort, a radix select for topk) are the right answer there, and
-    # Inductor calls them too: a detector's topk of 300 out of 8,400 anchors x 80 classes
-    "sort", "topk",
+    # sorts that decompositions.sort leaves alone: rows over SORT_MAX_ROW (its rank sort compares
+    # every pair of a row), symbolic lengths, bool and complex values. ATen's segmented radix sort
+    # is the right answer there, and Inductor calls it too.
+    "sort",
+    # topk, always: among equal values ATen's kernels (a radix select on CUDA, a partial sort on the
+    # CPU) pick in an order torch leaves unspecified, and a mixture-of-experts router whose scores
+    # tie (a gate initialized to zero, relu'd indexer scores) then routes to other experts than
+    # eager's, so the model's outputs differ from eager's. Inductor calls ATen's topk as well. The
+    # rank sort's topk (the earliest index among ties) did so on doge, afmoe, glm_moe_dsa and
+    # deepseek_v32 (session 49's sixth sweep batch).
+    "topk",
 })
 
 def op_name(target) -> str:
