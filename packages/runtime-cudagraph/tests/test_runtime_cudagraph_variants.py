@@ -349,6 +349,44 @@ def test_inputs_that_keep_moving_are_not_blamed_on_held_outputs(options):
     assert messages and not any("still holds outputs" in m for m in messages), messages
 
 
+def test_past_the_records_the_copying_variant_stays_on_the_fast_path(options):
+    """Inputs that keep moving past every record (no static input moved): the copying variant
+    serves them from the generated fast path, as before the re-records for moved static inputs;
+    only each tensor's first call, and the records, take the general path."""
+    run = Sim(add_program(10), options)
+    y = torch.randn(10)
+    xs = [torch.randn(10) for _ in range(12)]  # all alive: each its own address
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the one "keep moving" warning
+        for x in xs:
+            for _ in range(3):
+                torch.testing.assert_close(run([x, y])[0], x + y)
+    assert run.general == len(run.graphs) == MAX_RECORDS + 1  # six records and one copying variant
+
+
+def test_a_copying_variant_at_moved_statics_gives_way_once_outputs_are_dropped(options, monkeypatch):
+    """Records used up, the caller holding both shared variants' outputs when its weights move:
+    a copying (private) variant serves it. Once the caller drops those outputs, the next call
+    re-records a shared variant at the new weights instead of cloning outputs for good, on the
+    general path and the generated fast path alike."""
+    monkeypatch.setattr(cudagraph, "MAX_RECORDS", 2)
+    run = Sim(add_program(10), options)
+    y = torch.randn(10)
+    w1, w2, w3 = (torch.nn.Parameter(torch.randn(10), requires_grad=False) for _ in range(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the one "still holds outputs" warning
+        kept = [run([y, w1])[0], run([y, w2])[0]]  # two shared variants, both held
+        torch.testing.assert_close(run([y, w3])[0], y + w3)  # a copying variant at w3
+        assert run.slot().private is not None and run.slot().moves == 0
+        del kept
+        for _ in range(3):
+            out = run([y, w3])[0]
+            torch.testing.assert_close(out, y + w3)
+    slot = run.slot()
+    assert slot.moves == 1 and any(g.pinned.get(1, (None,))[0] == w3.data_ptr() for g in slot.shared)
+    assert out.data_ptr() in {g.outputs[0].data_ptr() for g in slot.shared}  # an alias again, not a clone
+
+
 def test_one_element_outputs_are_copies(options):
     """A loss the caller keeps in a list: cloned (for free), so the graph stays free."""
     run = Sim(add_program(1), options)

@@ -134,7 +134,9 @@ class CudaGraphProgram:
         self.fallback: str | None = None  # why we run as launch, once capture failed
         self.replays: dict[tuple, Callable] = {}  # exact symbol values -> generated replay
         self._warmed: set[tuple] = set()  # graph keys whose kernels the warm-up compiled and tuned
-        self._warned: set[str] = set()  # the warnings given: "held" (outputs copied or plain launches), "moves"
+        # the warnings given, once each: "held" (outputs copied, or plain launches, for a caller holding
+        # outputs), "moving" (the same for inputs that keep moving), "moves" (re-records used up)
+        self._warned: set[str] = set()
         sync = [st.target for st in program.steps if st.kind == "extern" and st.target in HOST_SYNC_TARGETS]
         self._not_capturable = f"{sync[0]} synchronizes with the host" if sync else None
         # collectives run as launched: gloo cannot be captured at all, and NCCL under capture (its
@@ -250,7 +252,7 @@ class CudaGraphProgram:
                             f"last {MAX_SHARED} calls at these sizes, which a replay would overwrite; {consequence}. "
                             "Drop the outputs you no longer need, or clone those you keep, to avoid it", stacklevel=5)
         else:
-            self._warn_once("moved", f"cudagraph runtime: program {self.name!r}: inputs it reads in place (static ones, "
+            self._warn_once("moving", f"cudagraph runtime: program {self.name!r}: inputs it reads in place (static ones, "
                             f"or ones that stayed where the previous call had them) keep moving between calls at these "
                             f"sizes, past its {MAX_RECORDS} records; {consequence}", stacklevel=5)
 
@@ -282,11 +284,11 @@ class CudaGraphProgram:
         if g is None:
             return None
         self._warmed.add(call.values)
-        slot.placements.add(call.placement())
         if private:
             slot.private_records += 1
             slot.private = g
-        else:
+        else:  # a placement only a copying variant served is still new to the shared ones
+            slot.placements.add(call.placement())
             slot.records += 1
             slot.shared.insert(0, g)
         self.replays.clear()
@@ -393,8 +395,10 @@ class CudaGraphProgram:
         priv = slot.private
         if priv is not None and all(in_place[i] for i in priv.pinned):
             # the general path takes it once no shared variant serves, unless it may still re-record
-            # one (`promote`, or static inputs that moved while re-records are left: `_pick`)
-            if not promote and slot.moves >= MAX_STATIC_MOVES:
+            # one: `promote`, or (`_pick`) a shared variant pinning static inputs elsewhere than this
+            # one does, while re-records are left; otherwise the fast path replays it itself
+            same_statics = all(g.pinned.get(i) == p for g in slot.shared for i, p in priv.pinned.items())
+            if not promote and (same_statics or slot.moves >= MAX_STATIC_MOVES):
                 self._emit_variant(lines, src, priv, "", symvals, values, call_shapes, in_place, False, last)
             elif len(slot.shared) >= MAX_SHARED and len(shared) == len(slot.shared) \
                     and all(g.tracked for g in shared):  # it takes it when every shared one is held

@@ -113,7 +113,7 @@ class Variant:
 class Slot:
     """The variants of one graph key: `shared` (most recently used first) and `private`, how many
     were recorded (`moves`: those for static inputs that moved, past MAX_RECORDS), where the
-    static inputs were at each record (`placements`), and `last`: each input's address at the
+    static inputs were at each shared variant's record (`placements`), and `last`: each input's address at the
     key's previous call (a list the generated replays update in place)."""
 
     __slots__ = ("shared", "private", "records", "private_records", "moves", "placements", "last")
