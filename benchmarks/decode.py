@@ -146,7 +146,8 @@ def kernel_profile(generate, new_tokens: int) -> dict:
     return {"step_gpu_ms": round((long_gpu - short_gpu) / (new_tokens - 1), 4), "kernels": kernels[:30]}
 
 
-def run_backend(model, prompt, backend: str, args, expected, eager_wall: float | None) -> dict:
+def run_backend(model, prompt, backend: str, args, expected, eager_wall: float | None) -> tuple[dict, object]:
+    """One row: a checked generate against eager's (`expected`), then the timed rounds; (row, the checked output)."""
     from torch._dynamo.utils import counters
 
     _reset(model)
