@@ -315,6 +315,36 @@ def test_moved_static_inputs_re_record_up_to_their_limit(options, monkeypatch):
     assert len(messages) == 1 and "static inputs (parameters, tensors marked static) moved 3 times" in messages[0]
 
 
+def test_a_re_record_at_a_new_static_input_compiles_no_new_replay_source(options, monkeypatch):
+    """A new static input each round, the old one gone (a decoder's new KV cache per `generate`):
+    every round re-records, and the replay function generated for it has the text of the last
+    one (addresses are namespace constants), so its source is compiled once, not per round."""
+    from pipec_runtime_cudagraph import pysource
+
+    compiled: list[str] = []
+
+    def counting_compile(code, filename, mode):
+        compiled.append(filename)
+        return compile(code, filename, mode)
+
+    monkeypatch.setattr(pysource, "compile", counting_compile, raising=False)
+    monkeypatch.setattr(pysource, "_CODE", {})
+    run = Sim(add_program(10), options)
+    y = torch.randn(10)
+    sources = []
+    for _ in range(MAX_RECORDS + 3):
+        w = torch.nn.Parameter(torch.randn(10), requires_grad=False)  # the last round's is gone
+        for _ in range(3):  # the first call records, the others replay on the fast path
+            torch.testing.assert_close(run([y, w])[0], y + w)
+        (replay,) = run.prog.replays.values()
+        sources.append(replay.source)
+        del w
+    slot = run.slot()
+    assert slot.moves >= 3 and slot.private_records == 0 and len(run.graphs) == slot.records
+    replays = [f for f in compiled if "replay" in f]
+    assert len(set(sources[2:])) == 1 and len(replays) < len(sources) / 2, (len(set(sources)), replays)
+
+
 def test_static_sets_taking_turns_do_not_re_record_each_call(options):
     """Three live parameter sets used in turn (three modules sharing one compiled graph): past the
     first record of each set, a move is no new cache but a set seen before, so it does not

@@ -501,6 +501,12 @@ class ProgramRunner(ProgramPlan):
         read `inputs` afterwards. Anything but a list is read as a plain call's."""
         return self(inputs, owned=isinstance(inputs, list))
 
+    def run_specialized(self, inputs: list) -> list | None:
+        """The specialized run for these inputs, if one was built for their sizes and its guards
+        pass; else None, and nothing ran (the cudagraph runtime's captures: no specialization
+        is built inside a capture)."""
+        return self._run_specialized(inputs)
+
     def _run_specialized(self, inputs, interpreted: bool = True, owned: bool = False) -> list | None:
         """The specialized run for these inputs' sizes, or None (guards failed, other device, or
         an interpreter run when not `interpreted`)."""
