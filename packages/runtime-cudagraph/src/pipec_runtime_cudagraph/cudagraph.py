@@ -78,6 +78,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from pipec_ir import CompileOptions, LoadContext, Program
 
+from .input_guard import InputGuard
 from .buckets import GraphTable, PadPolicy, budget_from, copy_input, prefix_slices
 from .capture_support import capture_stream, clear_cublas_workspaces, preserved_rng, recover_from_failed_capture
 from .profiling import graph_range, profiler_state
@@ -385,8 +386,12 @@ class CudaGraphProgram:
         checks = [f"x{i}.dtype is not {src.const('D', dtype)} or x{i}.shape != {src.const('S', torch.Size(shape))} "
                   f"or x{i}.get_device() != {index}"
                   for i, (dtype, shape) in enumerate(zip(runner.input_dtypes, call_shapes))]
-        for k in range(0, len(checks), 4):
-            lines.append(f"    if {' or '.join(checks[k:k + 4])}: return None")
+        if checks:  # in Python only where one C call says the inputs differ from those last accepted
+            guard = src.const("G", InputGuard())
+            lines.append(f"    if not {guard}.same(inputs):")
+            for k in range(0, len(checks), 4):
+                lines.append(f"        if {' or '.join(checks[k:k + 4])}: return None")
+            lines.append(f"        {guard}.learn(inputs)")
         lines.append(f"    if {src.const('DEVICE', _current_device)}() != {index}: return None")
         use, last = src.const("USE", use_count), src.const("LAST", slot.last)
         promote = slot.records < MAX_RECORDS
