@@ -345,6 +345,23 @@ def test_a_re_record_at_a_new_static_input_compiles_no_new_replay_source(options
     assert len(set(sources[2:])) == 1 and len(replays) < len(sources) / 2, (len(set(sources)), replays)
 
 
+def test_a_pinned_input_at_its_address_with_other_strides_is_not_replayed_in_place(options):
+    """The fast path compares a variant's pinned strides once per accepted input layout (the C
+    guard vouches for the rest): a parameter passed at the pinned address but with other strides
+    (every other element of the same storage) must still not be read in place, however the two
+    alternate, and past the guard's relearning limit too."""
+    run = Sim(add_program(10), options)
+    base = torch.randn(20)
+    dense = torch.nn.Parameter(base[:10], requires_grad=False)
+    strided = torch.nn.Parameter(base.as_strided((10,), (2,)), requires_grad=False)
+    assert dense.data_ptr() == strided.data_ptr() and dense.stride() != strided.stride()
+    y = torch.randn(10)
+    for k in range(24):
+        w = strided if k % 3 == 2 else dense
+        torch.testing.assert_close(run([y, w])[0], y + w)
+    assert run.general < 24  # the dense calls took the fast path
+
+
 def test_static_sets_taking_turns_do_not_re_record_each_call(options):
     """Three live parameter sets used in turn (three modules sharing one compiled graph): past the
     first record of each set, a move is no new cache but a set seen before, so it does not

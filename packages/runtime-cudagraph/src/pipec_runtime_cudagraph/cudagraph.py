@@ -392,18 +392,25 @@ class CudaGraphProgram:
             for k in range(0, len(checks), 4):
                 lines.append(f"        if {' or '.join(checks[k:k + 4])}: return None")
             lines.append(f"        {guard}.learn(inputs)")
+        learned = len(lines)  # where the accepted inputs' pinned strides are checked, per variant
         lines.append(f"    if {src.const('DEVICE', _current_device)}() != {index}: return None")
         use, last = src.const("USE", use_count), src.const("LAST", slot.last)
         promote = slot.records < MAX_RECORDS
+        # per variant, whether the inputs last accepted have the strides its pinned inputs were
+        # recorded with: inputs the C check passes have those inputs' strides, so the strides are
+        # compared once per accepted layout, not at every call
+        strides_ok: list[str] = []
+        flags = src.const("STRIDES_OK", [])
 
         def held(g: Variant) -> str:
-            return " or ".join(f"{use}({src.const('C', s._cdata)}) > {src.const('N', n)}" for s, n in g.tracked)
+            return " or ".join(f"{use}({src.const('C', s._cdata)}) > {src.const('N', count)}" for s, count in g.tracked)
 
         shared = [g for g in slot.shared if all(in_place[i] for i in g.pinned)]
         for g in shared:
-            free = " and ".join(f"{use}({src.const('C', s._cdata)}) <= {src.const('N', n)}" for s, n in g.tracked)
+            free = " and ".join(f"{use}({src.const('C', s._cdata)}) <= {src.const('N', count)}"
+                                for s, count in g.tracked)
             self._emit_variant(lines, src, g, free, symvals, values, call_shapes, in_place,
-                               promote, last)
+                               promote, last, (flags, strides_ok))
         priv = slot.private
         if priv is not None and all(in_place[i] for i in priv.pinned):
             # the general path takes it once no shared variant serves, unless it may still re-record
@@ -411,19 +418,27 @@ class CudaGraphProgram:
             # one does, while re-records are left; otherwise the fast path replays it itself
             same_statics = all(g.pinned.get(i) == p for g in slot.shared for i, p in priv.pinned.items())
             if not promote and (same_statics or slot.moves >= MAX_STATIC_MOVES):
-                self._emit_variant(lines, src, priv, "", symvals, values, call_shapes, in_place, False, last)
+                self._emit_variant(lines, src, priv, "", symvals, values, call_shapes, in_place, False, last,
+                                   (flags, strides_ok))
             elif len(slot.shared) >= MAX_SHARED and len(shared) == len(slot.shared) \
                     and all(g.tracked for g in shared):  # it takes it when every shared one is held
                 self._emit_variant(lines, src, priv, " and ".join(f"({held(g)})" for g in shared), symvals,
-                                   values, call_shapes, in_place, False, last)
+                                   values, call_shapes, in_place, False, last, (flags, strides_ok))
         lines.append("    return None")
+        src.namespace[flags].extend([False] * len(strides_ok))  # until the first accepted inputs
+        lines[learned:learned] = [f"        {flags}[{j}] = {expr}" for j, expr in enumerate(strides_ok)]
         return compile_source(lines, src.namespace, f"<pipec replay {self.name} {symvals}>")
 
     def _emit_variant(self, lines, src, g: Variant, condition: str, symvals, values, call_shapes,
-                      in_place, promote: bool, last: str) -> None:
+                      in_place, promote: bool, last: str, strides: tuple[str, list]) -> None:
+        """The lines replaying `g` when its pinned inputs are where it reads them and `condition`
+        holds. `strides`: (the flags' name, the list collecting each variant's stride check)."""
         runner = self.runner
-        conds = [f"x{i}.data_ptr() == {src.const('P', p)} and x{i}.stride() == {src.const('T', s)}"
-                 for i, (p, s) in g.pinned.items()]
+        conds = [f"x{i}.data_ptr() == {src.const('P', p)}" for i, (p, _) in g.pinned.items()]
+        if g.pinned:
+            flags, checks = strides
+            conds.insert(0, f"{flags}[{len(checks)}]")
+            checks.append(" and ".join(f"x{i}.stride() == {src.const('T', s)}" for i, (_, s) in g.pinned.items()))
         if condition:
             conds.append(condition)
         lines.append(f"    if {' and '.join(conds) or 'True'}:")
