@@ -328,7 +328,7 @@ def test_a_re_record_at_a_new_static_input_compiles_no_new_replay_source(options
         return compile(code, filename, mode)
 
     monkeypatch.setattr(pysource, "compile", counting_compile, raising=False)
-    monkeypatch.setattr(pysource, "_CODE", {})
+    pysource.compiled_code.cache_clear()
     run = Sim(add_program(10), options)
     y = torch.randn(10)
     sources = []

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 TORCH_EMPTY = torch.empty
@@ -24,23 +26,20 @@ class Source:
         self.lines.append("    " * indent + line)
 
 
-# generated source -> its code object. A decoder's `generate` re-records its graph for every new
-# static cache, and the replay function then generated differs only in the values of its
-# constants (addresses, in the namespace), not in its text: compiling it again cost ~10 ms
-# (Llama-1B, ~180 inputs) of each generate's host time on an H100.
-_CODE: dict[tuple[str, str], object] = {}
-CODE_CACHE_SIZE = 256
+@functools.lru_cache(maxsize=256)
+def compiled_code(code: str, filename: str):
+    """The code object of generated source, kept: a decoder's `generate` re-records its graph for
+    every new static cache, and the replay function then generated differs only in the values of
+    its constants (addresses, in the namespace), not in its text; compiling it again cost ~10 ms
+    (Llama-1B, ~180 inputs) of each generate's host time on an H100."""
+    return compile(code, filename, "exec")
 
 
 def compile_source(lines: list[str], namespace: dict, filename: str):
     """Execute generated source defining one function; that function, with `.source` set."""
     code = "\n".join(lines) + "\n"
     before = set(namespace)
-    compiled = _CODE.get((code, filename))
-    if compiled is None:
-        if len(_CODE) >= CODE_CACHE_SIZE:
-            _CODE.pop(next(iter(_CODE)))  # the oldest
-        compiled = _CODE[(code, filename)] = compile(code, filename, "exec")
+    compiled = compiled_code(code, filename)
     exec(compiled, namespace)  # noqa: S102 - our own generated source
     (name,) = [k for k in namespace if k not in before and k != "__builtins__"]
     fn = namespace[name]
