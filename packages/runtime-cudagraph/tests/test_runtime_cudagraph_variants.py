@@ -5,6 +5,7 @@ its outputs at fixed addresses, as a CUDA Graph does."""
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import pytest
@@ -317,8 +318,9 @@ def test_moved_static_inputs_re_record_up_to_their_limit(options, monkeypatch):
 
 def test_a_re_record_at_a_new_static_input_compiles_no_new_replay_source(options, monkeypatch):
     """A new static input each round, the old one gone (a decoder's new KV cache per `generate`):
-    every round re-records, and the replay function generated for it has the text of the last
-    one (addresses are namespace constants), so its source is compiled once, not per round."""
+    every round re-records and drops the variants pinning gone inputs, and the replay function
+    generated for it has the text of the last one (addresses are namespace constants), so its
+    source is compiled a few times, not per round."""
     from pipec_runtime_cudagraph import pysource
 
     compiled: list[str] = []
@@ -332,17 +334,22 @@ def test_a_re_record_at_a_new_static_input_compiles_no_new_replay_source(options
     run = Sim(add_program(10), options)
     y = torch.randn(10)
     sources = []
+    w = None
     for _ in range(MAX_RECORDS + 3):
-        w = torch.nn.Parameter(torch.randn(10), requires_grad=False)  # the last round's is gone
+        # made while the last round's is alive, so at another address (an allocator may hand a
+        # freed block straight back), which is then gone
+        w = torch.nn.Parameter(torch.randn(10), requires_grad=False) if w is None else \
+            torch.nn.Parameter(torch.randn(10) + 0 * w.detach(), requires_grad=False)
+        gc.collect()  # gone for sure: nothing of an earlier test's cycles keeps the last one
         for _ in range(3):  # the first call records, the others replay on the fast path
             torch.testing.assert_close(run([y, w])[0], y + w)
         (replay,) = run.prog.replays.values()
         sources.append(replay.source)
-        del w
     slot = run.slot()
     assert slot.moves >= 3 and slot.private_records == 0 and len(run.graphs) == slot.records
     replays = [f for f in compiled if "replay" in f]
-    assert len(set(sources[2:])) == 1 and len(replays) < len(sources) / 2, (len(set(sources)), replays)
+    assert len(set(sources[1:])) == 1 and len(replays) <= 3, (len(set(sources)), replays)  # of 9 rounds
+    assert len(slot.shared) == 1  # the variants pinning earlier rounds' (gone) inputs were dropped
 
 
 def test_a_pinned_input_at_its_address_with_other_strides_is_not_replayed_in_place(options):

@@ -27,7 +27,9 @@ moved re-records past MAX_RECORDS too, replacing a variant whose outputs the cal
 holds, when the static input that variant pins is gone or the call's static inputs sit where no
 record of the key found them before: transformers makes a new static KV cache (tensors marked
 static) for every `generate`, so each generate's first decoding step records once and the rest
-replay; copying the cache in and back instead would cost two copies of it a step. Static sets
+replay; copying the cache in and back instead would cost two copies of it a step. A shared
+record first drops the variants whose static inputs are gone (earlier generates' caches), whose
+pools hold memory no call needs. Static sets
 that take turns, all alive (modules sharing one compiled graph), are no new cache: they go on as
 other moved inputs do. At most MAX_STATIC_MOVES such re-records per key (the limit Inductor's
 CUDA Graph trees set for theirs); past it, calls whose static inputs moved run as plain launches,
@@ -281,6 +283,12 @@ class CudaGraphProgram:
             self._give_up(self._not_capturable)
             return None
         warmups = 1 if call.values in self._warmed else 2  # the first compiles and tunes, the second settles
+        if not private:
+            # shared variants whose static inputs are gone (the caches of earlier generates) go
+            # first: their pools hold memory no call needs, and a key left with the new variant
+            # alone regenerates the same replay text at each re-record (pysource.py reuses its code)
+            for old in [g for g in slot.shared if not g.held() and g.statics_gone()]:
+                self._drop(slot, old)
         g = self._capture(call, pin, private, warmups)
         if g is None:
             return None
