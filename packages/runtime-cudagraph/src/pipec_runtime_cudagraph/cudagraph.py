@@ -435,7 +435,7 @@ class CudaGraphProgram:
         lines.append("    return None")
         src.namespace[flags].extend([False] * len(strides_ok))  # until the first accepted inputs
         lines[learned:learned] = [f"        {flags}[{j}] = {expr}" for j, expr in enumerate(strides_ok)]
-        return compile_source(lines, src.namespace, f"<pipec replay {self.name} {symvals}>")
+        return compile_source(lines, src.namespace, f"<pipec replay {self.name} {symvals}>", reuse=True)
 
     def _emit_variant(self, lines, src, g: Variant, condition: str, symvals, values, call_shapes,
                       in_place, promote: bool, last: str, strides: tuple[str, list]) -> None:

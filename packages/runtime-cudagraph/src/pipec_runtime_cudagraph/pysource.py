@@ -26,7 +26,7 @@ class Source:
         self.lines.append("    " * indent + line)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def compiled_code(code: str, filename: str):
     """The code object of generated source, kept: a decoder's `generate` re-records its graph for
     every new static cache, and the replay function then generated differs only in the values of
@@ -35,11 +35,13 @@ def compiled_code(code: str, filename: str):
     return compile(code, filename, "exec")
 
 
-def compile_source(lines: list[str], namespace: dict, filename: str):
-    """Execute generated source defining one function; that function, with `.source` set."""
+def compile_source(lines: list[str], namespace: dict, filename: str, reuse: bool = False):
+    """Execute generated source defining one function; that function, with `.source` set.
+    `reuse`: source likely generated again with the same text (`compiled_code` keeps its code;
+    a specialized run, built once per sizes, is not kept)."""
     code = "\n".join(lines) + "\n"
     before = set(namespace)
-    compiled = compiled_code(code, filename)
+    compiled = compiled_code(code, filename) if reuse else compile(code, filename, "exec")
     exec(compiled, namespace)  # noqa: S102 - our own generated source
     (name,) = [k for k in namespace if k not in before and k != "__builtins__"]
     fn = namespace[name]
