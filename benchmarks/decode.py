@@ -26,6 +26,7 @@ CUDA Graph backend (Inductor's trees, pipec's `cudagraph` runtime) records its d
 again at each generate's first step, and the step time above includes that record spread over
 the steps. `--reuse-cache` times generates that share one StaticCache (reset each time, passed as
 `past_key_values`, as a server reusing its cache would): the steady state, with no record.
+`--record-parts` gives that record's host time part by part (record_parts.py).
 """
 
 from __future__ import annotations
@@ -183,6 +184,11 @@ def run_backend(model, prompt, backend: str, args, expected, eager_wall: float |
             from train_step import host_profile
 
             row["host_profile"] = host_profile(lambda: generate("long"), 1, top=40)
+        if args.record_parts:  # the host time of a record's parts, per long generate (record_parts.py)
+            from record_parts import line, record_parts
+
+            row["record_parts"] = record_parts(lambda: generate("long"))
+            print(f"{backend:12} parts: {line(row['record_parts'])}", flush=True)
     step = (long_ms - short_ms) / (args.new_tokens - 1)
     if step <= 0:  # the long generate no slower than the one-token one: noise swamped the steps
         row["note"] = f"no step time: {long_ms:.3f} ms for {args.new_tokens} tokens against {short_ms:.3f} for one"
@@ -289,6 +295,9 @@ def main(argv=None) -> int:
                          "record's warm-up run in them)")
     ap.add_argument("--host-profile", action="store_true",
                     help="CUDA: cProfile one long generate per row (top 40 functions by own time, in the JSON)")
+    ap.add_argument("--record-parts", action="store_true",
+                    help="CUDA: host time of each CUDA Graph part (pipec's general-path call, record, replay build; "
+                         "torch's replay and capture_end) over three long generates per row (record_parts.py)")
     ap.add_argument("--out", help="results JSON (and the same path with .md)")
     args = ap.parse_args(argv)
     args.prompt = args.prompt or (8 if args.tiny else 32)
@@ -296,8 +305,8 @@ def main(argv=None) -> int:
     unknown = sorted(set(args.backends) - set(BACKENDS))
     if unknown or not args.backends or args.backends[0] != "eager":
         ap.error(f"--backends: eager first, then any of {', '.join(BACKENDS)} (unknown: {', '.join(unknown) or 'none'})")
-    if (args.profile or args.host_profile) and args.device != "cuda":
-        ap.error("--profile and --host-profile time CUDA work: they need --device cuda")
+    if (args.profile or args.host_profile or args.record_parts) and args.device != "cuda":
+        ap.error("--profile, --host-profile and --record-parts time CUDA work: they need --device cuda")
     if args.new_tokens < 2:
         ap.error("--new-tokens must be at least 2 (a step's time is the difference from one new token)")
     meta = {"device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",

@@ -30,3 +30,37 @@ def test_backends_must_start_with_eager(capsys):
     with pytest.raises(SystemExit):
         decode.main(["--backends", "pipec,eager"])
     assert "eager first" in capsys.readouterr().err
+
+
+def test_record_parts_times_each_part_and_restores_the_methods():
+    """record_parts.py (`decode.py --record-parts`): inside the `with`, each wrapped method's
+    calls are timed under its name, nested ones too; afterwards the classes are as they were,
+    including a method the class had only inherited."""
+    import record_parts
+
+    class Base:
+        def inherited(self):
+            return "base"
+
+    class Graph(Base):
+        def replay(self):
+            return self.inherited()
+
+    own = Graph.__dict__["replay"]
+    events: list = []
+    targets = [(Graph, "replay", "replay"), (Graph, "inherited", "inner")]
+    with record_parts.timed_parts(events, targets):
+        g = Graph()
+        assert [g.replay() for _ in range(3)] == ["base"] * 3
+    assert [name for name, _ in events] == ["inner", "replay"] * 3 and all(s >= 0 for _, s in events)
+    assert Graph.__dict__["replay"] is own and "inherited" not in Graph.__dict__
+    summary = record_parts.summarize(events, 0.002)
+    assert summary["wall_ms"] == 2.0 and summary["parts"]["replay"]["calls"] == 3
+    assert summary["replay_first_us"] >= 0 and "replay_median_us" in summary
+    assert record_parts.line([summary]).startswith("wall 2.0 ms, inner ")
+
+
+def test_cuda_only_options_are_refused_on_the_cpu(capsys):
+    with pytest.raises(SystemExit):
+        decode.main(["--device", "cpu", "--record-parts"])
+    assert "need --device cuda" in capsys.readouterr().err
