@@ -408,7 +408,8 @@ class CudaGraphProgram:
         # recorded with: inputs the C check passes have those inputs' strides, so the strides are
         # compared once per accepted layout, not at every call
         strides_ok: list[str] = []
-        flags = src.const("STRIDES_OK", [])
+        flag_values: list[bool] = []
+        flags = src.const("STRIDES_OK", flag_values)
 
         def held(g: Variant) -> str:
             return " or ".join(f"{use}({src.const('C', s._cdata)}) > {src.const('N', count)}" for s, count in g.tracked)
@@ -433,7 +434,7 @@ class CudaGraphProgram:
                 self._emit_variant(lines, src, priv, " and ".join(f"({held(g)})" for g in shared), symvals,
                                    values, call_shapes, in_place, False, last, (flags, strides_ok))
         lines.append("    return None")
-        src.namespace[flags].extend([False] * len(strides_ok))  # until the first accepted inputs
+        flag_values.extend([False] * len(strides_ok))  # until the first accepted inputs
         lines[learned:learned] = [f"        {flags}[{j}] = {expr}" for j, expr in enumerate(strides_ok)]
         return compile_source(lines, src.namespace, f"<pipec replay {self.name} {symvals}>", reuse=True)
 
