@@ -2,37 +2,47 @@
 
 Under reduce-overhead, transformers' `generate` costs a CUDA Graph record per call (a new static
 cache each time), and that record's host time is what separates backends whose replays cost the
-same GPU time. This wraps, for the duration of a `with`, torch's `CUDAGraph.replay` and
-`capture_end` (both backends) and pipec's `cudagraph` runtime's general-path call, record and
-replay-function build, and sums their host time per call of the workload. The parts nest: a
-record happens inside a general-path call, `capture_end` inside a record.
+same GPU time. This wraps, for the duration of a `with`, torch's `CUDAGraph.replay`,
+`capture_begin` and `capture_end` and what `torch.cuda.graph` runs on entry (`synchronize`,
+`empty_cache`, `gc.collect`), for both backends, and pipec's `cudagraph` runtime's general-path
+call, record (its warm-up runs and captured run) and replay-function build, and sums their host
+time per call of the workload. The parts nest: a record happens inside a general-path call,
+the rest inside a record.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import statistics
 import time
 
 import torch
 
 PIPEC_PARTS = (("_call", "general_call"), ("_record_graph", "record"), ("_build_replay", "build_replay"))
-TORCH_PARTS = (("replay", "replay"), ("capture_end", "capture_end"))
+# inside a record: the warm-ups (the runner's own call) and the captured specialized run
+RUNNER_PARTS = (("__call__", "warmup_run"), ("run_specialized", "capture_run"))
+TORCH_PARTS = (("replay", "replay"), ("capture_begin", "capture_begin"), ("capture_end", "capture_end"))
+# what `torch.cuda.graph` does on entry (both backends capture through it)
+MODULE_PARTS = ((torch.cuda, "synchronize", "synchronize"), (torch.cuda, "empty_cache", "empty_cache"),
+                (gc, "collect", "gc_collect"))
 
 
-def _targets() -> list[tuple[type, str, str]]:
-    targets = [(torch.cuda.CUDAGraph, attr, name) for attr, name in TORCH_PARTS]
+def _targets() -> list[tuple[object, str, str]]:
+    targets = [(torch.cuda.CUDAGraph, attr, name) for attr, name in TORCH_PARTS] + list(MODULE_PARTS)
     try:
         from pipec_runtime_cudagraph.cudagraph import CudaGraphProgram
+        from pipec_runtime_cudagraph.runner import ProgramRunner
     except ImportError:  # pipec not installed: torch's parts only
         return targets
-    return targets + [(CudaGraphProgram, attr, name) for attr, name in PIPEC_PARTS]
+    return (targets + [(CudaGraphProgram, attr, name) for attr, name in PIPEC_PARTS]
+            + [(ProgramRunner, attr, name) for attr, name in RUNNER_PARTS])
 
 
 @contextlib.contextmanager
-def timed_parts(events: list, targets: list[tuple[type, str, str]] | None = None):
-    """Inside the `with`, every call of each (class, method, name) target appends (name, host
-    seconds) to `events`; the methods are restored after."""
+def timed_parts(events: list, targets: list[tuple[object, str, str]] | None = None):
+    """Inside the `with`, every call of each (class or module, function, name) target appends
+    (name, host seconds) to `events`; the functions are restored after."""
     restore = []
     try:
         for owner, attr, name in _targets() if targets is None else targets:
@@ -77,12 +87,12 @@ def record_parts(call, calls: int = 3) -> list[dict]:
     out = []
     for _ in range(calls):
         events: list = []
+        torch.cuda.synchronize()  # outside the `with`: only the call's own synchronizations count
+        start = time.perf_counter()
         with timed_parts(events):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
             call()
-            torch.cuda.synchronize()
-            wall = time.perf_counter() - start
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
         out.append(summarize(events, wall))
     return out
 

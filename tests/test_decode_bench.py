@@ -3,11 +3,11 @@
 
 import json
 import sys
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import decode  # noqa: E402
-
 
 import pytest
 
@@ -58,6 +58,13 @@ def test_record_parts_times_each_part_and_restores_the_methods():
     assert summary["wall_ms"] == 2.0 and summary["parts"]["replay"]["calls"] == 3
     assert summary["replay_first_us"] >= 0 and "replay_median_us" in summary
     assert record_parts.line([summary]).startswith("wall 2.0 ms, inner ")
+
+    module = types.ModuleType("fake_cuda")  # module functions too (`torch.cuda.synchronize`)
+    module.synchronize = sync = lambda: None
+    events.clear()
+    with record_parts.timed_parts(events, [(module, "synchronize", "synchronize")]):
+        module.synchronize()
+    assert [name for name, _ in events] == ["synchronize"] and module.synchronize is sync
 
 
 def test_cuda_only_options_are_refused_on_the_cpu(capsys):
