@@ -122,7 +122,7 @@ def test_decoding_under_cuda_graphs_records_once_per_generate(monkeypatch):
             calls["general"] += 1
             return super()._call(inputs)
 
-        def _record_graph(self, graph_inputs, values, device, warmups):
+        def _record_graph(self, graph_inputs, values, device, warmups, share=None):
             calls["records"] += 1
             run = _RecordedRun(self.runner, graph_inputs, values, device, current)
             return run, run.outputs

@@ -57,6 +57,8 @@ class Sim:
         self.prog = CudaGraphProgram(program, options)
         self.prog.device_type = "cpu"
         self.graphs: list[FakeGraph] = []
+        self.records: list[tuple[int, FakeGraph | None]] = []  # each capture's (warm-up runs, pool's graph)
+        self.fail_unwarmed = False  # a capture without warm-up raises (a kernel variant compiled under capture)
         self.general = 0
         general = self.prog._call
 
@@ -64,7 +66,10 @@ class Sim:
             self.general += 1
             return general(inputs)
 
-        def record_graph(graph_inputs, values, device, warmups):
+        def record_graph(graph_inputs, values, device, warmups, share=None):
+            self.records.append((warmups, share))
+            if self.fail_unwarmed and not warmups:
+                raise RuntimeError("operation not permitted when stream is capturing")
             g = FakeGraph(self.prog.runner, graph_inputs, values, device)
             self.graphs.append(g)
             return g, g.outputs
@@ -350,6 +355,45 @@ def test_a_re_record_at_a_new_static_input_compiles_no_new_replay_source(options
     replays = [f for f in compiled if "replay" in f]
     assert len(set(sources[1:])) == 1 and len(replays) <= 3, (len(set(sources)), replays)  # of 9 rounds
     assert len(slot.shared) == 1  # the variants pinning earlier rounds' (gone) inputs were dropped
+
+
+def _new_static_each_round(run, rounds: int, calls: int = 2):
+    """`rounds` rounds of `calls` calls, each round with a new parameter, the last round's gone."""
+    y = torch.randn(10)
+    w = None
+    for _ in range(rounds):
+        w = torch.nn.Parameter(torch.randn(10) + (0 if w is None else 0 * w.detach()), requires_grad=False)
+        gc.collect()
+        for _ in range(calls):
+            torch.testing.assert_close(run([y, w])[0], y + w)
+
+
+def test_a_re_record_at_a_key_recorded_before_warms_up_nothing_and_takes_the_dropped_pool(options):
+    """A decoder's new cache per `generate`: the first record warms up twice (compile, tune,
+    settle), the later ones at the same key not at all, and each captures in the memory pool of
+    the variant it replaces (that graph never replays again): one pool across generates."""
+    run = Sim(add_program(10), options)
+    _new_static_each_round(run, 5)
+    assert len(run.records) >= 5 and [w for w, _ in run.records] == [2] + [0] * (len(run.records) - 1)
+    shares = [share for _, share in run.records]
+    assert shares[0] is None and shares[1:] == run.graphs[:-1]  # each the graph recorded before it
+    (kept,) = run.slot().shared
+    assert kept.graph is run.graphs[-1] and run.prog._spare is None  # the dropped graphs are not kept
+
+
+def test_a_capture_that_fails_without_warm_up_is_retried_after_one(options):
+    """Skipping the warm-up must never cost the CUDA Graphs: a capture that fails without one (a
+    kernel variant compiled under capture) is retried once after a warm-up run, in a new pool,
+    with no fallback and no warning."""
+    run = Sim(add_program(10), options)
+    run.fail_unwarmed = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _new_static_each_round(run, 3)
+    retried = run.records[1:]
+    assert len(retried) >= 4 and [w for w, _ in retried] == [0, 1] * (len(retried) // 2)
+    assert all(share is None for _, share in retried[1::2]) and run.prog.fallback is None
+    assert len(run.graphs) == 1 + len(retried) // 2 and sum(g.replays for g in run.graphs) >= 3  # not launched
 
 
 def test_a_pinned_input_at_its_address_with_other_strides_is_not_replayed_in_place(options):

@@ -73,7 +73,7 @@ def test_cudagraph_replays_apply_each_update_once(monkeypatch, pinned):
     monkeypatch.setattr(cudagraph, "_current_device", lambda: -1)
     run = Sim(accumulate_program(True), CompileOptions(runtime="cudagraph"))
 
-    def record_writing(graph_inputs, values, device, warmups):  # Sim's recorder writes the caller's memory
+    def record_writing(graph_inputs, values, device, warmups, share=None):  # Sim's recorder writes the caller's memory
         g = WritingFakeGraph(run.prog.runner, graph_inputs, values, device)
         run.graphs.append(g)
         return g, g.outputs
@@ -95,7 +95,7 @@ def test_a_new_static_cache_each_generate_re_records_once_and_replays(monkeypatc
     monkeypatch.setattr(cudagraph, "_current_device", lambda: -1)
     run = Sim(accumulate_program(True), CompileOptions(runtime="cudagraph"))
 
-    def record_writing(graph_inputs, values, device, warmups):
+    def record_writing(graph_inputs, values, device, warmups, share=None):
         g = WritingFakeGraph(run.prog.runner, graph_inputs, values, device)
         run.graphs.append(g)
         return g, g.outputs

@@ -48,7 +48,13 @@ the trade-off; past MAX_PRIVATE of those records, it runs as plain launches.
 
 Memory pools and capture. Every graph has a memory pool of its own. A replay writes memory
 its capture freed again (intermediates, the cuBLAS workspace); in a pool shared with other
-graphs, a graph recorded later can hold its outputs there, which the caller now keeps.
+graphs, a graph recorded later can hold its outputs there, which the caller now keeps. The
+one exception is a record that replaces a dropped variant (a new static cache): it captures
+in the dropped graph's pool, which is safe because that graph never replays again, and keeps
+a decoder's memory at one pool across `generate`s. A record at a key recorded before runs no
+warm-up (the kernels are compiled and tuned; a capture that fails without one is retried once
+after one), and captures call `capture_begin` themselves: `torch.cuda.graph`'s entry also
+synchronizes and empties the allocator's caches, per record.
 Captures run on pipec's own stream, with the cuBLAS workspaces cleared before and after:
 PyTorch caches one workspace per (handle, stream), so a capture on a shared stream
 (torch.cuda.graph's default one, which Triton's do_bench_cudagraph also captures on) bakes in
@@ -137,6 +143,7 @@ class CudaGraphProgram:
         self.fallback: str | None = None  # why we run as launch, once capture failed
         self.replays: dict[tuple, Callable] = {}  # exact symbol values -> generated replay
         self._warmed: set[tuple] = set()  # graph keys whose kernels the warm-up compiled and tuned
+        self._spare = None  # the graph of a variant just dropped: the next record reuses its pool
         # the warnings given, once each: "held" (outputs copied, or plain launches, for a caller holding
         # outputs), "moving" (the same for inputs that keep moving), "moves" (re-records used up)
         self._warned: set[str] = set()
@@ -273,26 +280,22 @@ class CudaGraphProgram:
         return g
 
     def _drop(self, slot: Slot, g: Variant) -> None:
+        """Forget `g` (its outputs are the caller's no more); a record follows, and captures in
+        its memory pool, which `g`'s graph keeps alive until then (`_spare`)."""
         slot.shared.remove(g)
         g.release()
+        self._spare = g.graph
         self.replays.clear()
 
     # ------------------------------------------------------------------ recording
     def _record(self, slot: Slot, call: Call, pin: set, private: bool) -> Variant | None:
-        if self._not_capturable:
-            self._give_up(self._not_capturable)
-            return None
-        warmups = 1 if call.values in self._warmed else 2  # the first compiles and tunes, the second settles
-        if not private:
-            # shared variants whose static inputs are gone (the caches of earlier generates) go
-            # first: their pools hold memory no call needs, and a key left with the new variant
-            # alone regenerates the same replay text at each re-record (pysource.py reuses its code)
-            for old in [g for g in slot.shared if not g.held() and g.statics_gone()]:
-                self._drop(slot, old)
-        g = self._capture(call, pin, private, warmups)
+        try:
+            g = self._new_variant(slot, call, pin, private)
+        finally:
+            self._spare = None  # the dropped graph, whose pool the capture took over, dies here
         if g is None:
             return None
-        self._warmed.add(call.values)
+        self._warmed.add((call.device.index, call.values))
         if private:
             slot.private_records += 1
             slot.private = g
@@ -303,13 +306,25 @@ class CudaGraphProgram:
         self.replays.clear()
         return g
 
+    def _new_variant(self, slot: Slot, call: Call, pin: set, private: bool) -> Variant | None:
+        if self._not_capturable:
+            self._give_up(self._not_capturable)
+            return None
+        if not private:
+            # shared variants whose static inputs are gone (the caches of earlier generates) go
+            # first: their pools hold memory no call needs, and a key left with the new variant
+            # alone regenerates the same replay text at each re-record (pysource.py reuses its code)
+            for old in [g for g in slot.shared if not g.held() and g.statics_gone()]:
+                self._drop(slot, old)
+        return self._capture(call, pin, private)
+
     def _give_up(self, reason: str) -> None:
         self.fallback = reason
         self.replays.clear()
         warnings.warn(f"cudagraph runtime: capturing program {self.name!r} failed ({reason}); "
                       f"running as 'launch'", RuntimeWarning, stacklevel=6)
 
-    def _capture(self, call: Call, pin: set, private: bool, warmups: int) -> Variant | None:
+    def _capture(self, call: Call, pin: set, private: bool) -> Variant | None:
         """Record a graph at the call's graph key, reading the inputs in `pin` in place and the
         others from buffers of its own; None (and the program runs as launch) if it fails."""
         graph_inputs, buffers, pinned = [], {}, {}
@@ -320,8 +335,18 @@ class CudaGraphProgram:
             else:
                 buffers[i] = self.padding.padded_input(i, t, call.values)
                 graph_inputs.append(buffers[i])
+        # at a key recorded before, the kernels are compiled and tuned: the capture needs no
+        # warm-up run (Inductor's CUDA Graph trees warm a function up once, too); else two, the
+        # first compiles and tunes, the second settles
+        warmups = 0 if (call.device.index, call.values) in self._warmed else 2
         try:
-            graph, outputs = self._record_graph(graph_inputs, call.values, call.device, warmups)
+            try:
+                graph, outputs = self._record_graph(graph_inputs, call.values, call.device, warmups, self._spare)
+            except Exception:  # noqa: BLE001 - retried once, warmed up: a run may compile a kernel variant
+                if warmups:
+                    raise
+                recover_from_failed_capture(call.device)
+                graph, outputs = self._record_graph(graph_inputs, call.values, call.device, 1, None)
         except Exception as e:  # noqa: BLE001 - any capture failure falls back to plain launches
             recover_from_failed_capture(call.device)
             self._give_up(f"{type(e).__name__}: {e}".splitlines()[0])
@@ -330,31 +355,40 @@ class CudaGraphProgram:
         statics = {i: StorageWeakRef(call.prepared[i].untyped_storage()) for i in pinned if i in call.static}
         return Variant(graph, pinned, buffers, outputs, private, caller, statics)
 
-    def _record_graph(self, graph_inputs: list, values: tuple, device, warmups: int):
+    def _record_graph(self, graph_inputs: list, values: tuple, device, warmups: int, share=None):
         """(CUDA graph, its outputs) of the program run on `graph_inputs` at `values`: warm-up
-        runs, then the capture, on pipec's stream, in a pool of its own (module docstring)."""
+        runs, then the capture, on pipec's stream, in a memory pool of its own: a new one, or
+        the pool of `share`, a dropped graph that never replays again (module docstring)."""
         runner = self.runner
         with torch.cuda.device(device), preserved_rng(device):
             stream = capture_stream(device)
             stream.wait_stream(torch.cuda.current_stream())
-            # a warm-up writes clones of the written inputs: only the replay applies an update
-            warm_inputs = [t.clone() if i in self.written else t for i, t in enumerate(graph_inputs)]
-            with torch.cuda.stream(stream):
-                for _ in range(warmups):  # the runner's own call: its first builds the specialized run
-                    runner(warm_inputs)
-            del warm_inputs
-            torch.cuda.current_stream().wait_stream(stream)
+            if warmups:
+                # a warm-up writes clones of the written inputs: only the replay applies an update
+                warm_inputs = [t.clone() if i in self.written else t for i, t in enumerate(graph_inputs)]
+                with torch.cuda.stream(stream):
+                    for _ in range(warmups):  # the runner's own call: its first builds the specialized run
+                        runner(warm_inputs)
+                del warm_inputs
+                torch.cuda.current_stream().wait_stream(stream)
+            pool = share.pool() if share is not None else torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
             clear_cublas_workspaces()  # the capture allocates its own, in its own pool
             try:
-                with torch.cuda.graph(graph, pool=torch.cuda.graph_pool_handle(), stream=stream,
-                                      capture_error_mode="thread_local"):
-                    # the specialized run where its guards pass: a record (one per `generate` of a
-                    # decoder) then costs the host what a plain call does, not the general path's
-                    # step-by-step interpretation (Llama-1B: ~20 ms a run against ~3)
-                    outputs = runner.run_specialized(graph_inputs)
-                    if outputs is None:
-                        outputs = runner.run(graph_inputs, values, device)
+                # not `torch.cuda.graph`, whose entry synchronizes and empties the allocator's
+                # caches: once per `generate` of a decoder, that stalls the host until the GPU
+                # drains and hands cached memory back to the driver, which later calls ask for again
+                with torch.cuda.stream(stream):
+                    graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+                    try:
+                        # the specialized run where its guards pass: a record (one per `generate`
+                        # of a decoder) then costs the host what a plain call does, not the
+                        # general path's step-by-step interpretation (Llama-1B: ~20 ms a run against ~3)
+                        outputs = runner.run_specialized(graph_inputs)
+                        if outputs is None:
+                            outputs = runner.run(graph_inputs, values, device)
+                    finally:
+                        graph.capture_end()
             finally:
                 clear_cublas_workspaces()  # no later capture borrows this graph's
         return graph, outputs
