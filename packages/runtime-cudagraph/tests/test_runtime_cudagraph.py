@@ -89,14 +89,13 @@ def test_each_graph_has_its_own_pool_and_captures_on_pipecs_stream(options, monk
     cleared, streams = [], []
     clear = torch._C._cuda_clearCublasWorkspaces
     monkeypatch.setattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: cleared.append(1) or clear())
-    graph_cls = torch.cuda.graph
+    begin = torch.cuda.CUDAGraph.capture_begin
 
-    class Spy(graph_cls):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            streams.append(self.capture_stream)
+    def spy(self, *args, **kwargs):  # the runtime calls capture_begin itself (no torch.cuda.graph)
+        streams.append(torch.cuda.current_stream())
+        return begin(self, *args, **kwargs)
 
-    monkeypatch.setattr(torch.cuda, "graph", Spy)
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", spy)
     a, b = load_cudagraph(add_program(64), options), load_cudagraph(slot_program(), options)
     x = torch.randn(64, device="cuda")
     a([x, x])
@@ -280,9 +279,10 @@ def test_replay_fast_path_checks_inputs(options):
 
 @cuda
 def test_a_re_record_warms_up_and_captures_through_the_specialized_run(options, monkeypatch):
-    """A decoder's new static cache per `generate` costs a record each: past the first, its
-    warm-up and capture run the runner's specialized run, not the step-by-step general path
-    (two general runs and a 10 ms compile were most of a Llama generate's extra host time)."""
+    """A decoder's new static cache per `generate` costs a record each: past the first, it runs
+    no warm-up, its capture runs the runner's specialized run, not the step-by-step general path
+    (two general runs and a 10 ms compile were most of a Llama generate's extra host time), and
+    it captures in the pool of the variant it replaces (whose parameter is gone)."""
     run = load_cudagraph(add_program(100), options)
     x = torch.randn(100, device="cuda")
     general = []
@@ -295,8 +295,11 @@ def test_a_re_record_warms_up_and_captures_through_the_specialized_run(options, 
     w = torch.nn.Parameter(torch.randn(100, device="cuda"), requires_grad=False)
     torch.testing.assert_close(run([x, w])[0], x + w)  # the first record builds the specialized run
     monkeypatch.setattr(type(run.runner), "run", counting_run)
+    pools = []
     for _ in range(3):
         w = torch.nn.Parameter(torch.randn(100, device="cuda") + 0 * w, requires_grad=False)  # moved
         torch.testing.assert_close(run([x, w])[0], x + w)
-    (slot,) = run.graphs.entries.values()
+        (slot,) = run.graphs.entries.values()
+        pools.append(slot.shared[0].graph.pool())
     assert slot.records >= 3 and general == []
+    assert len(set(pools)) == 1 and len(slot.shared) == 1  # one pool, taken over at each re-record
