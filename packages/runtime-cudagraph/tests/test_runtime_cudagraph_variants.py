@@ -58,7 +58,7 @@ class Sim:
         self.prog.device_type = "cpu"
         self.graphs: list[FakeGraph] = []
         self.records: list[tuple[int, FakeGraph | None]] = []  # each capture's (warm-up runs, pool's graph)
-        self.fail_unwarmed = False  # a capture without warm-up raises (a kernel variant compiled under capture)
+        self.fail_unwarmed = None  # what a capture without warm-up raises (None: nothing)
         self.general = 0
         general = self.prog._call
 
@@ -69,7 +69,7 @@ class Sim:
         def record_graph(graph_inputs, values, device, warmups, share=None):
             self.records.append((warmups, share))
             if self.fail_unwarmed and not warmups:
-                raise RuntimeError("operation not permitted when stream is capturing")
+                raise type(self.fail_unwarmed)(*self.fail_unwarmed.args)  # a new one: no traceback kept
             g = FakeGraph(self.prog.runner, graph_inputs, values, device)
             self.graphs.append(g)
             return g, g.outputs
@@ -381,12 +381,17 @@ def test_a_re_record_at_a_key_recorded_before_warms_up_nothing_and_takes_the_dro
     assert kept.graph is run.graphs[-1] and run.prog._spare is None  # the dropped graphs are not kept
 
 
-def test_a_capture_that_fails_without_warm_up_is_retried_after_one(options):
-    """Skipping the warm-up must never cost the CUDA Graphs: a capture that fails without one (a
-    kernel variant compiled under capture) is retried once after a warm-up run, in a new pool,
-    with no fallback and no warning."""
+@pytest.mark.parametrize("failure", [cudagraph.NeedsWarmUp(), RuntimeError("operation not permitted when stream "
+                                     "is capturing")], ids=["no-specialized-run", "capture-failed"])
+def test_a_capture_that_fails_without_warm_up_is_retried_after_one(options, failure, monkeypatch):
+    """Skipping the warm-up must never cost the CUDA Graphs: a capture without one that finds no
+    specialized run for its inputs, or fails (a kernel variant compiled under capture), is retried
+    once after a warm-up run, in a new pool, with no fallback and no warning. Only a failed capture
+    needs the recovery (a synchronize and an empty capture); one that found no run captured nothing."""
+    recovered = []
+    monkeypatch.setattr(cudagraph, "recover_from_failed_capture", recovered.append)
     run = Sim(add_program(10), options)
-    run.fail_unwarmed = True
+    run.fail_unwarmed = failure
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _new_static_each_round(run, 3)
@@ -394,6 +399,7 @@ def test_a_capture_that_fails_without_warm_up_is_retried_after_one(options):
     assert len(retried) >= 4 and [w for w, _ in retried] == [0, 1] * (len(retried) // 2)
     assert all(share is None for _, share in retried[1::2]) and run.prog.fallback is None
     assert len(run.graphs) == 1 + len(retried) // 2 and sum(g.replays for g in run.graphs) >= 3  # not launched
+    assert len(recovered) == (0 if isinstance(failure, cudagraph.NeedsWarmUp) else len(retried) // 2)
 
 
 def test_a_pinned_input_at_its_address_with_other_strides_is_not_replayed_in_place(options):

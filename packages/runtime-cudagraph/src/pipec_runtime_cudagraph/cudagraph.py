@@ -52,8 +52,9 @@ graphs, a graph recorded later can hold its outputs there, which the caller now 
 one exception is a record that replaces a dropped variant (a new static cache): it captures
 in the dropped graph's pool, which is safe because that graph never replays again, and keeps
 a decoder's memory at one pool across `generate`s. A record at a key recorded before runs no
-warm-up (the kernels are compiled and tuned; a capture that fails without one is retried once
-after one), and captures call `capture_begin` themselves: `torch.cuda.graph`'s entry also
+warm-up (the kernels are compiled and tuned): its capture runs only the specialized run built
+for those sizes, and one whose guards fail, or a capture that fails, warms up once and captures
+again. Captures call `capture_begin` themselves: `torch.cuda.graph`'s entry also
 synchronizes and empties the allocator's caches, per record.
 Captures run on pipec's own stream, with the cuBLAS workspaces cleared before and after:
 PyTorch caches one workspace per (handle, stream), so a capture on a shared stream
@@ -124,6 +125,11 @@ def _current_device() -> int:
 
 def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else (-1 if device.type == "cpu" else _current_device())
+
+
+class NeedsWarmUp(Exception):
+    """A capture without warm-up found no specialized run for its inputs (their guards failed):
+    it captured nothing, and the record warms up and captures again."""
 
 
 class CudaGraphProgram:
@@ -342,6 +348,8 @@ class CudaGraphProgram:
         try:
             try:
                 graph, outputs = self._record_graph(graph_inputs, call.values, call.device, warmups, self._spare)
+            except NeedsWarmUp:  # no specialized run for these inputs: nothing was captured
+                graph, outputs = self._record_graph(graph_inputs, call.values, call.device, 1, None)
             except Exception:  # noqa: BLE001 - retried once, warmed up: a run may compile a kernel variant
                 if warmups:
                     raise
@@ -386,9 +394,13 @@ class CudaGraphProgram:
                         # general path's step-by-step interpretation (Llama-1B: ~20 ms a run against ~3)
                         outputs = runner.run_specialized(graph_inputs)
                         if outputs is None:
+                            if not warmups:  # only a run built and run before is captured cold
+                                raise NeedsWarmUp
                             outputs = runner.run(graph_inputs, values, device)
                     finally:
-                        graph.capture_end()
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")  # "The CUDA Graph is empty" (NeedsWarmUp)
+                            graph.capture_end()
             finally:
                 clear_cublas_workspaces()  # no later capture borrows this graph's
         return graph, outputs
