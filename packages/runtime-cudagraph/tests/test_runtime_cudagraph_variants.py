@@ -502,3 +502,39 @@ def test_one_element_outputs_are_copies(options):
         torch.testing.assert_close(loss, x + y * k)
     (g,) = run.slot().shared
     assert not g.tracked and run.slot().private is None
+
+
+@pytest.mark.parametrize("c_guard", [True, False], ids=["c-guard", "python-checks-only"])
+def test_the_replay_function_turns_away_inputs_of_another_dtype_shape_or_layout(options, monkeypatch, c_guard):
+    """The replay function's Python checks (`InputSpec`, `same_strides`: loops, not generated
+    lines) stand behind the C guard, and alone where it is missing: inputs of another dtype or
+    shape are never replayed (the general path says what is wrong), and a pinned input passed
+    with other strides is not read in place."""
+    from pipec_runtime_cudagraph import input_guard
+
+    if not c_guard:
+        monkeypatch.setattr(input_guard, "TensorGuards", None)
+    run = Sim(add_program(10), options)
+    x, y = torch.randn(10), torch.randn(10)
+    for _ in range(3):
+        torch.testing.assert_close(run([x, y])[0], x + y)
+    (generated,) = run.prog.replays.values()
+
+    def replay(inputs):  # called directly: the simulated graphs read the call's inputs
+        FakeGraph.current = list(inputs)
+        try:
+            return generated(inputs)
+        finally:
+            FakeGraph.current = []
+
+    out = replay([x, y])
+    assert out is not None and torch.equal(out[0], x + y)  # replayed: x and y are pinned
+    del out  # else the graph's output is held, and no replay may overwrite it
+    assert replay([x.double(), y]) is None and replay([x, torch.randn(5)]) is None
+    # at the pinned address, but another dtype or shape: never read in place
+    assert replay([x.view(torch.int32), y]) is None and replay([x, y[:5]]) is None
+    strided = torch.randn(20)[::2]
+    assert replay([x, strided]) is None or torch.equal(replay([x, strided])[0], x + strided)
+    assert replay([x, y]) is not None  # the layout it learned is still served
+    with pytest.raises(RuntimeError, match="has dtype float64, expected float32"):
+        run([x.double(), y])

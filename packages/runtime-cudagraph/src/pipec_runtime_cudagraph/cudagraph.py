@@ -87,7 +87,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from pipec_ir import CompileOptions, LoadContext, Program
 
-from .input_guard import InputGuard
+from .input_guard import InputGuard, InputSpec, same_strides
 from .buckets import GraphTable, PadPolicy, budget_from, copy_input, prefix_slices
 from .capture_support import capture_stream, clear_cublas_workspaces, preserved_rng, recover_from_failed_capture
 from .profiling import graph_range, profiler_state
@@ -437,14 +437,11 @@ class CudaGraphProgram:
         if n:
             lines.append(f"    {', '.join(f'x{i}' for i in range(n))}{',' if n == 1 else ''} = inputs")
         index = _device_index(device)
-        checks = [f"x{i}.dtype is not {src.const('D', dtype)} or x{i}.shape != {src.const('S', torch.Size(shape))} "
-                  f"or x{i}.get_device() != {index}"
-                  for i, (dtype, shape) in enumerate(zip(runner.input_dtypes, call_shapes))]
-        if checks:  # in Python only where one C call says the inputs differ from those last accepted
+        if n:  # in Python only where one C call says the inputs differ from those last accepted
             guard = src.const("G", InputGuard())
+            spec = src.const("SPEC", InputSpec(runner.input_dtypes, [torch.Size(s) for s in call_shapes], index))
             lines.append(f"    if not {guard}.same(inputs):")
-            for k in range(0, len(checks), 4):
-                lines.append(f"        if {' or '.join(checks[k:k + 4])}: return None")
+            lines.append(f"        if not {spec}.matches(inputs): return None")
             lines.append(f"        {guard}.learn(inputs)")
         learned = len(lines)  # where the accepted inputs' pinned strides are checked, per variant
         lines.append(f"    if {src.const('DEVICE', _current_device)}() != {index}: return None")
@@ -493,7 +490,8 @@ class CudaGraphProgram:
         if g.pinned:
             flags, checks = strides
             conds.insert(0, f"{flags}[{len(checks)}]")
-            checks.append(" and ".join(f"x{i}.stride() == {src.const('T', s)}" for i, (_, s) in g.pinned.items()))
+            indices, pinned_strides = src.const("I", tuple(g.pinned)), src.const("T", tuple(s for _, s in g.pinned.values()))
+            checks.append(f"{src.const('SAME_STRIDES', same_strides)}(inputs, {indices}, {pinned_strides})")
         if condition:
             conds.append(condition)
         lines.append(f"    if {' and '.join(conds) or 'True'}:")
