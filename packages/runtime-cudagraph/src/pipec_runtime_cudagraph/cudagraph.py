@@ -349,7 +349,7 @@ class CudaGraphProgram:
             try:
                 graph, outputs = self._record_graph(graph_inputs, call.values, call.device, warmups, self._spare)
             except NeedsWarmUp:  # no specialized run for these inputs: nothing was captured
-                graph, outputs = self._record_graph(graph_inputs, call.values, call.device, 1, None)
+                graph, outputs = self._record_graph(graph_inputs, call.values, call.device, 1, self._spare)
             except Exception:  # noqa: BLE001 - retried once, warmed up: a run may compile a kernel variant
                 if warmups:
                     raise
