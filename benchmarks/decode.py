@@ -189,6 +189,10 @@ def run_backend(model, prompt, backend: str, args, expected, eager_wall: float |
 
             row["record_parts"] = record_parts(lambda: generate("long"))
             print(f"{backend:12} parts: {line(row['record_parts'])}", flush=True)
+            # as in the timed rounds: each long generate after a one-token one (whose new cache
+            # may take the memory, so the long one's cache lands elsewhere)
+            row["record_parts_alternating"] = record_parts(lambda: generate("long"), before=lambda: generate("short"))
+            print(f"{backend:12} parts after a one-token generate: {line(row['record_parts_alternating'])}", flush=True)
     step = (long_ms - short_ms) / (args.new_tokens - 1)
     if step <= 0:  # the long generate no slower than the one-token one: noise swamped the steps
         row["note"] = f"no step time: {long_ms:.3f} ms for {args.new_tokens} tokens against {short_ms:.3f} for one"
@@ -297,7 +301,8 @@ def main(argv=None) -> int:
                     help="CUDA: cProfile one long generate per row (top 40 functions by own time, in the JSON)")
     ap.add_argument("--record-parts", action="store_true",
                     help="CUDA: host time of each CUDA Graph part (pipec's general-path call, record, replay build; "
-                         "torch's replay and capture_end) over three long generates per row (record_parts.py)")
+                         "torch's replay and capture_end) over three long generates per row, back to back and "
+                         "each after a one-token generate (record_parts.py)")
     ap.add_argument("--out", help="results JSON (and the same path with .md)")
     args = ap.parse_args(argv)
     args.prompt = args.prompt or (8 if args.tiny else 32)

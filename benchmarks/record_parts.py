@@ -82,10 +82,14 @@ def summarize(events: list[tuple[str, float]], wall_s: float) -> dict:
     return out
 
 
-def record_parts(call, calls: int = 3) -> list[dict]:
-    """`summarize` of each of `calls` synchronized calls of `call()` (CUDA)."""
+def record_parts(call, calls: int = 3, before=None) -> list[dict]:
+    """`summarize` of each of `calls` synchronized calls of `call()` (CUDA); `before()`, if
+    given, runs ahead of each, untimed (decode.py: a one-token generate, as its timed rounds
+    alternate them)."""
     out = []
     for _ in range(calls):
+        if before is not None:
+            before()
         events: list = []
         torch.cuda.synchronize()  # outside the `with`: only the call's own synchronizations count
         start = time.perf_counter()

@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import decode  # noqa: E402
 
 import pytest
+import torch
 
 
 @pytest.mark.parametrize("reuse", [False, True], ids=["cache_per_generate", "reused_cache"])
@@ -65,6 +66,23 @@ def test_record_parts_times_each_part_and_restores_the_methods():
     with record_parts.timed_parts(events, [(module, "synchronize", "synchronize")]):
         module.synchronize()
     assert [name for name, _ in events] == ["synchronize"] and module.synchronize is sync
+
+
+def test_record_parts_runs_its_before_call_untimed_ahead_of_each_call(monkeypatch):
+    """`decode.py --record-parts`'s second measurement: each long generate after a one-token
+    one, as the timed rounds alternate them; only the long one is timed."""
+    import record_parts
+
+    monkeypatch.setattr(record_parts.torch.cuda, "synchronize", lambda: None)  # the CPU machine
+    order: list = []
+
+    def call():
+        order.append("call")
+        torch.cuda.synchronize()  # a timed part inside the call
+
+    parts = record_parts.record_parts(call, calls=2, before=lambda: order.append("before") or torch.cuda.synchronize())
+    assert order == ["before", "call"] * 2 and len(parts) == 2
+    assert all(p["parts"]["synchronize"]["calls"] == 1 for p in parts)  # the call's own, not before's
 
 
 def test_cuda_only_options_are_refused_on_the_cpu(capsys):
