@@ -278,7 +278,7 @@ def test_replay_fast_path_checks_inputs(options):
 
 
 @cuda
-def test_a_re_record_warms_up_and_captures_through_the_specialized_run(options, monkeypatch):
+def test_a_re_record_runs_no_warm_up_and_captures_the_specialized_run_in_the_replaced_pool(options, monkeypatch):
     """A decoder's new static cache per `generate` costs a record each: past the first, it runs
     no warm-up, its capture runs the runner's specialized run, not the step-by-step general path
     (two general runs and a 10 ms compile were most of a Llama generate's extra host time), and
