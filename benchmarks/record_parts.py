@@ -7,7 +7,9 @@ same GPU time. This wraps, for the duration of a `with`, torch's `CUDAGraph.repl
 `empty_cache`, `gc.collect`), for both backends, and pipec's `cudagraph` runtime's general-path
 call, record (its warm-up runs and captured run) and replay-function build, and sums their host
 time per call of the workload. The parts nest: a record happens inside a general-path call,
-the rest inside a record.
+the rest inside a record. pipec's replay functions bind `CUDAGraph.replay` when they are built,
+so only the replays of a function built inside the `with` are counted: a call that records
+nothing shows no replays (GPT-2's back-to-back generates in session 51).
 """
 
 from __future__ import annotations
