@@ -122,10 +122,11 @@ def test_decoding_under_cuda_graphs_records_once_per_generate(monkeypatch):
             calls["general"] += 1
             return super()._call(inputs)
 
-        def _record_graph(self, graph_inputs, values, device, warmups, share=None):
+        def _record_graph(self, inputs, own, values, device, warmups, share=None):
             calls["records"] += 1
-            run = _RecordedRun(self.runner, graph_inputs, values, device, current)
-            return run, run.outputs
+            buffers = {i: self.padding.padded_input(i, inputs[i], values) for i in own}
+            run = _RecordedRun(self.runner, [buffers.get(i, t) for i, t in enumerate(inputs)], values, device, current)
+            return run, run.outputs, buffers
 
     monkeypatch.setattr(cudagraph, "_current_device", lambda: -1)
     monkeypatch.setattr(cudagraph, "load_cudagraph", lambda program, options=None, context=None:

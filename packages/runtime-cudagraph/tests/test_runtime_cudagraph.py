@@ -303,3 +303,37 @@ def test_a_re_record_runs_no_warm_up_and_captures_the_specialized_run_in_the_rep
         pools.append(slot.shared[0].graph.pool())
     assert slot.records >= 3 and general == []
     assert len(set(pools)) == 1 and len(slot.shared) == 1  # one pool, taken over at each re-record
+
+
+def _active_blocks_by_pool() -> dict:
+    """{memory pool id: [(address, size) of each live block]}, the caller's own pool being (0, 0)."""
+    pools: dict = {}
+    for segment in torch.cuda.memory_snapshot():
+        blocks = pools.setdefault(tuple(segment.get("segment_pool_id", (0, 0))), [])
+        blocks += [(b["address"], b["size"]) for b in segment["blocks"] if b["state"] == "active_allocated"]
+    return pools
+
+
+@cuda
+def test_a_re_record_allocates_nothing_in_the_callers_memory(options):
+    """The buffers a graph copies its inputs into are made inside its capture, in its pool. Made
+    in the caller's pool at each record, they took blocks between a decoder's generates, and
+    the next static cache landed elsewhere: a record every generate (Llama-1B under pipec on an
+    H100, session 52), where under Inductor the cache came back to the same addresses."""
+    run = load_cudagraph(add_program(100), options)
+    x1 = torch.randn(100, device="cuda")
+    w = torch.nn.Parameter(torch.randn(100, device="cuda"), requires_grad=False)
+    run([x1, w])  # the first record: warm-ups, whose copies are freed again
+    x = torch.randn(100, device="cuda")  # elsewhere (x1 is alive): read from a buffer
+    w = torch.nn.Parameter(torch.randn(100, device="cuda"), requires_grad=False)  # moved: a re-record
+    expected = x + w
+    before = set(_active_blocks_by_pool().get((0, 0), []))
+    out = run([x, w])[0]
+    assert set(_active_blocks_by_pool().get((0, 0), [])) <= before  # the output is the graph's, an alias
+    torch.testing.assert_close(out, expected)
+    (slot,) = run.graphs.entries.values()
+    graph = slot.shared[0]
+    assert list(graph.buffers) == [0] and list(graph.pinned) == [1]
+    address = graph.buffers[0].data_ptr()
+    pool = tuple(graph.graph.pool())
+    assert any(a <= address < a + size for a, size in _active_blocks_by_pool().get(pool, []))

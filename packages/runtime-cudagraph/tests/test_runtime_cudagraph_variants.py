@@ -66,16 +66,22 @@ class Sim:
             self.general += 1
             return general(inputs)
 
-        def record_graph(graph_inputs, values, device, warmups, share=None):
+        def record_graph(inputs, own, values, device, warmups, share=None):
             self.records.append((warmups, share))
             if self.fail_unwarmed and not warmups:
                 raise type(self.fail_unwarmed)(*self.fail_unwarmed.args)  # a new one: no traceback kept
+            graph_inputs, buffers = self.graph_inputs(inputs, own, values)
             g = FakeGraph(self.prog.runner, graph_inputs, values, device)
             self.graphs.append(g)
-            return g, g.outputs
+            return g, g.outputs, buffers
 
         self.prog._call = counting_call
         self.prog._record_graph = record_graph
+
+    def graph_inputs(self, inputs: list, own: list, values: tuple) -> tuple[list, dict]:
+        """A record's inputs as its capture reads them: the pinned ones, and buffers (filled) for `own`."""
+        buffers = {i: self.prog.padding.padded_input(i, inputs[i], values) for i in own}
+        return [buffers.get(i, t) for i, t in enumerate(inputs)], buffers
 
     def __call__(self, inputs):
         FakeGraph.current = list(inputs)

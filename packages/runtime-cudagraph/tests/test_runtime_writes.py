@@ -73,10 +73,11 @@ def test_cudagraph_replays_apply_each_update_once(monkeypatch, pinned):
     monkeypatch.setattr(cudagraph, "_current_device", lambda: -1)
     run = Sim(accumulate_program(True), CompileOptions(runtime="cudagraph"))
 
-    def record_writing(graph_inputs, values, device, warmups, share=None):  # Sim's recorder writes the caller's memory
+    def record_writing(inputs, own, values, device, warmups, share=None):  # Sim's recorder writes the caller's memory
+        graph_inputs, buffers = run.graph_inputs(inputs, own, values)
         g = WritingFakeGraph(run.prog.runner, graph_inputs, values, device)
         run.graphs.append(g)
-        return g, g.outputs
+        return g, g.outputs, buffers
 
     run.prog._record_graph = record_writing
     x = torch.nn.Parameter(torch.zeros(N), requires_grad=False) if pinned else torch.zeros(N)
@@ -95,10 +96,11 @@ def test_a_new_static_cache_each_generate_re_records_once_and_replays(monkeypatc
     monkeypatch.setattr(cudagraph, "_current_device", lambda: -1)
     run = Sim(accumulate_program(True), CompileOptions(runtime="cudagraph"))
 
-    def record_writing(graph_inputs, values, device, warmups, share=None):
+    def record_writing(inputs, own, values, device, warmups, share=None):
+        graph_inputs, buffers = run.graph_inputs(inputs, own, values)
         g = WritingFakeGraph(run.prog.runner, graph_inputs, values, device)
         run.graphs.append(g)
-        return g, g.outputs
+        return g, g.outputs, buffers
 
     run.prog._record_graph = record_writing
     generates, steps = cudagraph.MAX_RECORDS + cudagraph.MAX_PRIVATE + 3, 5

@@ -50,6 +50,20 @@ class PadPolicy:
         buf[prefix_slices(t.shape)].copy_(t)
         return buf
 
+    def input_buffer(self, index: int, t, graph_values: tuple):
+        """An uninitialized contiguous tensor for input `index` (`t`) at the graph's sizes: a graph's
+        own input buffer, made inside its capture (in its memory pool; `torch.empty` launches
+        nothing) and filled by `fill_buffer` after it."""
+        shape = tuple(self.runner.input_shapes[index](*graph_values))
+        return torch.empty(shape, dtype=t.dtype, device=t.device)
+
+    @staticmethod
+    def fill_buffer(buf, t) -> None:
+        """`t` copied into its buffer `buf`, zeros beyond its prefix (`padded_input`'s contents)."""
+        if buf.shape != t.shape:
+            buf.zero_()
+        copy_input(buf, t)
+
     @staticmethod
     def copy_inputs(static_inputs: list, inputs: list) -> None:
         """Copy a call's inputs into a graph's static inputs (into their prefix when padded)."""

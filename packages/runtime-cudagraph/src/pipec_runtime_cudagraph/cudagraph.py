@@ -19,7 +19,12 @@ Inputs. A variant reads each input either
   Nothing of a pinned tensor is kept but its address: a replay happens only for a call that
   passes a tensor at that address, so the memory the graph reads is that tensor's.
 * or from a buffer of its own, which the call's tensor is copied into (into its prefix when the
-  graph was recorded at a larger bucket), unless the call passes that very buffer.
+  graph was recorded at a larger bucket), unless the call passes that very buffer. Buffers are
+  made inside the capture, in the graph's pool, and filled after it: a record allocates nothing
+  in the caller's memory, whose allocator a decoder's next static cache then finds as the last
+  one left it (Inductor's graphs keep their inputs in their pool too). On an H100, Llama-1B's
+  cache came back to the same addresses at every `generate` under Inductor, and moved at every
+  one under pipec when buffers were the caller's, each move a record.
 A call whose input would be copied although it stayed where it was in the previous call
 records a variant that pins it; a call whose pinned address moved takes another variant or
 records one (at most MAX_RECORDS per key; past that, inputs are copied). A *static* input that
@@ -333,28 +338,23 @@ class CudaGraphProgram:
     def _capture(self, call: Call, pin: set, private: bool) -> Variant | None:
         """Record a graph at the call's graph key, reading the inputs in `pin` in place and the
         others from buffers of its own; None (and the program runs as launch) if it fails."""
-        graph_inputs, buffers, pinned = [], {}, {}
-        for i, t in enumerate(call.prepared):
-            if i in pin:
-                graph_inputs.append(t)
-                pinned[i] = (call.ptrs[i], call.strides[i])
-            else:
-                buffers[i] = self.padding.padded_input(i, t, call.values)
-                graph_inputs.append(buffers[i])
+        pinned = {i: (call.ptrs[i], call.strides[i]) for i in sorted(pin)}
+        own = [i for i in range(len(call.prepared)) if i not in pin]  # read from buffers of the graph's
         # at a key recorded before, the kernels are compiled and tuned: the capture needs no
         # warm-up run (Inductor's CUDA Graph trees warm a function up once, too); else two, the
         # first compiles and tunes, the second settles
         warmups = 0 if (call.device.index, call.values) in self._warmed else 2
+        inputs, values, device = call.prepared, call.values, call.device
         try:
             try:
-                graph, outputs = self._record_graph(graph_inputs, call.values, call.device, warmups, self._spare)
+                graph, outputs, buffers = self._record_graph(inputs, own, values, device, warmups, self._spare)
             except NeedsWarmUp:  # no specialized run for these inputs: nothing was captured
-                graph, outputs = self._record_graph(graph_inputs, call.values, call.device, 1, self._spare)
+                graph, outputs, buffers = self._record_graph(inputs, own, values, device, 1, self._spare)
             except Exception:  # noqa: BLE001 - retried once, warmed up: a run may compile a kernel variant
                 if warmups:
                     raise
                 recover_from_failed_capture(call.device)
-                graph, outputs = self._record_graph(graph_inputs, call.values, call.device, 1, None)
+                graph, outputs, buffers = self._record_graph(inputs, own, values, device, 1, None)
         except Exception as e:  # noqa: BLE001 - any capture failure falls back to plain launches
             recover_from_failed_capture(call.device)
             self._give_up(f"{type(e).__name__}: {e}".splitlines()[0])
@@ -363,17 +363,21 @@ class CudaGraphProgram:
         statics = {i: StorageWeakRef(call.prepared[i].untyped_storage()) for i in pinned if i in call.static}
         return Variant(graph, pinned, buffers, outputs, private, caller, statics)
 
-    def _record_graph(self, graph_inputs: list, values: tuple, device, warmups: int, share=None):
-        """(CUDA graph, its outputs) of the program run on `graph_inputs` at `values`: warm-up
-        runs, then the capture, on pipec's stream, in a memory pool of its own: a new one, or
-        the pool of `share`, a dropped graph that never replays again (module docstring)."""
-        runner = self.runner
+    def _record_graph(self, inputs: list, own: list, values: tuple, device, warmups: int, share=None):
+        """(CUDA graph, its outputs, its input buffers {index: tensor}) of the program run at
+        `values` on `inputs`, those in `own` read from buffers of the graph's own: warm-up runs,
+        then the capture, on pipec's stream, in a memory pool of its own: a new one, or the pool
+        of `share`, a dropped graph that never replays again (module docstring). The buffers are
+        made inside the capture, in that pool, and filled after it."""
+        runner, padding = self.runner, self.padding
         with torch.cuda.device(device), preserved_rng(device):
             stream = capture_stream(device)
             stream.wait_stream(torch.cuda.current_stream())
             if warmups:
-                # a warm-up writes clones of the written inputs: only the replay applies an update
-                warm_inputs = [t.clone() if i in self.written else t for i, t in enumerate(graph_inputs)]
+                # a warm-up writes clones of the written inputs: only the replay applies an update;
+                # the padded copies it reads live until its end, in the caller's memory (first records only)
+                warm_inputs = [padding.padded_input(i, t, values) if i in own else t.clone() if i in self.written
+                               else t for i, t in enumerate(inputs)]
                 with torch.cuda.stream(stream):
                     for _ in range(warmups):  # the runner's own call: its first builds the specialized run
                         runner(warm_inputs)
@@ -389,6 +393,10 @@ class CudaGraphProgram:
                 with torch.cuda.stream(stream):
                     graph.capture_begin(pool=pool, capture_error_mode="thread_local")
                     try:
+                        # allocated on the capturing stream: in the graph's pool, not the caller's,
+                        # whose blocks a decoder's next static cache would otherwise miss
+                        buffers = {i: padding.input_buffer(i, inputs[i], values) for i in own}
+                        graph_inputs = [buffers.get(i, t) for i, t in enumerate(inputs)]
                         # the specialized run where its guards pass: a record (one per `generate`
                         # of a decoder) then costs the host what a plain call does, not the
                         # general path's step-by-step interpretation (Llama-1B: ~20 ms a run against ~3)
@@ -403,7 +411,9 @@ class CudaGraphProgram:
                             graph.capture_end()
             finally:
                 clear_cublas_workspaces()  # no later capture borrows this graph's
-        return graph, outputs
+            for i, buf in buffers.items():
+                padding.fill_buffer(buf, inputs[i])
+        return graph, outputs, buffers
 
     # ------------------------------------------------------------------ replaying
     def _replay(self, g: Variant, prepared: list, symvals: tuple, values: tuple, callers: list) -> list:
