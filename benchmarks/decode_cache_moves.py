@@ -1,0 +1,113 @@
+"""Does a decoder's static cache come back to the same addresses at every `generate`?
+
+transformers makes a new StaticCache (tensors marked static) for each `generate`. A CUDA Graph
+backend whose graph pins the last cache's addresses replays the next generate's steps only if
+the new cache lands there; else it records again (pipec's `cudagraph` runtime, Inductor's CUDA
+Graph trees alike). Where it lands is the caching allocator's choice, made from what the process
+allocated and freed in between: a backend that allocates in the caller's memory at a record
+moves the next cache. Session 52 on an H100 (this tool's prototype): Llama-1B's cache came back
+to all 48 of its addresses at every generate under Inductor, and to almost none under pipec.
+
+Per generate (long ones of 64 new tokens, one-token ones between some, as `decode.py` times
+them): host ms, the cache's addresses that are the last generate's, pipec's general-path calls
+and records, and the live allocations of the caller's memory pool after it.
+
+    python benchmarks/decode_cache_moves.py --case llama --backend pipec-ro   # one backend a process
+    python benchmarks/decode_cache_moves.py --case llama --backend eager --tiny  # CPU smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "real_models"))
+import decode  # noqa: E402
+import hf_models  # noqa: E402
+
+SEQUENCE = ("long", "long", "long", "short", "long", "short", "long", "long")
+
+
+def watch_caches(addresses: list) -> None:
+    """Append each static cache layer's (keys, values, length) addresses as it is allocated."""
+    from transformers import cache_utils
+
+    init = cache_utils.StaticLayer.lazy_initialization
+
+    def recording(self, key_states, value_states):
+        init(self, key_states, value_states)
+        addresses.extend((self.keys.data_ptr(), self.values.data_ptr(), self.cumulative_length.data_ptr()))
+
+    cache_utils.StaticLayer.lazy_initialization = recording
+
+
+def count_pipec(counts: dict) -> None:
+    """Count the `cudagraph` runtime's general-path calls and records into `counts`."""
+    try:
+        from pipec_runtime_cudagraph.cudagraph import CudaGraphProgram
+    except ImportError:
+        return
+    for attr, name in (("_call", "general_calls"), ("_record", "records")):
+        original = getattr(CudaGraphProgram, attr)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            counts[_name] = counts.get(_name, 0) + 1
+            return _original(self, *args, **kwargs)
+
+        setattr(CudaGraphProgram, attr, counted)
+
+
+def callers_live_allocations() -> int | None:
+    """Live blocks of the caller's own memory pool (not CUDA Graph pools), or None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    return sum(1 for segment in torch.cuda.memory_snapshot()
+               if tuple(segment.get("segment_pool_id", (0, 0))) == (0, 0)
+               for block in segment["blocks"] if block["state"] == "active_allocated")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", default="llama")
+    parser.add_argument("--backend", default="pipec-ro", choices=sorted(decode.BACKENDS))
+    parser.add_argument("--tiny", action="store_true", help="the suite's tiny config (CPU smoke test)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    device = "cpu" if args.tiny else "cuda"
+    model = hf_models.causal_lm(args.case, hf_models.TINY if args.tiny else hf_models.REAL, device=device)
+    prompt = torch.randint(3, model.config.vocab_size, (1, 8 if args.tiny else 32),
+                           generator=torch.Generator().manual_seed(1)).to(device)
+    lengths = {"long": 4 if args.tiny else 64, "short": 1}
+    addresses: list = []
+    counts: dict = {}
+    watch_caches(addresses)
+    count_pipec(counts)
+    rows, last = [], []
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, which in enumerate(SEQUENCE):
+            addresses.clear()
+            counts.clear()
+            decode.sync(device)
+            start = time.perf_counter()
+            model.generate(prompt, **decode.settings(args.backend, lengths[which], device, False))
+            decode.sync(device)
+            row = dict(generate=i, kind=which, ms=round(1e3 * (time.perf_counter() - start), 1),
+                       cache_addresses=len(addresses), same_as_last=sum(a == b for a, b in zip(addresses, last)),
+                       general_calls=counts.get("general_calls", 0), records=counts.get("records", 0),
+                       callers_live_allocations=callers_live_allocations())
+            last = list(addresses)
+            rows.append(row)
+            print(" ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(dict(case=args.case, backend=args.backend, device=device, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
