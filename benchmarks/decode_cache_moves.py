@@ -30,37 +30,24 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "real_models"))
 import decode  # noqa: E402
 import hf_models  # noqa: E402
+from record_parts import timed_parts  # noqa: E402
 
 SEQUENCE = ("long", "long", "long", "short", "long", "short", "long", "long")
 
 
-def watch_caches(addresses: list) -> None:
-    """Append each static cache layer's (keys, values, length) addresses as it is allocated."""
-    from transformers import cache_utils
-
-    init = cache_utils.StaticLayer.lazy_initialization
-
-    def recording(self, key_states, value_states):
-        init(self, key_states, value_states)
-        addresses.extend((self.keys.data_ptr(), self.values.data_ptr(), self.cumulative_length.data_ptr()))
-
-    cache_utils.StaticLayer.lazy_initialization = recording
+def cache_addresses(cache) -> list[int]:
+    """The (keys, values, length) addresses of each layer of a StaticCache."""
+    return [p for layer in cache.layers
+            for p in (layer.keys.data_ptr(), layer.values.data_ptr(), layer.cumulative_length.data_ptr())]
 
 
-def count_pipec(counts: dict) -> None:
-    """Count the `cudagraph` runtime's general-path calls and records into `counts`."""
+def pipec_targets() -> list:
+    """record_parts.py's targets for the `cudagraph` runtime's general-path calls and records."""
     try:
         from pipec_runtime_cudagraph.cudagraph import CudaGraphProgram
     except ImportError:
-        return
-    for attr, name in (("_call", "general_calls"), ("_record", "records")):
-        original = getattr(CudaGraphProgram, attr)
-
-        def counted(self, *args, _original=original, _name=name, **kwargs):
-            counts[_name] = counts.get(_name, 0) + 1
-            return _original(self, *args, **kwargs)
-
-        setattr(CudaGraphProgram, attr, counted)
+        return []
+    return [(CudaGraphProgram, "_call", "general_calls"), (CudaGraphProgram, "_record", "records")]
 
 
 def callers_live_allocations() -> int | None:
@@ -72,41 +59,42 @@ def callers_live_allocations() -> int | None:
                for block in segment["blocks"] if block["state"] == "active_allocated")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Run the generates; their rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", default="llama")
     parser.add_argument("--backend", default="pipec-ro", choices=sorted(decode.BACKENDS))
     parser.add_argument("--tiny", action="store_true", help="the suite's tiny config (CPU smoke test)")
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     device = "cpu" if args.tiny else "cuda"
     model = hf_models.causal_lm(args.case, hf_models.TINY if args.tiny else hf_models.REAL, device=device)
     prompt = torch.randint(3, model.config.vocab_size, (1, 8 if args.tiny else 32),
                            generator=torch.Generator().manual_seed(1)).to(device)
     lengths = {"long": 4 if args.tiny else 64, "short": 1}
-    addresses: list = []
-    counts: dict = {}
-    watch_caches(addresses)
-    count_pipec(counts)
     rows, last = [], []
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, which in enumerate(SEQUENCE):
-            addresses.clear()
-            counts.clear()
+            events: list = []
             decode.sync(device)
             start = time.perf_counter()
-            model.generate(prompt, **decode.settings(args.backend, lengths[which], device, False))
+            with timed_parts(events, pipec_targets()):
+                out = model.generate(prompt, **decode.settings(args.backend, lengths[which], device, False))
             decode.sync(device)
-            row = dict(generate=i, kind=which, ms=round(1e3 * (time.perf_counter() - start), 1),
-                       cache_addresses=len(addresses), same_as_last=sum(a == b for a, b in zip(addresses, last)),
-                       general_calls=counts.get("general_calls", 0), records=counts.get("records", 0),
+            ms = 1e3 * (time.perf_counter() - start)
+            addresses = cache_addresses(out.past_key_values)
+            del out  # the cache must be free before the next generate, as a user's would be
+            counts = {name: sum(1 for n, _ in events if n == name) for name in ("general_calls", "records")}
+            row = dict(generate=i, kind=which, ms=round(ms, 1), cache_addresses=len(addresses),
+                       same_as_last=sum(a == b for a, b in zip(addresses, last)), **counts,
                        callers_live_allocations=callers_live_allocations())
-            last = list(addresses)
+            last = addresses
             rows.append(row)
             print(" ".join(f"{k} {v}" for k, v in row.items()), flush=True)
     if args.out:
         args.out.write_text(json.dumps(dict(case=args.case, backend=args.backend, device=device, rows=rows), indent=1))
+    return rows
 
 
 if __name__ == "__main__":

@@ -89,3 +89,15 @@ def test_cuda_only_options_are_refused_on_the_cpu(capsys):
     with pytest.raises(SystemExit):
         decode.main(["--device", "cpu", "--record-parts"])
     assert "need --device cuda" in capsys.readouterr().err
+
+
+def test_decode_cache_moves_reports_each_generates_cache():
+    """benchmarks/decode_cache_moves.py on the CPU: a row per generate, with the new static
+    cache's addresses (keys, values and length per layer) compared with the last one's."""
+    import decode_cache_moves
+
+    rows = decode_cache_moves.main(["--case", "llama", "--backend", "pipec-ro", "--tiny"])
+    assert [r["kind"] for r in rows] == list(decode_cache_moves.SEQUENCE)
+    assert all(r["cache_addresses"] > 0 and r["cache_addresses"] % 3 == 0 for r in rows)
+    assert all(0 <= r["same_as_last"] <= r["cache_addresses"] for r in rows)
+    assert rows[0]["same_as_last"] == 0  # no generate before the first
