@@ -5,7 +5,7 @@ backend whose graph pins the last cache's addresses replays the next generate's 
 the new cache lands there; else it records again (pipec's `cudagraph` runtime, Inductor's CUDA
 Graph trees alike). Where it lands is the caching allocator's choice, made from what the process
 allocated and freed in between: a backend that allocates in the caller's memory at a record
-moves the next cache. Session 52 on an H100 (this tool's prototype): Llama-1B's cache came back
+can move the next cache. Session 52 on an H100 (this tool's prototype): Llama-1B's cache came back
 to all 48 of its addresses at every generate under Inductor, and to almost none under pipec.
 
 Per generate (long ones of 64 new tokens, one-token ones between some, as `decode.py` times
