@@ -23,8 +23,8 @@ Inputs. A variant reads each input either
   made inside the capture, in the graph's pool, and filled after it: a record allocates nothing
   in the caller's memory, whose allocator a decoder's next static cache then finds as the last
   one left it (Inductor's graphs keep their inputs in their pool too). On an H100, Llama-1B's
-  cache came back to the same addresses at every `generate` under Inductor, and moved at every
-  one under pipec when buffers were the caller's, each move a record.
+  cache came back to the same addresses at every `generate` under Inductor, and moved at most of
+  them under pipec while buffers were the caller's, each move a record.
 A call whose input would be copied although it stayed where it was in the previous call
 records a variant that pins it; a call whose pinned address moved takes another variant or
 records one (at most MAX_RECORDS per key; past that, inputs are copied). A *static* input that
@@ -339,7 +339,7 @@ class CudaGraphProgram:
         """Record a graph at the call's graph key, reading the inputs in `pin` in place and the
         others from buffers of its own; None (and the program runs as launch) if it fails."""
         pinned = {i: (call.ptrs[i], call.strides[i]) for i in sorted(pin)}
-        own = [i for i in range(len(call.prepared)) if i not in pin]  # read from buffers of the graph's
+        own = [i for i in range(len(call.prepared)) if i not in pin]  # read from the graph's own buffers
         # at a key recorded before, the kernels are compiled and tuned: the capture needs no
         # warm-up run (Inductor's CUDA Graph trees warm a function up once, too); else two, the
         # first compiles and tunes, the second settles
