@@ -43,11 +43,8 @@ class PadPolicy:
 
     def padded_input(self, index: int, t, graph_values: tuple):
         """A fresh contiguous copy of input `index` (`t`) at the graph's sizes (zeros beyond its prefix)."""
-        shape = tuple(self.runner.input_shapes[index](*graph_values))
-        if shape == tuple(t.shape):
-            return t.clone(memory_format=torch.contiguous_format)
-        buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
-        buf[prefix_slices(t.shape)].copy_(t)
+        buf = self.input_buffer(index, t, graph_values)
+        self.fill_buffer(buf, t)
         return buf
 
     def input_buffer(self, index: int, t, graph_values: tuple):
@@ -59,7 +56,7 @@ class PadPolicy:
 
     @staticmethod
     def fill_buffer(buf, t) -> None:
-        """`t` copied into its buffer `buf`, zeros beyond its prefix (`padded_input`'s contents)."""
+        """`t` copied into its buffer `buf`, zeros beyond its prefix."""
         if buf.shape != t.shape:
             buf.zero_()
         copy_input(buf, t)
