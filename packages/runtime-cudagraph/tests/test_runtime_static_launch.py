@@ -87,7 +87,9 @@ def test_gpu_static_launches_compute_what_tritons_launcher_does(program, launch_
     args = [torch.randn(s, device="cuda") for s in shapes]
     results = {}
     for flag in (False, True):
-        run = load_launch(program, CompileOptions(runtime="launch").with_extra(static_launch=flag))
+        # launch_store=False: launches an earlier test recorded in the kernel directory (a shared one
+        # on the GPU machine) would be bound from the store, not through static_launch_call
+        run = load_launch(program, CompileOptions(runtime="launch").with_extra(static_launch=flag, launch_store=False))
         before = dict(launch_paths)
         run(args)  # compiles; the next call builds the specialized run and binds its launchers
         got = run(args)
