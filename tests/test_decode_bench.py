@@ -101,3 +101,21 @@ def test_decode_cache_moves_reports_each_generates_cache():
     assert all(r["cache_addresses"] > 0 and r["cache_addresses"] % 3 == 0 for r in rows)
     assert all(0 <= r["same_as_last"] <= r["cache_addresses"] for r in rows)
     assert rows[0]["same_as_last"] == 0  # no generate before the first
+
+
+def test_who_took_names_the_first_allocation_over_each_moved_address():
+    """`--who`'s reading of the allocator's history (synthetic events: CUDA records the real ones)."""
+    import decode_cache_moves
+
+    frame = {"filename": "/x/transformers/activations.py", "line": 66, "name": "forward"}
+    events = [{"action": "alloc", "addr": 0x1000, "size": 0x100, "stream": 0, "frames": []},
+              {"action": "free_requested", "addr": 0x2000, "size": 0x400, "stream": 0},
+              {"action": "alloc", "addr": 0x2000, "size": 0x400, "stream": 0, "frames": [frame]},
+              {"action": "alloc", "addr": 0x2100, "size": 0x10, "stream": 0, "frames": []}]
+    assert decode_cache_moves.first_allocation_over(0x2100, events) is events[2]
+    assert decode_cache_moves.first_allocation_over(0x3000, events) is None
+    lines = decode_cache_moves.who_took([0x2100, 0x5000, 0x3000], [0x9000, 0x5000, 0x4000], events)
+    assert len(lines) == 2  # the address that stayed is not listed
+    assert "1024 B at 0x2000" in lines[0] and "transformers/activations.py:66:forward" in lines[0]
+    assert "nothing allocated over it" in lines[1]
+
