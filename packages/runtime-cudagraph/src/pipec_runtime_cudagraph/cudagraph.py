@@ -23,8 +23,10 @@ Inputs. A variant reads each input either
   made inside the capture, in the graph's pool, and filled after it: a record allocates nothing
   in the caller's memory, whose allocator a decoder's next static cache then finds as the last
   one left it (Inductor's graphs keep their inputs in their pool too). On an H100, Llama-1B's
-  cache came back to the same addresses at every `generate` under Inductor, and moved at most of
-  them under pipec while buffers were the caller's, each move a record.
+  cache moved at most `generate`s while buffers were the caller's, each move a record; since,
+  it comes back to the same addresses every time, as under Inductor, and nothing is recorded
+  after the first generate. (GPT-2's can still move: transformers allocates each layer's cache
+  inside the eager prefill, among the prefill's own temporaries.)
 A call whose input would be copied although it stayed where it was in the previous call
 records a variant that pins it; a call whose pinned address moved takes another variant or
 records one (at most MAX_RECORDS per key; past that, inputs are copied). A *static* input that
