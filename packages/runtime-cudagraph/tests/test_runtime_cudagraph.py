@@ -11,6 +11,7 @@ from pipec_ir import Buffer, CompileOptions, Program, Ref, Step, make_attrs
 from runtime_helpers import T, add_program, dynamic_add_program, extern_program, slot_program
 
 from pipec_runtime_cudagraph import load_cudagraph, load_launch
+from pipec_runtime_cudagraph.capture_support import capture_stream
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -337,3 +338,20 @@ def test_a_re_record_allocates_nothing_in_the_callers_memory(options):
     address = graph.buffers[0].data_ptr()
     pool = tuple(graph.graph.pool())
     assert any(a <= address < a + size for a, size in _active_blocks_by_pool().get(pool, []))
+
+
+@cuda
+def test_a_first_record_leaves_no_memory_cached_for_pipecs_stream_in_the_callers_pool(options):
+    """A key's first record warms up twice: the first run (compiles, tunes) on the caller's stream,
+    the last on pipec's capture stream allocating from the graph's pool. Both on pipec's stream in
+    the caller's pool, they left segments cached for that stream alone, which no work of the
+    caller's could reuse: most of what reduce-overhead held beyond its graphs in the suite."""
+    run = load_cudagraph(add_program(1 << 20), options)
+    x = torch.randn(1 << 20, device="cuda")
+    w = torch.nn.Parameter(torch.randn(1 << 20, device="cuda"), requires_grad=False)
+    torch.testing.assert_close(run([x, w])[0], x + w)
+    torch.testing.assert_close(run([x, w])[0], x + w)  # a replay
+    stream = capture_stream(torch.device("cuda")).cuda_stream
+    stranded = [s["total_size"] for s in torch.cuda.memory_snapshot()
+                if tuple(s.get("segment_pool_id", (0, 0))) == (0, 0) and s["stream"] == stream]
+    assert stranded == []

@@ -61,7 +61,11 @@ in the dropped graph's pool, which is safe because that graph never replays agai
 a decoder's memory at one pool across `generate`s. A record at a key recorded before runs no
 warm-up (the kernels are compiled and tuned): its capture runs only the specialized run built
 for those sizes, and one whose guards fail, or a capture that fails, warms up once and captures
-again. Captures call `capture_begin` themselves: `torch.cuda.graph`'s entry also
+again. A key's first record warms up twice: the first run (which compiles and tunes) on the
+caller's stream and memory, as a plain call, and the last on the capture stream allocating from
+the graph's pool, which the capture then reuses, as Inductor's trees warm up in their pool. Both
+on pipec's stream in the caller's memory, they left blocks cached for that stream alone, which
+the caller's work could never reuse. Captures call `capture_begin` themselves: `torch.cuda.graph`'s entry also
 synchronizes and empties the allocator's caches, per record.
 Captures run on pipec's own stream, with the cuBLAS workspaces cleared before and after:
 PyTorch caches one workspace per (handle, stream), so a capture on a shared stream
@@ -96,7 +100,8 @@ from pipec_ir import CompileOptions, LoadContext, Program
 
 from .input_guard import InputGuard, InputSpec, same_strides
 from .buckets import GraphTable, PadPolicy, budget_from, copy_input, prefix_slices
-from .capture_support import capture_stream, clear_cublas_workspaces, preserved_rng, recover_from_failed_capture
+from .capture_support import (capture_stream, clear_cublas_workspaces, pool_held, preserved_rng,
+                              recover_from_failed_capture)
 from .profiling import graph_range, profiler_state
 from .pysource import Source, compile_source
 from .runner import ProgramRunner
@@ -371,50 +376,67 @@ class CudaGraphProgram:
         then the capture, on pipec's stream, in a memory pool of its own: a new one, or the pool
         of `share`, a dropped graph that never replays again (module docstring). The buffers are
         made inside the capture, in that pool, and filled after it."""
-        runner, padding = self.runner, self.padding
         with torch.cuda.device(device), preserved_rng(device):
             stream = capture_stream(device)
-            stream.wait_stream(torch.cuda.current_stream())
-            if warmups:
-                # a warm-up writes clones of the written inputs: only the replay applies an update;
-                # the padded copies it reads live until its end, in the caller's memory (first records only)
-                warm_inputs = [padding.padded_input(i, t, values) if i in own else t.clone() if i in self.written
-                               else t for i, t in enumerate(inputs)]
-                with torch.cuda.stream(stream):
-                    for _ in range(warmups):  # the runner's own call: its first builds the specialized run
-                        runner(warm_inputs)
-                del warm_inputs
-                torch.cuda.current_stream().wait_stream(stream)
             pool = share.pool() if share is not None else torch.cuda.graph_pool_handle()
-            graph = torch.cuda.CUDAGraph()
-            clear_cublas_workspaces()  # the capture allocates its own, in its own pool
-            try:
-                # not `torch.cuda.graph`, whose entry synchronizes and empties the allocator's
-                # caches: once per `generate` of a decoder, that stalls the host until the GPU
-                # drains and hands cached memory back to the driver, which later calls ask for again
-                with torch.cuda.stream(stream):
-                    graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-                    try:
-                        # allocated on the capturing stream: in the graph's pool, not the caller's,
-                        # whose blocks a decoder's next static cache would otherwise miss
-                        buffers = {i: padding.input_buffer(i, inputs[i], values) for i in own}
-                        graph_inputs = [buffers.get(i, t) for i, t in enumerate(inputs)]
-                        # the specialized run where its guards pass: a record (one per `generate`
-                        # of a decoder) then costs the host what a plain call does, not the
-                        # general path's step-by-step interpretation (Llama-1B: ~20 ms a run against ~3)
-                        outputs = runner.run_specialized(graph_inputs)
-                        if outputs is None:
-                            if not warmups:  # only a run built and run before is captured cold
-                                raise NeedsWarmUp
-                            outputs = runner.run(graph_inputs, values, device)
-                    finally:
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")  # "The CUDA Graph is empty" (NeedsWarmUp)
-                            graph.capture_end()
-            finally:
-                clear_cublas_workspaces()  # no later capture borrows this graph's
+            with pool_held(device, pool) as route:
+                if warmups:
+                    self._warm_up(inputs, own, values, stream, route, warmups)
+                stream.wait_stream(torch.cuda.current_stream())
+                graph, outputs, buffers = self._capture_in(pool, stream, inputs, own, values, device, warmups)
             for i, buf in buffers.items():
-                padding.fill_buffer(buf, inputs[i])
+                self.padding.fill_buffer(buf, inputs[i])
+        return graph, outputs, buffers
+
+    def _warm_up(self, inputs: list, own: list, values: tuple, stream, route, warmups: int) -> None:
+        """Runs before a key's first capture. All but the last run on the caller's stream and
+        memory, as a plain call does: the first compiles and tunes, and its temporaries stay
+        where the caller's own work can reuse them (on pipec's stream they were cached for that
+        stream alone: most of what reduce-overhead held beyond its graphs). The last runs on the
+        capture stream, allocating from the graph's pool (`route`), which its capture then reuses,
+        as Inductor's CUDA Graph trees warm up in theirs."""
+        # a warm-up writes clones of the written inputs: only the replay applies an update;
+        # the padded copies it reads are the caller's until its end (first records only)
+        warm_inputs = [self.padding.padded_input(i, t, values) if i in own else t.clone() if i in self.written
+                       else t for i, t in enumerate(inputs)]
+        for _ in range(warmups - 1):
+            self.runner(warm_inputs)  # the runner's own call: its first builds the specialized run
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), route():
+            self.runner(warm_inputs)
+        del warm_inputs
+        torch.cuda.current_stream().wait_stream(stream)
+
+    def _capture_in(self, pool, stream, inputs: list, own: list, values: tuple, device, warmups: int):
+        """The capture itself, in `pool` on `stream`: (graph, outputs, the input buffers, unfilled)."""
+        runner, padding = self.runner, self.padding
+        graph = torch.cuda.CUDAGraph()
+        clear_cublas_workspaces()  # the capture allocates its own, in its own pool
+        try:
+            # not `torch.cuda.graph`, whose entry synchronizes and empties the allocator's
+            # caches: once per `generate` of a decoder, that stalls the host until the GPU
+            # drains and hands cached memory back to the driver, which later calls ask for again
+            with torch.cuda.stream(stream):
+                graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+                try:
+                    # allocated on the capturing stream: in the graph's pool, not the caller's,
+                    # whose blocks a decoder's next static cache would otherwise miss
+                    buffers = {i: padding.input_buffer(i, inputs[i], values) for i in own}
+                    graph_inputs = [buffers.get(i, t) for i, t in enumerate(inputs)]
+                    # the specialized run where its guards pass: a record (one per `generate`
+                    # of a decoder) then costs the host what a plain call does, not the
+                    # general path's step-by-step interpretation (Llama-1B: ~20 ms a run against ~3)
+                    outputs = runner.run_specialized(graph_inputs)
+                    if outputs is None:
+                        if not warmups:  # only a run built and run before is captured cold
+                            raise NeedsWarmUp
+                        outputs = runner.run(graph_inputs, values, device)
+                finally:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # "The CUDA Graph is empty" (NeedsWarmUp)
+                        graph.capture_end()
+        finally:
+            clear_cublas_workspaces()  # no later capture borrows this graph's
         return graph, outputs, buffers
 
     # ------------------------------------------------------------------ replaying
