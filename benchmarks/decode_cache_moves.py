@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     device = "cpu" if args.tiny else "cuda"
+    if args.who and (args.tiny or not torch.cuda.is_available()):
+        parser.error("--who reads the CUDA caching allocator's history: it needs a GPU and the real-size model")
     if args.who:
         torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     model = hf_models.causal_lm(args.case, hf_models.TINY if args.tiny else hf_models.REAL, device=device)
