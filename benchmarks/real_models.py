@@ -301,6 +301,13 @@ def _field(rows: dict, name: str, key: str, spec: str) -> str:
     return _f(row.get(key) if row else None, spec)
 
 
+def _held(rows: dict, name: str) -> str:
+    """A backend's held MiB, with the CUDA Graph pools' share in parentheses where it has one."""
+    row = rows.get(name) or {}
+    pools = row.get("held_pools_mib")
+    return _f(row.get("held_mib"), ".0f") + (f" ({pools:.0f})" if pools else "")
+
+
 COLUMNS = ("case", "model", "inputs", "status",
            "eager ms", "Inductor ms", "Inductor RO ms", "pipec ms", "pipec RO ms",
            "pipec × eager", "pipec × Inductor", "pipec RO × Inductor RO",
@@ -342,7 +349,7 @@ def table_rows(records: list[dict]) -> list[list[str]]:
             " / ".join(_field(rows, b, "max_error", ".2g") for b in ("pipec", "pipec-reduce-overhead", "inductor")),
             " / ".join(_field(rows, b, "peak_mib", ".0f")
                        for b in ("eager", "inductor", "inductor-reduce-overhead", "pipec", "pipec-reduce-overhead")),
-            " / ".join(_field(rows, b, "held_mib", ".0f")
+            " / ".join(_held(rows, b)
                        for b in ("inductor", "inductor-reduce-overhead", "pipec", "pipec-reduce-overhead")),
             kernel_text, error.replace("|", "\\|"),
         ])
@@ -358,7 +365,7 @@ def markdown(records: list[dict], meta: dict) -> str:
              "empty caches. peak MiB: one call's peak memory above the memory at rest; held MiB: what a "
              "compiled backend keeps between calls beyond the weights (CUDA Graph pools, preallocated "
              "buffers), the allocator's reserved memory grown across its compile and three calls after it "
-             "(CUDA only; under "
+             "(in parentheses: its CUDA Graph pools' share, the rest being the caller's pool; CUDA only; under "
              "reduce-overhead the peak is ~0 and held is the figure).", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(records)]

@@ -289,3 +289,23 @@ def test_deadline_follows_the_hosts_pace():
     slow = real_models.Deadline(400, {"a": 100.0, "b": 150.0}, 240.0, time.perf_counter())
     slow.finished("a", 900.0)  # a pace past the limit is held to it
     assert slow.pace() == real_models.PACE_LIMITS[1] and not slow.fits("b")  # 522.5 s, not 177.5
+
+
+def test_the_table_splits_held_memory_into_graph_pools_and_the_callers():
+    """benchmarks/real_models.py's held column: each backend's held MiB, its CUDA Graph pools'
+    share in parentheses (`pipec bench`'s held_pools_mib), nothing added where a run has none."""
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import real_models
+
+    (case,) = json.loads((root / "benchmarks" / "results" / "real_models_h200_run9.json").read_text())["cases"][:1]
+    rows = case["rows"]
+    rows["inductor-reduce-overhead"] = {**rows.get("inductor", {}), "held_mib": 344.2, "held_pools_mib": 330.0}
+    rows["pipec-reduce-overhead"] = {**rows.get("pipec", {}), "held_mib": 1736.0, "held_pools_mib": 1500.4}
+    rows["inductor"]["held_mib"], rows["pipec"]["held_mib"] = 0.0, 32.0
+    (cells,) = real_models.table_rows([case])
+    assert "0 / 344 (330) / 32 / 1736 (1500)" in cells

@@ -272,7 +272,8 @@ def test_bench_extra_pipec_mode_is_a_row_of_its_own(fake_stages, capsys, model_f
     assert [(b["name"], b["label"]) for b in backends] == [
         ("eager", "eager"), ("pipec", "pipec (default, launch)"), ("pipec-reduce-overhead", "pipec (default, cudagraph)")]
     assert all(b["ms"] > 0 and b["error"] is None for b in backends)
-    assert all(b["peak_mib"] is None and b["held_mib"] is None for b in backends)  # memory: on CUDA only
+    assert all(b["peak_mib"] is None and b["held_mib"] is None and b["held_pools_mib"] is None
+               for b in backends)  # memory: on CUDA only
     assert all(b["compile_profile"]["counts"]["graphs"] == 1 for b in backends[1:])  # each pipec row's own
     assert all(b["compile_warm_s"] is not None for b in backends[1:])
 

@@ -345,7 +345,7 @@ def test_a_first_record_leaves_no_memory_cached_for_pipecs_stream_in_the_callers
     """A key's first record warms up twice: the first run (compiles, tunes) on the caller's stream,
     the last on pipec's capture stream allocating from the graph's pool. Both on pipec's stream in
     the caller's pool, they left segments cached for that stream alone, which no work of the
-    caller's could reuse: most of what reduce-overhead held beyond its graphs in the suite."""
+    caller's could reuse until an `empty_cache`."""
     run = load_cudagraph(add_program(1 << 20), options)
     x = torch.randn(1 << 20, device="cuda")
     w = torch.nn.Parameter(torch.randn(1 << 20, device="cuda"), requires_grad=False)

@@ -81,6 +81,7 @@ from .bench_measure import (
     describe_inputs,
     io_bytes,
     measure_ms,
+    graph_pool_bytes,
     peak_memory_mib,
     reserved_bytes,
     synchronize,
@@ -426,7 +427,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                      for mode in modes]
         for backend, compile_backend in compiles:
             progress(f"{backend}: compiling (cold)")
-            before = reserved_bytes(device)
+            before, pools_before = reserved_bytes(device), graph_pool_bytes(device)
             float64_before = _float64_bytes(expected) if before is not None else 0
             try:
                 pending.append(compile_backend())
@@ -436,6 +437,7 @@ def run_bench(model, inputs, name: str, options: BenchOptions, *,
                 if before is not None:
                     held = after - before - (_float64_bytes(expected) - float64_before)
                     pending[-1].result.held_mib = max(held, 0) / 2**20
+                    pending[-1].result.held_pools_mib = max(graph_pool_bytes(device) - pools_before, 0) / 2**20
             except Exception as exc:
                 failed = BackendResult(backend, backend, error=_error_line(exc))
                 if not options.keep_going:

@@ -259,6 +259,18 @@ def peak_memory_mib(fn: Callable[[], Any], device: str) -> float | None:
     return (torch.cuda.max_memory_allocated(device) - at_rest) / 2**20
 
 
+def graph_pool_bytes(device: str) -> int | None:
+    """Bytes of the caching allocator's segments in CUDA Graph pools (every pool but the caller's
+    own: pipec's graphs', Inductor's trees'), free blocks inside them included; None off CUDA. Read
+    after `reserved_bytes`, whose `empty_cache` hands the caller's fully free segments back."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    return sum(s["total_size"] for s in torch.cuda.memory_snapshot()
+               if tuple(s.get("segment_pool_id", (0, 0))) != (0, 0))
+
+
 def reserved_bytes(device: str) -> int | None:
     """Bytes the CUDA caching allocator holds once its unused cached blocks are released; None off CUDA."""
     if not device.startswith("cuda"):

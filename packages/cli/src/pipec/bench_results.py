@@ -20,6 +20,7 @@ class BackendResult:
     launches: int | None = None
     peak_mib: float | None = None  # peak memory of one call above the memory at rest (CUDA only)
     held_mib: float | None = None  # memory the compiled backend keeps between calls (CUDA only)
+    held_pools_mib: float | None = None  # of held_mib, the CUDA Graph pools' (the rest: the caller's pool)
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
     cache_hits: dict[str, int] | None = None  # pipec's warm compile

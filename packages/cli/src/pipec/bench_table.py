@@ -50,7 +50,8 @@ def bench_table(result: BenchResult):
             row.append(_fmt(d["tflop_per_s"], ".3g"))
         row += [kernels, _fmt(b.launches, "d")]
         if memory:
-            row += [_fmt(b.peak_mib, ".4g"), _fmt(b.held_mib, ".4g")]
+            pools = f" ({b.held_pools_mib:.4g} in graph pools)" if b.held_pools_mib else ""
+            row += [_fmt(b.peak_mib, ".4g"), _fmt(b.held_mib, ".4g") + pools]
         row += [_fmt(b.compile_cold_s, ".2f"), _fmt(b.compile_warm_s, ".2f"), _fmt(b.max_error, ".3g")]
         table.add_row(*row)
     notes = [f"{b.name} failed: {b.error}" for b in result.backends if b.error]

@@ -391,8 +391,8 @@ class CudaGraphProgram:
     def _warm_up(self, inputs: list, own: list, values: tuple, stream, route, warmups: int) -> None:
         """Runs before a key's first capture. All but the last run on the caller's stream and
         memory, as a plain call does: the first compiles and tunes, and its temporaries stay
-        where the caller's own work can reuse them (on pipec's stream they were cached for that
-        stream alone: most of what reduce-overhead held beyond its graphs). The last runs on the
+        where the caller's own work can reuse them (on pipec's stream they stayed reserved for
+        that stream alone, until an `empty_cache`). The last runs on the
         capture stream, allocating from the graph's pool (`route`), which its capture then reuses,
         as Inductor's CUDA Graph trees warm up in theirs."""
         # a warm-up writes clones of the written inputs: only the replay applies an update;
