@@ -65,7 +65,7 @@ again. A key's first record warms up twice: the first run (which compiles and tu
 caller's stream and memory, as a plain call, and the last on the capture stream allocating from
 the graph's pool, which the capture then reuses, as Inductor's trees warm up in their pool. Both
 on pipec's stream in the caller's memory, they left blocks cached for that stream alone, which
-the caller's work could never reuse. Captures call `capture_begin` themselves: `torch.cuda.graph`'s entry also
+the caller's work could not reuse until an `empty_cache`. Captures call `capture_begin` themselves: `torch.cuda.graph`'s entry also
 synchronizes and empties the allocator's caches, per record.
 Captures run on pipec's own stream, with the cuBLAS workspaces cleared before and after:
 PyTorch caches one workspace per (handle, stream), so a capture on a shared stream
